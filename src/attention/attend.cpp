@@ -1,0 +1,122 @@
+#include "attention/attend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention/attention_state.h"
+
+namespace skim {
+
+namespace {
+
+constexpr int kMaxGroup = 16;  // query heads per KV head handled in one pass
+constexpr int kBlock = 64;     // tokens scored before the running max is rescaled
+
+inline float dot(const float* a, const float* b, int d) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Flash-style pass over one range for up to kMaxGroup heads: score a block of keys for every
+// head, rescale the accumulators once per block, then accumulate p * v.
+void attend_range(const float* q, int n_q, const SeqKV& kv, KeyRange r, float scale, float* acc,
+                  float* m, float* l) {
+  const int d = kv.layer.head_dim;
+  float s[kMaxGroup][kBlock];
+  for (int b0 = r.begin; b0 < r.end; b0 += kBlock) {
+    int nb = std::min(kBlock, r.end - b0);
+    for (int j = 0; j < nb; ++j) {
+      const float* k = kv.key(b0 + j);
+      for (int h = 0; h < n_q; ++h) s[h][j] = dot(q + size_t(h) * d, k, d) * scale;
+    }
+    for (int h = 0; h < n_q; ++h) {
+      float bm = *std::max_element(s[h], s[h] + nb);
+      float nm = std::max(m[h], bm);
+      float corr = std::exp(m[h] - nm);  // exp(-inf) = 0 on the first block
+      float sum = 0.0f;
+      for (int j = 0; j < nb; ++j) {
+        s[h][j] = std::exp(s[h][j] - nm);
+        sum += s[h][j];
+      }
+      l[h] = l[h] * corr + sum;
+      m[h] = nm;
+      float* a = acc + size_t(h) * d;
+#pragma omp simd
+      for (int i = 0; i < d; ++i) a[i] *= corr;
+    }
+    for (int j = 0; j < nb; ++j) {
+      const float* v = kv.value(b0 + j);
+      for (int h = 0; h < n_q; ++h) {
+        float p = s[h][j];
+        float* a = acc + size_t(h) * d;
+#pragma omp simd
+        for (int i = 0; i < d; ++i) a[i] += p * v[i];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attend(const float* q, int n_q, const SeqKV& kv, std::span<const KeyRange> ranges,
+            float scale, float* o, float* lse) {
+  const int d = kv.layer.head_dim;
+  for (int h0 = 0; h0 < n_q; h0 += kMaxGroup) {
+    int nh = std::min(kMaxGroup, n_q - h0);
+    float m[kMaxGroup], l[kMaxGroup];
+    std::fill_n(m, nh, kEmptyLse);
+    std::fill_n(l, nh, 0.0f);
+    float* acc = o + size_t(h0) * d;
+    std::fill_n(acc, size_t(nh) * d, 0.0f);
+    for (const KeyRange& r : ranges)
+      if (r.end > r.begin) attend_range(q + size_t(h0) * d, nh, kv, r, scale, acc, m, l);
+    for (int h = 0; h < nh; ++h) {
+      if (l[h] == 0.0f) {
+        lse[h0 + h] = kEmptyLse;
+        continue;
+      }
+      float inv = 1.0f / l[h];
+      for (int i = 0; i < d; ++i) acc[size_t(h) * d + i] *= inv;
+      lse[h0 + h] = m[h] + std::log(l[h]);
+    }
+  }
+}
+
+void attend_reference(const float* q, int n_q, const SeqKV& kv, std::span<const KeyRange> ranges,
+                      float scale, float* o, float* lse) {
+  const int d = kv.layer.head_dim;
+  for (int h = 0; h < n_q; ++h) {
+    const float* qh = q + size_t(h) * d;
+    double mx = -INFINITY;
+    std::vector<double> scores;
+    std::vector<int> pos;
+    for (const KeyRange& r : ranges)
+      for (int t = r.begin; t < r.end; ++t) {
+        double s = 0;
+        for (int i = 0; i < d; ++i) s += double(qh[i]) * kv.key(t)[i];
+        scores.push_back(s * scale);
+        pos.push_back(t);
+        mx = std::max(mx, scores.back());
+      }
+    float* oh = o + size_t(h) * d;
+    if (scores.empty()) {
+      std::fill_n(oh, d, 0.0f);
+      lse[h] = kEmptyLse;
+      continue;
+    }
+    double z = 0;
+    std::vector<double> acc(d, 0.0);
+    for (size_t j = 0; j < scores.size(); ++j) {
+      double p = std::exp(scores[j] - mx);
+      z += p;
+      for (int i = 0; i < d; ++i) acc[i] += p * kv.value(pos[j])[i];
+    }
+    for (int i = 0; i < d; ++i) oh[i] = float(acc[i] / z);
+    lse[h] = float(mx + std::log(z));
+  }
+}
+
+}  // namespace skim

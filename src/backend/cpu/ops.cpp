@@ -1,0 +1,91 @@
+#include "backend/cpu/ops.h"
+
+#include <cblas.h>
+
+#include <cmath>
+
+namespace skim::cpu {
+
+void rmsnorm(const float* x, const float* w, float* out, int n, int dim, float eps) {
+#pragma omp parallel for if (n > 4)
+  for (int r = 0; r < n; ++r) {
+    const float* xr = x + size_t(r) * dim;
+    float* o = out + size_t(r) * dim;
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
+    float inv = 1.0f / std::sqrt(float(ss / dim) + eps);
+    for (int i = 0; i < dim; ++i) o[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+void linear(const float* x, const float* W, const float* bias, float* out, int n, int k, int m) {
+  if (n == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, m, k, 1.0f, W, k, x, 1, 0.0f, out, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x, k, W, k, 0.0f, out, m);
+  }
+  if (bias)
+    for (int r = 0; r < n; ++r)
+      for (int j = 0; j < m; ++j) out[size_t(r) * m + j] += bias[j];
+}
+
+void rope(float* x, const int32_t* positions, const float* inv_freq, int n, int heads, int head_dim) {
+  const int half = head_dim / 2;
+#pragma omp parallel for if (n > 4)
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < half; ++i) {
+      // Angles in double: fp32 loses the low bits of pos * freq at long positions, and
+      // transformers computes them in fp32 from fp32 inv_freq, so round the same way.
+      float angle = float(positions[r]) * inv_freq[i];
+      float c = std::cos(angle), s = std::sin(angle);
+      for (int h = 0; h < heads; ++h) {
+        float* xh = x + (size_t(r) * heads + h) * head_dim;
+        float a = xh[i], b = xh[i + half];
+        xh[i] = a * c - b * s;
+        xh[i + half] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t count) {
+#pragma omp parallel for simd if (count > 65536)
+  for (int64_t i = 0; i < count; ++i) {
+    float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* x, const float* y, int64_t count) {
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+}  // namespace skim::cpu
+
+namespace skim {
+
+void rope_inv_freq(const RopeConfig& rope, int head_dim, float* inv_freq) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    float f = 1.0f / std::pow(rope.theta, float(2 * i) / float(head_dim));
+    if (rope.type == "llama3") {
+      // Llama 3.1: long wavelengths are divided by `factor`, short ones kept, and the band
+      // between interpolated smoothly.
+      const float pi = 3.14159265358979323846f;
+      float low_wavelen = rope.original_max_position_embeddings / rope.low_freq_factor;
+      float high_wavelen = rope.original_max_position_embeddings / rope.high_freq_factor;
+      float wavelen = 2 * pi / f;
+      if (wavelen > low_wavelen) {
+        f = f / rope.factor;
+      } else if (wavelen >= high_wavelen) {
+        float smooth = (rope.original_max_position_embeddings / wavelen - rope.low_freq_factor) /
+                       (rope.high_freq_factor - rope.low_freq_factor);
+        f = (1 - smooth) * f / rope.factor + smooth * f;
+      }
+    }
+    inv_freq[i] = f;
+  }
+}
+
+}  // namespace skim

@@ -1,0 +1,32 @@
+// CPU kernels of the forward pass, fp32. Each is the reference its CUDA twin (same name,
+// same arguments, in src/backend/cuda/) is tested against. Rows are independent tokens.
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.h"
+
+namespace skim::cpu {
+
+// out[r] = x[r] / rms(x[r]) * w, n rows of dim elements; out may alias x.
+void rmsnorm(const float* x, const float* w, float* out, int n, int dim, float eps);
+
+// out[n][m] = x[n][k] * W[m][k]^T (+ bias[m] when not null): a Linear layer.
+void linear(const float* x, const float* W, const float* bias, float* out, int n, int k, int m);
+
+// Rotates n rows of `heads` heads of head_dim (HF's rotate_half convention: pairs (i, i+d/2))
+// by each row's position. inv_freq has head_dim/2 entries (see rope_inv_freq).
+void rope(float* x, const int32_t* positions, const float* inv_freq, int n, int heads, int head_dim);
+
+// out[i] = silu(gate[i]) * up[i]
+void silu_mul(const float* gate, const float* up, float* out, int64_t count);
+
+// x[i] += y[i]
+void add_inplace(float* x, const float* y, int64_t count);
+
+}  // namespace skim::cpu
+
+namespace skim {
+// The RoPE inverse frequencies of a config, llama3 scaling applied (host side, once).
+void rope_inv_freq(const RopeConfig& rope, int head_dim, float* inv_freq);
+}  // namespace skim

@@ -34,8 +34,8 @@ void rope(float* x, const int32_t* positions, const float* inv_freq, int n, int 
 #pragma omp parallel for if (n > 4)
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < half; ++i) {
-      // Angles in double: fp32 loses the low bits of pos * freq at long positions, and
-      // transformers computes them in fp32 from fp32 inv_freq, so round the same way.
+      // fp32 angle, as transformers computes it (position * inv_freq in fp32), so that long
+      // positions round the same way as the oracle.
       float angle = float(positions[r]) * inv_freq[i];
       float c = std::cos(angle), s = std::sin(angle);
       for (int h = 0; h < heads; ++h) {

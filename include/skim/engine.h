@@ -1,0 +1,93 @@
+// skim's library API: load a Hugging Face model, then generate with an attention policy.
+// The CLI (`skim generate | bench | eval`) and the server are thin layers over this.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace skim {
+
+struct ModelConfig;
+class Tokenizer;
+class AttentionPolicy;
+
+struct EngineOptions {
+  std::filesystem::path model_dir;
+  std::string policy = "dense";
+  int max_context = 16384;   // tokens per sequence (prompt + generated)
+  int max_sequences = 1;     // sequences whose KV fits at once
+  int prefill_chunk = 512;   // prompt tokens per forward pass
+  int threads = 0;           // 0: all cores
+};
+
+struct GenerationRequest {
+  std::string prompt;
+  std::vector<int> prompt_ids;  // used instead of `prompt` when not empty
+  int max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings; the text is cut before the match
+  bool ignore_eos = false;
+};
+
+struct GenerationStats {
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  double kv_bytes_per_step = 0;  // KV bytes attention read per decode step, all layers
+  std::string finish_reason;     // "stop" (EOS or a stop string) or "length"
+};
+
+struct GenerationResult {
+  std::vector<int> tokens;
+  std::string text;
+  GenerationStats stats;
+};
+
+// Called with each piece of text as it becomes printable (complete UTF-8).
+using TextCallback = std::function<void(size_t request, std::string_view text)>;
+// Called after each prefill chunk: tokens done of total.
+using ProgressCallback = std::function<void(int done, int total)>;
+
+class Engine {
+ public:
+  explicit Engine(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  AttentionPolicy& policy();
+
+  // Runs requests to completion together: prompts are prefilled in chunks, then all live
+  // sequences advance by one token per decode step.
+  std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests,
+                                         const TextCallback& on_text = {},
+                                         const ProgressCallback& on_progress = {});
+
+  // Low-level access for tests and evaluation (teacher forcing).
+  int open_sequence();
+  void close_sequence(int seq);
+  int sequence_length(int seq) const;
+  // Appends tokens to a sequence in chunks; returns the logits [logits_at.size()][vocab] of the
+  // appended positions listed in logits_at (offsets into `tokens`). A single token appended
+  // to a non-empty sequence runs as a decode step.
+  std::vector<float> append(int seq, std::span<const int> tokens, std::span<const int> logits_at,
+                            const ProgressCallback& on_progress = {});
+  // One decode step of several sequences, one token each; logits [seqs.size()][vocab].
+  std::vector<float> decode(std::span<const int> seqs, std::span<const int> tokens);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace skim

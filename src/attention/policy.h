@@ -1,0 +1,57 @@
+// The attention policy interface the forward pass calls, once per layer, for a batch of rows
+// (tokens of one or several sequences at their positions). A policy decides which keys each
+// (row, query head) reads and how states are combined; DESIGN.md section 3 describes the
+// stages. The forward pass has already written the rows' K/V into the cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv/paged_kv_cache.h"
+
+namespace skim {
+
+struct AttentionBatch {
+  int layer = 0;
+  int num_rows = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;
+  bool decode = false;  // one new token per sequence (a decode step) vs a prefill chunk
+  KVLayerView kv;
+  const int32_t* positions = nullptr;       // [num_rows]
+  const PageTable* const* tables = nullptr;  // [num_rows], the row's sequence
+  const float* q = nullptr;      // [num_rows][num_heads][head_dim], after RoPE
+  const float* q_pre = nullptr;  // same, before RoPE (MAC matches on it)
+  float* out = nullptr;          // [num_rows][num_heads][head_dim]
+};
+
+// Work counters, summed over calls; the engine reports them per decode step.
+struct AttentionStats {
+  uint64_t keys_read = 0;     // key/value token rows read, summed over KV heads and layers
+  uint64_t decode_calls = 0;  // layer calls in decode steps
+  uint64_t decode_keys_read = 0;
+};
+
+class AttentionPolicy {
+ public:
+  virtual ~AttentionPolicy() = default;
+  virtual std::string name() const = 0;
+  virtual void attend(const AttentionBatch& batch) = 0;
+  // Called when a sequence's cache is released, so per-sequence state can be dropped.
+  virtual void forget(const PageTable* /*table*/) {}
+
+  AttentionStats& stats() { return stats_; }
+
+ protected:
+  AttentionStats stats_;
+};
+
+// Parses a policy string (`dense`, later `quest:budget=0.1+art`, ...). Unknown names and keys
+// are errors naming them.
+std::unique_ptr<AttentionPolicy> make_policy(const std::string& spec);
+
+}  // namespace skim

@@ -1,0 +1,144 @@
+#include "skim/engine.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <map>
+
+#include "attention/policy.h"
+#include "core/error.h"
+#include "kv/paged_kv_cache.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace skim {
+
+struct Engine::Impl {
+  EngineOptions options;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<PagedKVCache> cache;
+  std::unique_ptr<AttentionPolicy> policy;
+  std::unique_ptr<CpuForward> forward;
+  std::map<int, PageTable> sequences;
+  int next_id = 0;
+
+  PageTable& table(int seq) {
+    auto it = sequences.find(seq);
+    SKIM_REQUIRE(it != sequences.end(), "engine: unknown sequence {}", seq);
+    return it->second;
+  }
+};
+
+Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.options = o;
+  SKIM_REQUIRE(o.max_context > 0, "--ctx must be positive, got {}", o.max_context);
+  SKIM_REQUIRE(o.max_sequences > 0, "max_sequences must be positive, got {}", o.max_sequences);
+  SKIM_REQUIRE(o.prefill_chunk > 0, "prefill chunk must be positive, got {}", o.prefill_chunk);
+  if (o.threads > 0) {
+    omp_set_num_threads(o.threads);
+    openblas_set_num_threads(o.threads);
+  }
+  m.policy = make_policy(o.policy);  // before the model loads: a bad flag fails fast
+  m.model = load_model(o.model_dir);
+  auto tok_path = o.model_dir / "tokenizer.json";
+  SKIM_REQUIRE(std::filesystem::exists(tok_path), "{}: no tokenizer.json in the model directory",
+               o.model_dir.string());
+  m.tokenizer = load_tokenizer(tok_path);
+
+  const ModelConfig& c = m.model->config;
+  KVCacheShape shape;
+  shape.num_layers = c.num_layers;
+  shape.num_kv_heads = c.num_kv_heads;
+  shape.head_dim = c.head_dim;
+  int pages_per_seq = (o.max_context + shape.page_size - 1) / shape.page_size;
+  shape.num_pages = pages_per_seq * o.max_sequences;
+  m.cache = std::make_unique<PagedKVCache>(shape);
+  m.forward = std::make_unique<CpuForward>(*m.model, *m.cache, *m.policy);
+}
+
+Engine::~Engine() = default;
+
+const ModelConfig& Engine::config() const { return impl_->model->config; }
+const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+AttentionPolicy& Engine::policy() { return *impl_->policy; }
+
+int Engine::open_sequence() {
+  int id = impl_->next_id++;
+  impl_->sequences.emplace(id, PageTable{});
+  return id;
+}
+
+void Engine::close_sequence(int seq) {
+  PageTable& t = impl_->table(seq);
+  impl_->policy->forget(&t);
+  impl_->cache->release(t);
+  impl_->sequences.erase(seq);
+}
+
+int Engine::sequence_length(int seq) const { return impl_->table(seq).length; }
+
+std::vector<float> Engine::append(int seq, std::span<const int> tokens,
+                                  std::span<const int> logits_at,
+                                  const ProgressCallback& on_progress) {
+  Impl& m = *impl_;
+  PageTable& t = m.table(seq);
+  const int n = int(tokens.size());
+  const int vocab = m.model->config.vocab_size;
+  SKIM_REQUIRE(t.length + n <= m.options.max_context,
+               "prompt too long: {} tokens with {} already in the sequence exceed the context "
+               "limit of {} (raise --ctx)",
+               n, t.length, m.options.max_context);
+  m.cache->reserve(t, t.length + n);
+
+  std::vector<float> out(logits_at.size() * size_t(vocab));
+  std::vector<float> chunk_logits;
+  for (int b = 0; b < n; b += m.options.prefill_chunk) {
+    int e = std::min(n, b + m.options.prefill_chunk);
+    ForwardBatch fb;
+    fb.decode = (n == 1 && t.length > 0);
+    std::vector<size_t> dest;
+    for (int i = b; i < e; ++i) {
+      fb.tokens.push_back(tokens[i]);
+      fb.positions.push_back(t.length + (i - b));
+      fb.tables.push_back(&t);
+    }
+    for (size_t j = 0; j < logits_at.size(); ++j)
+      if (logits_at[j] >= b && logits_at[j] < e) {
+        fb.logits_rows.push_back(logits_at[j] - b);
+        dest.push_back(j);
+      }
+    m.forward->run(fb, chunk_logits);
+    t.length += e - b;
+    for (size_t j = 0; j < dest.size(); ++j)
+      std::copy_n(chunk_logits.data() + j * vocab, vocab, out.data() + dest[j] * vocab);
+    if (on_progress) on_progress(e, n);
+  }
+  return out;
+}
+
+std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int> tokens) {
+  Impl& m = *impl_;
+  SKIM_REQUIRE(seqs.size() == tokens.size() && !seqs.empty(), "decode: one token per sequence");
+  ForwardBatch fb;
+  fb.decode = true;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    PageTable& t = m.table(seqs[i]);
+    SKIM_REQUIRE(t.length + 1 <= m.options.max_context,
+                 "sequence {} reached the context limit of {} tokens", seqs[i], m.options.max_context);
+    m.cache->reserve(t, t.length + 1);
+    fb.tokens.push_back(tokens[i]);
+    fb.positions.push_back(t.length);
+    fb.tables.push_back(&t);
+    fb.logits_rows.push_back(int(i));
+  }
+  std::vector<float> logits;
+  m.forward->run(fb, logits);
+  for (PageTable* t : fb.tables) t->length += 1;
+  return logits;
+}
+
+}  // namespace skim

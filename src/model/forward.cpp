@@ -1,0 +1,109 @@
+#include "model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+
+namespace skim {
+
+CpuForward::CpuForward(const Model& model, PagedKVCache& cache, AttentionPolicy& policy)
+    : model_(model), cache_(cache), policy_(policy) {}
+
+void CpuForward::ensure_capacity(int rows) {
+  if (rows <= capacity_) return;
+  const ModelConfig& c = model_.config;
+  size_t n = size_t(rows);
+  x_.resize(n * c.hidden_size);
+  h_.resize(n * c.hidden_size);
+  q_.resize(n * c.q_dim());
+  q_pre_.resize(n * c.q_dim());
+  k_.resize(n * c.kv_dim());
+  v_.resize(n * c.kv_dim());
+  attn_.resize(n * c.q_dim());
+  gate_.resize(n * c.intermediate_size);
+  up_.resize(n * c.intermediate_size);
+  capacity_ = rows;
+}
+
+void CpuForward::run(const ForwardBatch& batch, std::vector<float>& logits) {
+  const ModelConfig& c = model_.config;
+  const int n = int(batch.tokens.size());
+  SKIM_REQUIRE(n > 0 && batch.positions.size() == size_t(n) && batch.tables.size() == size_t(n),
+               "forward: malformed batch");
+  ensure_capacity(n);
+
+  for (int r = 0; r < n; ++r) {
+    int t = batch.tokens[r];
+    SKIM_REQUIRE(t >= 0 && t < c.vocab_size, "token id {} out of range [0, {})", t, c.vocab_size);
+    const float* e = model_.weights.embed.row(t);
+    std::copy_n(e, c.hidden_size, x_.data() + size_t(r) * c.hidden_size);
+  }
+  for (int l = 0; l < c.num_layers; ++l) layer(l, batch, n);
+
+  const int nl = int(batch.logits_rows.size());
+  logits.resize(size_t(nl) * c.vocab_size);
+  for (int i = 0; i < nl; ++i) {
+    const float* xr = x_.data() + size_t(batch.logits_rows[i]) * c.hidden_size;
+    cpu::rmsnorm(xr, model_.weights.final_norm.data(), h_.data() + size_t(i) * c.hidden_size, 1,
+                 c.hidden_size, c.rms_norm_eps);
+  }
+  if (nl > 0) {
+    const Matrix& out = model_.weights.output();
+    cpu::linear(h_.data(), out.data.data(), nullptr, logits.data(), nl, c.hidden_size, c.vocab_size);
+  }
+}
+
+void CpuForward::layer(int l, const ForwardBatch& batch, int n) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& w = model_.weights.layers[size_t(l)];
+  const int H = c.hidden_size, d = c.head_dim;
+  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+
+  cpu::rmsnorm(x_.data(), w.attn_norm.data(), h_.data(), n, H, c.rms_norm_eps);
+  cpu::linear(h_.data(), w.wq.data.data(), bias(w.bq), q_.data(), n, H, c.q_dim());
+  cpu::linear(h_.data(), w.wk.data.data(), bias(w.bk), k_.data(), n, H, c.kv_dim());
+  cpu::linear(h_.data(), w.wv.data.data(), bias(w.bv), v_.data(), n, H, c.kv_dim());
+  if (c.qk_norm) {  // Qwen3: RMSNorm over each head's vector before RoPE
+    cpu::rmsnorm(q_.data(), w.q_norm.data(), q_.data(), n * c.num_heads, d, c.rms_norm_eps);
+    cpu::rmsnorm(k_.data(), w.k_norm.data(), k_.data(), n * c.num_kv_heads, d, c.rms_norm_eps);
+  }
+  std::copy_n(q_.data(), size_t(n) * c.q_dim(), q_pre_.data());
+  const float* inv_freq = model_.rope_inv_freq.data();
+  cpu::rope(q_.data(), batch.positions.data(), inv_freq, n, c.num_heads, d);
+  cpu::rope(k_.data(), batch.positions.data(), inv_freq, n, c.num_kv_heads, d);
+
+  for (int r = 0; r < n; ++r)
+    cache_.write(l, *batch.tables[r], batch.positions[r], k_.data() + size_t(r) * c.kv_dim(),
+                 v_.data() + size_t(r) * c.kv_dim());
+
+  AttentionBatch ab;
+  ab.layer = l;
+  ab.num_rows = n;
+  ab.num_heads = c.num_heads;
+  ab.num_kv_heads = c.num_kv_heads;
+  ab.head_dim = d;
+  ab.scale = 1.0f / std::sqrt(float(d));
+  ab.decode = batch.decode;
+  ab.kv = cache_.layer(l);
+  ab.positions = batch.positions.data();
+  ab.tables = batch.tables.data();
+  ab.q = q_.data();
+  ab.q_pre = q_pre_.data();
+  ab.out = attn_.data();
+  policy_.attend(ab);
+
+  cpu::linear(attn_.data(), w.wo.data.data(), nullptr, h_.data(), n, c.q_dim(), H);
+  cpu::add_inplace(x_.data(), h_.data(), int64_t(n) * H);
+
+  cpu::rmsnorm(x_.data(), w.mlp_norm.data(), h_.data(), n, H, c.rms_norm_eps);
+  const int I = c.intermediate_size;
+  cpu::linear(h_.data(), w.w_gate.data.data(), nullptr, gate_.data(), n, H, I);
+  cpu::linear(h_.data(), w.w_up.data.data(), nullptr, up_.data(), n, H, I);
+  cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), int64_t(n) * I);
+  cpu::linear(gate_.data(), w.w_down.data.data(), nullptr, h_.data(), n, I, H);
+  cpu::add_inplace(x_.data(), h_.data(), int64_t(n) * H);
+}
+
+}  // namespace skim

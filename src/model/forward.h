@@ -1,0 +1,42 @@
+// The Llama-family forward pass on the CPU over a paged KV cache: a batch of rows (a prefill
+// chunk, decode tokens of several sequences, or both) goes through every layer at once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/policy.h"
+#include "kv/paged_kv_cache.h"
+#include "model/model.h"
+
+namespace skim {
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  std::vector<PageTable*> tables;  // per row: its sequence's pages (reserved by the caller)
+  std::vector<int> logits_rows;    // rows whose next-token logits are wanted
+  bool decode = false;             // every row is a decode step of its sequence
+};
+
+class CpuForward {
+ public:
+  CpuForward(const Model& model, PagedKVCache& cache, AttentionPolicy& policy);
+
+  // Runs the rows through the model, writes their K/V, and fills logits
+  // [logits_rows.size()][vocab]. Positions must be reserved in the rows' page tables.
+  void run(const ForwardBatch& batch, std::vector<float>& logits);
+
+ private:
+  void layer(int l, const ForwardBatch& batch, int n);
+  void ensure_capacity(int rows);
+
+  const Model& model_;
+  PagedKVCache& cache_;
+  AttentionPolicy& policy_;
+  // Scratch, grown to the largest batch seen.
+  int capacity_ = 0;
+  std::vector<float> x_, h_, q_, q_pre_, k_, v_, attn_, gate_, up_;
+};
+
+}  // namespace skim

@@ -1,0 +1,12 @@
+// Each subcommand registers its flags on the root app and, when chosen, sets `run`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace skim::cli {
+
+void register_generate(CLI::App& root, std::function<void()>& run);
+
+}  // namespace skim::cli

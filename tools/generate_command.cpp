@@ -1,0 +1,84 @@
+// skim generate: stream text for a prompt, then print stats (human or --json).
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli_common.h"
+#include "core/error.h"
+#include "commands.h"
+#include "tokenizer/tokenizer.h"
+
+namespace skim::cli {
+
+namespace {
+struct GenerateArgs {
+  EngineOptions engine;
+  GenerationRequest request;
+  std::string prompt_file;
+  bool json = false;
+};
+}  // namespace
+
+void register_generate(CLI::App& root, std::function<void()>& run) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* app = root.add_subcommand("generate", "Generate text from a prompt");
+  add_engine_flags(*app, args->engine);
+  GenerationRequest& r = args->request;
+  auto* p = app->add_option("-p,--prompt", r.prompt, "prompt text");
+  app->add_option("-f,--prompt-file", args->prompt_file, "read the prompt from a file")->excludes(p);
+  app->add_option("-n,--max-tokens", r.max_tokens, "tokens to generate")->capture_default_str();
+  app->add_option("--temperature", r.sampling.temperature, "0 = greedy")->capture_default_str();
+  app->add_option("--top-k", r.sampling.top_k, "0 = off")->capture_default_str();
+  app->add_option("--top-p", r.sampling.top_p, "nucleus mass")->capture_default_str();
+  app->add_option("--seed", r.sampling.seed, "sampling seed")->capture_default_str();
+  app->add_option("--stop", r.stop, "stop string (repeatable)");
+  app->add_flag("--ignore-eos", r.ignore_eos, "keep generating past end-of-text");
+  app->add_flag("--json", args->json, "print one JSON object with the text and stats");
+
+  app->callback([app, args, &run] {
+    run = [args] {
+      GenerateArgs& a = *args;
+      SKIM_REQUIRE(a.request.sampling.temperature >= 0, "--temperature must be >= 0");
+      SKIM_REQUIRE(a.request.sampling.top_p > 0 && a.request.sampling.top_p <= 1,
+                   "--top-p must be in (0, 1]");
+      if (a.engine.model_dir.empty()) a.engine.model_dir = default_model_dir();
+      if (!a.prompt_file.empty()) a.request.prompt = read_text_file(a.prompt_file, "--prompt-file");
+      SKIM_REQUIRE(!a.request.prompt.empty(), "give a prompt with --prompt or --prompt-file");
+      Engine engine(a.engine);
+      TextCallback stream;
+      if (!a.json)
+        stream = [](size_t, std::string_view t) {
+          std::fwrite(t.data(), 1, t.size(), stdout);
+          std::fflush(stdout);
+        };
+      auto results = engine.generate({a.request}, stream, terminal_progress("prefill"));
+      const GenerationStats& s = results[0].stats;
+      double prefill_tps = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;
+      int decode_steps = std::max(0, s.generated_tokens - 1);  // the first token comes from prefill
+      double decode_tps = s.decode_seconds > 0 ? decode_steps / s.decode_seconds : 0;
+      if (a.json) {
+        nlohmann::json j = {{"text", results[0].text},
+                            {"tokens", results[0].tokens},
+                            {"policy", a.engine.policy},
+                            {"prompt_tokens", s.prompt_tokens},
+                            {"generated_tokens", s.generated_tokens},
+                            {"finish_reason", s.finish_reason},
+                            {"prefill_seconds", s.prefill_seconds},
+                            {"decode_seconds", s.decode_seconds},
+                            {"prefill_tokens_per_s", prefill_tps},
+                            {"decode_tokens_per_s", decode_tps},
+                            {"kv_bytes_per_step", s.kv_bytes_per_step}};
+        std::cout << j.dump() << std::endl;
+      } else {
+        std::fprintf(stderr,
+                     "\n\n[%s] prompt %d tokens, prefill %.1f tok/s | generated %d tokens (%s), "
+                     "decode %.1f tok/s | KV read %.2f MB/step\n",
+                     a.engine.policy.c_str(), s.prompt_tokens, prefill_tps, s.generated_tokens,
+                     s.finish_reason.c_str(), decode_tps, s.kv_bytes_per_step / 1e6);
+      }
+    };
+  });
+}
+
+}  // namespace skim::cli

@@ -1,0 +1,153 @@
+#include "attention/attend.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "../test_random.h"
+#include "attention/attention_state.h"
+#include "attention/split_attend.h"
+
+namespace skim {
+namespace {
+
+// A cache holding one sequence of `len` random tokens with shuffled pages.
+struct Fixture {
+  KVCacheShape shape;
+  PagedKVCache cache;
+  PageTable table;
+
+  Fixture(int len, int kv_heads, int d)
+      : shape{1, kv_heads, d, 16, (len + 15) / 16 + 8}, cache(shape) {
+    // Take pages out of order so the test sees a non-contiguous page table.
+    PageTable scratch;
+    cache.reserve(scratch, 16 * 4);
+    cache.reserve(table, len);
+    cache.release(scratch);
+    table.length = len;
+    for (int p = 0; p < len; ++p) {
+      auto k = test::random_vector(size_t(kv_heads) * d);
+      auto v = test::random_vector(size_t(kv_heads) * d);
+      cache.write(0, table, p, k.data(), v.data());
+    }
+  }
+  SeqKV seq(int h) const { return SeqKV{cache.layer(0), table.pages.data(), h}; }
+};
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol) << i;
+}
+
+TEST(Attend, MatchesReferenceOnRandomRanges) {
+  for (int trial = 0; trial < 20; ++trial) {
+    int len = test::random_int(1, 700), n_q = test::random_int(1, 20), d = 64;
+    Fixture f(len, 1, d);
+    std::vector<KeyRange> ranges;
+    for (int b = 0; b < len;) {
+      int e = std::min(len, b + test::random_int(1, 150));
+      if (test::random_int(0, 2)) ranges.push_back({b, e});
+      b = e;
+    }
+    auto q = test::random_vector(size_t(n_q) * d, 0.5f);
+    std::vector<float> o(q.size()), o_ref(q.size()), lse(n_q), lse_ref(n_q);
+    attend(q.data(), n_q, f.seq(0), ranges, 0.125f, o.data(), lse.data());
+    attend_reference(q.data(), n_q, f.seq(0), ranges, 0.125f, o_ref.data(), lse_ref.data());
+    expect_close(o, o_ref, 1e-5f);
+    for (int h = 0; h < n_q; ++h) {
+      if (ranges.empty()) {
+        EXPECT_EQ(lse[h], kEmptyLse);
+      } else {
+        EXPECT_NEAR(lse[h], lse_ref[h], 1e-4f);
+      }
+    }
+  }
+}
+
+TEST(AttentionState, MergeOfDisjointSetsEqualsTheUnion) {
+  int len = 500, d = 32, n_q = 3;
+  Fixture f(len, 1, d);
+  auto q = test::random_vector(size_t(n_q) * d);
+  // Three disjoint parts merged in both association orders.
+  std::vector<KeyRange> parts[3] = {{{0, 100}}, {{100, 101}, {300, 500}}, {{101, 300}}};
+  std::vector<float> o[3], lse[3];
+  for (int i = 0; i < 3; ++i) {
+    o[i].resize(size_t(n_q) * d);
+    lse[i].resize(n_q);
+    attend(q.data(), n_q, f.seq(0), parts[i], 0.2f, o[i].data(), lse[i].data());
+  }
+  std::vector<KeyRange> all = {{0, 500}};
+  std::vector<float> o_all(size_t(n_q) * d), lse_all(n_q);
+  attend(q.data(), n_q, f.seq(0), all, 0.2f, o_all.data(), lse_all.data());
+  for (int h = 0; h < n_q; ++h) {
+    // ((0 + 1) + 2)
+    std::vector<float> a(o[0].begin() + h * d, o[0].begin() + (h + 1) * d);
+    float la = lse[0][h];
+    merge_state(a.data(), la, o[1].data() + h * d, lse[1][h], d);
+    merge_state(a.data(), la, o[2].data() + h * d, lse[2][h], d);
+    // (0 + (1 + 2))
+    std::vector<float> b(o[1].begin() + h * d, o[1].begin() + (h + 1) * d);
+    float lb = lse[1][h];
+    merge_state(b.data(), lb, o[2].data() + h * d, lse[2][h], d);
+    std::vector<float> c(o[0].begin() + h * d, o[0].begin() + (h + 1) * d);
+    float lc = lse[0][h];
+    merge_state(c.data(), lc, b.data(), lb, d);
+    std::vector<float> want(o_all.begin() + h * d, o_all.begin() + (h + 1) * d);
+    expect_close(a, want, 1e-5f);
+    expect_close(c, want, 1e-5f);
+    EXPECT_NEAR(la, lse_all[h], 1e-4f);
+    EXPECT_NEAR(lc, lse_all[h], 1e-4f);
+  }
+}
+
+TEST(AttentionState, EmptyStateIsTheIdentity) {
+  int d = 16;
+  auto o = test::random_vector(size_t(d));
+  auto keep = o;
+  float lse = 1.5f;
+  std::vector<float> empty(size_t(d), 0.0f);
+  merge_state(o.data(), lse, empty.data(), kEmptyLse, d);
+  expect_close(o, keep, 0.0f);
+  EXPECT_EQ(lse, 1.5f);
+  std::vector<float> e2(size_t(d), 0.0f);
+  float le = kEmptyLse;
+  merge_state(e2.data(), le, o.data(), lse, d);
+  expect_close(e2, keep, 0.0f);
+  EXPECT_EQ(le, 1.5f);
+}
+
+TEST(AttendRows, SplitKVEqualsOnePass) {
+  // A long decode row with GQA: the threaded split must equal the single pass.
+  int len = 9000, kv_heads = 2, group = 4, d = 64;
+  Fixture f(len, kv_heads, d);
+  AttentionBatch b;
+  b.num_rows = 1;
+  b.num_heads = kv_heads * group;
+  b.num_kv_heads = kv_heads;
+  b.head_dim = d;
+  b.scale = 0.125f;
+  b.decode = true;
+  b.kv = f.cache.layer(0);
+  int pos = len - 1;
+  b.positions = &pos;
+  const PageTable* tp = &f.table;
+  b.tables = &tp;
+  auto q = test::random_vector(size_t(b.num_heads) * d, 0.5f);
+  std::vector<float> out(q.size());
+  b.q = q.data();
+  b.out = out.data();
+  std::vector<RowRanges> work(1);
+  work[0].ranges = {{0, len}};
+  attend_rows(b, work);
+  for (int h = 0; h < kv_heads; ++h) {
+    std::vector<float> o(size_t(group) * d), lse(group);
+    attend_reference(q.data() + size_t(h) * group * d, group, f.seq(h), work[0].ranges, 0.125f,
+                     o.data(), lse.data());
+    std::vector<float> got(out.begin() + h * group * d, out.begin() + (h + 1) * group * d);
+    expect_close(got, o, 1e-5f);
+  }
+}
+
+}  // namespace
+}  // namespace skim

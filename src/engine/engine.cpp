@@ -44,10 +44,9 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   }
   m.policy = make_policy(o.policy);  // before the model loads: a bad flag fails fast
   m.model = load_model(o.model_dir);
+  // A model without tokenizer.json still runs on token ids (tests, eval); text needs one.
   auto tok_path = o.model_dir / "tokenizer.json";
-  SKIM_REQUIRE(std::filesystem::exists(tok_path), "{}: no tokenizer.json in the model directory",
-               o.model_dir.string());
-  m.tokenizer = load_tokenizer(tok_path);
+  if (std::filesystem::exists(tok_path)) m.tokenizer = load_tokenizer(tok_path);
 
   const ModelConfig& c = m.model->config;
   KVCacheShape shape;
@@ -63,7 +62,11 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
 Engine::~Engine() = default;
 
 const ModelConfig& Engine::config() const { return impl_->model->config; }
-const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+const Tokenizer& Engine::tokenizer() const {
+  SKIM_REQUIRE(impl_->tokenizer != nullptr, "{}: no tokenizer.json in the model directory",
+               impl_->options.model_dir.string());
+  return *impl_->tokenizer;
+}
 AttentionPolicy& Engine::policy() { return *impl_->policy; }
 
 int Engine::open_sequence() {

@@ -1,0 +1,120 @@
+// skim's CPU forward pass against Hugging Face transformers (fp32 compute on the checkpoint's
+// bf16 weights): prefill logits, 16 greedy decode steps with their logits, and for the demo
+// model 64 greedy tokens through Engine::generate. Fixtures: tests/fixtures/golden/README.md.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "skim/engine.h"
+
+namespace skim {
+namespace {
+
+const std::filesystem::path kRoot = SKIM_SOURCE_DIR;
+
+struct Golden {
+  nlohmann::json meta;
+  std::unique_ptr<SafetensorsFile> tensors;
+  const float* rows(const char* name) const {
+    return static_cast<const float*>(tensors->tensors().at(name).data);
+  }
+};
+
+Golden load_golden(const std::string& name) {
+  auto dir = kRoot / "tests/fixtures/golden" / name;
+  std::ifstream in(dir / "golden.json");
+  Golden g;
+  g.meta = nlohmann::json::parse(in);
+  g.tensors = std::make_unique<SafetensorsFile>(dir / "golden.safetensors");
+  return g;
+}
+
+// fp32 on both sides, different summation orders: differences grow slowly with depth and
+// length. The bound is absolute on logits whose std is about 2.
+constexpr float kLogitTol = 2e-3f;
+
+float max_abs_diff(const float* a, const float* b, int n) {
+  float m = 0;
+  for (int i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+int argmax_of(const float* x, int n) { return int(std::max_element(x, x + n) - x); }
+
+class GoldenLogits : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenLogits, PrefillAndGreedyDecodeMatchTransformers) {
+  Golden g = load_golden(GetParam());
+  std::vector<int> prompt = g.meta["prompt_ids"].get<std::vector<int>>();
+  std::vector<int> positions = g.meta["prefill_positions"].get<std::vector<int>>();
+  std::vector<int> greedy = g.meta["greedy_ids"].get<std::vector<int>>();
+  const int n = int(prompt.size());
+
+  EngineOptions o;
+  o.model_dir = kRoot / g.meta["model_dir"].get<std::string>();
+  o.max_context = n + int(greedy.size()) + 16;
+  o.prefill_chunk = 256;  // the long prompt crosses chunk boundaries
+  Engine engine(o);
+  const int vocab = engine.config().vocab_size;
+
+  std::vector<int> want = positions;
+  want.push_back(n - 1);
+  int seq = engine.open_sequence();
+  std::vector<float> logits = engine.append(seq, prompt, want);
+  float worst = 0;
+  for (size_t i = 0; i < positions.size(); ++i) {
+    float d = max_abs_diff(logits.data() + i * vocab, g.rows("prefill_logits") + i * vocab, vocab);
+    worst = std::max(worst, d);
+    EXPECT_LT(d, kLogitTol) << "prefill position " << positions[i];
+  }
+
+  const float* golden_decode = g.rows("decode_logits");
+  const float* last = logits.data() + positions.size() * vocab;
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    const float* step = i == 0 ? last : nullptr;
+    std::vector<float> out;
+    if (i > 0) {
+      int s = seq, t = greedy[i - 1];
+      out = engine.decode(std::span<const int>(&s, 1), std::span<const int>(&t, 1));
+      step = out.data();
+    }
+    float d = max_abs_diff(step, golden_decode + i * vocab, vocab);
+    worst = std::max(worst, d);
+    EXPECT_LT(d, kLogitTol) << "decode step " << i;
+    EXPECT_EQ(argmax_of(step, vocab), greedy[i]) << "greedy token at decode step " << i;
+  }
+  RecordProperty("max_abs_logit_diff", std::to_string(worst));
+  std::printf("[ golden   ] %s: max |logit - transformers| = %.2e\n", GetParam().c_str(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, GoldenLogits,
+                         ::testing::Values("demo-short", "demo-medium", "demo-long", "tiny-llama3",
+                                           "tiny-llama3-long", "tiny-mistral", "tiny-qwen2",
+                                           "tiny-qwen3"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+TEST(GoldenGenerate, DemoGreedy64TokensMatchTransformers) {
+  Golden g = load_golden("demo-short");
+  EngineOptions o;
+  o.model_dir = kRoot / "models/demo-code-28m";
+  o.max_context = 256;
+  Engine engine(o);
+  GenerationRequest r;
+  r.prompt_ids = g.meta["prompt_ids"].get<std::vector<int>>();
+  r.max_tokens = 64;
+  r.ignore_eos = true;
+  auto results = engine.generate({r});
+  EXPECT_EQ(results[0].tokens, g.meta["greedy64_ids"].get<std::vector<int>>());
+  EXPECT_EQ(results[0].stats.finish_reason, "length");
+}
+
+}  // namespace
+}  // namespace skim

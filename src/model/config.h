@@ -33,6 +33,9 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projection bias (qwen2; llama's attention_bias)
   bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (qwen3)
+  // Attention window in tokens, 0 = none. Set from Mistral's `sliding_window`, or Qwen's when
+  // `use_sliding_window` is true; the forward pass must honour it or refuse the model.
+  int sliding_window = 0;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;  // config.json and generation_config.json, merged
   std::string torch_dtype;         // "bfloat16", "float16", "float32" (informational)

@@ -13,6 +13,8 @@
 
 namespace skim {
 
+class MappedFile;
+
 struct TensorView {
   std::string name;
   DType dtype = DType::F32;
@@ -39,18 +41,20 @@ class SafetensorsFile {
 
  private:
   std::filesystem::path path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  std::unique_ptr<MappedFile> mapping_;
   std::map<std::string, TensorView> tensors_;
 };
 
 // Validates a header given as bytes (the 8-byte length, JSON, data) without a file: the parser
-// the fuzzer drives. Returns the tensors with `data` pointing into `bytes`.
+// the fuzzer drives. Returns the tensors with `data` pointing into `bytes` and `file` = source.
+// Gaps between tensors are accepted (only overlaps and out-of-range offsets are errors).
 std::map<std::string, TensorView> parse_safetensors(const uint8_t* bytes, size_t size,
                                                      const std::string& source);
 
 // All tensors of a model directory: model.safetensors, or the shards listed in
 // model.safetensors.index.json (every listed tensor must be in the shard the index names).
+// Tensors a shard holds beyond its index entries are kept too (the weights check then reports
+// them as unexpected); a tensor in two files is an error.
 class TensorStore {
  public:
   explicit TensorStore(const std::filesystem::path& model_dir);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -17,6 +18,8 @@ namespace skim {
 struct ModelConfig;
 class Tokenizer;
 class AttentionPolicy;
+class PagedKVCache;
+struct PageTable;
 
 struct EngineOptions {
   std::filesystem::path model_dir;
@@ -83,7 +86,12 @@ class Engine {
   std::vector<float> append(int seq, std::span<const int> tokens, std::span<const int> logits_at,
                             const ProgressCallback& on_progress = {});
   // One decode step of several sequences, one token each; logits [seqs.size()][vocab].
+  // Runs the policy's engine-level corrections (rectification) when they fall due.
   std::vector<float> decode(std::span<const int> seqs, std::span<const int> tokens);
+
+  uint64_t rectified_tokens() const;  // tokens re-encoded by rectification so far
+  const PagedKVCache& kv_cache() const;
+  const PageTable& page_table(int seq) const;
 
  private:
   struct Impl;

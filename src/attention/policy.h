@@ -34,6 +34,14 @@ struct AttentionStats {
   uint64_t keys_read = 0;     // key/value token rows read, summed over KV heads and layers
   uint64_t decode_calls = 0;  // layer calls in decode steps
   uint64_t decode_keys_read = 0;
+  uint64_t decode_metadata_bytes = 0;  // digests, tables read to select
+  uint64_t decode_rows = 0;            // (row, layer) pairs attended in decode steps
+  uint64_t decode_context = 0;         // keys visible to those rows, per KV head: dense's reads
+};
+
+// Work a policy asks of the engine between forward passes (DESIGN.md section 3).
+struct EngineCorrections {
+  int rectify_every = 0;  // ReSA: re-encode the last f generated tokens densely every f tokens
 };
 
 class AttentionPolicy {
@@ -43,6 +51,9 @@ class AttentionPolicy {
   virtual void attend(const AttentionBatch& batch) = 0;
   // Called when a sequence's cache is released, so per-sequence state can be dropped.
   virtual void forget(const PageTable* /*table*/) {}
+  virtual EngineCorrections corrections() const { return {}; }
+  // The canonical policy string (all parameters spelled out).
+  virtual std::string spec() const { return name(); }
 
   AttentionStats& stats() { return stats_; }
 

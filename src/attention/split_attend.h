@@ -1,6 +1,7 @@
-// Runs attend for every (row, KV head) of a batch over the key ranges a policy chose, split
-// across threads. Long ranges are cut into chunks whose states are merged (flash-decoding on
-// the CPU), so a single decoding sequence with one KV head still uses every core.
+// Runs attend for a list of tasks, each the query heads [q_first, q_first+q_count) of one row
+// and KV head over chosen key ranges, spread across threads. When there are fewer tasks than
+// threads (decode of few sequences), long tasks are cut into chunks whose states are merged
+// afterwards: flash-decoding on the CPU.
 #pragma once
 
 #include <vector>
@@ -10,12 +11,13 @@
 
 namespace skim {
 
-struct RowRanges {
-  std::vector<KeyRange> ranges;  // the same for all KV heads of the row
+struct AttendTask {
+  int row = 0, kv_head = 0, q_first = 0, q_count = 0;  // q_first: head index within the row
+  std::vector<KeyRange> ranges;
 };
 
-// Writes batch.out; returns nothing else. Per-head ranges can come later by extending
-// RowRanges; today every head of a row reads the same keys.
-void attend_rows(const AttentionBatch& batch, const std::vector<RowRanges>& work);
+// Writes batch.out (and lse, [num_rows][num_heads], when not null) for every task's heads.
+void attend_tasks(const AttentionBatch& batch, const std::vector<AttendTask>& tasks,
+                  float* lse = nullptr);
 
 }  // namespace skim

@@ -15,6 +15,14 @@
 
 namespace skim {
 
+// A sequence: its pages, the tokens at its positions (rectification re-runs them), and how
+// many tokens it has taken as decode steps.
+struct Sequence {
+  PageTable table;
+  std::vector<int> tokens;
+  int decode_steps = 0;
+};
+
 struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<Model> model;
@@ -22,14 +30,31 @@ struct Engine::Impl {
   std::unique_ptr<PagedKVCache> cache;
   std::unique_ptr<AttentionPolicy> policy;
   std::unique_ptr<CpuForward> forward;
-  std::map<int, PageTable> sequences;
+  std::map<int, Sequence> sequences;
   int next_id = 0;
 
-  PageTable& table(int seq) {
+  Sequence& sequence(int seq) {
     auto it = sequences.find(seq);
     SKIM_REQUIRE(it != sequences.end(), "engine: unknown sequence {}", seq);
     return it->second;
   }
+  PageTable& table(int seq) { return sequence(seq).table; }
+
+  // ReSA's dense rectification: the last `count` tokens, written under sparse attention, run
+  // again as one dense prefill chunk; their K/V and page digests are overwritten in every
+  // layer. Sampled tokens are not changed.
+  void rectify(Sequence& s, int count) {
+    ForwardBatch fb;
+    for (int pos = s.table.length - count; pos < s.table.length; ++pos) {
+      fb.tokens.push_back(s.tokens[size_t(pos)]);
+      fb.positions.push_back(pos);
+      fb.tables.push_back(&s.table);
+    }
+    std::vector<float> none;
+    forward->run(fb, none);
+    rectified_tokens += uint64_t(count);
+  }
+  uint64_t rectified_tokens = 0;
 };
 
 Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
@@ -71,7 +96,7 @@ AttentionPolicy& Engine::policy() { return *impl_->policy; }
 
 int Engine::open_sequence() {
   int id = impl_->next_id++;
-  impl_->sequences.emplace(id, PageTable{});
+  impl_->sequences.emplace(id, Sequence{});
   return id;
 }
 
@@ -84,12 +109,19 @@ void Engine::close_sequence(int seq) {
 
 int Engine::sequence_length(int seq) const { return impl_->table(seq).length; }
 
+uint64_t Engine::rectified_tokens() const { return impl_->rectified_tokens; }
+
+const PagedKVCache& Engine::kv_cache() const { return *impl_->cache; }
+const PageTable& Engine::page_table(int seq) const { return impl_->table(seq); }
+
 std::vector<float> Engine::append(int seq, std::span<const int> tokens,
                                   std::span<const int> logits_at,
                                   const ProgressCallback& on_progress) {
   Impl& m = *impl_;
   PageTable& t = m.table(seq);
   const int n = int(tokens.size());
+  if (n == 1 && t.length > 0 && logits_at.size() == 1 && logits_at[0] == 0)
+    return decode(std::span<const int>(&seq, 1), tokens);
   const int vocab = m.model->config.vocab_size;
   SKIM_REQUIRE(t.length + n <= m.options.max_context,
                "prompt too long: {} tokens with {} already in the sequence exceed the context "
@@ -116,6 +148,8 @@ std::vector<float> Engine::append(int seq, std::span<const int> tokens,
       }
     m.forward->run(fb, chunk_logits);
     t.length += e - b;
+    auto& hist = m.sequence(seq).tokens;
+    hist.insert(hist.end(), tokens.begin() + b, tokens.begin() + e);
     for (size_t j = 0; j < dest.size(); ++j)
       std::copy_n(chunk_logits.data() + j * vocab, vocab, out.data() + dest[j] * vocab);
     if (on_progress) on_progress(e, n);
@@ -140,7 +174,14 @@ std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int
   }
   std::vector<float> logits;
   m.forward->run(fb, logits);
-  for (PageTable* t : fb.tables) t->length += 1;
+  const int f = m.policy->corrections().rectify_every;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = m.sequence(seqs[i]);
+    s.table.length += 1;
+    s.tokens.push_back(tokens[i]);
+    s.decode_steps += 1;
+    if (f > 0 && s.decode_steps % f == 0) m.rectify(s, std::min(f, s.table.length));
+  }
   return logits;
 }
 

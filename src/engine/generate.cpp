@@ -119,7 +119,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   }
 
   // Decode: every live sequence advances by one token per step.
-  const uint64_t keys_before = policy().stats().decode_keys_read;
+  const AttentionStats before = policy().stats();
   uint64_t seq_steps = 0;
   double t0 = now_seconds();
   while (!live.empty()) {
@@ -145,8 +145,10 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
     std::erase_if(live, [](const Live& s) { return s.done; });
   }
   double decode_s = now_seconds() - t0;
-  uint64_t keys = policy().stats().decode_keys_read - keys_before;
-  double bytes_per_step = seq_steps ? double(keys) * c.head_dim * 2 * sizeof(float) / double(seq_steps) : 0;
+  const AttentionStats& after = policy().stats();
+  double bytes = double(after.decode_keys_read - before.decode_keys_read) * c.head_dim * 2 * sizeof(float) +
+                 double(after.decode_metadata_bytes - before.decode_metadata_bytes);
+  double bytes_per_step = seq_steps ? bytes / double(seq_steps) : 0;
   for (GenerationResult& r : results) {
     r.stats.generated_tokens = int(r.tokens.size());
     r.stats.decode_seconds = decode_s;

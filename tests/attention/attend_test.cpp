@@ -137,12 +137,12 @@ TEST(AttendRows, SplitKVEqualsOnePass) {
   std::vector<float> out(q.size());
   b.q = q.data();
   b.out = out.data();
-  std::vector<RowRanges> work(1);
-  work[0].ranges = {{0, len}};
-  attend_rows(b, work);
+  std::vector<AttendTask> tasks;
+  for (int h = 0; h < kv_heads; ++h) tasks.push_back({0, h, h * group, group, {{0, len}}});
+  attend_tasks(b, tasks);
   for (int h = 0; h < kv_heads; ++h) {
     std::vector<float> o(size_t(group) * d), lse(group);
-    attend_reference(q.data() + size_t(h) * group * d, group, f.seq(h), work[0].ranges, 0.125f,
+    attend_reference(q.data() + size_t(h) * group * d, group, f.seq(h), tasks[0].ranges, 0.125f,
                      o.data(), lse.data());
     std::vector<float> got(out.begin() + h * group * d, out.begin() + (h + 1) * group * d);
     expect_close(got, o, 1e-5f);

@@ -1,0 +1,33 @@
+// The policy pipeline (DESIGN.md section 3): select -> reuse -> traverse -> merge -> update.
+// Prefill chunks always attend densely; decode rows go through the selector, except in the
+// first `dense_layers` layers. Later stages (MAC reuse, ART traversal) plug in here.
+#pragma once
+
+#include <memory>
+
+#include "attention/policy_spec.h"
+#include "attention/selector.h"
+
+namespace skim {
+
+struct PipelineConfig {
+  std::string spec;                    // canonical policy string
+  std::unique_ptr<Selector> selector;  // null: dense
+  int dense_layers = 0;
+  EngineCorrections corrections;
+};
+
+class PipelinePolicy : public AttentionPolicy {
+ public:
+  explicit PipelinePolicy(PipelineConfig config);
+  std::string name() const override { return config_.spec; }
+  std::string spec() const override { return config_.spec; }
+  EngineCorrections corrections() const override { return config_.corrections; }
+  void attend(const AttentionBatch& batch) override;
+
+ private:
+  PipelineConfig config_;
+  std::unique_ptr<Selector> dense_;
+};
+
+}  // namespace skim

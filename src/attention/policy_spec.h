@@ -1,0 +1,36 @@
+// Policy strings: `name:key=value,...` joined by `+`, e.g. `quest:budget=0.1+art`,
+// `resa:keep=0.1,f=32`, `streaming:sink=4,window=1024`. One parser serves the CLI, the server
+// and the library; unknown names and keys are errors naming them.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace skim {
+
+struct PolicyPart {
+  std::string name;
+  std::map<std::string, std::string> params;  // as written; typed access below
+
+  bool has(const std::string& key) const { return params.count(key) > 0; }
+  double number(const std::string& key, double fallback) const;
+  int integer(const std::string& key, int fallback) const;
+  std::string text(const std::string& key, const std::string& fallback) const;
+};
+
+struct PolicySpec {
+  std::string source;  // the string as given, for messages
+  std::vector<PolicyPart> parts;
+
+  const PolicyPart* find(const std::string& name) const;
+  std::string canonical() const;  // parts and keys in a stable order
+};
+
+// Splits and checks the syntax; names and keys are checked against the known components.
+PolicySpec parse_policy_spec(const std::string& text);
+
+// Keys each component accepts (documented in docs/policies.md).
+const std::map<std::string, std::vector<std::string>>& policy_components();
+
+}  // namespace skim

@@ -1,0 +1,37 @@
+// Stage 1 of the attention pipeline: which keys each query head of a row may read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/attend.h"
+#include "attention/policy.h"
+
+namespace skim {
+
+// Keys chosen for the query heads of one (row, KV head): one list shared by the whole GQA
+// group (dense, streaming, ReSA) or one list per query head (Quest). Ranges are in priority
+// order (most important first), which a traversal such as ART may follow; they are disjoint.
+struct Selection {
+  std::vector<std::vector<KeyRange>> heads;
+  uint64_t metadata_bytes = 0;  // digests or tables read to make the choice
+
+  bool shared() const { return heads.size() == 1; }
+};
+
+struct SelectInput {
+  const AttentionBatch& batch;
+  int row = 0;
+  int kv_head = 0;
+  int context = 0;  // keys visible to the row: its position + 1
+};
+
+class Selector {
+ public:
+  virtual ~Selector() = default;
+  virtual std::string name() const = 0;
+  virtual void select(const SelectInput& in, Selection& out) = 0;
+};
+
+}  // namespace skim

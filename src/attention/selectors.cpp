@@ -1,0 +1,69 @@
+#include "attention/selectors.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attention/page_digest.h"
+
+namespace skim {
+
+void DenseSelector::select(const SelectInput& in, Selection& out) {
+  out.heads.assign(1, {KeyRange{0, in.context}});
+}
+
+void StreamingSelector::select(const SelectInput& in, Selection& out) {
+  // Recent window first (it carries most of the mass), then the sinks.
+  int sink = std::min(p_.sink, in.context);
+  int win_begin = std::max(sink, in.context - p_.window);
+  out.heads.assign(1, {});
+  out.heads[0].push_back({win_begin, in.context});
+  if (sink > 0) out.heads[0].push_back({0, sink});
+}
+
+int budget_tokens(double budget, int min_tokens, int context) {
+  double tokens = budget <= 1.0 ? std::max<double>(min_tokens, std::ceil(budget * context)) : budget;
+  return int(std::min<double>(tokens, context));
+}
+
+void QuestSelector::select(const SelectInput& in, Selection& out) {
+  const AttentionBatch& b = in.batch;
+  const KVLayerView& kv = b.kv;
+  const int ps = kv.page_size, d = b.head_dim, group = b.num_heads / b.num_kv_heads;
+  const int num_pages = (in.context + ps - 1) / ps;
+  const int n = std::max(1, (budget_tokens(p_.budget, p_.min_tokens, in.context) + ps - 1) / ps);
+  const int32_t* pages = b.tables[in.row]->pages.data();
+  out.heads.assign(size_t(group), {});
+  std::vector<float> scores(static_cast<size_t>(num_pages));
+  for (int h = 0; h < group; ++h) {
+    const float* q = b.q + (size_t(in.row) * b.num_heads + size_t(in.kv_head) * group + h) * d;
+    for (int p = 0; p < num_pages; ++p)
+      scores[size_t(p)] = page_bound(q, page_kmin(kv, pages[p], in.kv_head), page_kmax(kv, pages[p], in.kv_head), d);
+    out.heads[size_t(h)] = page_ranges(top_pages(scores, n, num_pages - 1), ps, in.context);
+  }
+  out.metadata_bytes = uint64_t(num_pages) * 2 * d * sizeof(float);
+}
+
+void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
+  const AttentionBatch& b = in.batch;
+  const KVLayerView& kv = b.kv;
+  const int ps = kv.page_size, d = b.head_dim, group = b.num_heads / b.num_kv_heads;
+  const int num_blocks = (in.context + ps - 1) / ps;
+  const int n = std::max(p_.n_min, int(std::ceil(num_blocks * p_.keep)));
+  const int32_t* pages = b.tables[in.row]->pages.data();
+  // The group's queries pooled by their mean: one selection shared by the group.
+  std::vector<float> q(static_cast<size_t>(d), 0.0f);
+  for (int h = 0; h < group; ++h) {
+    const float* qh = b.q + (size_t(in.row) * b.num_heads + size_t(in.kv_head) * group + h) * d;
+    for (int i = 0; i < d; ++i) q[size_t(i)] += qh[i] / float(group);
+  }
+  std::vector<float> scores(static_cast<size_t>(num_blocks));
+  for (int p = 0; p < num_blocks; ++p)
+    scores[size_t(p)] = page_bound(q.data(), page_kmin(kv, pages[p], in.kv_head), page_kmax(kv, pages[p], in.kv_head), d);
+  // The n_local most recent blocks are forced in by giving them the top scores.
+  for (int j = 0; j < std::min(p_.n_local, num_blocks); ++j)
+    scores[size_t(num_blocks - 1 - j)] = INFINITY;
+  out.heads.assign(1, page_ranges(top_pages(scores, n, num_blocks - 1), ps, in.context));
+  out.metadata_bytes = uint64_t(num_blocks) * 2 * d * sizeof(float);
+}
+
+}  // namespace skim

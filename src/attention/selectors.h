@@ -1,0 +1,68 @@
+// The selectors: dense (every key), streaming (sinks + recent window), Quest (top pages per
+// query head by the digest bound), and ReSA's group block-sparse selection (top blocks per GQA
+// group by the bound of the group-mean query). Constants: DESIGN.md section 9.
+#pragma once
+
+#include <memory>
+
+#include "attention/policy_spec.h"
+#include "attention/selector.h"
+
+namespace skim {
+
+class DenseSelector : public Selector {
+ public:
+  std::string name() const override { return "dense"; }
+  void select(const SelectInput& in, Selection& out) override;
+};
+
+struct StreamingParams {
+  int sink = 4;
+  int window = 1024;
+};
+
+class StreamingSelector : public Selector {
+ public:
+  explicit StreamingSelector(StreamingParams p) : p_(p) {}
+  std::string name() const override { return "streaming"; }
+  void select(const SelectInput& in, Selection& out) override;
+
+ private:
+  StreamingParams p_;
+};
+
+struct QuestParams {
+  double budget = 0.15;  // <= 1: fraction of the context; > 1: tokens
+  int min_tokens = 256;  // floor of a relative budget
+};
+
+// Tokens a relative or absolute budget allows at a given context.
+int budget_tokens(double budget, int min_tokens, int context);
+
+class QuestSelector : public Selector {
+ public:
+  explicit QuestSelector(QuestParams p) : p_(p) {}
+  std::string name() const override { return "quest"; }
+  void select(const SelectInput& in, Selection& out) override;
+
+ private:
+  QuestParams p_;
+};
+
+struct GroupBlockParams {
+  double keep = 0.1;  // fraction of blocks (the paper's sparsity 0.9)
+  int n_min = 16;     // at least this many blocks
+  int n_local = 1;    // most recent blocks always kept
+};
+
+class GroupBlockSelector : public Selector {
+ public:
+  explicit GroupBlockSelector(GroupBlockParams p) : p_(p) {}
+  std::string name() const override { return "gbsa"; }
+  void select(const SelectInput& in, Selection& out) override;
+
+ private:
+  GroupBlockParams p_;
+};
+
+}  // namespace skim

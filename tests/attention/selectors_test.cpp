@@ -1,0 +1,166 @@
+// Each selector against a brute-force reading of its own definition, on random caches.
+#include "attention/selectors.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "../test_random.h"
+
+namespace skim {
+namespace {
+
+struct RandomCache {
+  KVCacheShape shape;
+  PagedKVCache cache;
+  PageTable table;
+  std::vector<float> q;  // [num_heads][d] for one row
+  int pos;
+
+  RandomCache(int len, int kv_heads, int group, int d)
+      : shape{1, kv_heads, d, 16, (len + 15) / 16 + 4}, cache(shape) {
+    cache.reserve(table, len);
+    table.length = len;
+    for (int p = 0; p < len; ++p) {
+      auto k = test::random_vector(size_t(kv_heads) * d);
+      cache.write(0, table, p, k.data(), k.data());
+    }
+    q = test::random_vector(size_t(kv_heads) * group * d);
+    pos = len - 1;
+  }
+
+  AttentionBatch batch(int kv_heads, int group, int d) {
+    AttentionBatch b;
+    b.num_rows = 1;
+    b.num_heads = kv_heads * group;
+    b.num_kv_heads = kv_heads;
+    b.head_dim = d;
+    b.decode = true;
+    b.kv = cache.layer(0);
+    b.positions = &pos;
+    tables_[0] = &table;
+    b.tables = tables_;
+    b.q = q.data();
+    return b;
+  }
+  const PageTable* tables_[1];
+
+  // Quest's bound computed from the raw keys of page p (no digest).
+  float bound(const float* qh, int p, int kv_head, int d) {
+    float s = 0;
+    for (int i = 0; i < d; ++i) {
+      float mn = INFINITY, mx = -INFINITY;
+      for (int t = p * 16; t < std::min(table.length, p * 16 + 16); ++t) {
+        float k = cache.key(0, table, t, kv_head)[i];
+        mn = std::min(mn, k);
+        mx = std::max(mx, k);
+      }
+      s += std::max(qh[i] * mn, qh[i] * mx);
+    }
+    return s;
+  }
+};
+
+std::set<int> pages_of(const std::vector<KeyRange>& ranges) {
+  std::set<int> s;
+  for (auto r : ranges)
+    for (int t = r.begin; t < r.end; ++t) s.insert(t / 16);
+  return s;
+}
+
+// The n best pages by score with `forced` always in: the definition, by full sort.
+std::set<int> best_pages(std::vector<float> scores, int n, int forced) {
+  std::vector<int> idx(scores.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int(i);
+  std::sort(idx.begin(), idx.end(), [&](int a, int b) { return scores[a] > scores[b]; });
+  std::set<int> s = {forced};
+  for (int i : idx) {
+    if (int(s.size()) >= n) break;
+    s.insert(i);
+  }
+  return s;
+}
+
+TEST(QuestSelector, TopPagesPerHeadByTheDigestBound) {
+  for (int trial = 0; trial < 10; ++trial) {
+    int len = test::random_int(100, 2000), kv_heads = 2, group = 3, d = 32;
+    RandomCache rc(len, kv_heads, group, d);
+    AttentionBatch b = rc.batch(kv_heads, group, d);
+    QuestParams p;
+    p.budget = 0.2;
+    p.min_tokens = 64;
+    QuestSelector sel(p);
+    int pages = (len + 15) / 16;
+    int n = (budget_tokens(p.budget, p.min_tokens, len) + 15) / 16;
+    for (int h = 0; h < kv_heads; ++h) {
+      Selection s;
+      sel.select(SelectInput{b, 0, h, len}, s);
+      ASSERT_EQ(s.heads.size(), size_t(group));
+      for (int g = 0; g < group; ++g) {
+        const float* qh = rc.q.data() + size_t(h * group + g) * d;
+        std::vector<float> scores(pages);
+        for (int pg = 0; pg < pages; ++pg) scores[pg] = rc.bound(qh, pg, h, d);
+        EXPECT_EQ(pages_of(s.heads[g]), best_pages(scores, n, pages - 1));
+      }
+    }
+  }
+}
+
+TEST(QuestSelector, BudgetIsRelativeWithAFloorOrAbsolute) {
+  EXPECT_EQ(budget_tokens(0.15, 256, 10000), 1500);
+  EXPECT_EQ(budget_tokens(0.15, 256, 1000), 256);
+  EXPECT_EQ(budget_tokens(0.15, 256, 100), 100);
+  EXPECT_EQ(budget_tokens(512, 256, 10000), 512);
+}
+
+TEST(GroupBlockSelector, SharedTopBlocksOfTheMeanQueryWithLocalBlocks) {
+  for (int trial = 0; trial < 10; ++trial) {
+    int len = test::random_int(300, 3000), kv_heads = 2, group = 4, d = 32;
+    RandomCache rc(len, kv_heads, group, d);
+    AttentionBatch b = rc.batch(kv_heads, group, d);
+    GroupBlockParams p;
+    p.keep = 0.1;
+    p.n_min = 4;
+    p.n_local = 2;
+    GroupBlockSelector sel(p);
+    int blocks = (len + 15) / 16;
+    int n = std::max(p.n_min, int(std::ceil(blocks * p.keep)));
+    for (int h = 0; h < kv_heads; ++h) {
+      Selection s;
+      sel.select(SelectInput{b, 0, h, len}, s);
+      ASSERT_TRUE(s.shared());
+      std::vector<float> mean(d, 0.0f);
+      for (int g = 0; g < group; ++g)
+        for (int i = 0; i < d; ++i) mean[i] += rc.q[size_t(h * group + g) * d + i] / group;
+      std::vector<float> scores(blocks);
+      for (int pg = 0; pg < blocks; ++pg) scores[pg] = rc.bound(mean.data(), pg, h, d);
+      scores[blocks - 2] = INFINITY;  // n_local = 2 recent blocks
+      EXPECT_EQ(pages_of(s.heads[0]), best_pages(scores, n, blocks - 1));
+    }
+  }
+}
+
+TEST(StreamingSelector, SinksAndRecentWindow) {
+  int len = 500;
+  RandomCache rc(len, 1, 1, 16);
+  AttentionBatch b = rc.batch(1, 1, 16);
+  StreamingSelector sel(StreamingParams{4, 100});
+  Selection s;
+  sel.select(SelectInput{b, 0, 0, len}, s);
+  std::set<int> got, want;
+  for (auto r : s.heads[0])
+    for (int t = r.begin; t < r.end; ++t) got.insert(t);
+  for (int t = 0; t < 4; ++t) want.insert(t);
+  for (int t = 400; t < 500; ++t) want.insert(t);
+  EXPECT_EQ(got, want);
+  Selection small;
+  sel.select(SelectInput{b, 0, 0, 50}, small);  // shorter than sink + window: everything
+  int n = 0;
+  for (auto r : small.heads[0]) n += r.end - r.begin;
+  EXPECT_EQ(n, 50);
+}
+
+}  // namespace
+}  // namespace skim

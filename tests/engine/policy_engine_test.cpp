@@ -1,0 +1,103 @@
+// Policies inside the engine: at full budget every policy equals dense, and ReSA's
+// rectification with f = 1 leaves exactly the KV cache dense decoding writes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../test_random.h"
+#include "kv/paged_kv_cache.h"
+#include "model/config.h"
+#include "skim/engine.h"
+
+namespace skim {
+namespace {
+
+const std::filesystem::path kTiny = std::filesystem::path(SKIM_SOURCE_DIR) / "tests/fixtures/models/tiny-llama3";
+
+struct Run {
+  std::unique_ptr<Engine> engine;
+  int seq = 0;
+  std::vector<std::vector<float>> logits;  // per decode step
+};
+
+// Prefill `prompt`, then teacher-force `feed` one decode step at a time.
+Run run_policy(const std::string& policy, const std::vector<int>& prompt, const std::vector<int>& feed) {
+  EngineOptions o;
+  o.model_dir = kTiny;
+  o.policy = policy;
+  o.max_context = int(prompt.size() + feed.size()) + 8;
+  o.prefill_chunk = 64;
+  Run r;
+  r.engine = std::make_unique<Engine>(o);
+  r.seq = r.engine->open_sequence();
+  r.engine->append(r.seq, prompt, {});
+  for (int t : feed) {
+    std::vector<float> l = r.engine->decode(std::span<const int>(&r.seq, 1), std::span<const int>(&t, 1));
+    r.logits.push_back(std::move(l));
+  }
+  return r;
+}
+
+std::vector<int> random_ids(int n, int vocab) {
+  std::vector<int> v(n);
+  for (int& x : v) x = test::random_int(0, vocab - 1);
+  return v;
+}
+
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// Largest difference between two engines' caches over all layers, positions and heads.
+float kv_diff(const Run& a, const Run& b) {
+  const PagedKVCache& ca = a.engine->kv_cache();
+  const PagedKVCache& cb = b.engine->kv_cache();
+  const PageTable& ta = a.engine->page_table(a.seq);
+  const PageTable& tb = b.engine->page_table(b.seq);
+  const KVCacheShape& s = ca.shape();
+  float m = 0;
+  for (int l = 0; l < s.num_layers; ++l)
+    for (int p = 0; p < ta.length; ++p)
+      for (int h = 0; h < s.num_kv_heads; ++h)
+        for (int i = 0; i < s.head_dim; ++i) {
+          m = std::max(m, std::fabs(ca.key(l, ta, p, h)[i] - cb.key(l, tb, p, h)[i]));
+          m = std::max(m, std::fabs(ca.value(l, ta, p, h)[i] - cb.value(l, tb, p, h)[i]));
+        }
+  return m;
+}
+
+TEST(PolicyEngine, FullBudgetEqualsDense) {
+  auto prompt = random_ids(300, 512), feed = random_ids(12, 512);
+  Run dense = run_policy("dense", prompt, feed);
+  for (const char* spec : {"quest:budget=1.0,dense_layers=0", "quest:budget=100000", "gbsa:keep=1",
+                           "streaming:sink=0,window=100000", "resa:keep=1,f=4"}) {
+    Run r = run_policy(spec, prompt, feed);
+    for (size_t i = 0; i < feed.size(); ++i)
+      EXPECT_LT(max_diff(r.logits[i], dense.logits[i]), 1e-5f) << spec << " step " << i;
+  }
+}
+
+TEST(PolicyEngine, SparseDecodingChangesTheCacheAndRectifyF1RestoresIt) {
+  auto prompt = random_ids(400, 512), feed = random_ids(10, 512);
+  Run dense = run_policy("dense", prompt, feed);
+  Run sparse = run_policy("gbsa:keep=0.02,n_min=1,n_local=1", prompt, feed);
+  Run rect = run_policy("gbsa:keep=0.02,n_min=1,n_local=1+rectify:f=1", prompt, feed);
+  EXPECT_GT(kv_diff(sparse, dense), 1e-3f);  // the sparse policy does change the cache
+  EXPECT_LE(kv_diff(rect, dense), 1e-6f);
+  EXPECT_EQ(rect.engine->rectified_tokens(), feed.size());
+}
+
+TEST(PolicyEngine, RectifyEveryFRewritesTheLastFTokens) {
+  auto prompt = random_ids(200, 512), feed = random_ids(9, 512);
+  Run dense = run_policy("dense", prompt, feed);
+  Run rect = run_policy("gbsa:keep=0.02,n_min=1,n_local=1+rectify:f=3", prompt, feed);
+  // 9 decode steps with f = 3: three rectifications, and the last one just ran, so the whole
+  // cache is dense again.
+  EXPECT_EQ(rect.engine->rectified_tokens(), 9u);
+  EXPECT_LE(kv_diff(rect, dense), 1e-6f);
+}
+
+}  // namespace
+}  // namespace skim

@@ -36,6 +36,17 @@ uint64_t union_size(const Selection& s) {
 
 }  // namespace
 
+void attend_dense(const AttentionBatch& b, float* out) {
+  const int group = b.num_heads / b.num_kv_heads;
+  std::vector<AttendTask> tasks;
+  for (int r = 0; r < b.num_rows; ++r)
+    for (int h = 0; h < b.num_kv_heads; ++h)
+      tasks.push_back({r, h, h * group, group, {KeyRange{0, b.positions[r] + 1}}});
+  AttentionBatch copy = b;
+  copy.out = out;
+  attend_tasks(copy, tasks);
+}
+
 PipelinePolicy::PipelinePolicy(PipelineConfig config)
     : config_(std::move(config)), dense_(std::make_unique<DenseSelector>()) {}
 
@@ -64,6 +75,7 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
     }
   }
   attend_tasks(b, tasks);
+  notify(b);
   stats_.keys_read += keys;
   if (b.decode) {
     stats_.decode_calls += 1;

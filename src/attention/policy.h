@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,9 +58,21 @@ class AttentionPolicy {
 
   AttentionStats& stats() { return stats_; }
 
+  // Sees every batch after attention wrote batch.out (evaluation: output error vs dense).
+  using Observer = std::function<void(const AttentionBatch&)>;
+  void set_observer(Observer o) { observer_ = std::move(o); }
+
  protected:
+  void notify(const AttentionBatch& b) const {
+    if (observer_) observer_(b);
+  }
   AttentionStats stats_;
+  Observer observer_;
 };
+
+// Dense attention of every row of `batch` over all its visible keys, into `out`
+// ([num_rows][num_heads][head_dim]): the reference a policy's output is compared with.
+void attend_dense(const AttentionBatch& batch, float* out);
 
 // Parses a policy string (`dense`, later `quest:budget=0.1+art`, ...). Unknown names and keys
 // are errors naming them.

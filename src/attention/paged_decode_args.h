@@ -1,0 +1,53 @@
+// Arguments of paged decode attention, shared by the CUDA kernel and its CPU reference
+// (skim::cuda::paged_decode_attention and skim::cpu::paged_decode_attention take the same
+// struct). Decode means one query token per sequence; each sequence attends to all of its
+// cached tokens [0, seq_len) through its page table.
+//
+// Layouts (row-major), the GPU form of the cache in kv/paged_kv_cache.h with bf16 elements:
+//   q           bf16 [batch][num_heads][head_dim]
+//   k_pool/v_pool bf16 [num_pages][num_kv_heads][page_size][head_dim]
+//   page_table  int32 [batch][max_pages_per_seq]   (page ids into the pools)
+//   seq_lens    int32 [batch]
+//   o           fp32 [batch][num_heads][head_dim]   (normalised over the keys)
+//   lse         fp32 [batch][num_heads]             (natural log; -inf for an empty sequence)
+// Query head hq reads KV head hq / (num_heads / num_kv_heads), as in Llama's GQA.
+//
+// No CUDA types here, so plain C++ (the CPU reference, tests, the engine) can include it; bf16
+// elements travel as their raw 16-bit patterns (see core/dtype.h for the conversions).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace skim {
+
+struct PagedDecodeArgs {
+  int batch = 0;
+  int num_heads = 0;     // query heads
+  int num_kv_heads = 0;  // divides num_heads
+  int head_dim = 0;      // 64 or 128 on the GPU
+  int page_size = 16;    // the GPU kernel supports 16 only
+  int max_pages_per_seq = 0;  // row stride of page_table
+  // Host-side upper bound of seq_lens (which live on the device for the GPU call): plans
+  // how the keys are split across CTAs. Sequences longer than this are not allowed.
+  int max_seq_len = 0;
+  float scale = 0.0f;  // multiplies q.k, 1/sqrt(head_dim) for Llama
+
+  const uint16_t* q = nullptr;
+  const uint16_t* k_pool = nullptr;
+  const uint16_t* v_pool = nullptr;
+  const int32_t* page_table = nullptr;
+  const int32_t* seq_lens = nullptr;
+
+  float* o = nullptr;
+  float* lse = nullptr;
+
+  // GPU only: scratch for the partial states of the split-KV chunks, at least
+  // cuda::paged_decode_workspace_size(*this) bytes. The call allocates nothing.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+
+  int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
+};
+
+}  // namespace skim

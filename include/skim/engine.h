@@ -89,6 +89,11 @@ class Engine {
   // Runs the policy's engine-level corrections (rectification) when they fall due.
   std::vector<float> decode(std::span<const int> seqs, std::span<const int> tokens);
 
+  // Replaces the attention policy (prefilled caches stay valid: prefill is always dense).
+  void set_policy(const std::string& spec);
+  // A new sequence with a copy of `seq`'s cache and tokens: one dense prefill, several policies.
+  int fork_sequence(int seq);
+
   uint64_t rectified_tokens() const;  // tokens re-encoded by rectification so far
   const PagedKVCache& kv_cache() const;
   const PageTable& page_table(int seq) const;

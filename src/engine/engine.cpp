@@ -51,7 +51,7 @@ struct Engine::Impl {
       fb.tables.push_back(&s.table);
     }
     std::vector<float> none;
-    forward->run(fb, none);
+    forward->run(fb, *policy, none);
     rectified_tokens += uint64_t(count);
   }
   uint64_t rectified_tokens = 0;
@@ -81,7 +81,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   int pages_per_seq = (o.max_context + shape.page_size - 1) / shape.page_size;
   shape.num_pages = pages_per_seq * o.max_sequences;
   m.cache = std::make_unique<PagedKVCache>(shape);
-  m.forward = std::make_unique<CpuForward>(*m.model, *m.cache, *m.policy);
+  m.forward = std::make_unique<CpuForward>(*m.model, *m.cache);
 }
 
 Engine::~Engine() = default;
@@ -108,6 +108,23 @@ void Engine::close_sequence(int seq) {
 }
 
 int Engine::sequence_length(int seq) const { return impl_->table(seq).length; }
+
+void Engine::set_policy(const std::string& spec) {
+  impl_->policy = make_policy(spec);
+  impl_->options.policy = spec;
+}
+
+int Engine::fork_sequence(int seq) {
+  Sequence copy = impl_->sequence(seq);  // tokens and counters
+  PageTable& src = impl_->table(seq);
+  copy.table = PageTable{};
+  impl_->cache->reserve(copy.table, src.length);
+  for (size_t i = 0; i < copy.table.pages.size(); ++i) impl_->cache->copy_page(src.pages[i], copy.table.pages[i]);
+  copy.table.length = src.length;
+  int id = impl_->next_id++;
+  impl_->sequences.emplace(id, std::move(copy));
+  return id;
+}
 
 uint64_t Engine::rectified_tokens() const { return impl_->rectified_tokens; }
 
@@ -146,7 +163,7 @@ std::vector<float> Engine::append(int seq, std::span<const int> tokens,
         fb.logits_rows.push_back(logits_at[j] - b);
         dest.push_back(j);
       }
-    m.forward->run(fb, chunk_logits);
+    m.forward->run(fb, *m.policy, chunk_logits);
     t.length += e - b;
     auto& hist = m.sequence(seq).tokens;
     hist.insert(hist.end(), tokens.begin() + b, tokens.begin() + e);
@@ -173,7 +190,7 @@ std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int
     fb.logits_rows.push_back(int(i));
   }
   std::vector<float> logits;
-  m.forward->run(fb, logits);
+  m.forward->run(fb, *m.policy, logits);
   const int f = m.policy->corrections().rectify_every;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = m.sequence(seqs[i]);

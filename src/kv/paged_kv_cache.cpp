@@ -86,6 +86,18 @@ void PagedKVCache::recompute_digest(int layer, int32_t page, int kv_head, int va
     }
 }
 
+void PagedKVCache::copy_page(int32_t from, int32_t to) {
+  const size_t kv = size_t(shape_.num_kv_heads) * shape_.page_size * shape_.head_dim;
+  const size_t dg = size_t(shape_.num_kv_heads) * shape_.head_dim;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    std::copy_n(k_[l].data() + from * kv, kv, k_[l].data() + to * kv);
+    std::copy_n(v_[l].data() + from * kv, kv, v_[l].data() + to * kv);
+    std::copy_n(kmin_[l].data() + from * dg, dg, kmin_[l].data() + to * dg);
+    std::copy_n(kmax_[l].data() + from * dg, dg, kmax_[l].data() + to * dg);
+    fill(l, to) = fill(l, from);
+  }
+}
+
 KVLayerView PagedKVCache::layer(int l) const {
   return KVLayerView{k_[l].data(),       v_[l].data(),        kmin_[l].data(), kmax_[l].data(),
                      shape_.num_kv_heads, shape_.head_dim, shape_.page_size};

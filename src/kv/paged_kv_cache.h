@@ -59,6 +59,9 @@ class PagedKVCache {
   // page's digest from scratch so the digest never keeps a stale extreme.
   void write(int layer, const PageTable& table, int pos, const float* k, const float* v);
 
+  // Copies one page's K, V, digests and fill, in every layer (forking a sequence).
+  void copy_page(int32_t from, int32_t to);
+
   KVLayerView layer(int layer) const;
   const float* key(int layer, const PageTable& table, int pos, int kv_head) const;
   const float* value(int layer, const PageTable& table, int pos, int kv_head) const;

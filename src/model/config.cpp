@@ -182,18 +182,44 @@ RopeConfig read_rope(const Fields& config) {
   return rope;
 }
 
-// Mistral sets `sliding_window` directly; Qwen2/3 configs carry a `sliding_window` value that
-// only applies when `use_sliding_window` is true (usually false).
-int read_sliding_window(const Fields& config, const std::string& model_type) {
-  if (model_type == "llama") return 0;
-  if ((model_type == "qwen2" || model_type == "qwen3") &&
-      !config.boolean("use_sliding_window", false))
-    return 0;
+// Mistral sets `sliding_window` directly. Qwen2/3 configs carry a `sliding_window` value that
+// applies only when `use_sliding_window` is true, and then only to layers from
+// `max_window_layers` on (HF's rule); a model with both kinds of layer is refused.
+int read_sliding_window(const Fields& config, const ModelConfig& c) {
+  if (c.model_type == "llama") return 0;
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
+    if (!config.boolean("use_sliding_window", false)) return 0;
+    int first_sliding = config.optional_int("max_window_layers").value_or(28);
+    if (first_sliding >= c.num_layers) return 0;
+    SKIM_REQUIRE(first_sliding <= 0,
+                 "{}: use_sliding_window with max_window_layers {} makes layers {}..{} sliding "
+                 "and the others full; mixed attention kinds are not supported",
+                 config.source(), first_sliding, first_sliding, c.num_layers - 1);
+  }
   std::optional<int> w = config.optional_int("sliding_window");
   if (!w) return 0;
   SKIM_REQUIRE(*w > 0, "{}: field 'sliding_window' must be positive or null, got {}",
                config.source(), *w);
   return *w;
+}
+
+// transformers 5 lists each layer's attention kind. Layers that differ from one another
+// (Qwen's max_window_layers) are not supported; all-sliding needs a window.
+void check_layer_types(const json& config, int sliding_window, const std::string& source) {
+  auto it = config.find("layer_types");
+  if (it == config.end() || it->is_null()) return;
+  SKIM_REQUIRE(it->is_array(), "{}: field 'layer_types' must be an array, got {}", source,
+               it->type_name());
+  const char* expected = sliding_window > 0 ? "sliding_attention" : "full_attention";
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    SKIM_REQUIRE(t.is_string(), "{}: field 'layer_types[{}]' must be a string, got {}", source, i,
+                 t.type_name());
+    SKIM_REQUIRE(t.get_ref<const std::string&>() == expected,
+                 "{}: field 'layer_types[{}]' is '{}' but the config implies '{}' for every "
+                 "layer; mixed attention kinds are not supported",
+                 source, i, t.get_ref<const std::string&>(), expected);
+  }
 }
 
 void check_model_type(const std::string& type, const std::string& source) {
@@ -278,7 +304,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   // Qwen2 always has q/k/v biases (its config does not say so); the others follow the field.
   c.attention_bias = c.model_type == "qwen2" ? true : f.boolean("attention_bias", false);
   c.qk_norm = c.model_type == "qwen3";
-  c.sliding_window = read_sliding_window(f, c.model_type);
+  c.sliding_window = read_sliding_window(f, c);
+  check_layer_types(j, c.sliding_window, source);
 
   c.bos_token_id = f.optional_int("bos_token_id").value_or(-1);
   c.eos_token_ids = f.int_or_int_list("eos_token_id");

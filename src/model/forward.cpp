@@ -8,8 +8,7 @@
 
 namespace skim {
 
-CpuForward::CpuForward(const Model& model, PagedKVCache& cache, AttentionPolicy& policy)
-    : model_(model), cache_(cache), policy_(policy) {}
+CpuForward::CpuForward(const Model& model, PagedKVCache& cache) : model_(model), cache_(cache) {}
 
 void CpuForward::ensure_capacity(int rows) {
   if (rows <= capacity_) return;
@@ -27,7 +26,7 @@ void CpuForward::ensure_capacity(int rows) {
   capacity_ = rows;
 }
 
-void CpuForward::run(const ForwardBatch& batch, std::vector<float>& logits) {
+void CpuForward::run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) {
   const ModelConfig& c = model_.config;
   const int n = int(batch.tokens.size());
   SKIM_REQUIRE(n > 0 && batch.positions.size() == size_t(n) && batch.tables.size() == size_t(n),
@@ -40,7 +39,7 @@ void CpuForward::run(const ForwardBatch& batch, std::vector<float>& logits) {
     const float* e = model_.weights.embed.row(t);
     std::copy_n(e, c.hidden_size, x_.data() + size_t(r) * c.hidden_size);
   }
-  for (int l = 0; l < c.num_layers; ++l) layer(l, batch, n);
+  for (int l = 0; l < c.num_layers; ++l) layer(l, batch, n, policy);
 
   const int nl = int(batch.logits_rows.size());
   logits.resize(size_t(nl) * c.vocab_size);
@@ -55,7 +54,7 @@ void CpuForward::run(const ForwardBatch& batch, std::vector<float>& logits) {
   }
 }
 
-void CpuForward::layer(int l, const ForwardBatch& batch, int n) {
+void CpuForward::layer(int l, const ForwardBatch& batch, int n, AttentionPolicy& policy) {
   const ModelConfig& c = model_.config;
   const LayerWeights& w = model_.weights.layers[size_t(l)];
   const int H = c.hidden_size, d = c.head_dim;
@@ -92,7 +91,7 @@ void CpuForward::layer(int l, const ForwardBatch& batch, int n) {
   ab.q = q_.data();
   ab.q_pre = q_pre_.data();
   ab.out = attn_.data();
-  policy_.attend(ab);
+  policy.attend(ab);
 
   cpu::linear(attn_.data(), w.wo.data.data(), nullptr, h_.data(), n, c.q_dim(), H);
   cpu::add_inplace(x_.data(), h_.data(), int64_t(n) * H);

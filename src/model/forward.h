@@ -21,19 +21,18 @@ struct ForwardBatch {
 
 class CpuForward {
  public:
-  CpuForward(const Model& model, PagedKVCache& cache, AttentionPolicy& policy);
+  CpuForward(const Model& model, PagedKVCache& cache);
 
   // Runs the rows through the model, writes their K/V, and fills logits
   // [logits_rows.size()][vocab]. Positions must be reserved in the rows' page tables.
-  void run(const ForwardBatch& batch, std::vector<float>& logits);
+  void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits);
 
  private:
-  void layer(int l, const ForwardBatch& batch, int n);
+  void layer(int l, const ForwardBatch& batch, int n, AttentionPolicy& policy);
   void ensure_capacity(int rows);
 
   const Model& model_;
   PagedKVCache& cache_;
-  AttentionPolicy& policy_;
   // Scratch, grown to the largest batch seen.
   int capacity_ = 0;
   std::vector<float> x_, h_, q_, q_pre_, k_, v_, attn_, gate_, up_;

@@ -59,6 +59,19 @@ TEST(DemoModel, LoadsQuicklyWithValuesOfTheCheckpoint) {
     EXPECT_EQ(w.layers[2].attn_norm[i], stored_value(norm, i));
 }
 
+// Checkpoints saved by transformers itself, one per family.
+TEST(FixtureModels, LoadWithTheirFamilyTensors) {
+  for (const char* name : {"tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
+    auto dir = std::filesystem::path(SKIM_SOURCE_DIR) / "tests/fixtures/models" / name;
+    ModelConfig c = load_model_config(dir);
+    ModelWeights w = load_weights(dir, c);
+    EXPECT_EQ(int(w.layers.size()), c.num_layers) << name;
+    EXPECT_EQ(w.lm_head.data.empty(), c.tie_word_embeddings) << name;
+    EXPECT_EQ(!w.layers[0].bq.empty(), c.attention_bias) << name;
+    EXPECT_EQ(!w.layers[0].q_norm.empty(), c.qk_norm) << name;
+  }
+}
+
 TEST(TinyModel, LoadsEveryFamilyLayout) {
   for (const char* type : {"llama", "mistral", "qwen2", "qwen3"}) {
     TempDir dir;

@@ -43,14 +43,16 @@ void CpuForward::run(const ForwardBatch& batch, AttentionPolicy& policy, std::ve
 
   const int nl = int(batch.logits_rows.size());
   logits.resize(size_t(nl) * c.vocab_size);
+  final_.resize(size_t(nl) * c.hidden_size);  // a row may be asked for more than once
   for (int i = 0; i < nl; ++i) {
-    const float* xr = x_.data() + size_t(batch.logits_rows[i]) * c.hidden_size;
-    cpu::rmsnorm(xr, model_.weights.final_norm.data(), h_.data() + size_t(i) * c.hidden_size, 1,
-                 c.hidden_size, c.rms_norm_eps);
+    const int row = batch.logits_rows[i];
+    SKIM_REQUIRE(row >= 0 && row < n, "forward: logits row {} outside the batch of {}", row, n);
+    cpu::rmsnorm(x_.data() + size_t(row) * c.hidden_size, model_.weights.final_norm.data(),
+                 final_.data() + size_t(i) * c.hidden_size, 1, c.hidden_size, c.rms_norm_eps);
   }
   if (nl > 0) {
     const Matrix& out = model_.weights.output();
-    cpu::linear(h_.data(), out.data.data(), nullptr, logits.data(), nl, c.hidden_size, c.vocab_size);
+    cpu::linear(final_.data(), out.data.data(), nullptr, logits.data(), nl, c.hidden_size, c.vocab_size);
   }
 }
 

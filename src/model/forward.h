@@ -35,7 +35,7 @@ class CpuForward {
   PagedKVCache& cache_;
   // Scratch, grown to the largest batch seen.
   int capacity_ = 0;
-  std::vector<float> x_, h_, q_, q_pre_, k_, v_, attn_, gate_, up_;
+  std::vector<float> x_, h_, q_, q_pre_, k_, v_, attn_, gate_, up_, final_;
 };
 
 }  // namespace skim

@@ -14,20 +14,20 @@ namespace {
 
 const std::filesystem::path kTiny = std::filesystem::path(SKIM_SOURCE_DIR) / "tests/fixtures/models/tiny-llama3";
 
-struct Run {
+struct PolicyRun {
   std::unique_ptr<Engine> engine;
   int seq = 0;
   std::vector<std::vector<float>> logits;  // per decode step
 };
 
 // Prefill `prompt`, then teacher-force `feed` one decode step at a time.
-Run run_policy(const std::string& policy, const std::vector<int>& prompt, const std::vector<int>& feed) {
+PolicyRun run_policy(const std::string& policy, const std::vector<int>& prompt, const std::vector<int>& feed) {
   EngineOptions o;
   o.model_dir = kTiny;
   o.policy = policy;
   o.max_context = int(prompt.size() + feed.size()) + 8;
   o.prefill_chunk = 64;
-  Run r;
+  PolicyRun r;
   r.engine = std::make_unique<Engine>(o);
   r.seq = r.engine->open_sequence();
   r.engine->append(r.seq, prompt, {});
@@ -51,7 +51,7 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Largest difference between two engines' caches over all layers, positions and heads.
-float kv_diff(const Run& a, const Run& b) {
+float kv_diff(const PolicyRun& a, const PolicyRun& b) {
   const PagedKVCache& ca = a.engine->kv_cache();
   const PagedKVCache& cb = b.engine->kv_cache();
   const PageTable& ta = a.engine->page_table(a.seq);
@@ -70,10 +70,10 @@ float kv_diff(const Run& a, const Run& b) {
 
 TEST(PolicyEngine, FullBudgetEqualsDense) {
   auto prompt = random_ids(300, 512), feed = random_ids(12, 512);
-  Run dense = run_policy("dense", prompt, feed);
+  PolicyRun dense = run_policy("dense", prompt, feed);
   for (const char* spec : {"quest:budget=1.0,dense_layers=0", "quest:budget=100000", "gbsa:keep=1",
                            "streaming:sink=0,window=100000", "resa:keep=1,f=4"}) {
-    Run r = run_policy(spec, prompt, feed);
+    PolicyRun r = run_policy(spec, prompt, feed);
     for (size_t i = 0; i < feed.size(); ++i)
       EXPECT_LT(max_diff(r.logits[i], dense.logits[i]), 1e-5f) << spec << " step " << i;
   }
@@ -81,9 +81,9 @@ TEST(PolicyEngine, FullBudgetEqualsDense) {
 
 TEST(PolicyEngine, SparseDecodingChangesTheCacheAndRectifyF1RestoresIt) {
   auto prompt = random_ids(400, 512), feed = random_ids(10, 512);
-  Run dense = run_policy("dense", prompt, feed);
-  Run sparse = run_policy("gbsa:keep=0.02,n_min=1,n_local=1", prompt, feed);
-  Run rect = run_policy("gbsa:keep=0.02,n_min=1,n_local=1+rectify:f=1", prompt, feed);
+  PolicyRun dense = run_policy("dense", prompt, feed);
+  PolicyRun sparse = run_policy("gbsa:keep=0.02,n_min=1,n_local=1", prompt, feed);
+  PolicyRun rect = run_policy("gbsa:keep=0.02,n_min=1,n_local=1+rectify:f=1", prompt, feed);
   EXPECT_GT(kv_diff(sparse, dense), 1e-3f);  // the sparse policy does change the cache
   EXPECT_LE(kv_diff(rect, dense), 1e-6f);
   EXPECT_EQ(rect.engine->rectified_tokens(), feed.size());
@@ -91,8 +91,8 @@ TEST(PolicyEngine, SparseDecodingChangesTheCacheAndRectifyF1RestoresIt) {
 
 TEST(PolicyEngine, RectifyEveryFRewritesTheLastFTokens) {
   auto prompt = random_ids(200, 512), feed = random_ids(9, 512);
-  Run dense = run_policy("dense", prompt, feed);
-  Run rect = run_policy("gbsa:keep=0.02,n_min=1,n_local=1+rectify:f=3", prompt, feed);
+  PolicyRun dense = run_policy("dense", prompt, feed);
+  PolicyRun rect = run_policy("gbsa:keep=0.02,n_min=1,n_local=1+rectify:f=3", prompt, feed);
   // 9 decode steps with f = 3: three rectifications, and the last one just ran, so the whole
   // cache is dense again.
   EXPECT_EQ(rect.engine->rectified_tokens(), 9u);

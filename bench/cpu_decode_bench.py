@@ -197,7 +197,9 @@ def markdown(res):
         "",
         f"{res['date']} on `{m['host']}`: {m['cpu_model']}, {m['cores_available']} cores available, "
         f"{res['threads']} threads for both. torch {m['torch']}, transformers {m['transformers']}"
-        f" (float32, attention `{res['hf_attn']}`). skim: {res['skim_status']}.",
+        f" (float32, attention `{res['hf_attn']}`). skim: {res['skim_status']}. Load average "
+        f"(1 min) {m['loadavg_1_5_15_before'][0]} before, {m['loadavg_1_5_15_after'][0]} after: "
+        "other processes on the machine skew the numbers.",
         "",
         "| measure | context | skim tok/s | transformers tok/s | skim / HF | skim prompt tokens | skim KV bytes/step |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -272,6 +274,10 @@ def main():
     if args.no_hf:
         print("transformers: skipped (--no-hf)", flush=True)
 
+    load_before = os.getloadavg()
+    if load_before[0] > 0.5:
+        print(f"warning: load average {load_before[0]:.2f} before the run: other processes "
+              "compete for the cores and will slow both sides unevenly", flush=True)
     rows = []
     if args.prefill_context:
         ids = all_ids[:args.prefill_context]
@@ -311,7 +317,9 @@ def main():
                     "cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version(), "torch": torch.__version__,
                     "transformers": transformers.__version__,
-                    "torch_threads": torch.get_num_threads()},
+                    "torch_threads": torch.get_num_threads(),
+                    "loadavg_1_5_15_before": [round(x, 2) for x in load_before],
+                    "loadavg_1_5_15_after": [round(x, 2) for x in os.getloadavg()]},
         "rows": rows,
     }
     md = markdown(res)

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attention/selectors.h"
+#include "attention/causal_attend.h"
 #include "attention/split_attend.h"
 
 namespace skim {
@@ -50,8 +51,46 @@ void attend_dense(const AttentionBatch& b, float* out) {
 PipelinePolicy::PipelinePolicy(PipelineConfig config)
     : config_(std::move(config)), dense_(std::make_unique<DenseSelector>()) {}
 
+void attend_prefill(const AttentionBatch& b) {
+  constexpr int kRowsPerTask = 32;  // small enough to balance the causal triangle over threads
+  const int group = b.num_heads / b.num_kv_heads, d = b.head_dim;
+  struct Task {
+    int row, rows, kv_head;
+  };
+  std::vector<Task> tasks;
+  for (int r = 0; r < b.num_rows;) {
+    int e = r + 1;  // extend while the rows continue the same sequence position by position
+    while (e < b.num_rows && e - r < kRowsPerTask && b.tables[e] == b.tables[r] &&
+           b.positions[e] == b.positions[e - 1] + 1)
+      ++e;
+    for (int h = 0; h < b.num_kv_heads; ++h) tasks.push_back({r, e - r, h});
+    r = e;
+  }
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& t = tasks[i];
+    CausalRun run;
+    size_t offset = size_t(t.row) * b.num_heads * d + size_t(t.kv_head) * group * d;
+    run.q = b.q + offset;
+    run.out = b.out + offset;
+    run.row_stride = b.num_heads * d;
+    run.rows = t.rows;
+    run.group = group;
+    run.first_pos = b.positions[t.row];
+    attend_causal(run, SeqKV{b.kv, b.tables[t.row]->pages.data(), t.kv_head}, b.scale);
+  }
+}
+
 void PipelinePolicy::attend(const AttentionBatch& b) {
   const int group = b.num_heads / b.num_kv_heads;
+  if (!b.decode) {  // prefill is dense for every policy
+    attend_prefill(b);
+    uint64_t keys = 0;
+    for (int r = 0; r < b.num_rows; ++r) keys += uint64_t(b.positions[r] + 1) * b.num_kv_heads;
+    stats_.keys_read += keys;
+    notify(b);
+    return;
+  }
   const bool sparse = b.decode && config_.selector && b.layer >= config_.dense_layers;
   Selector& selector = sparse ? *config_.selector : *dense_;
   std::vector<AttendTask> tasks;

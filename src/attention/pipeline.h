@@ -17,6 +17,9 @@ struct PipelineConfig {
   EngineCorrections corrections;
 };
 
+// Dense causal attention of a prefill batch (rows of consecutive positions per sequence).
+void attend_prefill(const AttentionBatch& batch);
+
 class PipelinePolicy : public AttentionPolicy {
  public:
   explicit PipelinePolicy(PipelineConfig config);

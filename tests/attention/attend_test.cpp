@@ -7,6 +7,7 @@
 
 #include "../test_random.h"
 #include "attention/attention_state.h"
+#include "attention/causal_attend.h"
 #include "attention/split_attend.h"
 
 namespace skim {
@@ -146,6 +147,30 @@ TEST(AttendRows, SplitKVEqualsOnePass) {
                      o.data(), lse.data());
     std::vector<float> got(out.begin() + h * group * d, out.begin() + (h + 1) * group * d);
     expect_close(got, o, 1e-5f);
+  }
+}
+
+}  // namespace
+}  // namespace skim
+
+namespace skim {
+namespace {
+
+TEST(AttendCausal, EqualsAttendPerRow) {
+  for (int trial = 0; trial < 6; ++trial) {
+    int len = test::random_int(1, 400), group = test::random_int(1, 5), d = trial % 2 ? 64 : 128;
+    int rows = test::random_int(1, std::min(len, 100)), first = len - rows;
+    Fixture f(len, 1, d);
+    auto q = test::random_vector(size_t(rows) * group * d, 0.5f);
+    std::vector<float> out(q.size()), ref(q.size()), lse(group);
+    CausalRun run{q.data(), out.data(), group * d, rows, group, first};
+    attend_causal(run, f.seq(0), 0.1f);
+    for (int r = 0; r < rows; ++r) {
+      std::vector<KeyRange> ranges = {{0, first + r + 1}};
+      attend_reference(q.data() + size_t(r) * group * d, group, f.seq(0), ranges, 0.1f,
+                       ref.data() + size_t(r) * group * d, lse.data());
+    }
+    expect_close(out, ref, 2e-5f);
   }
 }
 

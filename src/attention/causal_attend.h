@@ -1,0 +1,22 @@
+// Causal attention of a run of consecutive rows of one sequence (a prefill chunk) for the
+// query heads of one KV head: flash attention on the CPU. Query tiles and key tiles are
+// multiplied as small matrices in registers, so prefill runs at arithmetic speed rather than
+// one dot product at a time. The result equals `attend` over [0, position + 1) for each row.
+#pragma once
+
+#include "attention/attend.h"
+
+namespace skim {
+
+struct CausalRun {
+  const float* q = nullptr;  // row r, head g at q + r * row_stride + g * head_dim
+  float* out = nullptr;      // same layout as q
+  int row_stride = 0;
+  int rows = 0;         // consecutive positions first_pos .. first_pos + rows - 1
+  int group = 0;        // query heads of this KV head
+  int first_pos = 0;
+};
+
+void attend_causal(const CausalRun& run, const SeqKV& kv, float scale);
+
+}  // namespace skim

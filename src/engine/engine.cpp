@@ -63,10 +63,9 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   SKIM_REQUIRE(o.max_context > 0, "--ctx must be positive, got {}", o.max_context);
   SKIM_REQUIRE(o.max_sequences > 0, "max_sequences must be positive, got {}", o.max_sequences);
   SKIM_REQUIRE(o.prefill_chunk > 0, "prefill chunk must be positive, got {}", o.prefill_chunk);
-  if (o.threads > 0) {
-    omp_set_num_threads(o.threads);
-    openblas_set_num_threads(o.threads);
-  }
+  // One OpenMP pool drives every core; OpenBLAS runs single-threaded inside it (cpu::linear).
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  openblas_set_num_threads(1);
   m.policy = make_policy(o.policy);  // before the model loads: a bad flag fails fast
   m.model = load_model(o.model_dir);
   // A model without tokenizer.json still runs on token ids (tests, eval); text needs one.

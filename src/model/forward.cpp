@@ -36,8 +36,7 @@ void CpuForward::run(const ForwardBatch& batch, AttentionPolicy& policy, std::ve
   for (int r = 0; r < n; ++r) {
     int t = batch.tokens[r];
     SKIM_REQUIRE(t >= 0 && t < c.vocab_size, "token id {} out of range [0, {})", t, c.vocab_size);
-    const float* e = model_.weights.embed.row(t);
-    std::copy_n(e, c.hidden_size, x_.data() + size_t(r) * c.hidden_size);
+    model_.weights.embed.row(t, x_.data() + size_t(r) * c.hidden_size);
   }
   for (int l = 0; l < c.num_layers; ++l) layer(l, batch, n, policy);
 
@@ -52,7 +51,7 @@ void CpuForward::run(const ForwardBatch& batch, AttentionPolicy& policy, std::ve
   }
   if (nl > 0) {
     const Matrix& out = model_.weights.output();
-    cpu::linear(final_.data(), out.data.data(), nullptr, logits.data(), nl, c.hidden_size, c.vocab_size);
+    cpu::linear(final_.data(), out, nullptr, logits.data(), nl);
   }
 }
 
@@ -63,9 +62,9 @@ void CpuForward::layer(int l, const ForwardBatch& batch, int n, AttentionPolicy&
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
 
   cpu::rmsnorm(x_.data(), w.attn_norm.data(), h_.data(), n, H, c.rms_norm_eps);
-  cpu::linear(h_.data(), w.wq.data.data(), bias(w.bq), q_.data(), n, H, c.q_dim());
-  cpu::linear(h_.data(), w.wk.data.data(), bias(w.bk), k_.data(), n, H, c.kv_dim());
-  cpu::linear(h_.data(), w.wv.data.data(), bias(w.bv), v_.data(), n, H, c.kv_dim());
+  cpu::linear(h_.data(), w.wq, bias(w.bq), q_.data(), n);
+  cpu::linear(h_.data(), w.wk, bias(w.bk), k_.data(), n);
+  cpu::linear(h_.data(), w.wv, bias(w.bv), v_.data(), n);
   if (c.qk_norm) {  // Qwen3: RMSNorm over each head's vector before RoPE
     cpu::rmsnorm(q_.data(), w.q_norm.data(), q_.data(), n * c.num_heads, d, c.rms_norm_eps);
     cpu::rmsnorm(k_.data(), w.k_norm.data(), k_.data(), n * c.num_kv_heads, d, c.rms_norm_eps);
@@ -95,15 +94,15 @@ void CpuForward::layer(int l, const ForwardBatch& batch, int n, AttentionPolicy&
   ab.out = attn_.data();
   policy.attend(ab);
 
-  cpu::linear(attn_.data(), w.wo.data.data(), nullptr, h_.data(), n, c.q_dim(), H);
+  cpu::linear(attn_.data(), w.wo, nullptr, h_.data(), n);
   cpu::add_inplace(x_.data(), h_.data(), int64_t(n) * H);
 
   cpu::rmsnorm(x_.data(), w.mlp_norm.data(), h_.data(), n, H, c.rms_norm_eps);
   const int I = c.intermediate_size;
-  cpu::linear(h_.data(), w.w_gate.data.data(), nullptr, gate_.data(), n, H, I);
-  cpu::linear(h_.data(), w.w_up.data.data(), nullptr, up_.data(), n, H, I);
+  cpu::linear(h_.data(), w.w_gate, nullptr, gate_.data(), n);
+  cpu::linear(h_.data(), w.w_up, nullptr, up_.data(), n);
   cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), int64_t(n) * I);
-  cpu::linear(gate_.data(), w.w_down.data.data(), nullptr, h_.data(), n, I, H);
+  cpu::linear(gate_.data(), w.w_down, nullptr, h_.data(), n);
   cpu::add_inplace(x_.data(), h_.data(), int64_t(n) * H);
 }
 

@@ -62,8 +62,15 @@ class Loader {
     Matrix m;
     m.rows = rows;
     m.cols = cols;
-    m.data.resize(size_t(rows) * size_t(cols));
-    convert(v, m.data.data());
+    size_t n = size_t(rows) * size_t(cols);
+    if (v.dtype == DType::BF16) {
+      m.dtype = DType::BF16;
+      m.bf16.resize(n);
+      std::memcpy(m.bf16.data(), v.data, n * sizeof(uint16_t));  // the mapping may be unaligned
+    } else {
+      m.f32.resize(n);
+      convert(v, m.f32.data());
+    }
     return m;
   }
 
@@ -125,6 +132,15 @@ LayerWeights load_layer(Loader& in, const ModelConfig& c, int layer) {
 }
 
 }  // namespace
+
+void Matrix::row(int r, float* out) const {
+  size_t at = size_t(r) * size_t(cols);
+  if (dtype == DType::BF16) {
+    to_f32(DType::BF16, bf16.data() + at, out, size_t(cols));
+  } else {
+    std::memcpy(out, f32.data() + at, size_t(cols) * sizeof(float));
+  }
+}
 
 ModelWeights load_weights(const fs::path& model_dir, const ModelConfig& config) {
   Loader in(model_dir);

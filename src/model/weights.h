@@ -1,5 +1,7 @@
 // The model's weights, checked against its config: every expected tensor present with the
-// right shape, no unexpected ones. On the CPU they are kept as fp32 copies (compute is fp32).
+// right shape, no unexpected ones. Matrices keep bf16 storage when the checkpoint is bf16
+// (exactly representable in fp32, so compute is still fp32 on the same values, with half the
+// bytes to stream per decode step); fp16 and fp32 checkpoints are held as fp32.
 #pragma once
 
 #include <filesystem>
@@ -11,11 +13,18 @@
 
 namespace skim {
 
-// A dense fp32 matrix [rows][cols] (a Linear weight is [out][in], as in the checkpoint).
+// A dense matrix [rows][cols] (a Linear weight is [out][in], as in the checkpoint), stored as
+// bf16 or fp32.
 struct Matrix {
-  std::vector<float> data;
+  DType dtype = DType::F32;  // F32 or BF16
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
   int rows = 0, cols = 0;
-  const float* row(int r) const { return data.data() + size_t(r) * cols; }
+
+  bool empty() const { return rows == 0; }
+  float at(size_t i) const { return dtype == DType::BF16 ? bf16_to_f32(bf16[i]) : f32[i]; }
+  // Row r as fp32 into `out` (cols values).
+  void row(int r, float* out) const;
 };
 
 struct LayerWeights {
@@ -32,7 +41,7 @@ struct ModelWeights {
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
 
-  const Matrix& output() const { return lm_head.data.empty() ? embed : lm_head; }
+  const Matrix& output() const { return lm_head.empty() ? embed : lm_head; }
 };
 
 // Loads and validates every tensor of the model directory against `config`.

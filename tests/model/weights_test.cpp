@@ -34,7 +34,7 @@ TEST(DemoModel, LoadsQuicklyWithValuesOfTheCheckpoint) {
   ASSERT_EQ(w.layers.size(), 8u);
   EXPECT_EQ(w.embed.rows, 8192);
   EXPECT_EQ(w.embed.cols, 512);
-  EXPECT_TRUE(w.lm_head.data.empty());  // tied
+  EXPECT_TRUE(w.lm_head.empty());  // tied
   EXPECT_EQ(&w.output(), &w.embed);
   EXPECT_EQ(w.final_norm.size(), 512u);
   EXPECT_EQ(w.layers[3].wk.rows, 128);
@@ -48,12 +48,12 @@ TEST(DemoModel, LoadsQuicklyWithValuesOfTheCheckpoint) {
   const TensorView& embed = store.get("model.embed_tokens.weight");
   EXPECT_EQ(embed.dtype, DType::BF16);
   for (size_t i : {size_t(0), size_t(12345), size_t(8192 * 512 - 1)})
-    EXPECT_EQ(w.embed.data[i], stored_value(embed, i)) << i;
+    EXPECT_EQ(w.embed.at(i), stored_value(embed, i)) << i;
   // A tensor from a later shard, away from its start.
   const TensorView& up = store.get("model.layers.5.mlp.up_proj.weight");
   EXPECT_NE(up.file.find("model-00003-of-00004"), std::string::npos) << up.file;
   for (size_t i : {size_t(1), size_t(700 * 512 + 3), size_t(1536 * 512 - 1)})
-    EXPECT_EQ(w.layers[5].w_up.data[i], stored_value(up, i)) << i;
+    EXPECT_EQ(w.layers[5].w_up.at(i), stored_value(up, i)) << i;
   const TensorView& norm = store.get("model.layers.2.input_layernorm.weight");
   for (size_t i : {size_t(0), size_t(511)})
     EXPECT_EQ(w.layers[2].attn_norm[i], stored_value(norm, i));
@@ -66,7 +66,7 @@ TEST(FixtureModels, LoadWithTheirFamilyTensors) {
     ModelConfig c = load_model_config(dir);
     ModelWeights w = load_weights(dir, c);
     EXPECT_EQ(int(w.layers.size()), c.num_layers) << name;
-    EXPECT_EQ(w.lm_head.data.empty(), c.tie_word_embeddings) << name;
+    EXPECT_EQ(w.lm_head.empty(), c.tie_word_embeddings) << name;
     EXPECT_EQ(!w.layers[0].bq.empty(), c.attention_bias) << name;
     EXPECT_EQ(!w.layers[0].q_norm.empty(), c.qk_norm) << name;
   }
@@ -106,7 +106,7 @@ TEST(TinyModel, ConvertsF32F16AndBf16) {
   EXPECT_EQ(w.final_norm, (std::vector<float>{0.5f, -1.5f, 2.0f, 0.25f, 3.0f, -0.125f, 1.0f, 65504.0f}));
   EXPECT_EQ(w.layers[0].attn_norm,
             (std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 1e-30f}));
-  EXPECT_EQ(w.embed.data[5], 5.0f / 64.0f);  // bf16, exact
+  EXPECT_EQ(w.embed.at(5), 5.0f / 64.0f);  // bf16, exact
 }
 
 // HF ties after loading, so a stored lm_head of a tied model is ignored; it must still have
@@ -119,9 +119,9 @@ TEST(TinyModel, TiedModelIgnoresAStoredLmHead) {
                                                    std::vector<float>(128, 7.0f)});
                                     });
   ModelWeights w = load_weights(dir.path(), c);
-  EXPECT_TRUE(w.lm_head.data.empty());
+  EXPECT_TRUE(w.lm_head.empty());
   EXPECT_EQ(&w.output(), &w.embed);
-  EXPECT_NE(w.output().data[3], 7.0f);
+  EXPECT_NE(w.output().at(3), 7.0f);
 }
 
 TEST(TinyModel, TiedModelRejectsAStoredLmHeadOfTheWrongShape) {

@@ -2,7 +2,10 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <vector>
 
 namespace skim::cpu {
 
@@ -18,12 +21,69 @@ void rmsnorm(const float* x, const float* w, float* out, int n, int dim, float e
   }
 }
 
-void linear(const float* x, const float* W, const float* bias, float* out, int n, int k, int m) {
-  if (n == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, m, k, 1.0f, W, k, x, 1, 0.0f, out, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x, k, W, k, 0.0f, out, m);
+namespace {
+
+constexpr int kGemvRows = 8;    // up to this many input rows take the GEMV path
+constexpr int kPanelRows = 64;  // W rows per GEMM panel
+
+// W rows [r0, r0 + count) as fp32: a pointer into W when it is fp32, else widened into buf.
+const float* rows_f32(const Matrix& W, int r0, int count, std::vector<float>& buf) {
+  const size_t k = size_t(W.cols), at = size_t(r0) * k;
+  if (W.dtype == DType::F32) return W.f32.data() + at;
+  buf.resize(size_t(count) * k);
+  const uint16_t* src = W.bf16.data() + at;
+  float* dst = buf.data();
+#pragma omp simd
+  for (size_t i = 0; i < size_t(count) * k; ++i) dst[i] = std::bit_cast<float>(uint32_t(src[i]) << 16);
+  return dst;
+}
+
+void gemv(const float* x, const Matrix& W, float* out, int n) {
+  const int k = W.cols, m = W.rows;
+#pragma omp parallel
+  {
+    std::vector<float> buf;
+#pragma omp for schedule(static)
+    for (int r0 = 0; r0 < m; r0 += kPanelRows) {
+      const int count = std::min(kPanelRows, m - r0);
+      const float* w = rows_f32(W, r0, count, buf);
+      for (int j = 0; j < count; ++j)
+        for (int r = 0; r < n; ++r) {
+          const float* xr = x + size_t(r) * k;
+          const float* wj = w + size_t(j) * k;
+          float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+          for (int i = 0; i < k; ++i) s += xr[i] * wj[i];
+          out[size_t(r) * m + r0 + j] = s;
+        }
+    }
   }
+}
+
+void gemm(const float* x, const Matrix& W, float* out, int n) {
+  const int k = W.cols, m = W.rows;
+#pragma omp parallel
+  {
+    std::vector<float> buf;
+#pragma omp for schedule(static)
+    for (int r0 = 0; r0 < m; r0 += kPanelRows) {
+      const int count = std::min(kPanelRows, m - r0);
+      const float* w = rows_f32(W, r0, count, buf);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, count, k, 1.0f, x, k, w, k, 0.0f,
+                  out + r0, m);
+    }
+  }
+}
+
+}  // namespace
+
+void linear(const float* x, const Matrix& W, const float* bias, float* out, int n) {
+  if (n <= kGemvRows) {
+    gemv(x, W, out, n);
+  } else {
+    gemm(x, W, out, n);
+  }
+  const int m = W.rows;
   if (bias)
     for (int r = 0; r < n; ++r)
       for (int j = 0; j < m; ++j) out[size_t(r) * m + j] += bias[j];

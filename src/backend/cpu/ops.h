@@ -5,14 +5,18 @@
 #include <cstdint>
 
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace skim::cpu {
 
 // out[r] = x[r] / rms(x[r]) * w, n rows of dim elements; out may alias x.
 void rmsnorm(const float* x, const float* w, float* out, int n, int dim, float eps);
 
-// out[n][m] = x[n][k] * W[m][k]^T (+ bias[m] when not null): a Linear layer.
-void linear(const float* x, const float* W, const float* bias, float* out, int n, int k, int m);
+// out[n][m] = x[n][k] * W[m][k]^T (+ bias[m] when not null): a Linear layer, W bf16 or fp32.
+// Few rows (decode) stream W once through a threaded GEMV; many rows (prefill) split W into
+// per-thread panels, each widened to fp32 and multiplied by single-threaded OpenBLAS, so one
+// OpenMP pool drives every core and BLAS threads never compete with it.
+void linear(const float* x, const Matrix& W, const float* bias, float* out, int n);
 
 // Rotates n rows of `heads` heads of head_dim (HF's rotate_half convention: pairs (i, i+d/2))
 // by each row's position. inv_freq has head_dim/2 entries (see rope_inv_freq).

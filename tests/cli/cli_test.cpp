@@ -62,7 +62,7 @@ TEST(Cli, GeneratesFromTheDemoModel) {
 TEST(Cli, BadFlags) {
   expect_user_error("generate --bogus 1 -p x", "--bogus");
   expect_user_error("", "subcommand");
-  expect_user_error("generate -p x -n notanumber", "-n");
+  expect_user_error("generate -p x -n notanumber", "--max-tokens");
   expect_user_error("generate", "--prompt");
   expect_user_error("generate -p x --policy qest", "unknown policy 'qest'");
   expect_user_error("generate -p x --policy quest:budgett=1", "budgett");

@@ -33,9 +33,10 @@ Golden load_golden(const std::string& name) {
   return g;
 }
 
-// fp32 on both sides, different summation orders: differences grow slowly with depth and
-// length. The bound is absolute on logits whose std is about 2.
-constexpr float kLogitTol = 2e-3f;
+// fp32 on both sides, different summation orders: measured differences are about 1e-5 (4K
+// tokens of the demo model), bf16 compute would be about 0.3. The bound is absolute on logits
+// whose std is about 2.
+constexpr float kLogitTol = 1e-4f;
 
 float max_abs_diff(const float* a, const float* b, int n) {
   float m = 0;

@@ -85,7 +85,7 @@ TEST(PolicyEngine, SparseDecodingChangesTheCacheAndRectifyF1RestoresIt) {
   PolicyRun sparse = run_policy("gbsa:keep=0.02,n_min=1,n_local=1", prompt, feed);
   PolicyRun rect = run_policy("gbsa:keep=0.02,n_min=1,n_local=1+rectify:f=1", prompt, feed);
   EXPECT_GT(kv_diff(sparse, dense), 1e-3f);  // the sparse policy does change the cache
-  EXPECT_LE(kv_diff(rect, dense), 1e-6f);
+  EXPECT_LE(kv_diff(rect, dense), 1e-5f);  // prefill and decode kernels sum in different orders
   EXPECT_EQ(rect.engine->rectified_tokens(), feed.size());
 }
 
@@ -96,7 +96,7 @@ TEST(PolicyEngine, RectifyEveryFRewritesTheLastFTokens) {
   // 9 decode steps with f = 3: three rectifications, and the last one just ran, so the whole
   // cache is dense again.
   EXPECT_EQ(rect.engine->rectified_tokens(), 9u);
-  EXPECT_LE(kv_diff(rect, dense), 1e-6f);
+  EXPECT_LE(kv_diff(rect, dense), 1e-5f);  // prefill and decode kernels sum in different orders
 }
 
 }  // namespace

@@ -81,8 +81,13 @@ void attend_prefill(const AttentionBatch& b) {
   }
 }
 
+void PipelinePolicy::forget(const PageTable* table) {
+  if (config_.selector) config_.selector->forget(table);
+}
+
 void PipelinePolicy::attend(const AttentionBatch& b) {
   const int group = b.num_heads / b.num_kv_heads;
+  if (config_.selector) config_.selector->observe(b);
   if (!b.decode) {  // prefill is dense for every policy
     attend_prefill(b);
     uint64_t keys = 0;

@@ -27,6 +27,7 @@ class PipelinePolicy : public AttentionPolicy {
   std::string spec() const override { return config_.spec; }
   EngineCorrections corrections() const override { return config_.corrections; }
   void attend(const AttentionBatch& batch) override;
+  void forget(const PageTable* table) override;
 
  private:
   PipelineConfig config_;

@@ -31,7 +31,12 @@ class Selector {
  public:
   virtual ~Selector() = default;
   virtual std::string name() const = 0;
+  // Sees every batch (prefill chunks and decode steps) before any selection in it, after its
+  // K/V were written: selectors with per-sequence tables build or update them here.
+  virtual void observe(const AttentionBatch& /*batch*/) {}
   virtual void select(const SelectInput& in, Selection& out) = 0;
+  // The sequence's cache was released: drop its per-sequence state.
+  virtual void forget(const PageTable* /*table*/) {}
 };
 
 }  // namespace skim

@@ -133,9 +133,31 @@ void parse_added_tokens(const JsonAt& list, size_t vocab_entries, tok::Tokenizer
   }
 }
 
+// Components nest (Sequence of Sequence ...) and are read recursively: bound the depth so a
+// hostile file cannot overflow the stack. Real files nest three or four levels.
+constexpr size_t kMaxComponentDepth = 64;
+
+bool nested_deeper_than(const nlohmann::json& value, size_t limit) {
+  std::vector<std::pair<const nlohmann::json*, size_t>> stack{{&value, 0}};
+  while (!stack.empty()) {
+    auto [node, depth] = stack.back();
+    stack.pop_back();
+    if (depth > limit) return true;
+    if (node->is_structured()) {
+      for (const auto& child : *node) stack.emplace_back(&child, depth + 1);
+    }
+  }
+  return false;
+}
+
 std::unique_ptr<Tokenizer> build(const nlohmann::json& root, const std::string& source) {
   JsonAt spec(root, source, "");
   if (!root.is_object()) spec.fail("expected a JSON object");
+  for (const char* component : {"normalizer", "pre_tokenizer", "decoder", "post_processor"}) {
+    if (nested_deeper_than(spec.get_or_null(component).value(), kMaxComponentDepth)) {
+      spec.at(component).fail("nested more than " + std::to_string(kMaxComponentDepth) + " levels deep");
+    }
+  }
   tok::TokenizerParts parts;
   parts.normalizer = tok::parse_normalizer(spec.get_or_null("normalizer"));
   parts.pre_tokenizer = tok::parse_pre_tokenizer(spec.get_or_null("pre_tokenizer"));

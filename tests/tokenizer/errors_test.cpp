@@ -134,6 +134,19 @@ TEST(TokenizerErrors, BadFieldTypesAndIds) {
   EXPECT_NE(spec_error(spec).find("special token '<missing>' is not in special_tokens"), std::string::npos);
 }
 
+TEST(TokenizerErrors, DeeplyNestedComponentsAreRejectedNotRecursedInto) {
+  // Built as text: nlohmann's dump() itself recurses.
+  std::string nested;
+  for (int i = 0; i < 100000; ++i) nested += R"({"type":"Sequence","normalizers":[)";
+  nested += R"({"type":"NFC"})";
+  for (int i = 0; i < 100000; ++i) nested += "]}";
+  std::string text = small_tokenizer().dump();
+  const std::string key = "\"normalizer\":null";
+  ASSERT_NE(text.find(key), std::string::npos);
+  text.replace(text.find(key), key.size(), "\"normalizer\":" + nested);
+  EXPECT_EQ(parse_error(text), "bad/tokenizer.json: field 'normalizer': nested more than 64 levels deep");
+}
+
 TEST(TokenizerErrors, MergesAsStringsReadTheSame) {
   nlohmann::json spec = small_tokenizer();
   for (auto& merge : spec["model"]["merges"]) merge = merge[0].get<std::string>() + " " + merge[1].get<std::string>();

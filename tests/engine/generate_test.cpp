@@ -1,0 +1,91 @@
+// Engine::generate on the demo model: batched decoding equals one sequence at a time, stop
+// strings cut the text, EOS and max_tokens end sequences, sampling repeats with its seed.
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "skim/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace skim {
+namespace {
+
+Engine& demo() {
+  static Engine* e = [] {
+    EngineOptions o;
+    o.model_dir = std::filesystem::path(SKIM_SOURCE_DIR) / "models/demo-code-28m";
+    o.max_context = 512;
+    o.max_sequences = 4;
+    return new Engine(o);
+  }();
+  return *e;
+}
+
+GenerationRequest request(const std::string& prompt, int n) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  return r;
+}
+
+TEST(Generate, BatchedDecodingEqualsOneAtATime) {
+  std::vector<GenerationRequest> rs = {request("import os\n", 24), request("class Foo:\n    def", 16),
+                                       request("def main():\n    x = [", 20)};
+  rs[1].sampling.temperature = 0.8f;
+  rs[1].sampling.seed = 3;
+  auto together = demo().generate(rs);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    auto alone = demo().generate({rs[i]});
+    EXPECT_EQ(together[i].tokens, alone[0].tokens) << i;
+    EXPECT_EQ(together[i].text, alone[0].text) << i;
+    EXPECT_EQ(int(together[i].tokens.size()), rs[i].max_tokens);
+  }
+}
+
+TEST(Generate, TextIsTheDecodedTokensAndStreamsInOrder) {
+  std::string streamed;
+  auto r = demo().generate({request("def add(a, b):", 32)},
+                           [&](size_t, std::string_view t) { streamed += t; });
+  EXPECT_EQ(r[0].text, demo().tokenizer().decode(r[0].tokens));
+  EXPECT_EQ(streamed, r[0].text);
+}
+
+TEST(Generate, StopStringCutsTheText) {
+  auto full = demo().generate({request("def add(a, b):", 48)});
+  ASSERT_GT(full[0].text.size(), 12u);
+  std::string stop = full[0].text.substr(6, 4);  // some text the model does produce
+  GenerationRequest r = request("def add(a, b):", 48);
+  r.stop = {stop};
+  std::string streamed;
+  auto cut = demo().generate({r}, [&](size_t, std::string_view t) { streamed += t; });
+  EXPECT_EQ(cut[0].stats.finish_reason, "stop");
+  EXPECT_EQ(cut[0].text, full[0].text.substr(0, full[0].text.find(stop)));
+  EXPECT_EQ(streamed, cut[0].text);
+}
+
+TEST(Generate, EosEndsTheSequenceUnlessIgnored) {
+  // Feed a prompt whose likely continuation quickly hits end-of-text by limiting nothing:
+  // whatever the model does, a stop must be "stop" with no EOS token in the output.
+  GenerationRequest r = request("x = 1\n", 200);
+  r.ignore_eos = false;
+  auto out = demo().generate({r});
+  const auto& eos = demo().config().eos_token_ids;
+  for (int t : out[0].tokens) EXPECT_EQ(std::count(eos.begin(), eos.end(), t), 0);
+  if (int(out[0].tokens.size()) < 200) EXPECT_EQ(out[0].stats.finish_reason, "stop");
+}
+
+TEST(Generate, SeededSamplingRepeats) {
+  GenerationRequest r = request("import", 24);
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.seed = 11;
+  auto a = demo().generate({r});
+  auto b = demo().generate({r});
+  EXPECT_EQ(a[0].tokens, b[0].tokens);
+  r.sampling.seed = 12;
+  auto c = demo().generate({r});
+  EXPECT_NE(a[0].tokens, c[0].tokens);
+}
+
+}  // namespace
+}  // namespace skim

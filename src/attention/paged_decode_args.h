@@ -32,6 +32,10 @@ struct PagedDecodeArgs {
   // how the keys are split across CTAs. Sequences longer than this are not allowed.
   int max_seq_len = 0;
   float scale = 0.0f;  // multiplies q.k, 1/sqrt(head_dim) for Llama
+  // GPU only. true: pages are split among CTAs statically and the result is bitwise
+  // reproducible. false: CTAs take pages from a shared counter, so those the memory system
+  // serves faster take more (a little faster; results vary in the last bits run to run).
+  bool deterministic = true;
 
   const uint16_t* q = nullptr;
   const uint16_t* k_pool = nullptr;
@@ -43,7 +47,8 @@ struct PagedDecodeArgs {
   float* lse = nullptr;
 
   // GPU only: scratch for the partial states of the split-KV chunks, at least
-  // cuda::paged_decode_workspace_size(*this) bytes. The call allocates nothing.
+  // cuda::paged_decode_workspace_size(*this) bytes, zero-filled once after allocation (the
+  // calls leave it reusable). The call allocates nothing.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 

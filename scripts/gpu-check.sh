@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# On a GPU machine: builds the CUDA decode attention (plain nvcc, sm_90a, no project
+# dependencies), runs its parity test against the CPU reference, benchmarks it against the
+# copy bandwidth and PyTorch SDPA, and writes into OUT_DIR:
+#   gpu-check.log  environment, build, register/SASS summary, everything printed
+#   parity.log     one line per parity case
+#   bench.json     skim kernel timings (default + variants)   sdpa.json   PyTorch timings
+#   results.json   joined results                             results.md  the table
+# Usage: bash scripts/gpu-check.sh OUT_DIR   (env: NCU=1 adds an Nsight Compute profile of
+# one point (NCU_BATCH, NCU_CTX); QUICK=1 runs fewer cases and points; SKIP_SDPA=1)
+set -uo pipefail
+OUT=${1:?usage: gpu-check.sh OUT_DIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+B=build-gpu-check
+mkdir -p "$B"
+LOG=$OUT/gpu-check.log
+exec > >(tee -a "$LOG") 2>&1
+status=0
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+step environment
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+nvcc --version | tail -2
+python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' || true
+
+step build
+ARCH="-gencode=arch=compute_90a,code=sm_90a"
+FLAGS="-std=c++20 -O3 -Isrc -lineinfo"
+set -e
+pids=()
+nvcc $FLAGS $ARCH -Xptxas -v -c src/backend/cuda/paged_decode_attention.cu -o $B/pda.o 2> $B/ptxas.txt & pids+=($!)
+nvcc $FLAGS -c src/backend/cpu/paged_decode_attention.cpp -o $B/cpu_ref.o & pids+=($!)
+nvcc $FLAGS -Itests/cuda -c tests/cuda/paged_decode_parity_main.cc -o $B/parity_main.o & pids+=($!)
+nvcc $FLAGS $ARCH -c bench/attention/decode_attention_bench.cu -o $B/bench.o & pids+=($!)
+for p in "${pids[@]}"; do wait "$p"; done
+nvcc $ARCH $B/parity_main.o $B/pda.o $B/cpu_ref.o -o $B/parity
+nvcc $ARCH $B/bench.o -o $B/bench  # bench.o compiles the library source in itself
+set +e
+grep -E "Compiling entry|registers|spill" $B/ptxas.txt | sed 's/ptxas info    : //' | paste - - -
+if command -v cuobjdump >/dev/null; then
+  echo "SASS of the default D=128 split kernel (instruction counts):"
+  cuobjdump -sass -fun '_ZN4skim4cuda6detail12split_kernelILi128ELi8ELi2EEEvNS1_11SplitParamsE' $B/pda.o |
+    grep -oE '\b(LDGSTS|HMMA|LDSM|MUFU|SHFL|BAR|LDG|STG|LDS|STS|LDL|STL)\b[.A-Z0-9_]*' | sort | uniq -c
+fi
+
+step parity
+quick=${QUICK:+--quick}
+$B/parity $quick 2>&1 | tee "$OUT/parity.log"
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "PARITY FAILED"; status=1; }
+
+step benchmark
+$B/bench --variants ${QUICK:+--quick} --out "$OUT/bench.json" || { echo "BENCH FAILED"; status=1; }
+
+step sdpa
+[ "${SKIP_SDPA:-0}" = 1 ] && echo skipped || PYTHONUNBUFFERED=1 python3 bench/attention/sdpa_bench.py ${QUICK:+--quick} --out "$OUT/sdpa.json" || { echo "SDPA FAILED"; status=1; }
+
+if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+  step "ncu (batch ${NCU_BATCH:-1}, ctx ${NCU_CTX:-32768})"
+  timeout 240 ncu --clock-control none --kernel-name regex:split_kernel --launch-skip 30 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+    $B/bench --point ${NCU_BATCH:-1} ${NCU_CTX:-32768} --out /tmp/ncu_bench.json | grep -vE '^\s*$' | tail -120
+fi
+
+step report
+python3 bench/attention/report.py "$OUT/bench.json" "$OUT/sdpa.json" "$OUT/results.json" "$OUT/results.md" \
+  --parity "$OUT/parity.log" >/dev/null || status=1
+echo
+cat "$OUT/results.md"
+grep '^parity:' "$OUT/parity.log"
+echo "gpu-check status $status"
+exit $status

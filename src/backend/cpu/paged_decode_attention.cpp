@@ -1,0 +1,65 @@
+#include "backend/cpu/paged_decode_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace skim::cpu {
+
+void paged_decode_attention(const PagedDecodeArgs& a) {
+  if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 ||
+      a.page_size <= 0 || a.num_heads % a.num_kv_heads != 0)
+    throw std::invalid_argument("paged_decode_attention: bad shapes");
+  const int d = a.head_dim, ps = a.page_size, group = a.group_size();
+  std::vector<float> q(d);
+  std::vector<double> s, acc(d);
+
+  for (int b = 0; b < a.batch; ++b) {
+    const int len = a.seq_lens[b];
+    if (len < 0 || len > a.max_pages_per_seq * ps)
+      throw std::invalid_argument("paged_decode_attention: seq_len out of range");
+    const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+    // Token t of KV head h lives in page table[t / ps], row t % ps.
+    auto row = [&](const uint16_t* pool, int t, int h) {
+      return pool + ((size_t(table[t / ps]) * a.num_kv_heads + h) * ps + t % ps) * d;
+    };
+    for (int hq = 0; hq < a.num_heads; ++hq) {
+      const int h = hq / group;
+      const uint16_t* qb = a.q + (size_t(b) * a.num_heads + hq) * d;
+      for (int i = 0; i < d; ++i) q[i] = bf16_to_f32(qb[i]);
+      float* o = a.o + (size_t(b) * a.num_heads + hq) * d;
+      float& lse = a.lse[size_t(b) * a.num_heads + hq];
+      if (len == 0) {  // empty key set: the state (0, -inf)
+        for (int i = 0; i < d; ++i) o[i] = 0.0f;
+        lse = -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      // Pass 1: scores and their max, so the exponentials below cannot overflow.
+      s.assign(len, 0.0);
+      double m = -std::numeric_limits<double>::infinity();
+      for (int t = 0; t < len; ++t) {
+        const uint16_t* k = row(a.k_pool, t, h);
+        double dot = 0.0;
+        for (int i = 0; i < d; ++i) dot += double(q[i]) * double(bf16_to_f32(k[i]));
+        s[t] = dot * double(a.scale);
+        m = std::fmax(m, s[t]);
+      }
+      // Pass 2: o = sum_t softmax_t v_t.
+      double sum = 0.0;
+      for (int i = 0; i < d; ++i) acc[i] = 0.0;
+      for (int t = 0; t < len; ++t) {
+        const double p = std::exp(s[t] - m);
+        sum += p;
+        const uint16_t* v = row(a.v_pool, t, h);
+        for (int i = 0; i < d; ++i) acc[i] += p * double(bf16_to_f32(v[i]));
+      }
+      for (int i = 0; i < d; ++i) o[i] = float(acc[i] / sum);
+      lse = float(m + std::log(sum));
+    }
+  }
+}
+
+}  // namespace skim::cpu

@@ -1,0 +1,42 @@
+// Paged decode attention on the GPU: split-KV flash decoding over the page table.
+//
+// Several CTAs share one (sequence, KV head), taking its pages in small batches from a
+// counter so that they finish together, and each CTA handles all query heads of that KV
+// head's GQA group, so each K/V page is read from HBM once per call. Its warps stream pages through
+// shared memory with cp.async, compute scores and P.V on the tensor cores (bf16 inputs, fp32
+// accumulation) and keep an online softmax; the CTA writes one partial state (o, lse) per
+// query head. A second small kernel merges the chunks with the exact log-sum-exp rule of
+// attention/attention_state.h. When one chunk covers every sequence the first kernel writes
+// the result directly.
+//
+// Same name and arguments as the CPU reference, skim::cpu::paged_decode_attention. This
+// header holds no device code, so plain C++ (tests, the engine) includes it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "attention/paged_decode_args.h"
+
+namespace skim::cuda {
+
+// Bytes of workspace a call with these shapes may need: depends on batch, num_heads,
+// num_kv_heads, head_dim and the current device (its SM count), not on the lengths, so one
+// allocation serves every step of a batch shape (and of smaller batches). Zero when the
+// shapes are unsupported or need none.
+//
+// The workspace must be zero-filled once after allocation (cudaMemset): it holds counters
+// that distribute pages among CTAs, and every call leaves them at zero again. Calls sharing
+// one workspace must be ordered (one stream, or events).
+size_t paged_decode_workspace_size(const PagedDecodeArgs& args);
+
+// Device pointers in args; asynchronous on `stream`, allocates nothing, captures into a CUDA
+// graph (the split is planned on the host from args.max_seq_len). Supported: head_dim 64 or
+// 128, page_size 16, group size (num_heads / num_kv_heads) any value >= 1 (groups larger
+// than 8 are processed as several sub-groups of at most 8, each reading the KV again).
+// Returns cudaErrorInvalidValue for unsupported shapes or a too small workspace, else the
+// launch status.
+cudaError_t paged_decode_attention(const PagedDecodeArgs& args, cudaStream_t stream);
+
+}  // namespace skim::cuda

@@ -1,0 +1,728 @@
+// Kernels of paged decode attention (see paged_decode_attention.cuh for the contract). Kept in
+// a header so that the benchmark can instantiate tuning variants next to the default one; the
+// library's instantiations live in paged_decode_attention.cu.
+//
+// Work split. A CTA owns one (sequence, KV head, chunk of consecutive pages) and the query
+// heads of that KV head's group (at most 8; larger groups are split into sub-groups). Each
+// warp of the CTA takes every WARPS-th page of the chunk and runs its own online softmax, so
+// warps never wait on each other inside the loop; the CTA merges its warps' states at the
+// end and writes one (o, lse) per query head: the final result when a single chunk covers the
+// sequence, else a partial that merge_kernel combines.
+//
+// Per page and warp (16 tokens of one KV head, K and V 4 KB each at head_dim 128):
+//   * cp.async copies K and V into a STAGES-deep ring of shared memory, 16 bytes per copy,
+//     rows past the sequence end zero-filled (src-size 0) so no garbage, NaN included, can
+//     reach the arithmetic;
+//   * S = Q K^T with mma.m16n8k16 (bf16 in, fp32 out): A = the group's queries in rows 0..7
+//     (rows 8..15 are zero and never read), B = K straight from shared memory by ldmatrix.
+//     q and K are bf16 already, so this loses nothing against fp32 FMAs;
+//   * online softmax in the exp2 domain on the accumulator fragment: each quad of lanes
+//     holds one query head's 16 scores (4 each), two shuffles give the row max;
+//   * O += P V on the tensor cores as well, with P split into bf16 hi + lo parts (two MMAs):
+//     P in bf16 alone would cost ~2^-9 relative error per weight, hi+lo keeps ~2^-17, i.e.
+//     fp32-class results while the math stays far below the memory time.
+// The kernel is bound by HBM: ~150 warp instructions per 8 KB page.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "attention/paged_decode_args.h"
+
+namespace skim::cuda::detail {
+
+constexpr int kPageSize = 16;
+constexpr int kMaxRows = 8;        // query heads per CTA: rows 0..7 of the m16 MMA tile
+constexpr int kMergeThreads = 256;  // merge_kernel block
+
+// ---------------------------------------------------------------------------------------
+// PTX wrappers (sm_80+; griddepcontrol is sm_90 and compiles to nothing below it).
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global->shared copy that bypasses L1; src_bytes 0 writes zeros without reading.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                            uint32_t& r3, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                                  uint32_t& r3, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// c[0..1] += A B for the upper 8 rows of an m16n8k16 bf16 MMA. a_lo / a_hi: this lane's two
+// bf16 of row lane/4 at k = 2*(lane%4) and k + 8; rows 8..15 are fed zeros and their
+// outputs dropped, so they cost no registers.
+__device__ __forceinline__ void mma_rows8(float (&c)[2], uint32_t a_lo, uint32_t a_hi,
+                                          uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "{\n"
+      ".reg .f32 z2, z3;\n"  // rows 8..15 of D: written, never read
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,z2,z3}, {%2,%3,%4,%5}, "
+      "{%6,%7}, {%8,%9,%10,%11};\n"
+      "}\n"
+      : "=f"(c[0]), "=f"(c[1])
+      : "r"(a_lo), "r"(0u), "r"(a_hi), "r"(0u), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
+        "f"(0.0f), "f"(0.0f));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Programmatic dependent launch (sm_90): the split kernel lets the merge kernel start early
+// (its launch overlaps our tail); the merge kernel waits for our writes before reading.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+
+struct SplitParams {
+  const uint16_t* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  const int32_t* page_table;
+  const int32_t* seq_lens;
+  // Where CTA (b, query head hq, chunk c) writes: o at out_o + (b*H + hq)*o_head_stride
+  // + c*D (+ d), lse likewise. Final outputs (stride D, 1) or the partials in the workspace.
+  float* out_o;
+  float* out_lse;
+  int o_head_stride, lse_head_stride;
+  // Dynamic mode: per (sequence, KV unit) two ints {pages handed out, warps done}, zero
+  // between calls (the last warp of a unit resets them).
+  int* counters;
+  bool dynamic;
+  int num_heads, num_kv_heads, group, sub_groups;
+  int max_pages_per_seq;
+  float scale_log2;  // scale * log2(e): scores live in the exp2 domain
+};
+
+// Pages a warp takes at a time from its unit's pool.
+constexpr int kBatchPages = 2;
+
+template <int D, int WARPS, int STAGES>
+struct SplitConfig {
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(STAGES >= 2, "need at least double buffering");
+  static constexpr int kThreads = WARPS * 32;
+  static constexpr int kRowBytes = D * 2;                  // one token of K or V
+  static constexpr int kPageBytes = kPageSize * kRowBytes;  // K (or V) of one page, one head
+  static constexpr int kStageBytes = 2 * kPageBytes;
+  static constexpr int kWarpBytes = STAGES * kStageBytes;
+  static constexpr int kSmemBytes = WARPS * kWarpBytes;
+  static constexpr int kChunksPerRow = D / 8;  // 16-byte pieces per row
+  static constexpr int kCopiesPerLane = kPageBytes / 16 / 32;
+  // After the loop each warp leaves o[kMaxRows][D], m[kMaxRows], l[kMaxRows] in its ring.
+  static_assert((kMaxRows * D + 2 * kMaxRows) * 4 <= kWarpBytes, "merge scratch fits the ring");
+};
+
+template <int D, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) {
+  using C = SplitConfig<D, WARPS, STAGES>;
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = lane >> 2, quad = lane & 3;  // MMA fragment coordinates
+  const int chunk = blockIdx.x;
+  const int kvh = blockIdx.y / p.sub_groups;
+  const int g0 = (blockIdx.y % p.sub_groups) * kMaxRows;
+  const int rows = min(kMaxRows, p.group - g0);  // query heads of this CTA
+  const int b = blockIdx.z;
+  const int hq0 = kvh * p.group + g0;
+
+  pdl_wait();  // no-op unless this launch itself is a programmatic dependent
+  pdl_launch_dependents();
+
+  // Start every independent load before using any: the length, the queries, the page ids.
+  // The page ids are fetched speculatively over the whole chunk (in bounds of the table row),
+  // so that this load does not wait for seq_len.
+  const int len_raw = p.seq_lens[b];
+
+  uint32_t qf[D / 16][2];  // A fragments of Q, one pair per k-step of 16 dims
+  {
+    const uint16_t* qrow = p.q + (size_t(b) * p.num_heads + hq0 + row) * D + 2 * quad;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qf[kk][0] = row < rows ? __ldg(reinterpret_cast<const unsigned int*>(qrow + 16 * kk)) : 0u;
+      qf[kk][1] =
+          row < rows ? __ldg(reinterpret_cast<const unsigned int*>(qrow + 16 * kk + 8)) : 0u;
+    }
+  }
+
+  // Work distribution. The CTAs of one (sequence, KV unit) share its pages: a warp takes
+  // kBatchPages consecutive pages at a time. Static mode (deterministic): the unit's warps
+  // stride through the batches by rank, so every warp gets an even share spread over the
+  // sequence. Dynamic mode: the first two batches by rank (no waiting at the start), later
+  // ones from an atomic counter, so warps that the memory system happens to serve faster
+  // take more pages and all finish closer together. A warp keeps one batch ahead whose ids
+  // are loading and (dynamic) one counter grab in flight, so neither latency stalls it.
+  constexpr int K = kBatchPages;
+  const int32_t* table = p.page_table + size_t(b) * p.max_pages_per_seq;
+  const int total_warps = gridDim.x * WARPS;
+  const int gw = chunk * WARPS + warp;
+  int* const ctr = !p.dynamic ? nullptr : p.counters + (size_t(b) * gridDim.y + blockIdx.y) * 2;
+  const int dyn_base = 2 * total_warps * K;
+  auto load_batch_ids = [&](int base) {  // lane l < K: id of page base + l (speculative)
+    const int pg = base + lane;
+    return lane < K && pg < p.max_pages_per_seq ? __ldg(table + pg) : 0;
+  };
+  int cur_base = gw * K, nxt_base = (total_warps + gw) * K;
+  int cur_ids = load_batch_ids(cur_base);
+  int nxt_ids = load_batch_ids(nxt_base);
+  int pending = 0;  // lane 0: result of the counter grab in flight
+  bool has_pending = false;
+  int static_j = 2;
+  if (p.dynamic) {
+    if (lane == 0) pending = atomicAdd(ctr, K);
+    has_pending = true;
+  }
+
+  const int len = min(max(len_raw, 0), p.max_pages_per_seq * kPageSize);
+  const int n_pages = (len + kPageSize - 1) / kPageSize;
+
+  // The grab just resolved lies past the end: this warp takes no more. The unit's last warp
+  // to get here resets the counters for the next call (every other warp has made its last
+  // atomicAdd by then).
+  auto finish_grabs = [&]() {
+    if (lane == 0) {
+      __threadfence();  // this warp's grabs are performed before it counts out
+      const int old = atomicAdd(ctr + 1, 1);
+      if (old == total_warps - 1) {
+        atomicExch(ctr, 0);
+        atomicExch(ctr + 1, 0);
+      }
+    }
+  };
+  auto next_batch = [&]() {
+    if (!p.dynamic) return (static_j++ * total_warps + gw) * K;
+    const int base = dyn_base + __shfl_sync(0xffffffffu, pending, 0);
+    has_pending = false;
+    if (base < n_pages) {
+      if (lane == 0) pending = atomicAdd(ctr, K);
+      has_pending = true;
+    } else {
+      finish_grabs();
+    }
+    return base;
+  };
+
+  unsigned char* wbuf = smem + warp * C::kWarpBytes;
+  const uint32_t wbuf_s = smem_addr(wbuf);
+  const size_t page_stride = size_t(p.num_kv_heads) * kPageSize * D;  // elements
+  const uint16_t* kbase = p.k + size_t(kvh) * kPageSize * D;
+  const uint16_t* vbase = p.v + size_t(kvh) * kPageSize * D;
+  __shared__ int stage_valid[WARPS][STAGES];  // tokens of the page in each stage
+
+  // Row r's 16-byte piece c sits at piece c ^ (r & 7): the 8 rows an ldmatrix reads (same
+  // piece, consecutive rows 256 or 128 bytes apart) then hit 8 different bank groups.
+  auto swz = [](int r, int c) { return uint32_t(r * C::kRowBytes + ((c ^ (r & 7)) << 4)); };
+
+  // Copies this warp's next page into stage i % STAGES; always commits a group (maybe
+  // empty) so that wait_group counts stay uniform. i counts issue calls, which equal issued
+  // pages until the source runs dry.
+  int pos = 0, n_issued = 0;
+  bool exhausted = false;
+  auto issue = [&](int i) {
+    if (!exhausted) {
+      if (pos == K) {
+        cur_base = nxt_base;
+        cur_ids = nxt_ids;
+        pos = 0;
+        if (cur_base < n_pages) {
+          nxt_base = next_batch();
+          nxt_ids = load_batch_ids(nxt_base);
+        }
+      }
+      const int pg = cur_base + pos;
+      if (pg >= n_pages) {  // bases only grow: nothing more for this warp
+        exhausted = true;
+        if (has_pending) {  // an unused grab (past the end too): count out
+          has_pending = false;
+          finish_grabs();
+        }
+      } else {
+        const int id = __shfl_sync(0xffffffffu, cur_ids, pos);
+        ++pos;
+        ++n_issued;
+        const int valid = len - pg * kPageSize;  // >= 1
+        if (lane == 0) stage_valid[warp][i % STAGES] = valid;
+        const size_t off = size_t(id) * page_stride;
+        const uint32_t ks = wbuf_s + (i % STAGES) * C::kStageBytes, vs = ks + C::kPageBytes;
+#pragma unroll
+        for (int j = 0; j < C::kCopiesPerLane; ++j) {
+          const int idx = lane + 32 * j;
+          const int r = idx / C::kChunksPerRow, c = idx % C::kChunksPerRow;
+          const bool ok = r < valid;
+          const size_t src = off + size_t(ok ? r : 0) * D + c * 8;
+          cp_async16(ks + swz(r, c), kbase + src, ok ? 16 : 0);
+          cp_async16(vs + swz(r, c), vbase + src, ok ? 16 : 0);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) issue(s);
+
+  float m_run = -INFINITY;  // running max of this lane's query head (exp2 domain)
+  float l_run = 0.0f;       // this lane's share of the running softmax denominator
+  float acc[D / 8][2];      // O fragment: dims 8n + 2*quad + {0,1} of head `row`
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
+
+  for (int i = 0; i < n_issued; ++i) {
+    cp_async_wait<STAGES - 1>();  // page i has landed (for this lane) ...
+    __syncwarp();                 // ... and for the whole warp
+    const uint32_t ks = wbuf_s + (i % STAGES) * C::kStageBytes, vs = ks + C::kPageBytes;
+    const int valid = stage_valid[warp][i % STAGES];
+
+    // S = Q K^T: two n-tiles of 8 tokens. ldmatrix x4 gives (tok 0-7, dims lo), (tok 0-7,
+    // dims hi), (tok 8-15, lo), (tok 8-15, hi): the B fragments of both tiles at once.
+    float s0[2] = {0.0f, 0.0f}, s1[2] = {0.0f, 0.0f};
+    {
+      const int r = (lane & 7) + ((lane >> 4) << 3);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4(b0, b1, b2, b3, ks + swz(r, 2 * kk + ((lane >> 3) & 1)));
+        mma_rows8(s0, qf[kk][0], qf[kk][1], b0, b1);
+        mma_rows8(s1, qf[kk][0], qf[kk][1], b2, b3);
+      }
+    }
+
+    // Online softmax. This lane holds tokens 2q, 2q+1, 8+2q, 9+2q of head `row`.
+    float sc[4] = {s0[0] * p.scale_log2, s0[1] * p.scale_log2, s1[0] * p.scale_log2,
+                   s1[1] * p.scale_log2};
+    if (valid < kPageSize) {  // the sequence's last page; token 0 is always valid
+      const int t0 = 2 * quad;
+      if (t0 >= valid) sc[0] = -INFINITY;
+      if (t0 + 1 >= valid) sc[1] = -INFINITY;
+      if (t0 + 8 >= valid) sc[2] = -INFINITY;
+      if (t0 + 9 >= valid) sc[3] = -INFINITY;
+    }
+    float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run, mx);  // finite: token 0 of the page is valid
+    const float alpha = exp2f(m_run - m_new);
+    float pr[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) pr[j] = exp2f(sc[j] - m_new);
+    l_run = l_run * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+    m_run = m_new;
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t) {
+      acc[t][0] *= alpha;
+      acc[t][1] *= alpha;
+    }
+
+    // P as A fragments (the accumulator layout of S is the A layout of P: no shuffles), in
+    // bf16 hi + lo.
+    const uint32_t ph_lo = pack_bf16(pr[0], pr[1]), ph_hi = pack_bf16(pr[2], pr[3]);
+    const float2 f01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ph_lo));
+    const float2 f23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ph_hi));
+    const uint32_t pl_lo = pack_bf16(pr[0] - f01.x, pr[1] - f01.y);
+    const uint32_t pl_hi = pack_bf16(pr[2] - f23.x, pr[3] - f23.y);
+
+    // O += P V: ldmatrix.trans x4 gives (tok 0-7, dims 16np..+7), (tok 8-15, same),
+    // (tok 0-7, dims +8..+15), (tok 8-15, same): B fragments of two n-tiles of dims.
+    {
+      const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t v0, v1, v2, v3;
+        ldmatrix_x4_trans(v0, v1, v2, v3, vs + swz(r, 2 * np + (lane >> 4)));
+        mma_rows8(acc[2 * np], ph_lo, ph_hi, v0, v1);
+        mma_rows8(acc[2 * np], pl_lo, pl_hi, v0, v1);
+        mma_rows8(acc[2 * np + 1], ph_lo, ph_hi, v2, v3);
+        mma_rows8(acc[2 * np + 1], pl_lo, pl_hi, v2, v3);
+      }
+    }
+
+    __syncwarp();  // every lane is done with this stage before it is refilled
+    issue(i + STAGES);
+  }
+  cp_async_wait<0>();
+
+  // The quad's lanes hold disjoint tokens: sum their denominators.
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+
+  // Each warp leaves its unnormalised state in its own ring, then the CTA merges the warps.
+  __syncwarp();
+  float* ws = reinterpret_cast<float*>(wbuf);
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t)
+    *reinterpret_cast<float2*>(ws + row * D + 8 * t + 2 * quad) = make_float2(acc[t][0], acc[t][1]);
+  if (quad == 0) {
+    ws[kMaxRows * D + row] = m_run;
+    ws[kMaxRows * D + kMaxRows + row] = l_run;
+  }
+  __syncthreads();
+
+  const float* all = reinterpret_cast<const float*>(smem);
+  constexpr int kWarpFloats = C::kWarpBytes / 4;
+  for (int idx = threadIdx.x; idx < rows * D; idx += C::kThreads) {
+    const int h = idx / D, d = idx % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, all[w * kWarpFloats + kMaxRows * D + h]);
+    float L = 0.0f, O = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const float mw = all[w * kWarpFloats + kMaxRows * D + h];
+      if (mw == -INFINITY) continue;  // a warp that saw no page
+      const float wt = exp2f(mw - M);
+      L += wt * all[w * kWarpFloats + kMaxRows * D + kMaxRows + h];
+      O += wt * all[w * kWarpFloats + h * D + d];
+    }
+    const size_t head = size_t(b) * p.num_heads + hq0 + h;
+    p.out_o[head * p.o_head_stride + size_t(chunk) * D + d] = L > 0.0f ? O / L : 0.0f;
+    if (d == 0)
+      p.out_lse[head * p.lse_head_stride + chunk] =
+          L > 0.0f ? (M + log2f(L)) * 0.69314718055994531f : -INFINITY;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+
+struct MergeParams {
+  const float* part_o;    // [batch][num_heads][num_chunks][D]
+  const float* part_lse;  // [batch][num_heads][num_chunks]
+  float* o;
+  float* lse;
+  int num_heads, num_chunks;
+};
+
+constexpr int kMaxChunks = 1024;  // make_plan never plans more
+
+__device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) {
+  constexpr int kWarps = kMergeThreads / 32;
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, s);
+    v = is_max ? fmaxf(v, o) : v + o;
+  }
+  __syncthreads();  // red[] may still be read by an earlier reduction
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = red[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) v = is_max ? fmaxf(v, red[w]) : v + red[w];
+  return v;
+}
+
+// One block per (sequence, query head): lse = log sum_c exp(lse_c), o = sum_c exp(lse_c -
+// lse) o_c, the n-way form of merge_state; chunks that saw no key are (o, -inf) and weigh
+// nothing. Latency matters here (it runs after the split kernel, on the critical path), so
+// every load is issued before it is used: the weights in one pass, then each thread sums
+// one float4 of o over its share of the chunks with the loads unrolled.
+template <int D>
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams p) {
+  constexpr int kVecs = D / 4;                     // float4 per chunk
+  constexpr int kGroups = kMergeThreads / kVecs;   // chunks summed in parallel
+  __shared__ float red[kMergeThreads / 32];
+  __shared__ float weight[kMaxChunks];
+  __shared__ float4 part[kGroups][kVecs];
+
+  pdl_wait();  // the split kernel's partials are complete and visible after this
+
+  const int bh = blockIdx.x, nc = p.num_chunks, t = threadIdx.x;
+  const float* lse_c = p.part_lse + size_t(bh) * nc;
+  const float4* o_c = reinterpret_cast<const float4*>(p.part_o + size_t(bh) * nc * D);
+
+  float M = -INFINITY;
+  for (int c = t; c < nc; c += kMergeThreads) M = fmaxf(M, lse_c[c]);
+  M = block_reduce(M, true, red);
+  float L = 0.0f;
+  for (int c = t; c < nc; c += kMergeThreads) {
+    const float l = lse_c[c];
+    const float w = l == -INFINITY ? 0.0f : expf(l - M);
+    weight[c] = w;
+    L += w;
+  }
+  L = block_reduce(L, false, red);  // its barriers also publish weight[]
+
+  const int v = t % kVecs, g = t / kVecs;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+  for (int c = g; c < nc; c += kGroups) {
+    const float w = weight[c];
+    const float4 x = o_c[size_t(c) * kVecs + v];
+    acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+  }
+  part[g][v] = acc;
+  __syncthreads();
+  if (t < kVecs) {
+    float4 sum = part[0][t];
+#pragma unroll
+    for (int j = 1; j < kGroups; ++j)
+      sum.x += part[j][t].x, sum.y += part[j][t].y, sum.z += part[j][t].z, sum.w += part[j][t].w;
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    reinterpret_cast<float4*>(p.o + size_t(bh) * D)[t] =
+        make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
+  }
+  if (t == 0) p.lse[bh] = L > 0.0f ? M + logf(L) : -INFINITY;
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side: planning and launching.
+
+struct Plan {
+  int sub_groups = 1;
+  int num_chunks = 1;   // CTAs per (sequence, KV unit)
+  int chunk_pages = 1;  // pages per CTA on average (for reports)
+  bool direct = true;
+  size_t workspace_bytes = 0;
+};
+
+inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// Workspace layout: the page counters first, at a fixed place and size, so that calls of
+// any shape on one workspace never see another call's partials where their counters are;
+// every split call leaves the counters it used at zero, so the workspace needs zero-filling
+// only once after allocation. Then partial o [batch][num_heads][num_chunks][D] fp32 and
+// partial lse [batch][num_heads][num_chunks].
+constexpr int kMaxUnits = 4096;  // (sequence, KV unit) pairs of a split call
+constexpr size_t kCounterBytes = size_t(kMaxUnits) * 2 * 4;
+struct WorkspaceLayout {
+  size_t o_offset, lse_offset, bytes;
+};
+inline WorkspaceLayout workspace_layout(const PagedDecodeArgs& a, int num_chunks) {
+  const size_t heads = size_t(a.batch) * a.num_heads * num_chunks;
+  WorkspaceLayout w;
+  w.o_offset = kCounterBytes;
+  w.lse_offset = w.o_offset + align_up(heads * a.head_dim * 4, 256);
+  w.bytes = w.lse_offset + align_up(heads * 4, 256);
+  return w;
+}
+
+inline int max_chunks_for(const PagedDecodeArgs& a, int capacity, int sub_groups) {
+  const long units = long(a.batch) * a.num_kv_heads * sub_groups;
+  const long mc = units > 0 ? std::max<long>(1, capacity / units) : 1;
+  return int(std::min<long>(mc, kMaxChunks));
+}
+
+// CTAs per (sequence, KV unit): fill the machine's resident CTA slots (`capacity`) in one
+// wave, so batch 1 at 8K still keeps every SM streaming, but give every CTA at least
+// min_chunk_pages of the longest sequence (short sequences: the merge would cost more than
+// the spreading gains).
+inline Plan make_plan(const PagedDecodeArgs& a, int capacity, int min_chunk_pages) {
+  Plan plan;
+  plan.sub_groups = (a.group_size() + kMaxRows - 1) / kMaxRows;
+  const int max_chunks = max_chunks_for(a, capacity, plan.sub_groups);
+  const int pages = (std::max(a.max_seq_len, 1) + kPageSize - 1) / kPageSize;
+  int nc = std::min(std::max((pages + min_chunk_pages - 1) / min_chunk_pages, 1), max_chunks);
+  if (long(a.batch) * a.num_kv_heads * plan.sub_groups > kMaxUnits) nc = 1;  // > capacity anyway
+  plan.num_chunks = nc;
+  plan.chunk_pages = (pages + nc - 1) / nc;
+  plan.direct = nc == 1;
+  plan.workspace_bytes = plan.direct ? 0 : workspace_layout(a, nc).bytes;
+  return plan;
+}
+
+// Upper bound of make_plan(...).workspace_bytes over all lengths.
+inline size_t max_workspace_bytes(const PagedDecodeArgs& a, int capacity) {
+  const int sub = (a.group_size() + kMaxRows - 1) / kMaxRows;
+  const int mc = max_chunks_for(a, capacity, sub);
+  return mc > 1 && long(a.batch) * a.num_kv_heads * sub <= kMaxUnits ? workspace_layout(a, mc).bytes
+                                                                      : 0;
+}
+
+struct DeviceInfo {
+  int sms = 0;
+  int cc_major = 0;
+};
+
+inline cudaError_t device_info(DeviceInfo& info) {
+  constexpr int kMaxDevices = 64;
+  static DeviceInfo cache[kMaxDevices];  // benign race: every writer stores the same values
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < kMaxDevices && cache[dev].sms > 0) {
+    info = cache[dev];
+    return cudaSuccess;
+  }
+  DeviceInfo d;
+  if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+    return e;
+  if ((e = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev)) !=
+      cudaSuccess)
+    return e;
+  if (dev < kMaxDevices) cache[dev] = d;
+  info = d;
+  return cudaSuccess;
+}
+
+// A variant of the split kernel: raises its shared-memory limit once per device and reports
+// how many of its CTAs one SM holds.
+template <int D, int WARPS, int STAGES>
+struct Variant {
+  using C = SplitConfig<D, WARPS, STAGES>;
+  static constexpr int kMinChunkPages = 2 * WARPS;
+
+  static cudaError_t ctas_per_sm(int& out) {
+    constexpr int kMaxDevices = 64;
+    static int cache[kMaxDevices];
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < kMaxDevices && cache[dev] > 0) {
+      out = cache[dev];
+      return cudaSuccess;
+    }
+    e = cudaFuncSetAttribute(split_kernel<D, WARPS, STAGES>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    // The merge kernel asks for the same L1/shared split, so that its blocks (launched early
+    // through PDL) can sit beside split CTAs without the SM reconfiguring between kernels.
+    for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES>),
+                          reinterpret_cast<const void*>(merge_kernel<D>)}) {
+      e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared);
+      if (e != cudaSuccess) return e;
+    }
+    int n = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<D, WARPS, STAGES>,
+                                                      C::kThreads, C::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    n = std::max(n, 1);
+    if (dev < kMaxDevices) cache[dev] = n;
+    out = n;
+    return cudaSuccess;
+  }
+
+  static cudaError_t capacity(int& cap) {
+    DeviceInfo info;
+    cudaError_t e = device_info(info);
+    if (e != cudaSuccess) return e;
+    int per_sm = 0;
+    if ((e = ctas_per_sm(per_sm)) != cudaSuccess) return e;
+    cap = info.sms * per_sm;
+    return cudaSuccess;
+  }
+
+  static cudaError_t workspace_size(const PagedDecodeArgs& a, size_t& bytes) {
+    int cap = 0;
+    cudaError_t e = capacity(cap);
+    if (e != cudaSuccess) return e;
+    bytes = max_workspace_bytes(a, cap);
+    return cudaSuccess;
+  }
+
+  // `capacity_override` > 0 replaces the resident-slot count (tuning experiments).
+  static cudaError_t launch(const PagedDecodeArgs& a, cudaStream_t stream,
+                            int capacity_override = 0, Plan* plan_out = nullptr) {
+    if (a.batch == 0) return cudaSuccess;
+    DeviceInfo info;
+    cudaError_t e = device_info(info);
+    if (e != cudaSuccess) return e;
+    int cap = 0;
+    if ((e = capacity(cap)) != cudaSuccess) return e;
+    if (capacity_override > 0) cap = capacity_override;
+    const Plan plan = make_plan(a, cap, kMinChunkPages);
+    if (plan_out) *plan_out = plan;
+    if (!plan.direct && (a.workspace == nullptr || a.workspace_bytes < plan.workspace_bytes))
+      return cudaErrorInvalidValue;
+
+    int* counters = nullptr;
+    float *part_o = nullptr, *part_lse = nullptr;
+    if (!plan.direct) {
+      const WorkspaceLayout wl = workspace_layout(a, plan.num_chunks);
+      char* ws = static_cast<char*>(a.workspace);
+      counters = reinterpret_cast<int*>(ws);
+      part_o = reinterpret_cast<float*>(ws + wl.o_offset);
+      part_lse = reinterpret_cast<float*>(ws + wl.lse_offset);
+    }
+
+    SplitParams sp;
+    sp.q = a.q;
+    sp.k = a.k_pool;
+    sp.v = a.v_pool;
+    sp.page_table = a.page_table;
+    sp.seq_lens = a.seq_lens;
+    sp.out_o = plan.direct ? a.o : part_o;
+    sp.out_lse = plan.direct ? a.lse : part_lse;
+    sp.counters = counters;
+    sp.dynamic = !plan.direct && !a.deterministic;
+    sp.o_head_stride = plan.direct ? D : plan.num_chunks * D;
+    sp.lse_head_stride = plan.direct ? 1 : plan.num_chunks;
+    sp.num_heads = a.num_heads;
+    sp.num_kv_heads = a.num_kv_heads;
+    sp.group = a.group_size();
+    sp.sub_groups = plan.sub_groups;
+    sp.max_pages_per_seq = a.max_pages_per_seq;
+    sp.scale_log2 = a.scale * 1.4426950408889634f;
+
+    const dim3 grid(plan.num_chunks, a.num_kv_heads * plan.sub_groups, a.batch);
+    split_kernel<D, WARPS, STAGES><<<grid, C::kThreads, C::kSmemBytes, stream>>>(sp);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    if (plan.direct) return cudaSuccess;
+
+    MergeParams mp;
+    mp.part_o = part_o;
+    mp.part_lse = part_lse;
+    mp.o = a.o;
+    mp.lse = a.lse;
+    mp.num_heads = a.num_heads;
+    mp.num_chunks = plan.num_chunks;
+
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(a.batch * a.num_heads);
+    cfg.blockDim = dim3(kMergeThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = info.cc_major >= 9 ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, merge_kernel<D>, mp);
+  }
+};
+
+// The variant the library uses (paged_decode_attention.cu), chosen with the variant sweep of
+// bench/attention/decode_attention_bench.cu on an H100.
+template <int D>
+using DefaultVariant = Variant<D, 8, 2>;
+
+// Shapes the kernels accept (device pointers are not checked).
+inline bool supported(const PagedDecodeArgs& a) {
+  return a.batch >= 0 && a.num_heads > 0 && a.num_kv_heads > 0 &&
+         a.num_heads % a.num_kv_heads == 0 && (a.head_dim == 64 || a.head_dim == 128) &&
+         a.page_size == kPageSize && a.max_pages_per_seq > 0 && a.max_seq_len >= 0 &&
+         a.max_seq_len <= a.max_pages_per_seq * kPageSize;
+}
+
+}  // namespace skim::cuda::detail

@@ -140,6 +140,8 @@ const VariantInfo kVariants[] = {
     {"w4s3", launch_variant<4, 3>, per_sm_variant<4, 3>},
     {"w4s3dyn", launch_variant<4, 3, 1, true>, per_sm_variant<4, 3>},
     {"w8s3", launch_variant<8, 3>, per_sm_variant<8, 3>},
+    {"w6s2", launch_variant<6, 2>, per_sm_variant<6, 2>},
+    {"w6s2dyn", launch_variant<6, 2, 1, true>, per_sm_variant<6, 2>},
 };
 
 }  // namespace

@@ -1,6 +1,11 @@
 // The Tokenizer of a Hugging Face tokenizer.json: added tokens, normalizer, pre-tokenizer,
 // BPE model, decoder and the post-processor's BOS. truncation and padding are not applied:
 // the engine decides lengths itself.
+//
+// Known differences from Hugging Face (none shows in the golden fixtures): regexes run on PCRE2,
+// not Oniguruma (\s is made to match U+0085 as Oniguruma's does; other class differences may
+// remain); a pattern's empty matches are skipped; decode() returns raw bytes where Hugging
+// Face returns U+FFFD for an invalid sequence.
 #pragma once
 
 #include <memory>

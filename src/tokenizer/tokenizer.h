@@ -15,7 +15,9 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Special tokens in the text ("<|endoftext|>") become their ids when allow_special is true.
+  // Special tokens in the text ("<|endoftext|>") become their ids when allow_special is true;
+  // otherwise their text is tokenized like any other (non-special added tokens still match).
+  // Invalid UTF-8 is first replaced by U+FFFD, as Python's errors="replace" does.
   virtual std::vector<int> encode(std::string_view text, bool allow_special = true) const = 0;
   // Bytes of the tokens joined; may be invalid UTF-8 when cut mid-character.
   virtual std::string decode(const std::vector<int>& ids) const = 0;
@@ -33,7 +35,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& tokenizer
 std::unique_ptr<Tokenizer> parse_tokenizer(const std::string& json_text, const std::string& source);
 
 // Streams decoded text token by token, holding back an incomplete UTF-8 tail until the bytes
-// that finish it arrive (so a terminal never sees half a character).
+// that finish it arrive (so a terminal never sees half a character). It streams token_bytes,
+// so a first token keeps its leading space (it continues a prompt), unlike decode(). Bytes
+// that can never become valid are replaced by U+FFFD at once.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}

@@ -1,13 +1,13 @@
 // Paged decode attention on the GPU: split-KV flash decoding over the page table.
 //
-// Several CTAs share one (sequence, KV head), taking its pages in small batches from a
-// counter so that they finish together, and each CTA handles all query heads of that KV
-// head's GQA group, so each K/V page is read from HBM once per call. Its warps stream pages through
-// shared memory with cp.async, compute scores and P.V on the tensor cores (bf16 inputs, fp32
-// accumulation) and keep an online softmax; the CTA writes one partial state (o, lse) per
-// query head. A second small kernel merges the chunks with the exact log-sum-exp rule of
-// attention/attention_state.h. When one chunk covers every sequence the first kernel writes
-// the result directly.
+// Several CTAs share one (sequence, KV head), striding through its pages in batches of two
+// (or, with args.deterministic = false, taking batches from a shared counter), and each CTA
+// handles all query heads of that KV head's GQA group, so each K/V page is read from HBM
+// once per call. Its warps stream pages through shared memory with cp.async, compute scores
+// and P.V on the tensor cores (bf16 inputs, fp32 accumulation) and keep an online softmax;
+// the CTA writes one partial state (o, lse) per query head. A second small kernel merges
+// the partials with the exact log-sum-exp rule of attention/attention_state.h. When one CTA
+// covers every sequence (short sequences, large batches) it writes the result directly.
 //
 // Same name and arguments as the CPU reference, skim::cpu::paged_decode_attention. This
 // header holds no device code, so plain C++ (tests, the engine) includes it.

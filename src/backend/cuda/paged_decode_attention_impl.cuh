@@ -2,12 +2,13 @@
 // a header so that the benchmark can instantiate tuning variants next to the default one; the
 // library's instantiations live in paged_decode_attention.cu.
 //
-// Work split. A CTA owns one (sequence, KV head, chunk of consecutive pages) and the query
-// heads of that KV head's group (at most 8; larger groups are split into sub-groups). Each
-// warp of the CTA takes every WARPS-th page of the chunk and runs its own online softmax, so
-// warps never wait on each other inside the loop; the CTA merges its warps' states at the
-// end and writes one (o, lse) per query head: the final result when a single chunk covers the
-// sequence, else a partial that merge_kernel combines.
+// Work split. A "unit" is one (sequence, KV head) and the query heads of that KV head's
+// group (at most 8; larger groups are split into sub-groups, each a unit). make_plan gives
+// each unit num_chunks CTAs so that one wave fills the machine. The unit's warps share its
+// pages in batches of kBatchPages (statically by rank, or from a counter: see the kernel);
+// each warp runs its own online softmax, so warps never wait on each other inside the loop;
+// the CTA merges its warps' states at the end and writes one (o, lse) per query head: the
+// final result when the unit has a single CTA, else a partial that merge_kernel combines.
 //
 // Per page and warp (16 tokens of one KV head, K and V 4 KB each at head_dim 128):
 //   * cp.async copies K and V into a STAGES-deep ring of shared memory, 16 bytes per copy,

@@ -6,7 +6,7 @@
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev libfmt-dev
-      libopenblas-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3)
+      libopenblas-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libpng-dev python3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::function<void()> run;
   skim::cli::register_generate(app, run);
+  skim::cli::register_eval(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

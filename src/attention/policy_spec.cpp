@@ -89,6 +89,24 @@ std::string PolicySpec::canonical() const {
   return s;
 }
 
+std::vector<std::string> split_policy_list(const std::string& text, const std::string& flag) {
+  std::vector<std::string> policies;
+  for (const std::string& item : split(text, ',')) {
+    SKIM_REQUIRE(!item.empty(), "{} '{}': empty item in the list", flag, text);
+    // `key=value` with a bare key (no ':' or '+' before the '=') continues the last policy.
+    size_t eq = item.find('=');
+    bool continues = eq != std::string::npos && item.find_first_of(":+") > eq;
+    if (continues) {
+      SKIM_REQUIRE(!policies.empty(), "{} '{}': '{}' comes before any policy name", flag, text, item);
+      policies.back() += "," + item;
+    } else {
+      policies.push_back(item);
+    }
+  }
+  SKIM_REQUIRE(!policies.empty(), "{}: empty policy list", flag);
+  return policies;
+}
+
 PolicySpec parse_policy_spec(const std::string& text) {
   PolicySpec spec;
   spec.source = text;

@@ -30,6 +30,12 @@ struct PolicySpec {
 // Splits and checks the syntax; names and keys are checked against the known components.
 PolicySpec parse_policy_spec(const std::string& text);
 
+// Splits a comma-separated list of policy strings (`--policy dense,quest:budget=0.1,min=0,resa`).
+// Policy strings contain commas themselves, so an item that is a bare `key=value` continues
+// the policy before it and any other item starts a new one. Empty items and a leading
+// `key=value` are errors naming `flag`.
+std::vector<std::string> split_policy_list(const std::string& text, const std::string& flag = "--policy");
+
 // Keys each component accepts (documented in docs/policies.md).
 const std::map<std::string, std::vector<std::string>>& policy_components();
 

@@ -1,0 +1,59 @@
+// Runs every requested task for every policy against dense, on one engine. Each text window
+// and each passkey prompt is prefilled once, densely, and forked per policy, so all policies
+// start from the identical cache (prefill is dense whatever the policy).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eval/agreement.h"
+#include "eval/corpus.h"
+#include "eval/eval_options.h"
+#include "eval/output_error.h"
+#include "eval/perplexity.h"
+#include "eval/retrieval.h"
+#include "eval/work.h"
+
+namespace skim {
+class Engine;
+}
+
+namespace skim::eval {
+
+struct PolicyResult {
+  std::string policy;
+  std::optional<BucketedNll> nll;             // task ppl
+  std::optional<OutputErrorMeter> error;      // task error
+  std::optional<AgreementTally> agreement;    // task agree
+  RetrievalTally retrieval;                   // task passkey
+  DecodeWork window_work;     // decode steps on the ctx-long windows (ppl, error, agree)
+  DecodeWork retrieval_work;  // decode steps of passkey questions and answers
+  // The work that speaks for the policy: the long windows when they ran, else retrieval.
+  const DecodeWork& work() const { return window_work.steps ? window_work : retrieval_work; }
+};
+
+struct EvalResults {
+  EvalOptions options;
+  std::string model;
+  int head_dim = 0;
+  int num_layers = 0;
+  int window_prefill = 0;  // tokens prefilled densely before the decoded part of a window
+  double seconds = 0;
+  std::vector<PolicyResult> policies;  // [0] is dense
+};
+
+// One line describing what runs now, for a progress display.
+using ProgressFn = std::function<void(const std::string& line)>;
+
+// The engine needs max_sequences >= 2 (the prefilled base and one fork) and a context of at
+// least ctx + answer_tokens; tasks on text need the model's tokenizer.
+EvalResults run_eval(Engine& engine, const Corpus& corpus, const EvalOptions& options,
+                     const ProgressFn& progress = {});
+
+// Token ids of `count` consecutive tokens of corpus text from a seeded line (BOS first when
+// the tokenizer adds one), running into the next documents when needed.
+std::vector<int> text_window(const Corpus& corpus, const Tokenizer& tok, size_t count, uint64_t seed);
+
+}  // namespace skim::eval

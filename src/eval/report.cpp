@@ -1,0 +1,157 @@
+#include "eval/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace skim::eval {
+
+namespace {
+
+std::string depth_key(double d) { return fmt::format("{:g}", d); }
+
+nlohmann::json work_json(const DecodeWork& w, int head_dim) {
+  WorkSummary s = summarize(w, head_dim);
+  return {{"decode_steps", w.steps},
+          {"kv_bytes_per_step", s.bytes_per_step},
+          {"dense_kv_bytes_per_step", s.dense_bytes_per_step},
+          {"kv_bytes_relative_to_dense", s.relative_to_dense},
+          {"rectify_bytes_per_step", s.rectify_bytes_per_step},
+          {"metadata_bytes_per_step", w.steps ? double(w.metadata_bytes) / double(w.steps) : 0.0},
+          {"rectified_tokens", w.rectified_tokens},
+          {"decode_seconds", w.seconds},
+          {"decode_tokens_per_s", s.tokens_per_second}};
+}
+
+nlohmann::json policy_json(const PolicyResult& p, const EvalResults& r) {
+  nlohmann::json j = {{"policy", p.policy}};
+  if (p.nll) j["perplexity"] = {{"buckets", p.nll->perplexity()}, {"overall", p.nll->overall()}};
+  if (p.error) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const LayerError& l : p.error->per_layer())
+      layers.push_back({{"mean", l.mean}, {"p90", l.p90}, {"samples", l.samples}});
+    j["output_error"] = {{"mean", p.error->mean()}, {"layers", layers}};
+  }
+  if (!p.retrieval.cells.empty()) {
+    nlohmann::json pk = nlohmann::json::object();
+    for (const auto& [keys, by_length] : p.retrieval.cells)
+      for (const auto& [length, cell] : by_length) {
+        nlohmann::json depths = nlohmann::json::object();
+        for (const auto& [d, ct] : cell.by_depth)
+          depths[depth_key(d)] = {{"correct", ct.first}, {"total", ct.second}};
+        pk[std::to_string(keys)][std::to_string(length)] = {
+            {"correct", cell.correct}, {"total", cell.total}, {"accuracy", cell.accuracy()}, {"by_depth", depths}};
+      }
+    j["passkey"] = pk;  // keys -> length -> accuracy
+  }
+  if (p.agreement)
+    j["agreement"] = {{"tokens", p.agreement->tokens},
+                      {"runs", p.agreement->runs},
+                      {"first_divergence", p.agreement->mean_first_divergence()},
+                      {"edit_similarity", p.agreement->mean_similarity()}};
+  j["work"] = work_json(p.work(), r.head_dim);
+  j["work_windows"] = work_json(p.window_work, r.head_dim);
+  j["work_passkey"] = work_json(p.retrieval_work, r.head_dim);
+  return j;
+}
+
+std::string k_tokens(int n) { return n % 1024 == 0 ? fmt::format("{}K", n / 1024) : std::to_string(n); }
+
+}  // namespace
+
+nlohmann::json to_json(const EvalResults& r) {
+  const EvalOptions& o = r.options;
+  std::vector<std::string> data;
+  for (const auto& p : o.data) data.push_back(p.string());
+  nlohmann::json j = {{"model", r.model},
+                      {"ctx", o.ctx},
+                      {"tasks", std::vector<std::string>(o.tasks.begin(), o.tasks.end())},
+                      {"decode_tokens", o.decode_tokens},
+                      {"window_prefill_tokens", r.window_prefill},
+                      {"buckets", o.buckets},
+                      {"docs", o.docs},
+                      {"lengths", o.lengths},
+                      {"prompts", o.prompts},
+                      {"depths", o.depths},
+                      {"keys", o.keys},
+                      {"agree_tokens", o.agree_tokens},
+                      {"seed", o.seed},
+                      {"data", data},
+                      {"seconds", r.seconds}};
+  nlohmann::json policies = nlohmann::json::array();
+  for (const PolicyResult& p : r.policies) policies.push_back(policy_json(p, r));
+  j["policies"] = policies;
+  return j;
+}
+
+std::string format_table(const EvalResults& r) {
+  const EvalOptions& o = r.options;
+  std::vector<std::string> header = {"policy"};
+  if (o.has("ppl")) {
+    for (int b = 0; b < o.buckets; ++b) header.push_back(fmt::format("ppl q{}", b + 1));
+    header.push_back("ppl");
+  }
+  if (o.has("error")) header.push_back("out err");
+  std::vector<std::string> lens;
+  for (int l : o.lengths) lens.push_back(k_tokens(l));
+  if (o.has("passkey"))
+    for (int k : o.keys) header.push_back(fmt::format("{}-key {}", k, fmt::join(lens, "/")));
+  if (o.has("agree")) header.push_back(fmt::format("agree {} (div, sim)", o.agree_tokens));
+  header.push_back("KV read");
+  header.push_back("tok/s");
+
+  std::vector<std::vector<std::string>> rows = {header};
+  for (const PolicyResult& p : r.policies) {
+    std::vector<std::string> row = {p.policy};
+    if (p.nll) {
+      for (double x : p.nll->perplexity()) row.push_back(fmt::format("{:.3f}", x));
+      row.push_back(fmt::format("{:.3f}", p.nll->overall()));
+    }
+    if (p.error) row.push_back(fmt::format("{:.4f}", p.error->mean()));
+    if (o.has("passkey"))
+      for (int k : o.keys) {
+        std::vector<std::string> acc;
+        for (int l : o.lengths) {
+          auto it = p.retrieval.cells.find(k);
+          const RetrievalCell* c = nullptr;
+          if (it != p.retrieval.cells.end() && it->second.count(l)) c = &it->second.at(l);
+          acc.push_back(c ? fmt::format("{:.2f}", c->accuracy()) : "-");
+        }
+        row.push_back(fmt::format("{}", fmt::join(acc, "/")));
+      }
+    if (p.agreement)
+      row.push_back(fmt::format("{:.0f}, {:.3f}", p.agreement->mean_first_divergence(), p.agreement->mean_similarity()));
+    WorkSummary s = summarize(p.work(), r.head_dim);
+    row.push_back(fmt::format("{:.3f}x", s.relative_to_dense));
+    row.push_back(fmt::format("{:.1f}", s.tokens_per_second));
+    rows.push_back(std::move(row));
+  }
+  std::vector<size_t> width(header.size(), 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::string out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (size_t c = 0; c < rows[i].size(); ++c) {
+      if (c == 0)
+        out += fmt::format("{:<{}}", rows[i][c], width[c]);
+      else
+        out += fmt::format("  {:>{}}", rows[i][c], width[c]);
+    }
+    out += "\n";
+    if (i == 0) {
+      size_t total = 0;
+      for (size_t w : width) total += w + 2;
+      out += std::string(total - 2, '-') + "\n";
+    }
+  }
+  std::string notes;
+  if (o.has("ppl"))
+    notes += fmt::format("ppl: {} teacher-forced decode tokens after a dense prefill of {}, in {} buckets; ",
+                         o.decode_tokens, r.window_prefill, o.buckets);
+  if (o.has("error")) notes += "out err: mean ||o - o_dense|| / ||o_dense|| over layers, steps and heads; ";
+  notes += "KV read: bytes per decode step relative to dense (incl. metadata and rectification)";
+  out += notes + "\n";
+  return out;
+}
+
+}  // namespace skim::eval

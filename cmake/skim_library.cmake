@@ -25,5 +25,6 @@ function(skim_test concern)
   target_compile_definitions(test_${concern} PRIVATE
     SKIM_SOURCE_DIR="${PROJECT_SOURCE_DIR}" SKIM_BINARY_DIR="${PROJECT_BINARY_DIR}")
   gtest_discover_tests(test_${concern} DISCOVERY_MODE PRE_TEST
-    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} PROPERTIES LABELS ${concern})
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+    PROPERTIES LABELS ${concern} ENVIRONMENT OMP_WAIT_POLICY=passive)  # see tools/skim.cpp
 endfunction()

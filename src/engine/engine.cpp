@@ -136,8 +136,15 @@ std::vector<float> Engine::append(int seq, std::span<const int> tokens,
   Impl& m = *impl_;
   PageTable& t = m.table(seq);
   const int n = int(tokens.size());
-  if (n == 1 && t.length > 0 && logits_at.size() == 1 && logits_at[0] == 0)
-    return decode(std::span<const int>(&seq, 1), tokens);
+  if (n == 1 && t.length > 0) {  // a decode step, with the policy's sparse attention
+    std::vector<float> logits = decode(std::span<const int>(&seq, 1), tokens);
+    std::vector<float> out;
+    for (int at : logits_at) {
+      SKIM_REQUIRE(at == 0, "append: logits_at offset {} outside the 1 appended token", at);
+      out.insert(out.end(), logits.begin(), logits.end());
+    }
+    return out;
+  }
   const int vocab = m.model->config.vocab_size;
   SKIM_REQUIRE(t.length + n <= m.options.max_context,
                "prompt too long: {} tokens with {} already in the sequence exceed the context "

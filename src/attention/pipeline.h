@@ -28,6 +28,12 @@ class PipelinePolicy : public AttentionPolicy {
   EngineCorrections corrections() const override { return config_.corrections; }
   void attend(const AttentionBatch& batch) override;
   void forget(const PageTable* table) override;
+  void fork(const PageTable* from, const PageTable* to) override {
+    if (config_.selector) config_.selector->fork(from, to);
+  }
+  std::map<std::string, double> counters() const override {
+    return config_.selector ? config_.selector->counters() : std::map<std::string, double>{};
+  }
 
  private:
   PipelineConfig config_;

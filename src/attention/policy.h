@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ struct AttentionBatch {
   const float* q = nullptr;      // [num_rows][num_heads][head_dim], after RoPE
   const float* q_pre = nullptr;  // same, before RoPE (MAC matches on it)
   float* out = nullptr;          // [num_rows][num_heads][head_dim]
+  // RetroAttention (decode only; null otherwise): per row, the decode step in which the row's
+  // token was first fed. A sequence's newest row has the largest step; its other rows are
+  // past tokens recomputed for a retrospective update.
+  const int32_t* retro_step = nullptr;
 };
 
 // Work counters, summed over calls; the engine reports them per decode step.
@@ -43,6 +48,8 @@ struct AttentionStats {
 // Work a policy asks of the engine between forward passes (DESIGN.md section 3).
 struct EngineCorrections {
   int rectify_every = 0;  // ReSA: re-encode the last f generated tokens densely every f tokens
+  int retro_window = 0;   // RetroAttention: each decode step also re-runs the last w-1 tokens
+  bool needs_prompt_queries = false;  // CSAttention: tables are built from the prefill queries
 };
 
 class AttentionPolicy {
@@ -52,6 +59,10 @@ class AttentionPolicy {
   virtual void attend(const AttentionBatch& batch) = 0;
   // Called when a sequence's cache is released, so per-sequence state can be dropped.
   virtual void forget(const PageTable* /*table*/) {}
+  // `to` is a copy of `from` (Engine::fork_sequence): per-sequence state follows the copy.
+  virtual void fork(const PageTable* /*from*/, const PageTable* /*to*/) {}
+  // Method-specific counters for reports (name -> value): CS recall, Retro budget growth, ...
+  virtual std::map<std::string, double> counters() const { return {}; }
   virtual EngineCorrections corrections() const { return {}; }
   // The canonical policy string (all parameters spelled out).
   virtual std::string spec() const { return name(); }

@@ -1,6 +1,8 @@
 // make_policy: a parsed policy string becomes a pipeline of stages. Every parameter is
 // range-checked and every combination that makes no sense is refused, with the reason.
+#include "attention/csattn.h"
 #include "attention/pipeline.h"
+#include "attention/retro.h"
 #include "attention/selectors.h"
 #include "core/error.h"
 
@@ -10,6 +12,54 @@ namespace {
 
 void require_range(const PolicyPart& p, const std::string& key, double v, double lo, double hi) {
   SKIM_REQUIRE(v >= lo && v <= hi, "--policy: {}:{}={} is out of range [{}, {}]", p.name, key, v, lo, hi);
+}
+
+// CSAttention's parameters (DESIGN.md section 9 defaults).
+std::unique_ptr<Selector> make_cs_selector(const PolicyPart& p, int& dense_layers) {
+  CsParams c;
+  c.subspaces = p.integer("subspaces", c.subspaces);
+  c.centroids = p.integer("centroids", c.centroids);
+  c.iters = p.integer("iters", c.iters);
+  c.list = p.number("list", c.list);
+  c.keep = p.number("keep", c.keep);
+  c.window = p.integer("window", c.window);
+  c.step = p.integer("step", c.step);
+  c.backoff = p.number("backoff", c.backoff);
+  c.backoff_top = p.integer("backoff_top", c.backoff_top);
+  c.recall = p.integer("recall", 0) != 0;
+  c.dense_layers = dense_layers = p.integer("dense_layers", 0);
+  const std::string pool = p.text("pool", "head");
+  SKIM_REQUIRE(pool == "head" || pool == "group", "--policy: cs:pool={} must be head or group", pool);
+  c.pool_group = pool == "group";
+  require_range(p, "subspaces", c.subspaces, 1, 1024);
+  require_range(p, "centroids", c.centroids, 1, 65536);
+  require_range(p, "iters", c.iters, 0, 1000);
+  SKIM_REQUIRE(c.list > 0, "--policy: cs:list={} must be > 0 (a fraction <= 1 of the prompt, or entries > 1)", c.list);
+  SKIM_REQUIRE(c.keep > 0 && c.keep <= 1, "--policy: cs:keep={} must be in (0, 1]", c.keep);
+  require_range(p, "window", c.window, 0, 1e9);
+  require_range(p, "step", c.step, 1, 1e6);
+  require_range(p, "backoff", c.backoff, -1, 1);
+  require_range(p, "backoff_top", c.backoff_top, 1, c.centroids);
+  require_range(p, "recall", p.integer("recall", 0), 0, 1);
+  return std::make_unique<CsSelector>(c);
+}
+
+// RetroAttention needs a selector of pages (its mask is per page) and composes with nothing
+// that changes which keys a row reads or in what order (its states are merged exactly).
+std::unique_ptr<AttentionPolicy> make_retro_policy(const std::string& text, const PolicySpec& spec,
+                                                   const PolicyPart& r, const PolicyPart* selector,
+                                                   PipelineConfig config) {
+  const int w = r.integer("w", 2);
+  require_range(r, "w", w, 1, 64);
+  const std::string base = selector ? selector->name : "none";
+  SKIM_REQUIRE(base == "quest" || base == "gbsa" || base == "resa",
+               "--policy '{}': retro updates past queries with pages selected now, so it needs a page "
+               "selector (quest, gbsa or resa), not {}",
+               text, base);
+  for (const PolicyPart& p : spec.parts)
+    SKIM_REQUIRE(p.name == base || p.name == "retro" || p.name == "rectify",
+                 "--policy '{}': retro does not compose with '{}'", text, p.name);
+  return std::make_unique<RetroPolicy>(std::move(config), w);
 }
 
 std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) {
@@ -22,6 +72,7 @@ std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) 
     require_range(p, "window", s.window, 1, 1e9);
     return std::make_unique<StreamingSelector>(s);
   }
+  if (p.name == "cs") return make_cs_selector(p, dense_layers);
   if (p.name == "quest") {
     QuestParams q;
     q.budget = p.number("budget", q.budget);
@@ -44,7 +95,8 @@ std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) 
 }
 
 bool is_selector(const std::string& name) {
-  return name == "dense" || name == "streaming" || name == "quest" || name == "gbsa" || name == "resa";
+  return name == "dense" || name == "streaming" || name == "quest" || name == "gbsa" || name == "resa" ||
+         name == "cs";
 }
 
 }  // namespace
@@ -74,6 +126,8 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
                  text);
     config.corrections.rectify_every = f;
   }
+  if (selector && selector->name == "cs") config.corrections.needs_prompt_queries = true;
+  if (const PolicyPart* r = spec.find("retro")) return make_retro_policy(text, spec, *r, selector, std::move(config));
   return std::make_unique<PipelinePolicy>(std::move(config));
 }
 

@@ -16,6 +16,9 @@ const std::map<std::string, std::vector<std::string>>& policy_components() {
       {"gbsa", {"keep", "n_min", "n_local", "dense_layers"}},
       {"rectify", {"f"}},
       {"resa", {"keep", "n_min", "n_local", "dense_layers", "f"}},
+      {"cs", {"subspaces", "centroids", "iters", "list", "keep", "window", "step", "backoff", "backoff_top",
+              "pool", "recall", "dense_layers"}},
+      {"retro", {"w"}},
   };
   return known;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ class Selector {
   virtual void select(const SelectInput& in, Selection& out) = 0;
   // The sequence's cache was released: drop its per-sequence state.
   virtual void forget(const PageTable* /*table*/) {}
+  // `to` is a copy of `from` (Engine::fork_sequence): copy the per-sequence state.
+  virtual void fork(const PageTable* /*from*/, const PageTable* /*to*/) {}
+  // Method-specific counters for reports (name -> value), e.g. CSAttention's recall.
+  virtual std::map<std::string, double> counters() const { return {}; }
 };
 
 }  // namespace skim

@@ -11,6 +11,7 @@
 #include "kv/paged_kv_cache.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "engine/retro.h"
 #include "tokenizer/tokenizer.h"
 
 namespace skim {
@@ -21,6 +22,7 @@ struct Sequence {
   PageTable table;
   std::vector<int> tokens;
   int decode_steps = 0;
+  int retro_steps = 0;  // decode steps under the current policy: RetroAttention's window fills with them
 };
 
 struct Engine::Impl {
@@ -55,6 +57,22 @@ struct Engine::Impl {
     rectified_tokens += uint64_t(count);
   }
   uint64_t rectified_tokens = 0;
+
+  // A policy that indexes the prompt by its queries (CSAttention) and was switched in after the
+  // prefill re-encodes the sequence densely, in prefill chunks, to see them. The K/V written
+  // are those of a dense prefill; decoded tokens are re-encoded densely too.
+  void reencode(Sequence& s) {
+    std::vector<float> none;
+    for (int b = 0; b < s.table.length; b += options.prefill_chunk) {
+      ForwardBatch fb;
+      for (int pos = b; pos < std::min(s.table.length, b + options.prefill_chunk); ++pos) {
+        fb.tokens.push_back(s.tokens[size_t(pos)]);
+        fb.positions.push_back(pos);
+        fb.tables.push_back(&s.table);
+      }
+      forward->run(fb, *policy, none);
+    }
+  }
 };
 
 Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
@@ -111,6 +129,11 @@ int Engine::sequence_length(int seq) const { return impl_->table(seq).length; }
 void Engine::set_policy(const std::string& spec) {
   impl_->policy = make_policy(spec);
   impl_->options.policy = spec;
+  const bool reencode = impl_->policy->corrections().needs_prompt_queries;
+  for (auto& [id, s] : impl_->sequences) {
+    s.retro_steps = 0;  // the new policy has no output cache yet
+    if (reencode && s.table.length > 0) impl_->reencode(s);
+  }
 }
 
 int Engine::fork_sequence(int seq) {
@@ -121,7 +144,8 @@ int Engine::fork_sequence(int seq) {
   for (size_t i = 0; i < copy.table.pages.size(); ++i) impl_->cache->copy_page(src.pages[i], copy.table.pages[i]);
   copy.table.length = src.length;
   int id = impl_->next_id++;
-  impl_->sequences.emplace(id, std::move(copy));
+  auto it = impl_->sequences.emplace(id, std::move(copy)).first;
+  impl_->policy->fork(&src, &it->second.table);  // per-sequence policy state follows the copy
   return id;
 }
 
@@ -170,6 +194,7 @@ std::vector<float> Engine::append(int seq, std::span<const int> tokens,
         dest.push_back(j);
       }
     m.forward->run(fb, *m.policy, chunk_logits);
+    m.sequence(seq).retro_steps = 0;  // new prompt tokens are not RetroAttention past rows
     t.length += e - b;
     auto& hist = m.sequence(seq).tokens;
     hist.insert(hist.end(), tokens.begin() + b, tokens.begin() + e);
@@ -185,15 +210,27 @@ std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int
   SKIM_REQUIRE(seqs.size() == tokens.size() && !seqs.empty(), "decode: one token per sequence");
   ForwardBatch fb;
   fb.decode = true;
+  const int w = m.policy->corrections().retro_window;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    PageTable& t = m.table(seqs[i]);
+    Sequence& s = m.sequence(seqs[i]);
+    PageTable& t = s.table;
     SKIM_REQUIRE(t.length + 1 <= m.options.max_context,
                  "sequence {} reached the context limit of {} tokens", seqs[i], m.options.max_context);
     m.cache->reserve(t, t.length + 1);
+    if (w > 1) {  // RetroAttention: the last w-1 tokens run again before the newest
+      RetroRows past = retro_past_rows(s.tokens, t.length, s.retro_steps, w);
+      for (size_t j = 0; j < past.tokens.size(); ++j) {
+        fb.tokens.push_back(past.tokens[j]);
+        fb.positions.push_back(past.positions[j]);
+        fb.tables.push_back(&t);
+        fb.retro_step.push_back(past.steps[j]);
+      }
+    }
+    if (w > 0) fb.retro_step.push_back(s.retro_steps);
     fb.tokens.push_back(tokens[i]);
     fb.positions.push_back(t.length);
     fb.tables.push_back(&t);
-    fb.logits_rows.push_back(int(i));
+    fb.logits_rows.push_back(int(fb.tokens.size()) - 1);
   }
   std::vector<float> logits;
   m.forward->run(fb, *m.policy, logits);
@@ -203,6 +240,7 @@ std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int
     s.table.length += 1;
     s.tokens.push_back(tokens[i]);
     s.decode_steps += 1;
+    s.retro_steps += 1;
     if (f > 0 && s.decode_steps % f == 0) m.rectify(s, std::min(f, s.table.length));
   }
   return logits;

@@ -92,6 +92,7 @@ void CpuForward::layer(int l, const ForwardBatch& batch, int n, AttentionPolicy&
   ab.q = q_.data();
   ab.q_pre = q_pre_.data();
   ab.out = attn_.data();
+  ab.retro_step = batch.retro_step.empty() ? nullptr : batch.retro_step.data();
   policy.attend(ab);
 
   cpu::linear(attn_.data(), w.wo, nullptr, h_.data(), n);

@@ -17,6 +17,7 @@ struct ForwardBatch {
   std::vector<PageTable*> tables;  // per row: its sequence's pages (reserved by the caller)
   std::vector<int> logits_rows;    // rows whose next-token logits are wanted
   bool decode = false;             // every row is a decode step of its sequence
+  std::vector<int32_t> retro_step; // RetroAttention: per row, the decode step that first fed it
 };
 
 class CpuForward {

@@ -26,7 +26,10 @@ class RetroPolicy : public AttentionPolicy {
   std::string spec() const override { return config_.spec; }
   EngineCorrections corrections() const override;
   void attend(const AttentionBatch& batch) override;
-  void forget(const PageTable* table) override { seqs_.erase(table); }
+  void forget(const PageTable* table) override {
+    config_.selector->forget(table);
+    seqs_.erase(table);
+  }
   void fork(const PageTable* from, const PageTable* to) override;
   // retro_budget_growth: keys seen per query over its window (its own selection plus the
   // supplements), relative to its own selection, summed over selection units and layers;

@@ -104,6 +104,7 @@ class Runner {
             [&errors] { return errors.seconds(); },
             step_progress(fmt::format("{}: {} teacher-forced", where, pr.policy)));
         engine_.policy().set_observer({});
+        pr.add_counters(engine_.policy().counters());
         if (pr.nll) pr.nll->add(run.nll);
         if (pr.error) pr.error->merge(errors);
         pr.window_work.add(run.work);
@@ -161,6 +162,7 @@ class Runner {
         meter.step_done();
       }
       pr.retrieval_work.add(meter.finish());
+      pr.add_counters(engine_.policy().counters());
       pr.retrieval.add(keys, length, c.depth, answer_matches(text, t.prompt.answer));
     }
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,15 @@ struct PolicyResult {
   RetrievalTally retrieval;                   // task passkey
   DecodeWork window_work;     // decode steps on the ctx-long windows (ppl, error, agree)
   DecodeWork retrieval_work;  // decode steps of passkey questions and answers
+  // The policy's method counters (AttentionPolicy::counters: CS recall, Retro budget growth),
+  // averaged over the runs (each run is a fresh policy instance): name -> (sum, runs).
+  std::map<std::string, std::pair<double, int>> counters;
+  void add_counters(const std::map<std::string, double>& c) {
+    for (const auto& [k, v] : c) {
+      counters[k].first += v;
+      counters[k].second += 1;
+    }
+  }
   // The work that speaks for the policy: the long windows when they ran, else retrieval.
   const DecodeWork& work() const { return window_work.steps ? window_work : retrieval_work; }
 };

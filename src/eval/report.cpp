@@ -52,6 +52,9 @@ nlohmann::json policy_json(const PolicyResult& p, const EvalResults& r) {
   j["work"] = work_json(p.work(), r.head_dim);
   j["work_windows"] = work_json(p.window_work, r.head_dim);
   j["work_passkey"] = work_json(p.retrieval_work, r.head_dim);
+  nlohmann::json counters = nlohmann::json::object();
+  for (const auto& [k, v] : p.counters) counters[k] = v.first / v.second;
+  j["counters"] = counters;
   return j;
 }
 

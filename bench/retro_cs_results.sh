@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Issue 4's numbers on the demo model: RetroAttention (quest + retro, w = 2, 4, 8) against quest
+# at a 10% budget (sparse-decode perplexity, long-generation agreement, budget growth), and
+# CSAttention at keep 5% against quest at 5% (perplexity, passkey and 4-key retrieval, top-K
+# recall, table bytes). Same `skim eval` as bench/policy_results.sh; each piece writes
+# bench/results/retro-cs-<piece>.json, then the section "RetroAttention and CSAttention" of
+# docs/results.md is rewritten (between its markers; the rest of the file is left alone).
+#   bench/retro_cs_results.sh          run the pieces not yet done, then write the section
+#   FORCE=1 ... / REPORT_ONLY=1 ...    rerun every piece / only rewrite the section
+# Env: SKIM, THREADS (1), CTX (16384), DECODE (1024), AGREE (192), CS_DECODE (512), PROMPTS (3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SKIM=${SKIM:-$( [ -x build/skim ] && echo build/skim || echo build-retro/skim )}
+THREADS=${THREADS:-1}
+CTX=${CTX:-16384}
+DECODE=${DECODE:-1024}
+AGREE=${AGREE:-192}
+CS_DECODE=${CS_DECODE:-512}
+PROMPTS=${PROMPTS:-3}
+OUT=${OUT:-bench/results}
+MD=${MD:-docs/results.md}
+RETRO_POLICIES="dense,quest:budget=0.1,quest:budget=0.1+retro:w=2,quest:budget=0.1+retro:w=4,quest:budget=0.1+retro:w=8"
+CS_POLICIES="dense,quest:budget=0.05,cs:keep=0.05,recall=1,cs:keep=0.05,pool=group,recall=1"
+mkdir -p "$OUT"
+
+piece() {  # name, policies, flags...
+  local name=$1 policies=$2
+  shift 2
+  local json="$OUT/retro-cs-$name.json"
+  if [ -s "$json" ] && [ -z "${FORCE:-}" ]; then echo "retro_cs: $name done before"; return; fi
+  echo "retro_cs: $name started $(date -u +%H:%M:%S)"
+  "$SKIM" eval --policy "$policies" --ctx "$CTX" --threads "$THREADS" --json "$@" > "$json.tmp"
+  mv "$json.tmp" "$json"
+  echo "retro_cs: $name finished $(date -u +%H:%M:%S)"
+}
+
+report() {
+  python3 - "$OUT" "$MD" "$THREADS" <<'PY'
+import json, os, sys
+out, md, threads = sys.argv[1:4]
+def load(n):
+    p = f"{out}/retro-cs-{n}.json"
+    return json.load(open(p)) if os.path.exists(p) else None
+L = []; w = L.append
+w("<!-- retro-cs:begin (bench/retro_cs_results.sh rewrites this section) -->")
+w("## RetroAttention and CSAttention")
+w("")
+w(f"Written by `bench/retro_cs_results.sh` from `bench/results/retro-cs-*.json`; `skim eval` on the demo")
+w(f"model, held-out Python, CPU, {threads} thread(s). Prefill is dense; the policies act on decode steps.")
+w("")
+r = load("retro")
+if r:
+    pols = r["policies"]; d = pols[0]; nb = r["buckets"]
+    w(f"### RetroAttention against Quest at a 10% budget ({r['ctx']} context)")
+    w("")
+    w(f"Dense prefill of {r['window_prefill_tokens']} tokens, then {r['decode_tokens']} tokens teacher-forced one decode")
+    w(f"step at a time ({r['docs']} window, seed {r['seed']}); perplexity by {nb} position buckets. Agreement: greedy")
+    w(f"generation of {pols[0]['agreement']['tokens']} tokens against dense from the same prompt. Quest keeps layers 0-1 dense.")
+    w("`budget growth`: keys each query saw over its window / keys of its own selection;")
+    w("`extra rows`: past rows run per step (extra linear-layer rows).")
+    w("")
+    w("| policy | " + " | ".join(f"ppl bucket {b+1}" for b in range(nb)) + " | ppl all | vs dense | first divergence | edit similarity | budget growth | extra rows / step | decode tok/s |")
+    w("|---|" + "---|" * (nb + 8))
+    dall = d["perplexity"]["overall"]
+    for p in pols:
+        pp = p["perplexity"]; a = p["agreement"]; c = p.get("counters", {})
+        g = f"{c['retro_budget_growth']:.3f}" if "retro_budget_growth" in c else "-"
+        x = f"{c['retro_extra_rows_per_step']:.2f}" if "retro_extra_rows_per_step" in c else "-"
+        w(f"| `{p['policy']}` | " + " | ".join(f"{v:.3f}" for v in pp["buckets"]) +
+          f" | {pp['overall']:.3f} | {100*(pp['overall']/dall-1):+.2f}% | {a['first_divergence']:.0f} | {a['edit_similarity']:.3f} | {g} | {x} | {p['work_windows']['decode_tokens_per_s']:.1f} |")
+    w("")
+c = load("cs-ppl")
+pk = [load(n) for n in ("cs-passkey1", "cs-passkey4")]
+if c or any(pk):
+    w(f"### CSAttention at keep 5% against Quest at 5%")
+    w("")
+    w("CS: M = 8 subspaces x 16 dims, C = 64 centroids, 10 k-means iterations, L = 0.1 x prompt, W = 64,")
+    w("s = 1, back-off to 2 centroids below cosine 0.3; `pool=head` (a search per query head) and")
+    w("`pool=group` (the group's mean query). The eval prefills densely under `dense` and switches")
+    w("policy afterwards, so the engine re-encodes the prompt once under `cs` to build its tables.")
+    w("Recall: fraction of the true top-K keys (largest q.k, K = 5% of the context, per query head) the")
+    w("selection covers, over the decode steps of the perplexity run.")
+    w("")
+    rows = {}
+    if c:
+        for p in c["policies"]:
+            rows.setdefault(p["policy"], {})["ppl"] = p["perplexity"]["overall"]
+            rows[p["policy"]]["counters"] = p.get("counters", {})
+            rows[p["policy"]]["kv"] = p["work_windows"]["kv_bytes_relative_to_dense"]
+        dall = c["policies"][0]["perplexity"]["overall"]
+    for j in pk:
+        if not j: continue
+        for p in j["policies"]:
+            for keys, by_len in p["passkey"].items():
+                for length, cell in by_len.items():
+                    rows.setdefault(p["policy"], {})[f"pk{keys}"] = f"{cell['correct']}/{cell['total']}"
+            if not c: rows[p["policy"]]["counters"] = p.get("counters", {})
+    w(f"| policy | ppl ({c['decode_tokens'] if c else '-'} decoded) | vs dense | passkey 1-key | passkey 4-key | top-K recall | union keys / search | table MB | KV read vs dense |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    for name, v in rows.items():
+        cc = v.get("counters", {})
+        ppl = f"{v['ppl']:.3f}" if "ppl" in v else "-"
+        rel = f"{100*(v['ppl']/dall-1):+.2f}%" if "ppl" in v else "-"
+        rec = f"{cc['cs_recall']:.3f}" if "cs_recall" in cc else "-"
+        un = f"{cc['cs_union_keys']:.0f}" if "cs_union_keys" in cc else "-"
+        tb = f"{cc['cs_table_bytes']/1e6:.1f}" if "cs_table_bytes" in cc else "-"
+        kv = f"{v['kv']:.3f}x" if "kv" in v else "-"
+        w(f"| `{name}` | {ppl} | {rel} | {v.get('pk1','-')} | {v.get('pk4','-')} | {rec} | {un} | {tb} | {kv} |")
+    w("")
+w("<!-- retro-cs:end -->")
+section = "\n".join(L) + "\n"
+old = open(md).read() if os.path.exists(md) else ""
+b, e = old.find("<!-- retro-cs:begin"), old.find("<!-- retro-cs:end -->")
+if b >= 0 and e >= 0:
+    new = old[:b] + section + old[e + len("<!-- retro-cs:end -->\n"):]
+else:
+    new = old + ("\n" if old and not old.endswith("\n\n") else "") + section
+open(md, "w").write(new)
+print(f"retro_cs: wrote the section of {md}")
+PY
+}
+
+if [ -n "${REPORT_ONLY:-}" ]; then report; exit 0; fi
+[ -x "$SKIM" ] || { echo "retro_cs: $SKIM not built" >&2; exit 2; }
+
+case "${PART:-all}" in
+  retro|all)
+    piece retro "$RETRO_POLICIES" --tasks ppl,agree --decode-tokens "$DECODE" --agree-tokens "$AGREE" --buckets 4
+    report ;;
+esac
+case "${PART:-all}" in
+  cs|all)
+    piece cs-ppl "$CS_POLICIES" --tasks ppl --decode-tokens "$CS_DECODE" --buckets 2
+    report
+    piece cs-passkey1 "$CS_POLICIES" --tasks passkey --keys 1 --lengths "$CTX" --prompts "$PROMPTS"
+    report
+    piece cs-passkey4 "$CS_POLICIES" --tasks passkey --keys 4 --lengths "$CTX" --prompts "$PROMPTS"
+    report ;;
+esac

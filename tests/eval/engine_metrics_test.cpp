@@ -25,6 +25,7 @@ std::unique_ptr<Engine> tiny_engine(int ctx) {
   o.max_context = ctx;
   o.max_sequences = 2;
   o.prefill_chunk = 64;
+  o.threads = 1;  // OpenMP threads contending for a busy machine's cores slow down many times
   return std::make_unique<Engine>(o);
 }
 
@@ -127,6 +128,7 @@ TEST(EngineMetrics, WholeEvaluationOnTheDemoModel) {
   o.keys = {1, 4};
   eo.max_context = o.ctx + o.answer_tokens + 8;
   eo.max_sequences = 2;
+  eo.threads = 1;
   Engine engine(eo);
   Corpus corpus = load_corpus({kRoot / "data/heldout-python"});
   EvalResults r = run_eval(engine, corpus, o);

@@ -83,6 +83,14 @@ void attend_prefill(const AttentionBatch& b) {
 
 void PipelinePolicy::forget(const PageTable* table) {
   if (config_.selector) config_.selector->forget(table);
+  if (config_.mac) config_.mac->forget(table);
+}
+
+std::map<std::string, double> PipelinePolicy::counters() const {
+  std::map<std::string, double> c = config_.selector ? config_.selector->counters() : std::map<std::string, double>{};
+  if (config_.mac) config_.mac->add_counters(c);
+  art_stats_.add_counters(c);
+  return c;
 }
 
 void PipelinePolicy::attend(const AttentionBatch& b) {
@@ -90,6 +98,7 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
   if (config_.selector) config_.selector->observe(b);
   if (!b.decode) {  // prefill is dense for every policy
     attend_prefill(b);
+    if (config_.mac) config_.mac->observe_prefill(b);  // the prompt's last K tokens fill the rings
     uint64_t keys = 0;
     for (int r = 0; r < b.num_rows; ++r) keys += uint64_t(b.positions[r] + 1) * b.num_kv_heads;
     stats_.keys_read += keys;
@@ -98,6 +107,11 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
   }
   const bool sparse = b.decode && config_.selector && b.layer >= config_.dense_layers;
   Selector& selector = sparse ? *config_.selector : *dense_;
+  if (config_.mac || config_.art) {
+    attend_heads(b, selector, sparse);
+    notify(b);
+    return;
+  }
   std::vector<AttendTask> tasks;
   Selection sel;
   uint64_t keys = 0, meta = 0, context = 0;

@@ -1,10 +1,15 @@
 // The policy pipeline (DESIGN.md section 3): select -> reuse -> traverse -> merge -> update.
 // Prefill chunks always attend densely; decode rows go through the selector, except in the
-// first `dense_layers` layers. Later stages (MAC reuse, ART traversal) plug in here.
+// first `dense_layers` layers. With `mac` (reuse) or `art` (traverse) in the policy, decode
+// rows go query head by query head through pipeline_heads.cpp.
 #pragma once
 
 #include <memory>
 
+#include <optional>
+
+#include "attention/art.h"
+#include "attention/mac.h"
 #include "attention/policy_spec.h"
 #include "attention/selector.h"
 
@@ -15,6 +20,9 @@ struct PipelineConfig {
   std::unique_ptr<Selector> selector;  // null: dense
   int dense_layers = 0;
   EngineCorrections corrections;
+  std::unique_ptr<MacReuse> mac;  // reuse stage; null: none
+  std::optional<ArtParams> art;   // traverse stage; none: exhaustive
+  ArtOrder art_order = ArtOrder::Given;  // the block order for the selector's layers
 };
 
 // Dense causal attention of a prefill batch (rows of consecutive positions per sequence).
@@ -30,14 +38,18 @@ class PipelinePolicy : public AttentionPolicy {
   void forget(const PageTable* table) override;
   void fork(const PageTable* from, const PageTable* to) override {
     if (config_.selector) config_.selector->fork(from, to);
+    if (config_.mac) config_.mac->fork(from, to);  // a forked sequence keeps its MAC rings
   }
-  std::map<std::string, double> counters() const override {
-    return config_.selector ? config_.selector->counters() : std::map<std::string, double>{};
-  }
+  std::map<std::string, double> counters() const override;
+  const MacReuse* mac() const { return config_.mac.get(); }
 
  private:
+  // Decode with MAC and/or ART: per query head (pipeline_heads.cpp).
+  void attend_heads(const AttentionBatch& b, Selector& selector, bool sparse);
+
   PipelineConfig config_;
   std::unique_ptr<Selector> dense_;
+  ArtStats art_stats_;
 };
 
 }  // namespace skim

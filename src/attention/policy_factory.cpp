@@ -94,6 +94,47 @@ std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) 
   return std::make_unique<GroupBlockSelector>(g);
 }
 
+// MAC's reuse stage (DESIGN.md section 9 defaults). Rectification rewrites K/V that the cached
+// prefix states summarise, so MAC refuses it rather than serve stale states.
+std::unique_ptr<MacReuse> make_mac(const std::string& text, const PolicySpec& spec, const PolicyPart& p) {
+  MacParams m;
+  m.window = p.integer("window", m.window);
+  m.band = p.integer("band", m.band);
+  m.tau = p.number("tau", m.tau);
+  require_range(p, "window", m.window, 1, 1 << 20);
+  require_range(p, "band", m.band, 0, 1e9);
+  SKIM_REQUIRE(m.tau >= 0 && m.tau < 1, "--policy: mac:tau={} must be in [0, 1)", m.tau);
+  SKIM_REQUIRE(!spec.find("rectify") && !spec.find("resa"),
+               "--policy '{}': mac caches prefix states of keys that rectification rewrites; use gbsa "
+               "instead of resa, or drop rectify",
+               text);
+  return std::make_unique<MacReuse>(m);
+}
+
+// ART's traversal (DESIGN.md section 9 defaults). The block order follows the base: score order
+// for quest, gbsa/resa and cs; recent window first with sinks pinned for streaming; art:order
+// (recent or bound) for a dense base.
+ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPart* selector, ArtOrder& order) {
+  ArtParams a;
+  a.eps_scale = p.number("eps_scale", a.eps_scale);
+  a.eps_dir = p.number("eps_dir", a.eps_dir);
+  a.patience = p.integer("patience", a.patience);
+  a.block = p.integer("block", a.block);
+  require_range(p, "eps_scale", a.eps_scale, 0, 1e9);
+  require_range(p, "eps_dir", a.eps_dir, 0, 2);
+  require_range(p, "patience", a.patience, 1, 1e9);
+  require_range(p, "block", a.block, 1, 1 << 20);
+  const std::string o = p.text("order", "recent");
+  SKIM_REQUIRE(o == "recent" || o == "bound", "--policy: art:order={} must be recent or bound", o);
+  a.dense_order = o == "bound" ? ArtOrder::Bound : ArtOrder::Recent;
+  const bool dense = !selector || selector->name == "dense";
+  SKIM_REQUIRE(dense || !p.has("order"),
+               "--policy '{}': art:order chooses the order for a dense base; {} traverses in its own order", text,
+               selector ? selector->name : "");
+  order = dense ? a.dense_order : selector->name == "streaming" ? ArtOrder::Streaming : ArtOrder::Given;
+  return a;
+}
+
 bool is_selector(const std::string& name) {
   return name == "dense" || name == "streaming" || name == "quest" || name == "gbsa" || name == "resa" ||
          name == "cs";
@@ -127,6 +168,8 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
     config.corrections.rectify_every = f;
   }
   if (selector && selector->name == "cs") config.corrections.needs_prompt_queries = true;
+  if (const PolicyPart* m = spec.find("mac")) config.mac = make_mac(text, spec, *m);
+  if (const PolicyPart* a = spec.find("art")) config.art = make_art(text, *a, selector, config.art_order);
   if (const PolicyPart* r = spec.find("retro")) return make_retro_policy(text, spec, *r, selector, std::move(config));
   return std::make_unique<PipelinePolicy>(std::move(config));
 }

@@ -19,6 +19,8 @@ const std::map<std::string, std::vector<std::string>>& policy_components() {
       {"cs", {"subspaces", "centroids", "iters", "list", "keep", "window", "step", "backoff", "backoff_top",
               "pool", "recall", "dense_layers"}},
       {"retro", {"w"}},
+      {"mac", {"window", "band", "tau"}},
+      {"art", {"eps_scale", "eps_dir", "patience", "order", "block"}},
   };
   return known;
 }

@@ -1,0 +1,131 @@
+#include "attention/art.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attention/attention_state.h"
+
+namespace skim {
+
+void art_blocks_in_order(const std::vector<KeyRange>& ranges, int block, ArtPlan& plan) {
+  std::vector<KeyRange> cur;
+  int filled = 0;
+  for (KeyRange r : ranges) {
+    while (r.begin < r.end) {
+      const int take = std::min(r.end - r.begin, block - filled);
+      cur.push_back({r.begin, r.begin + take});
+      r.begin += take;
+      filled += take;
+      if (filled == block) {
+        plan.blocks.push_back(std::move(cur));
+        cur.clear();
+        filled = 0;
+      }
+    }
+  }
+  if (!cur.empty()) plan.blocks.push_back(std::move(cur));
+}
+
+void art_blocks_recent(KeyRange range, int block, ArtPlan& plan) {
+  for (int end = range.end; end > range.begin; end -= block)
+    plan.blocks.push_back({KeyRange{std::max(range.begin, end - block), end}});
+}
+
+namespace {
+
+// The stability test of ART on elements [0, n) with the given stride.
+struct Stability {
+  bool stable(const float* prev, const float* cur, int n, int stride, double prev_norm, double eps_scale,
+              double eps_dir, double& cur_norm) const {
+    double dot = 0, nc = 0;
+    for (int i = 0; i < n; i += stride) {
+      dot += double(prev[i]) * cur[i];
+      nc += double(cur[i]) * cur[i];
+    }
+    cur_norm = std::sqrt(nc);
+    if (prev_norm <= 0 || cur_norm <= 0) return false;
+    const double scale = std::fabs(cur_norm - prev_norm) / prev_norm;
+    const double dir = 1.0 - dot / (prev_norm * cur_norm);
+    return scale < eps_scale && dir < eps_dir;
+  }
+};
+
+double strided_norm(const float* v, int n, int stride) {
+  double s = 0;
+  for (int i = 0; i < n; i += stride) s += double(v[i]) * v[i];
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+ArtResult art_traverse(const float* q, const SeqKV& kv, float scale, int d, const ArtParams& p, const ArtPlan& plan,
+                       float* o, float& lse, int split, float* split_o, float* split_lse) {
+  ArtResult res;
+  res.blocks = int(plan.blocks.size());
+  std::vector<float> bo(static_cast<size_t>(d)), prev(static_cast<size_t>(d));
+  float blse = kEmptyLse;
+  const int probe_stride = std::max(1, d / std::max(1, p.probe));
+
+  // Attends `ranges`, merging into the running state and, below `split`, the split state.
+  auto read = [&](const std::vector<KeyRange>& ranges) {
+    for (int part = 0; part < (split_o ? 2 : 1); ++part) {
+      std::vector<KeyRange> rs;
+      for (KeyRange r : ranges) {
+        KeyRange x = r;
+        if (split_o) x = part == 0 ? KeyRange{r.begin, std::min(r.end, split)} : KeyRange{std::max(r.begin, split), r.end};
+        if (x.end > x.begin) rs.push_back(x);
+      }
+      if (rs.empty()) continue;
+      attend(q, 1, kv, rs, scale, bo.data(), &blse);
+      merge_state(o, lse, bo.data(), blse, d);
+      if (split_o && part == 0) merge_state(split_o, *split_lse, bo.data(), blse, d);
+      res.read.insert(res.read.end(), rs.begin(), rs.end());
+    }
+  };
+
+  if (!plan.pinned.empty()) read(plan.pinned);
+  double prev_full = lse == kEmptyLse ? 0 : strided_norm(o, d, 1);
+  double prev_probe = lse == kEmptyLse ? 0 : strided_norm(o, d, probe_stride);
+  int run_full = 0, run_probe = 0;
+  Stability st;
+  for (size_t j = 0; j < plan.blocks.size(); ++j) {
+    std::copy_n(o, d, prev.data());
+    read(plan.blocks[j]);
+    res.visited += 1;
+    double nf = 0, np = 0;
+    const bool sf = st.stable(prev.data(), o, d, 1, prev_full, p.eps_scale, p.eps_dir, nf);
+    const bool sp = st.stable(prev.data(), o, d, probe_stride, prev_probe, p.eps_scale, p.eps_dir, np);
+    prev_full = nf;
+    prev_probe = np;
+    res.stable_disagree += sf != sp;
+    run_full = sf ? run_full + 1 : 0;
+    run_probe = sp ? run_probe + 1 : 0;
+    if (run_probe >= p.patience && res.probe_stop < 0) res.probe_stop = int(j);
+    if (run_full >= p.patience) {
+      res.full_stop = int(j);
+      res.stopped = j + 1 < plan.blocks.size();
+      break;
+    }
+  }
+  return res;
+}
+
+void ArtStats::add(const ArtResult& r) {
+  traversals += 1;
+  stopped += r.stopped;
+  stop_disagree += r.probe_stop != r.full_stop;
+  blocks_tested += uint64_t(r.visited);
+  stable_disagree += uint64_t(r.stable_disagree);
+  visited_fraction += r.blocks > 0 ? double(r.visited) / double(r.blocks) : 1.0;
+}
+
+void ArtStats::add_counters(std::map<std::string, double>& c) const {
+  if (traversals == 0) return;
+  const double n = double(traversals);
+  c["art_visited_fraction"] = visited_fraction / n;
+  c["art_early_stop_rate"] = double(stopped) / n;
+  c["art_probe_stop_disagree"] = double(stop_disagree) / n;
+  c["art_probe_block_disagree"] = blocks_tested ? double(stable_disagree) / double(blocks_tested) : 0.0;
+}
+
+}  // namespace skim

@@ -1,0 +1,111 @@
+// MAC-Attention's reuse stage (seeds/002; DESIGN.md sections 2, 3, 9): per (sequence, layer,
+// query head) a ring of the last K pre-RoPE queries and, for each, its attention state over the
+// prefix [1, p-r] (1-based; here the 0-based key range [0, p+1-r) of the token at position p).
+//
+// A decode query at position m matches the ring entry nearest in L2 distance of pre-RoPE
+// queries; a hit when the distance is below sqrt(2d)(1-tau). On a hit the output is the
+// cached prefix merged with a fresh state over [p+1-r, m+1) (equation (7) of the paper); on a
+// miss the pipeline attends over the base selection. Either way the state cached for m covers
+// [0, m+1-r) and is built by merging (reused prefix or nothing) with a partial computed over
+// the keys below m+1-r that were read for m: nothing is ever subtracted.
+//
+// The ring is filled from prefill rows too (their pre- and post-RoPE queries are kept and
+// their prefix states computed lazily at the sequence's first decode step in each layer, when
+// the whole prompt is in the cache), so decode can hit from its first step.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "attention/policy.h"
+
+namespace skim {
+
+struct MacParams {
+  int window = 1024;  // K: ring entries per (sequence, layer, head)
+  int band = 256;     // r: keys before the matched position that are recomputed
+  double tau = 0.45;  // hit when ||q~_m - q~_p|| < sqrt(2d)(1 - tau)
+};
+
+// Work and match statistics of one (layer, query head), summed over decode decisions.
+struct MacHeadStats {
+  uint64_t decisions = 0, hits = 0;
+  double skipped = 0;     // sum over decisions of (p+1-r)+ / (m+1): prefix keys not read
+  double band_keys = 0;   // sum over hits of the keys read after the cached prefix: (m+1) - (p+1-r)+
+  double dist = 0;        // sum of nearest normalised distances ||q~_m - q~_p|| / sqrt(2d)
+  double qnorm = 0;       // sum of ||q~_m|| / sqrt(d): the isotropic model has 1
+};
+
+class MacReuse {
+ public:
+  static constexpr int kDistBins = 200;  // histogram of normalised distance, bins of 0.01 on [0, 2)
+
+  explicit MacReuse(MacParams p) : p_(p) {}
+  const MacParams& params() const { return p_; }
+
+  // A prefill batch: keep the rows' queries as pending ring entries.
+  void observe_prefill(const AttentionBatch& b);
+  // Computes the prefix states of pending entries of the batch's sequences in this layer.
+  void resolve_pending(const AttentionBatch& b);
+
+  struct Match {
+    int slot = -1;       // ring slot of the nearest entry; -1 for an empty ring
+    float dist = 0;      // its L2 distance
+    bool hit = false;
+    int pos = -1;        // its position p
+  };
+  // Nearest entry for (row, head) of a decode batch; records the distance statistics.
+  Match match(const AttentionBatch& b, int row, int head);
+  // The cached state (o, lse) of the slot's entry for `head`.
+  const float* cached_o(const AttentionBatch& b, int row, int slot, int head) const;
+  float cached_lse(const AttentionBatch& b, int row, int slot, int head) const;
+  // Records one decision's work (after match); `keys_after_prefix` the band+tail length on a hit.
+  void record(int layer, int head, const Match& m, int pos, int num_heads);
+  // Appends the decode row's entry: its pre-RoPE queries and per-head states over [0, m+1-r).
+  void push(const AttentionBatch& b, int row, const float* o, const float* lse);
+
+  // The newest ring entry of a sequence in a layer (tests): its position and state of `head`.
+  struct EntryView {
+    int pos = -1;
+    const float* o = nullptr;
+    float lse = 0;
+  };
+  EntryView newest(const PageTable* t, int layer, int head, int head_dim) const;
+  int ring_size(const PageTable* t, int layer) const;
+
+  void forget(const PageTable* t) { seqs_.erase(t); }
+  void fork(const PageTable* from, const PageTable* to);
+
+  // Per (layer, head) statistics and per-layer distance histograms (for reports and tests).
+  const std::vector<std::vector<MacHeadStats>>& head_stats() const { return stats_; }
+  // mac_hit_rate, mac_skipped, mac_band_keys, mac_dist_p10/p50/p90 (normalised), mac_qnorm,
+  // and the same per layer as `name.L<layer>`.
+  void add_counters(std::map<std::string, double>& c) const;
+
+ private:
+  struct Slot {
+    int pos = 0;
+    bool pending = false;      // state not computed yet (a prefill row)
+    std::vector<float> q_pre;  // [num_heads][d]
+    std::vector<float> q;      // post-RoPE, kept only while pending
+    std::vector<float> o;      // [num_heads][d]
+    std::vector<float> lse;    // [num_heads]
+  };
+  using Ring = std::deque<Slot>;                    // oldest first, at most K
+  using SeqRings = std::vector<Ring>;               // per layer
+  Ring& ring(const AttentionBatch& b, int row);
+  const Ring& ring(const AttentionBatch& b, int row) const;
+  void push_slot(Ring& r, Slot s);
+  MacHeadStats& stat(int layer, int head, int num_heads);
+
+  MacParams p_;
+  std::unordered_map<const PageTable*, SeqRings> seqs_;
+  std::vector<std::vector<MacHeadStats>> stats_;               // [layer][head]
+  std::vector<std::vector<uint64_t>> hist_;                    // [layer][bin]
+};
+
+}  // namespace skim

@@ -1,0 +1,219 @@
+// Decode through the reuse (MAC) and traverse (ART) stages, one query head at a time
+// (DESIGN.md section 3): select -> MAC match -> ART or exhaustive attention -> merge -> ring
+// update. Hit or miss is decided per query head, so attention runs per head (q_count = 1).
+//
+// Per head, the keys read for the output are the band+tail [p+1-r, m+1) on a MAC hit and the
+// base selection on a miss (or with no MAC). With MAC they are read as two disjoint parts, below
+// and from split = m+1-r: the state cached for m is the reused prefix (or nothing) merged with
+// the part below the split, and the output is that merged with the part from the split on.
+// Each key is read once and nothing is subtracted.
+//
+// With ART, the keys are visited in blocks in the base's order (MAC hit: most recent first)
+// and the traversal may stop early; keys it skips are skipped in the cached state as well.
+// In the layers a sparse selector keeps dense (`dense_layers`) ART does not run: those layers
+// stay exact. MAC runs in every decode layer.
+#include <algorithm>
+#include <cmath>
+
+#include "attention/pipeline.h"
+#include "attention/attention_state.h"
+#include "attention/page_digest.h"
+#include "attention/split_attend.h"
+
+namespace skim {
+
+namespace {
+
+std::vector<KeyRange> coalesced(std::vector<KeyRange> r) {
+  std::sort(r.begin(), r.end(), [](KeyRange a, KeyRange b) { return a.begin < b.begin; });
+  std::vector<KeyRange> out;
+  for (KeyRange x : r) {
+    if (x.end <= x.begin) continue;
+    if (!out.empty() && out.back().end >= x.begin) {
+      out.back().end = std::max(out.back().end, x.end);
+    } else {
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+// The parts of `ranges` in [lo, hi), in their order.
+std::vector<KeyRange> clip(const std::vector<KeyRange>& ranges, int lo, int hi) {
+  std::vector<KeyRange> out;
+  for (KeyRange r : ranges) {
+    KeyRange x{std::max(r.begin, lo), std::min(r.end, hi)};
+    if (x.end > x.begin) out.push_back(x);
+  }
+  return out;
+}
+
+// Descending Quest bound of the head's query over the pages its ranges cover, the newest page
+// first (it holds the query's own key): dense+art with art:order=bound.
+std::vector<KeyRange> by_bound(const AttentionBatch& b, int row, int kv_head, int head,
+                               const std::vector<KeyRange>& ranges) {
+  const int ps = b.kv.page_size, d = b.head_dim, ctx = b.positions[row] + 1;
+  const int32_t* pages = b.tables[row]->pages.data();
+  const float* q = b.q + (size_t(row) * b.num_heads + head) * d;
+  std::vector<std::pair<float, int>> scored;
+  for (KeyRange r : coalesced(ranges))
+    for (int p = r.begin / ps; p * ps < r.end; ++p) {
+      if (!scored.empty() && scored.back().second == p) continue;  // two ranges in one page
+      float s = p == (ctx - 1) / ps ? INFINITY
+                                    : page_bound(q, page_kmin(b.kv, pages[p], kv_head), page_kmax(b.kv, pages[p], kv_head), d);
+      scored.push_back({s, p});
+    }
+  std::stable_sort(scored.begin(), scored.end(), [](auto& a, auto& c) { return a.first > c.first; });
+  std::vector<KeyRange> out;
+  for (auto [s, p] : scored)
+    for (KeyRange c : clip(ranges, p * ps, (p + 1) * ps)) out.push_back(c);
+  return out;
+}
+
+// Most recent first: ranges by descending start, each cut from its end backwards.
+void recent_blocks(std::vector<KeyRange> ranges, int block, ArtPlan& plan) {
+  std::sort(ranges.begin(), ranges.end(), [](KeyRange a, KeyRange c) { return a.begin > c.begin; });
+  for (KeyRange r : ranges) art_blocks_recent(r, block, plan);
+}
+
+uint64_t count_keys(const std::vector<KeyRange>& r) {
+  uint64_t n = 0;
+  for (KeyRange x : r) n += uint64_t(std::max(0, x.end - x.begin));
+  return n;
+}
+
+}  // namespace
+
+void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, bool sparse) {
+  const int group = b.num_heads / b.num_kv_heads, d = b.head_dim, H = b.num_heads;
+  MacReuse* mac = config_.mac.get();
+  // ART runs where the base's own selection applies (or everywhere for a dense base).
+  const bool art = config_.art.has_value() && (sparse || !config_.selector);
+  const ArtOrder order = config_.selector ? config_.art_order : (config_.art ? config_.art->dense_order : ArtOrder::Given);
+  if (mac) mac->resolve_pending(b);
+
+  struct Head {
+    int row = 0, head = 0;
+    std::vector<KeyRange> ranges;  // the output's keys (after any reused prefix), priority order
+    ArtOrder order = ArtOrder::Given;
+    int split = 0;                 // MAC: keys below it also go into the new ring entry's state
+    MacReuse::Match match;
+    std::vector<KeyRange> read;
+  };
+  std::vector<Head> heads;
+  heads.reserve(size_t(b.num_rows) * H);
+  Selection sel;
+  uint64_t meta = 0, context = 0;
+  for (int r = 0; r < b.num_rows; ++r) {
+    const int ctx = b.positions[r] + 1;
+    for (int h = 0; h < b.num_kv_heads; ++h) {
+      sel.heads.clear();
+      sel.metadata_bytes = 0;
+      selector.select(SelectInput{b, r, h, ctx}, sel);
+      meta += sel.metadata_bytes;
+      context += uint64_t(ctx);
+      if (art && order == ArtOrder::Bound) meta += uint64_t((ctx + b.kv.page_size - 1) / b.kv.page_size) * 2 * d * sizeof(float);
+      for (int g = 0; g < group; ++g) {
+        Head x;
+        x.row = r;
+        x.head = h * group + g;
+        x.ranges = sel.heads[sel.shared() ? 0 : size_t(g)];
+        x.order = order;
+        if (mac) {
+          x.split = std::max(0, ctx - mac->params().band);
+          x.match = mac->match(b, r, x.head);
+          mac->record(b.layer, x.head, x.match, b.positions[r], H);
+          if (x.match.hit) {  // the band+tail, most recent first
+            x.ranges = {KeyRange{std::max(0, x.match.pos + 1 - mac->params().band), ctx}};
+            x.order = ArtOrder::Recent;
+          }
+        }
+        if (art && x.order == ArtOrder::Bound) x.ranges = by_bound(b, r, h, x.head, x.ranges);
+        heads.push_back(std::move(x));
+      }
+    }
+  }
+
+  // States start as the reused prefix on a hit, empty otherwise.
+  std::vector<float> cache_o(size_t(b.num_rows) * H * d, 0.0f), cache_lse(size_t(b.num_rows) * H, kEmptyLse);
+  for (const Head& x : heads)
+    if (mac && x.match.hit) {
+      const size_t i = size_t(x.row) * H + x.head;
+      std::copy_n(mac->cached_o(b, x.row, x.match.slot, x.head), d, cache_o.data() + i * d);
+      cache_lse[i] = mac->cached_lse(b, x.row, x.match.slot, x.head);
+    }
+
+  if (art) {
+    const ArtParams& p = *config_.art;
+    std::vector<ArtResult> results(heads.size());
+#pragma omp parallel for schedule(dynamic)
+    for (size_t i = 0; i < heads.size(); ++i) {
+      Head& x = heads[i];
+      ArtPlan plan;
+      if (x.order == ArtOrder::Recent) {
+        recent_blocks(x.ranges, p.block, plan);
+      } else if (x.order == ArtOrder::Streaming && !x.ranges.empty()) {
+        recent_blocks({x.ranges[0]}, p.block, plan);  // the window; the rest are sinks
+        plan.pinned.assign(x.ranges.begin() + 1, x.ranges.end());
+      } else {
+        art_blocks_in_order(x.ranges, p.block, plan);
+      }
+      const size_t s = size_t(x.row) * H + x.head;
+      float* o = b.out + s * d;
+      float lse = cache_lse[s];
+      std::copy_n(cache_o.data() + s * d, d, o);
+      SeqKV kv{b.kv, b.tables[x.row]->pages.data(), x.head / group};
+      const float* q = b.q + s * d;
+      results[i] = art_traverse(q, kv, b.scale, d, p, plan, o, lse, x.split, mac ? cache_o.data() + s * d : nullptr,
+                                mac ? cache_lse.data() + s : nullptr);
+      x.read = std::move(results[i].read);
+    }
+    for (const ArtResult& r : results) art_stats_.add(r);
+  } else {
+    // Exhaustive: the part below the split and the part from it, as two task lists.
+    std::vector<AttendTask> below, above;
+    for (Head& x : heads) {
+      const int kv_head = x.head / group, ctx = b.positions[x.row] + 1;
+      below.push_back({x.row, kv_head, x.head, 1, coalesced(clip(x.ranges, 0, x.split))});
+      above.push_back({x.row, kv_head, x.head, 1, coalesced(clip(x.ranges, x.split, ctx))});
+      x.read = below.back().ranges;
+      x.read.insert(x.read.end(), above.back().ranges.begin(), above.back().ranges.end());
+    }
+    std::vector<float> part_o(size_t(b.num_rows) * H * d), part_lse(size_t(b.num_rows) * H, kEmptyLse);
+    AttentionBatch tmp = b;
+    tmp.out = part_o.data();
+    if (mac) attend_tasks(tmp, below, part_lse.data());
+    std::vector<float> tail_lse(size_t(b.num_rows) * H, kEmptyLse);
+    attend_tasks(b, above, tail_lse.data());
+    for (const Head& x : heads) {
+      const size_t s = size_t(x.row) * H + x.head;
+      float* co = cache_o.data() + s * d;
+      if (mac) merge_state(co, cache_lse[s], part_o.data() + s * d, part_lse[s], d);
+      // output = (cached state) merged with the part from the split; b.out holds the latter.
+      float lse = cache_lse[s];
+      std::vector<float> o(co, co + d);
+      merge_state(o.data(), lse, b.out + s * d, tail_lse[s], d);
+      std::copy(o.begin(), o.end(), b.out + s * d);
+    }
+  }
+
+  if (mac)
+    for (int r = 0; r < b.num_rows; ++r)
+      mac->push(b, r, cache_o.data() + size_t(r) * H * d, cache_lse.data() + size_t(r) * H);
+
+  // Keys read per (row, KV head): the union over the group's heads, what a GQA kernel loads.
+  uint64_t keys = 0;
+  for (size_t i = 0; i < heads.size(); i += size_t(group)) {
+    std::vector<KeyRange> all;
+    for (int g = 0; g < group; ++g) all.insert(all.end(), heads[i + g].read.begin(), heads[i + g].read.end());
+    keys += count_keys(coalesced(std::move(all)));
+  }
+  stats_.keys_read += keys;
+  stats_.decode_calls += 1;
+  stats_.decode_keys_read += keys;
+  stats_.decode_metadata_bytes += meta;
+  stats_.decode_rows += uint64_t(b.num_rows);
+  stats_.decode_context += context;
+}
+
+}  // namespace skim

@@ -1,0 +1,170 @@
+// MAC-Attention through the pipeline on random one-layer sequences: a miss equals dense, a hit
+// equals equation (7) of seeds/002 evaluated by brute force, and the state cached for m is the
+// state over [1, m-r] (1-based) built without subtraction.
+#include "attention/mac.h"
+
+#include <gtest/gtest.h>
+
+#include "attention/pipeline.h"
+#include "decode_harness.h"
+
+namespace skim {
+namespace {
+
+using test::DecodeHarness;
+
+const MacReuse& mac_of(const AttentionPolicy& p) {
+  const MacReuse* m = dynamic_cast<const PipelinePolicy&>(p).mac();
+  EXPECT_NE(m, nullptr);
+  return *m;
+}
+
+// (o, lse) of two disjoint states merged, in double: equation (7)'s (S_a + S_b) / (Z_a + Z_b).
+void merge_double(std::vector<double>& o, double& lse, const std::vector<double>& ob, double lseb) {
+  if (lseb == -INFINITY) return;
+  if (lse == -INFINITY) {
+    o = ob;
+    lse = lseb;
+    return;
+  }
+  const double m = std::max(lse, lseb), wa = std::exp(lse - m), wb = std::exp(lseb - m);
+  for (size_t i = 0; i < o.size(); ++i) o[i] = (wa * o[i] + wb * ob[i]) / (wa + wb);
+  lse = m + std::log(wa + wb);
+}
+
+TEST(Mac, NoHitsEqualsDense) {
+  // tau near 1: the threshold is 1% of sqrt(2d), which random queries never reach.
+  auto policy = make_policy("mac:tau=0.99,window=64,band=32");
+  DecodeHarness h(400, 2, 3, 32);
+  h.prefill(*policy, 200);
+  for (int s = 0; s < 20; ++s) {
+    std::vector<float> o = h.step(*policy), dense = h.dense_newest();
+    EXPECT_LT(test::max_abs_diff(o.data(), dense.data(), o.size()), 1e-5f) << "step " << s;
+  }
+  auto c = policy->counters();
+  EXPECT_EQ(c.at("mac_hit_rate"), 0.0);
+  EXPECT_EQ(mac_of(*policy).ring_size(&h.table, 0), 64);
+}
+
+TEST(Mac, MissCachesStateOverPrefix) {
+  const int band = test::random_int(8, 60);
+  auto policy = make_policy("mac:tau=0.99,window=32,band=" + std::to_string(band));
+  DecodeHarness h(300, 2, 2, 32);
+  h.prefill(*policy, test::random_int(30, 150));
+  for (int s = 0; s < 10; ++s) {
+    h.step(*policy);
+    const int m = h.table.length - 1;
+    for (int head = 0; head < h.heads; ++head) {
+      std::vector<double> o;
+      double lse;
+      h.brute_state(h.q[size_t(m)].data() + head * h.d, head / h.group, 0, m + 1 - band, o, lse);
+      auto e = mac_of(*policy).newest(&h.table, 0, head, h.d);
+      EXPECT_EQ(e.pos, m);
+      if (m + 1 - band <= 0) {
+        EXPECT_EQ(e.lse, kEmptyLse);
+        continue;
+      }
+      EXPECT_NEAR(e.lse, lse, 1e-4) << "head " << head;
+      for (int i = 0; i < h.d; ++i) EXPECT_NEAR(e.o[i], o[size_t(i)], 1e-5) << "head " << head;
+    }
+  }
+}
+
+// Decode queries whose pre-RoPE query repeats a ring entry's exactly: every head hits it.
+TEST(Mac, HitEqualsEquation7) {
+  const int band = test::random_int(4, 40), window = 64, prompt = test::random_int(120, 250);
+  auto policy = make_policy("mac:tau=0.45,window=64,band=" + std::to_string(band));
+  DecodeHarness h(400, 2, 2, 32);
+  h.prefill(*policy, prompt);
+  for (int s = 0; s < 12; ++s) {
+    // A distinct prompt position in the ring for each step, so the nearest entry is unique.
+    const int p = prompt - window + 1 + 4 * s + test::random_int(0, 3);
+    h.add_token();
+    h.q_pre.back() = h.q_pre[size_t(p)];
+    AttentionBatch b = h.batch(h.table.length - 1, 1, true);
+    policy->attend(b);
+    const int m = h.table.length - 1, prefix = std::max(0, p + 1 - band);
+    for (int head = 0; head < h.heads; ++head) {
+      const int kvh = head / h.group;
+      std::vector<double> op, om, oc;
+      double lp, lm, lc;
+      h.brute_state(h.q[size_t(p)].data() + head * h.d, kvh, 0, prefix, op, lp);        // S, Z of p over [1, p-r]
+      h.brute_state(h.q[size_t(m)].data() + head * h.d, kvh, prefix, m + 1, om, lm);    // S, Z of m over [p-r+1, m]
+      h.brute_state(h.q[size_t(m)].data() + head * h.d, kvh, prefix, m + 1 - band, oc, lc);  // [p-r+1, m-r]
+      std::vector<double> out = op, cache = op;
+      double lo = lp, lcache = lp;
+      merge_double(out, lo, om, lm);
+      merge_double(cache, lcache, oc, lc);
+      for (int i = 0; i < h.d; ++i)
+        EXPECT_NEAR(h.out[size_t(head) * h.d + i], out[size_t(i)], 1e-5) << "step " << s << " head " << head;
+      auto e = mac_of(*policy).newest(&h.table, 0, head, h.d);
+      EXPECT_NEAR(e.lse, lcache, 1e-4);
+      for (int i = 0; i < h.d; ++i) EXPECT_NEAR(e.o[i], cache[size_t(i)], 1e-5) << "cached, step " << s;
+    }
+  }
+  auto c = policy->counters();
+  EXPECT_EQ(c.at("mac_hit_rate"), 1.0);
+  EXPECT_GT(c.at("mac_skipped"), 0.0);
+  EXPECT_LT(c.at("mac_dist_p50"), 0.02);  // the copies are at distance 0
+  const auto& st = mac_of(*policy).head_stats();
+  ASSERT_EQ(st.size(), 1u);
+  for (const MacHeadStats& x : st[0]) EXPECT_EQ(x.hits, x.decisions);
+}
+
+// A hit whose band reaches the first key reads everything: the output is dense's.
+TEST(Mac, ShortPrefixHitIsDense) {
+  auto policy = make_policy("mac:band=64");
+  DecodeHarness h(200, 1, 4, 16);
+  h.prefill(*policy, 40);
+  h.add_token();
+  h.q_pre.back() = h.q_pre[30];
+  AttentionBatch b = h.batch(h.table.length - 1, 1, true);
+  policy->attend(b);
+  std::vector<float> o = h.out, dense = h.dense_newest();
+  EXPECT_LT(test::max_abs_diff(o.data(), dense.data(), o.size()), 1e-5f);
+  EXPECT_EQ(policy->counters().at("mac_hit_rate"), 1.0);
+  EXPECT_EQ(policy->counters().at("mac_skipped"), 0.0);
+}
+
+TEST(Mac, ComposedSelectorMissesUseSelection) {
+  // With no hits, quest+mac is quest.
+  auto mq = make_policy("quest:budget=64,dense_layers=0+mac:tau=0.99,band=16");
+  auto q = make_policy("quest:budget=64,dense_layers=0");
+  DecodeHarness h(400, 2, 2, 32);
+  h.prefill(*mq, 250);
+  {
+    AttentionBatch b = h.batch(0, 250, false);
+    q->attend(b);
+  }
+  for (int s = 0; s < 5; ++s) {
+    std::vector<float> a = h.step(*mq);
+    AttentionBatch b = h.batch(h.table.length - 1, 1, true);
+    q->attend(b);
+    EXPECT_LT(test::max_abs_diff(a.data(), h.out.data(), a.size()), 1e-5f);
+  }
+}
+
+TEST(Mac, ForkCopiesRingsAndForgetDrops) {
+  auto policy = make_policy("mac:window=16");
+  DecodeHarness h(100, 1, 2, 16);
+  h.prefill(*policy, 30);
+  PageTable other;
+  policy->fork(&h.table, &other);
+  EXPECT_EQ(mac_of(*policy).ring_size(&other, 0), 16);
+  policy->forget(&h.table);
+  EXPECT_EQ(mac_of(*policy).ring_size(&h.table, 0), 0);
+}
+
+TEST(Mac, ParameterErrors) {
+  EXPECT_THROW(make_policy("mac:tau=1"), Error);
+  EXPECT_THROW(make_policy("mac:window=0"), Error);
+  EXPECT_THROW(make_policy("mac:band=-1"), Error);
+  EXPECT_THROW(make_policy("mac+resa"), Error);
+  EXPECT_THROW(make_policy("quest+mac+retro"), Error);
+  EXPECT_THROW(make_policy("mac:k=3"), Error);
+  EXPECT_NO_THROW(make_policy("quest+mac"));
+  EXPECT_NO_THROW(make_policy("gbsa+mac:tau=0.75"));
+}
+
+}  // namespace
+}  // namespace skim

@@ -7,7 +7,7 @@
 # docs/results.md is rewritten (between its markers; the rest of the file is left alone).
 #   bench/retro_cs_results.sh          run the pieces not yet done, then write the section
 #   FORCE=1 ... / REPORT_ONLY=1 ...    rerun every piece / only rewrite the section
-# Env: SKIM, THREADS (1), CTX (16384), DECODE (1024), AGREE (192), CS_DECODE (512), PROMPTS (3).
+# Env: SKIM, THREADS (1), CTX (16384), DECODE (1024), AGREE (192), CS_DECODE (512), PROMPTS (2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +17,7 @@ CTX=${CTX:-16384}
 DECODE=${DECODE:-1024}
 AGREE=${AGREE:-192}
 CS_DECODE=${CS_DECODE:-512}
-PROMPTS=${PROMPTS:-3}
+PROMPTS=${PROMPTS:-2}
 OUT=${OUT:-bench/results}
 MD=${MD:-docs/results.md}
 RETRO_POLICIES="dense,quest:budget=0.1,quest:budget=0.1+retro:w=2,quest:budget=0.1+retro:w=4,quest:budget=0.1+retro:w=8"
@@ -89,6 +89,12 @@ if c or any(pk):
             rows[p["policy"]]["counters"] = p.get("counters", {})
             rows[p["policy"]]["kv"] = p["work_windows"]["kv_bytes_relative_to_dense"]
         dall = c["policies"][0]["perplexity"]["overall"]
+    dot = load("cs-dot")
+    if dot and c:
+        for p in dot["policies"][1:]:
+            rows.setdefault(p["policy"], {})["ppl"] = p["perplexity"]["overall"] * dall / dot["policies"][0]["perplexity"]["overall"]
+            rows[p["policy"]]["counters"] = p.get("counters", {})
+            rows[p["policy"]]["kv"] = p["work_windows"]["kv_bytes_relative_to_dense"]
     for j in pk:
         if not j: continue
         for p in j["policies"]:
@@ -132,6 +138,8 @@ esac
 case "${PART:-all}" in
   cs|all)
     piece cs-ppl "$CS_POLICIES" --tasks ppl --decode-tokens "$CS_DECODE" --buckets 2
+    report
+    piece cs-dot "dense,cs:keep=0.05,score=dot,recall=1" --tasks ppl --decode-tokens "$CS_DECODE" --buckets 2
     report
     piece cs-passkey1 "$CS_POLICIES" --tasks passkey --keys 1 --lengths "$CTX" --prompts "$PROMPTS"
     report

@@ -72,7 +72,7 @@ void CsSelector::build(GroupTable& g, const SeqKV& kv, int group, int num_keys) 
     for (int j = 0; j < num_keys; ++j) {
       float* k = keys.data() + size_t(j) * ds;
       std::copy_n(kv.key(j) + size_t(m) * ds, ds, k);
-      normalize(k, ds);
+      if (!p_.score_dot) normalize(k, ds);
     }
 #pragma omp parallel
     {
@@ -102,7 +102,7 @@ void CsSelector::insert_key(GroupTable& g, int32_t pos, const float* key, int d)
   std::vector<float> k(static_cast<size_t>(ds));
   for (int m = 0; m < M; ++m) {
     std::copy_n(key + size_t(m) * ds, ds, k.data());
-    normalize(k.data(), ds);
+    if (!p_.score_dot) normalize(k.data(), ds);
     for (int c = 0; c < C; ++c)
       g.lists[size_t(m) * C + c].try_insert(pos, dot(g.centroids.data() + (size_t(m) * C + c) * ds, k.data(), ds));
   }
@@ -147,7 +147,7 @@ uint64_t CsSelector::gather(const GroupTable& g, const float* q, int d) {
   uint64_t entries = 0;
   for (int m = 0; m < M; ++m) {
     std::copy_n(q + size_t(m) * ds, ds, qs.data());
-    normalize(qs.data(), ds);
+    const float weight = p_.score_dot ? normalize(qs.data(), ds) : (normalize(qs.data(), ds), 1.0f);
     for (int c = 0; c < C; ++c) cos[size_t(c)] = dot(g.centroids.data() + (size_t(m) * C + c) * ds, qs.data(), ds);
     for (int c = 0; c < C; ++c) order[size_t(c)] = c;
     int take = 1;
@@ -168,7 +168,7 @@ uint64_t CsSelector::gather(const GroupTable& g, const float* q, int d) {
           mark_[size_t(k)] = 1;
           touched_.push_back(k);
         }
-        acc_[size_t(k)] += list.score(i);
+        acc_[size_t(k)] += weight * list.score(i);
       }
     }
   }

@@ -9,6 +9,9 @@
 // Score: cos(c, k_s) = c . k_s / |k_s| with c a unit centroid and k_s the key's subspace slice
 // (the paper's "l2-normalise subspace vectors when clustering and centroid scoring"); summed
 // over subspaces with unit weights. Scores are stored as fp16, key indices as int32.
+// Variant `score=dot` (ours): lists keep c . k_s with the raw key slice, and a query sums
+// |q_s| x score over its subspaces, so the total approximates q . k (key norms and the uneven
+// weight of the subspaces are kept, which cosine scores drop).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,7 @@ struct CsParams {
   double backoff = 0.3;     // best cosine below this: use the top `backoff_top` centroids
   int backoff_top = 2;
   bool pool_group = false;  // one group-mean query per KV group instead of one per query head
+  bool score_dot = false;   // lists score c . k_s (keys not normalised), decode weights by |q_s|
   bool recall = false;      // measure recall of the true top-K (a dense scoring pass per select)
   int dense_layers = 0;     // layers attended densely: no tables are built for them
   int max_points = 16384;   // k-means runs on at most this many query vectors (strided sample)

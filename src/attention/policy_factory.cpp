@@ -31,6 +31,9 @@ std::unique_ptr<Selector> make_cs_selector(const PolicyPart& p, int& dense_layer
   const std::string pool = p.text("pool", "head");
   SKIM_REQUIRE(pool == "head" || pool == "group", "--policy: cs:pool={} must be head or group", pool);
   c.pool_group = pool == "group";
+  const std::string score = p.text("score", "cos");
+  SKIM_REQUIRE(score == "cos" || score == "dot", "--policy: cs:score={} must be cos or dot", score);
+  c.score_dot = score == "dot";
   require_range(p, "subspaces", c.subspaces, 1, 1024);
   require_range(p, "centroids", c.centroids, 1, 65536);
   require_range(p, "iters", c.iters, 0, 1000);
@@ -168,7 +171,10 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
     config.corrections.rectify_every = f;
   }
   if (selector && selector->name == "cs") config.corrections.needs_prompt_queries = true;
-  if (const PolicyPart* m = spec.find("mac")) config.mac = make_mac(text, spec, *m);
+  if (const PolicyPart* m = spec.find("mac")) {
+    config.mac = make_mac(text, spec, *m);
+    config.corrections.prompt_tail_queries = config.mac->params().window;  // set_policy refills the rings
+  }
   if (const PolicyPart* a = spec.find("art")) config.art = make_art(text, *a, selector, config.art_order);
   if (const PolicyPart* r = spec.find("retro")) return make_retro_policy(text, spec, *r, selector, std::move(config));
   return std::make_unique<PipelinePolicy>(std::move(config));

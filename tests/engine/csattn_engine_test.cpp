@@ -50,7 +50,8 @@ TEST(CsEngine, FullListsAndKeepEqualDense) {
   d->append(ds, prompt, {});
   auto dense = decode_all(*d, ds, feed);
   for (const char* spec : {"cs:subspaces=4,centroids=8,list=400,keep=1,recall=1",
-                           "cs:subspaces=2,centroids=4,list=400,keep=1,pool=group,step=3"}) {
+                           "cs:subspaces=2,centroids=4,list=400,keep=1,pool=group,step=3",
+                           "cs:subspaces=4,centroids=8,list=400,keep=1,score=dot"}) {
     auto e = make_engine(spec);
     int s = e->open_sequence();
     e->append(s, prompt, {});

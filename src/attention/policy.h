@@ -50,6 +50,7 @@ struct EngineCorrections {
   int rectify_every = 0;  // ReSA: re-encode the last f generated tokens densely every f tokens
   int retro_window = 0;   // RetroAttention: each decode step also re-runs the last w-1 tokens
   bool needs_prompt_queries = false;  // CSAttention: tables are built from the prefill queries
+  int prompt_tail_queries = 0;  // MAC: rings hold the prefill queries of the last N tokens
 };
 
 class AttentionPolicy {

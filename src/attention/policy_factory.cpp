@@ -171,7 +171,10 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
     config.corrections.rectify_every = f;
   }
   if (selector && selector->name == "cs") config.corrections.needs_prompt_queries = true;
-  if (const PolicyPart* m = spec.find("mac")) config.mac = make_mac(text, spec, *m);
+  if (const PolicyPart* m = spec.find("mac")) {
+    config.mac = make_mac(text, spec, *m);
+    config.corrections.prompt_tail_queries = config.mac->params().window;  // set_policy refills the rings
+  }
   if (const PolicyPart* a = spec.find("art")) config.art = make_art(text, *a, selector, config.art_order);
   if (const PolicyPart* r = spec.find("retro")) return make_retro_policy(text, spec, *r, selector, std::move(config));
   return std::make_unique<PipelinePolicy>(std::move(config));

@@ -61,9 +61,11 @@ struct Engine::Impl {
   // A policy that indexes the prompt by its queries (CSAttention) and was switched in after the
   // prefill re-encodes the sequence densely, in prefill chunks, to see them. The K/V written
   // are those of a dense prefill; decoded tokens are re-encoded densely too.
-  void reencode(Sequence& s) {
+  // Runs positions [from, length) again as prefill chunks under the current policy (their K/V
+  // come out the same), so a policy that learns from prefill queries sees them.
+  void reencode(Sequence& s, int from = 0) {
     std::vector<float> none;
-    for (int b = 0; b < s.table.length; b += options.prefill_chunk) {
+    for (int b = from; b < s.table.length; b += options.prefill_chunk) {
       ForwardBatch fb;
       for (int pos = b; pos < std::min(s.table.length, b + options.prefill_chunk); ++pos) {
         fb.tokens.push_back(s.tokens[size_t(pos)]);
@@ -133,6 +135,8 @@ void Engine::set_policy(const std::string& spec) {
   for (auto& [id, s] : impl_->sequences) {
     s.retro_steps = 0;  // the new policy has no output cache yet
     if (reencode && s.table.length > 0) impl_->reencode(s);
+    const int tail = impl_->policy->corrections().prompt_tail_queries;
+    if (!reencode && tail > 0 && s.table.length > 0) impl_->reencode(s, std::max(0, s.table.length - tail));
   }
 }
 

@@ -99,6 +99,15 @@ TEST(MacArtEngine, ForkKeepsRings) {
   auto forked = feed(*e, fork, tokens);
   for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(max_diff(direct[i], forked[i]), 0.0f) << "step " << i;
   std::printf("tiny model, mac tau=0: hit rate %.3f\n", c.at("mac_hit_rate"));
+
+  // The eval's way: prefill under dense, switch to mac (set_policy re-runs the last K tokens
+  // so the rings fill), fork, decode.
+  auto e2 = make_engine("dense", 1000);
+  int base = e2->open_sequence();
+  e2->append(base, prompt, {});
+  e2->set_policy(spec);
+  auto switched = feed(*e2, e2->fork_sequence(base), tokens);
+  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_LT(max_diff(direct[i], switched[i]), 1e-4f) << "step " << i;
 }
 
 }  // namespace

@@ -8,6 +8,11 @@
 #   results.json   joined results                             results.md  the table
 # Usage: bash scripts/gpu-check.sh OUT_DIR   (env: NCU=1 adds an Nsight Compute profile of
 # one point (NCU_BATCH, NCU_CTX); QUICK=1 runs fewer cases and points; SKIP_SDPA=1)
+# The benchmark also times the previous library kernel when build-legacy/legacy_impl.cuh
+# exists (make it here, carry it to the GPU machine, which has no git history):
+#   mkdir -p build-legacy && git show REV:src/backend/cuda/paged_decode_attention_impl.cuh |
+#     sed -e 's/namespace skim::cuda::detail/namespace skim::cuda::legacy/' -e 's/^#pragma once//' \
+#     > build-legacy/legacy_impl.cuh
 set -uo pipefail
 OUT=${1:?usage: gpu-check.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -33,7 +38,9 @@ pids=()
 nvcc $FLAGS $ARCH -Xptxas -v -c src/backend/cuda/paged_decode_attention.cu -o $B/pda.o 2> $B/ptxas.txt & pids+=($!)
 nvcc $FLAGS -c src/backend/cpu/paged_decode_attention.cpp -o $B/cpu_ref.o & pids+=($!)
 nvcc $FLAGS -Itests/cuda -c tests/cuda/paged_decode_parity_main.cc -o $B/parity_main.o & pids+=($!)
-nvcc $FLAGS $ARCH -c bench/attention/decode_attention_bench.cu -o $B/bench.o & pids+=($!)
+LEGACY=""
+[ -f build-legacy/legacy_impl.cuh ] && LEGACY="-DSKIM_BENCH_LEGACY=\"$(pwd)/build-legacy/legacy_impl.cuh\"" && echo "benchmark includes the legacy kernel"
+nvcc $FLAGS $ARCH $LEGACY -c bench/attention/decode_attention_bench.cu -o $B/bench.o & pids+=($!)
 for p in "${pids[@]}"; do wait "$p"; done
 nvcc $ARCH $B/parity_main.o $B/pda.o $B/cpu_ref.o -o $B/parity
 nvcc $ARCH $B/bench.o -o $B/bench  # bench.o compiles the library source in itself

@@ -1,6 +1,11 @@
 // Decode-attention benchmark: skim's paged split-KV kernel (the library default and a few
 // tuning variants) on Llama-3.1-8B layer shapes (32 query heads, 8 KV heads, head_dim 128),
 // contexts 8K/32K/128K, batch 1 and 8, against the measured device-to-device copy bandwidth.
+// Rows besides the default: "contig" = the default kernel on a cache whose pages are in
+// order (what shuffled pages cost); "legacy" = the previous library kernel (two kernels:
+// split + merge), compiled in when gpu-check.sh finds its source; "read_paged" /
+// "read_contig" = kernels that only read the same K/V bytes (through the shuffled page table
+// / as one contiguous stream) and do no math: the bandwidth ceiling of each access pattern.
 //
 // Method (DESIGN.md section 8): CUDA events around each call, warm-up first, median of many
 // calls; the cache is rotated among enough copies that each call reads at least ~4x the L2
@@ -26,6 +31,11 @@
 // template is instantiated once (two non-rdc TUs instantiating the same kernel register two
 // device functions under one host stub, and attributes set on one do not reach the other).
 #include "backend/cuda/paged_decode_attention.cu"
+#ifdef SKIM_BENCH_LEGACY
+// The previous library kernel, namespace renamed to skim::cuda::legacy (gpu-check.sh makes
+// this file from git history: `git show <rev>:src/backend/cuda/paged_decode_attention_impl.cuh`).
+#include SKIM_BENCH_LEGACY
+#endif
 
 #define CK(call)                                                                      \
   do {                                                                                \
@@ -61,6 +71,42 @@ __global__ void spin(long long cycles) {
   const long long t0 = clock64();
   while (clock64() - t0 < cycles) {
   }
+}
+
+// Read-only ceilings. Each warp reads whole 4 KB (K) + 4 KB (V) page slices, 16 bytes per
+// lane per load, every load of a slice in flight at once. PAGED: item = (sequence, page, KV
+// head) through the page table, so neighbouring warps read the 8 heads' slices of one page
+// together (32 KB contiguous of K and of V: the best locality a paged cache allows); else
+// the slices lie back to back. The xor keeps the loads alive; nothing is written in practice.
+template <bool PAGED>
+__global__ void __launch_bounds__(256) read_ceiling(const uint4* k, const uint4* v,
+                                                    const int32_t* table, int pages_per_seq,
+                                                    int num_kv_heads, long items, uint4* sink) {
+  constexpr int kVecs = 4096 / 16;  // uint4 per page slice (head_dim 128, 16 tokens)
+  const int lane = threadIdx.x & 31;
+  const long warps = long(gridDim.x) * (blockDim.x / 32);
+  uint4 x = make_uint4(0u, 0u, 0u, 0u);
+  for (long it = blockIdx.x * long(blockDim.x / 32) + (threadIdx.x >> 5); it < items; it += warps) {
+    size_t slice;
+    if (PAGED) {
+      const long per_seq = long(num_kv_heads) * pages_per_seq;
+      const long b = it / per_seq, pg = it % per_seq / num_kv_heads, kvh = it % num_kv_heads;
+      slice = size_t(__ldg(table + b * pages_per_seq + pg)) * num_kv_heads + kvh;
+    } else {
+      slice = size_t(it);
+    }
+    uint4 r[2 * kVecs / 32];
+#pragma unroll
+    for (int j = 0; j < kVecs / 32; ++j) {
+      r[j] = __ldcs(k + slice * kVecs + lane + 32 * j);
+      r[kVecs / 32 + j] = __ldcs(v + slice * kVecs + lane + 32 * j);
+    }
+#pragma unroll
+    for (int j = 0; j < 2 * kVecs / 32; ++j) {
+      x.x ^= r[j].x, x.y ^= r[j].y, x.z ^= r[j].z, x.w ^= r[j].w;
+    }
+  }
+  if (x.x == 0x9e3779b9u && x.y == 0x7f4a7c15u) sink[0] = x;  // practically never
 }
 
 struct Stats {
@@ -116,18 +162,15 @@ struct VariantInfo {
   cudaError_t (*per_sm)(int&);
 };
 
-// WAVES > 1 plans for that many times the resident CTA slots (smaller chunks, several waves).
-// DYN: pages taken from a shared counter (args.deterministic = false).
-template <int W, int S, int WAVES = 1, bool DYN = false>
+// WAVES > 1 plans for that many times the resident CTA slots (smaller pieces, several waves).
+template <int W, int S, int WAVES = 1>
 cudaError_t launch_variant(const PagedDecodeArgs& a, cudaStream_t s, detail::Plan* plan) {
   int cap = 0;
   if (WAVES > 1) {
     const cudaError_t e = detail::Variant<128, W, S>::capacity(cap);
     if (e != cudaSuccess) return e;
   }
-  PagedDecodeArgs b = a;
-  b.deterministic = !DYN;
-  return detail::Variant<128, W, S>::launch(b, s, cap * WAVES, plan);
+  return detail::Variant<128, W, S>::launch(a, s, cap * WAVES, plan);
 }
 template <int W, int S>
 cudaError_t per_sm_variant(int& n) {
@@ -135,14 +178,18 @@ cudaError_t per_sm_variant(int& n) {
 }
 
 const VariantInfo kVariants[] = {
-    {"w8s2dyn", launch_variant<8, 2, 1, true>, per_sm_variant<8, 2>},
-    {"w4s2", launch_variant<4, 2>, per_sm_variant<4, 2>},
-    {"w4s3", launch_variant<4, 3>, per_sm_variant<4, 3>},
-    {"w4s3dyn", launch_variant<4, 3, 1, true>, per_sm_variant<4, 3>},
-    {"w8s3", launch_variant<8, 3>, per_sm_variant<8, 3>},
-    {"w6s2", launch_variant<6, 2>, per_sm_variant<6, 2>},
-    {"w6s2dyn", launch_variant<6, 2, 1, true>, per_sm_variant<6, 2>},
+    {"w4s2", launch_variant<4, 2>, per_sm_variant<4, 2>},      // 2 CTAs per SM
+    {"w4s4", launch_variant<4, 4>, per_sm_variant<4, 4>},
+    {"w6s3", launch_variant<6, 3>, per_sm_variant<6, 3>},
 };
+
+#ifdef SKIM_BENCH_LEGACY
+cudaError_t launch_legacy(const PagedDecodeArgs& a, cudaStream_t s, detail::Plan* plan) {
+  if (plan) *plan = detail::Plan{};
+  return skim::cuda::legacy::DefaultVariant<128>::launch(a, s);
+}
+cudaError_t per_sm_legacy(int& n) { return skim::cuda::legacy::DefaultVariant<128>::ctas_per_sm(n); }
+#endif
 
 }  // namespace
 
@@ -188,7 +235,7 @@ int main(int argc, char** argv) {
 
   std::mt19937_64 rng(20261122);
   bool first_point = true;
-  std::printf("%5s %7s %8s %9s %9s %8s %6s  %s\n", "batch", "ctx", "MB", "variant", "med_us", "GB/s",
+  std::printf("%5s %7s %8s %11s %9s %8s %6s  %s\n", "batch", "ctx", "MB", "variant", "med_us", "GB/s",
               "frac", "plan");
   for (int B : batches)
     for (int L : contexts) {
@@ -287,8 +334,38 @@ int main(int argc, char** argv) {
         r.per_sm = rows[0].per_sm;
         rows.push_back(r);
       }
-      if (variants)
-        for (const auto& vi : kVariants) {
+      // Read-only ceilings over the same bytes (and, for "paged", the same page ids).
+      {
+        int sms = prop.multiProcessorCount;
+        const long items = long(B) * HKV * pages_per_seq;
+        for (int paged = 1; paged >= 0; --paged) {
+          Row r{paged ? "read_paged" : "read_contig", {}, 0.0, rows[0].plan, 0};
+          r.s = time_calls(
+              [&](int i) {
+                const int c = i % copies;
+                if (paged)
+                  read_ceiling<true><<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(k), reinterpret_cast<const uint4*>(v),
+                                                       table + size_t(c) * B * pages_per_seq, pages_per_seq, HKV, items,
+                                                       reinterpret_cast<uint4*>(o));
+                else
+                  read_ceiling<false><<<sms * 8, 256>>>(
+                      reinterpret_cast<const uint4*>(k) + size_t(c) * items * 256,
+                      reinterpret_cast<const uint4*>(v) + size_t(c) * items * 256, nullptr, pages_per_seq, HKV, items,
+                      reinterpret_cast<uint4*>(o));
+                CK(cudaGetLastError());
+              },
+              20, iters);
+          r.max_diff = 0.0;
+          rows.push_back(r);
+        }
+      }
+      std::vector<VariantInfo> vlist;
+#ifdef SKIM_BENCH_LEGACY
+      vlist.push_back({"legacy", launch_legacy, per_sm_legacy});
+#endif
+      if (variants) vlist.insert(vlist.end(), std::begin(kVariants), std::end(kVariants));
+      {
+        for (const auto& vi : vlist) {
           Row r{vi.name, {}, 0.0, {}, 0};
           // Each variant lays the workspace out its own way: start from zeros.
           CK(cudaMemset(ws, 0, ws_bytes));
@@ -310,6 +387,7 @@ int main(int argc, char** argv) {
           CK(vi.per_sm(r.per_sm));
           rows.push_back(r);
         }
+      }
 
       std::fprintf(js, "%s    {\"batch\": %d, \"ctx\": %d, \"num_heads\": %d, \"num_kv_heads\": %d, "
                    "\"head_dim\": %d, \"bytes\": %.0f, \"kv_copies\": %d, \"iters\": %d, \"runs\": [\n",
@@ -318,9 +396,9 @@ int main(int argc, char** argv) {
       for (size_t j = 0; j < rows.size(); ++j) {
         const Row& r = rows[j];
         const double bw = bytes / (r.s.median_us * 1e-6);
-        std::printf("%5d %7d %8.1f %9s %9.2f %8.0f %6.3f  chunks %d x %d pages, %d CTA/SM%s\n", B, L,
+        std::printf("%5d %7d %8.1f %11s %9.2f %8.0f %6.3f  %d CTAs x %d pages, %d CTA/SM%s\n", B, L,
                     bytes / 1e6, r.name.c_str(), r.s.median_us, bw / 1e9, bw / copy_bw,
-                    r.plan.num_chunks, r.plan.chunk_pages, r.per_sm,
+                    r.plan.num_ctas, r.plan.chunk_pages, r.per_sm,
                     r.max_diff > 1e-4 ? "  OUTPUT DIFFERS FROM DEFAULT" : "");
         std::fprintf(js, "      {\"name\": \"%s\", \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, "
                      "\"bw_bytes_per_s\": %.6e, \"frac_copy\": %.4f, \"max_abs_diff_vs_default\": %.3e, "
@@ -328,8 +406,8 @@ int main(int argc, char** argv) {
                      r.name.c_str(), r.s.median_us, r.s.p10_us, r.s.p90_us, bw, bw / copy_bw, r.max_diff,
                      r.per_sm, j + 1 < rows.size() ? "," : "");
       }
-      std::fprintf(js, "    ], \"plan\": {\"num_chunks\": %d, \"chunk_pages\": %d}}", rows[0].plan.num_chunks,
-                   rows[0].plan.chunk_pages);
+      std::fprintf(js, "    ], \"plan\": {\"num_ctas\": %d, \"chunk_pages\": %d, \"units\": %d}}",
+                   rows[0].plan.num_ctas, rows[0].plan.chunk_pages, rows[0].plan.units);
       for (void* p : {(void*)k, (void*)v, (void*)q, (void*)table, (void*)lens, (void*)o, (void*)o_ref,
                       (void*)lse, ws, (void*)table_contig})
         CK(cudaFree(p));

@@ -2,8 +2,8 @@
 // tuning variants) on Llama-3.1-8B layer shapes (32 query heads, 8 KV heads, head_dim 128),
 // contexts 8K/32K/128K, batch 1 and 8, against the measured device-to-device copy bandwidth.
 // Rows besides the default: "contig" = the default kernel on a cache whose pages are in
-// order (what shuffled pages cost); "legacy" = the previous library kernel (two kernels:
-// split + merge), compiled in when gpu-check.sh finds its source; "read_paged" /
+// order (what shuffled pages cost); "legacy" = another revision's kernel (gpu-check.sh
+// compiles it in when it finds build-legacy/legacy_impl.cuh); "read_paged" /
 // "read_contig" = kernels that only read the same K/V bytes (through the shuffled page table
 // / as one contiguous stream) and do no math: the bandwidth ceiling of each access pattern.
 //
@@ -32,8 +32,8 @@
 // device functions under one host stub, and attributes set on one do not reach the other).
 #include "backend/cuda/paged_decode_attention.cu"
 #ifdef SKIM_BENCH_LEGACY
-// The previous library kernel, namespace renamed to skim::cuda::legacy (gpu-check.sh makes
-// this file from git history: `git show <rev>:src/backend/cuda/paged_decode_attention_impl.cuh`).
+// Another revision's kernel, namespace renamed to skim::cuda::legacy (made from git history:
+// `git show <rev>:src/backend/cuda/paged_decode_attention_impl.cuh`, see gpu-check.sh).
 #include SKIM_BENCH_LEGACY
 #endif
 
@@ -162,15 +162,18 @@ struct VariantInfo {
   cudaError_t (*per_sm)(int&);
 };
 
-// WAVES > 1 plans for that many times the resident CTA slots (smaller pieces, several waves).
-template <int W, int S, int WAVES = 1>
+// WAVES > 1 plans for that many times the resident CTA slots (smaller chunks, several waves).
+// DYN: pages taken from a shared counter (args.deterministic = false).
+template <int W, int S, int WAVES = 1, bool DYN = false>
 cudaError_t launch_variant(const PagedDecodeArgs& a, cudaStream_t s, detail::Plan* plan) {
   int cap = 0;
   if (WAVES > 1) {
     const cudaError_t e = detail::Variant<128, W, S>::capacity(cap);
     if (e != cudaSuccess) return e;
   }
-  return detail::Variant<128, W, S>::launch(a, s, cap * WAVES, plan);
+  PagedDecodeArgs b = a;
+  b.deterministic = !DYN;
+  return detail::Variant<128, W, S>::launch(b, s, cap * WAVES, plan);
 }
 template <int W, int S>
 cudaError_t per_sm_variant(int& n) {
@@ -178,9 +181,9 @@ cudaError_t per_sm_variant(int& n) {
 }
 
 const VariantInfo kVariants[] = {
-    {"w4s2", launch_variant<4, 2>, per_sm_variant<4, 2>},      // 2 CTAs per SM
-    {"w4s4", launch_variant<4, 4>, per_sm_variant<4, 4>},
-    {"w6s3", launch_variant<6, 3>, per_sm_variant<6, 3>},
+    {"w8s2dyn", launch_variant<8, 2, 1, true>, per_sm_variant<8, 2>},
+    {"w4s2", launch_variant<4, 2>, per_sm_variant<4, 2>},
+    {"w8s3", launch_variant<8, 3>, per_sm_variant<8, 3>},
 };
 
 #ifdef SKIM_BENCH_LEGACY
@@ -398,7 +401,7 @@ int main(int argc, char** argv) {
         const double bw = bytes / (r.s.median_us * 1e-6);
         std::printf("%5d %7d %8.1f %11s %9.2f %8.0f %6.3f  %d CTAs x %d pages, %d CTA/SM%s\n", B, L,
                     bytes / 1e6, r.name.c_str(), r.s.median_us, bw / 1e9, bw / copy_bw,
-                    r.plan.num_ctas, r.plan.chunk_pages, r.per_sm,
+                    r.plan.num_chunks * 8 * B, r.plan.chunk_pages, r.per_sm,
                     r.max_diff > 1e-4 ? "  OUTPUT DIFFERS FROM DEFAULT" : "");
         std::fprintf(js, "      {\"name\": \"%s\", \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, "
                      "\"bw_bytes_per_s\": %.6e, \"frac_copy\": %.4f, \"max_abs_diff_vs_default\": %.3e, "
@@ -406,8 +409,8 @@ int main(int argc, char** argv) {
                      r.name.c_str(), r.s.median_us, r.s.p10_us, r.s.p90_us, bw, bw / copy_bw, r.max_diff,
                      r.per_sm, j + 1 < rows.size() ? "," : "");
       }
-      std::fprintf(js, "    ], \"plan\": {\"num_ctas\": %d, \"chunk_pages\": %d, \"units\": %d}}",
-                   rows[0].plan.num_ctas, rows[0].plan.chunk_pages, rows[0].plan.units);
+      std::fprintf(js, "    ], \"plan\": {\"num_chunks\": %d, \"chunk_pages\": %d}}", rows[0].plan.num_chunks,
+                   rows[0].plan.chunk_pages);
       for (void* p : {(void*)k, (void*)v, (void*)q, (void*)table, (void*)lens, (void*)o, (void*)o_ref,
                       (void*)lse, ws, (void*)table_contig})
         CK(cudaFree(p));

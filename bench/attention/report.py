@@ -108,10 +108,10 @@ def main():
     md.append("")
     md.append("Headline: skim on a cache with shuffled page ids (as in a long-running server). 'contig' = the same "
               "kernel on pages in order; 'read-only' = a kernel that only reads the same bytes (paged: through the "
-              "same shuffled page table; contig: one stream), i.e. the ceiling of each access pattern; 'previous' = "
-              "the earlier library kernel (split + merge kernels), same run.")
+              "same shuffled page table; contig: one stream), i.e. the ceiling of each access pattern; 'other' = "
+              "another revision's kernel built into the same benchmark (see the results file), same run.")
     md.append("")
-    md.append("| batch | context | MB moved | floor us | skim us | GB/s | of copy | skim contig us | read-only paged / contig us | previous us | SDPA us | SDPA best us (backend) | SDPA best / skim (>1: skim faster) | checks |")
+    md.append("| batch | context | MB moved | floor us | skim us | GB/s | of copy | skim contig us | read-only paged / contig us | other us | SDPA us | SDPA best us (backend) | SDPA best / skim (>1: skim faster) | checks |")
     md.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         sdef = f"{r['sdpa_default_us']:.1f}" if r["sdpa_default_us"] else "-"
@@ -126,9 +126,9 @@ def main():
     names = list(rows[0]["variants"].keys()) if rows else []
     if len(names) > 1:
         md.append("")
-        md.append("All rows (median us; wN = warps per CTA, sN = pipeline stages per warp, x2 = pieces half as "
-                  "long in two waves; contig = default kernel on a cache whose pages are contiguous; legacy = the "
-                  "previous library kernel; read_* = read-only ceilings):")
+        md.append("All rows (median us; wN = warps per CTA, sN = pipeline stages per warp, dyn = pages from a "
+                  "shared counter (non-deterministic mode); contig = default kernel on a cache whose pages are in "
+                  "order; legacy = another revision's kernel (see the results file); read_* = read-only ceilings):")
         md.append("")
         md.append("| batch | context | " + " | ".join(names) + " |")
         md.append("| --- | --- | " + " | ".join("---" for _ in names) + " |")

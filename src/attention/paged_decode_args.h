@@ -32,10 +32,9 @@ struct PagedDecodeArgs {
   // how the keys are split across CTAs. Sequences longer than this are not allowed.
   int max_seq_len = 0;
   float scale = 0.0f;  // multiplies q.k, 1/sqrt(head_dim) for Llama
-  // GPU: results are always bitwise reproducible (pages are split among CTAs statically and
-  // partials merged in a fixed order). Kept for source compatibility; false is accepted and
-  // changes nothing (it used to let CTAs take pages from a shared counter, which gained ~1%
-  // at best and is gone with the single-kernel split).
+  // GPU only. true: pages are split among CTAs statically and the result is bitwise
+  // reproducible. false: CTAs take pages from a shared counter, so those the memory system
+  // serves faster take more (a little faster; results vary in the last bits run to run).
   bool deterministic = true;
 
   const uint16_t* q = nullptr;

@@ -7,7 +7,7 @@
 // page-table slots with out-of-range ids, poisons outputs and workspace with NaN, runs the
 // kernel twice (the two results must agree bit for bit: a differing rerun means a race) and
 // compares with the double-precision reference. The workspace is zeroed once only, so the
-// second run also checks that the first left its arrival counters at zero.
+// second run also checks that the first left its page counters at zero.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,7 +36,7 @@ struct ParityCase {
   int num_kv_heads = 2;
   std::vector<int> lens;
   float q_scale = 1.0f;  // query magnitude: larger gives sharper softmax
-  bool deterministic = true;  // PagedDecodeArgs::deterministic (ignored by the kernel now)
+  bool deterministic = true;  // PagedDecodeArgs::deterministic
 
   std::string name() const {
     char buf[64];
@@ -49,7 +49,7 @@ struct ParityCase {
     }
     if (lens.size() > 6) s = s.substr(0, s.find("_len") + 4) + "_b" + std::to_string(lens.size()) + "_" +
                              std::to_string(lens[0]) + "_etc";
-    if (!deterministic) s += "_nondetflag";
+    if (!deterministic) s += "_dyn";
     return s;
   }
 };
@@ -60,7 +60,8 @@ struct ParityResult {
   double lse_abs_err = 0.0;  // max |lse_gpu - lse_ref| over non-empty sequences
   bool all_finite = true;    // every output written and finite (empty sequences: lse -inf)
   bool empty_ok = true;      // empty sequences give exactly (0, -inf)
-  // The second run is bitwise equal to the first (a difference means a race).
+  // Deterministic mode: the second run is bitwise equal to the first. Dynamic mode: the
+  // two runs agree to 1e-5 of max |o| and 1e-5 in lse (page order differs, rounding too).
   bool deterministic = true;
   size_t workspace_bytes = 0;
 
@@ -92,11 +93,10 @@ inline std::vector<ParityCase> default_parity_cases(bool quick = false) {
   cases.push_back({128, 16, 1, {2049, 300}, 1.0f});
   cases.push_back({128, 8, 2, {12345, 77}, 12.0f});
   cases.push_back({64, 4, 3, {33000, 1}, 12.0f});
-  // The flat split: pieces that cover the end of one unit and the start of the next
-  // (batch 1 with 8 KV heads: 132 pieces over 8 units), sequences shorter than planned in
-  // the middle of a batch (a piece's first segment past its sequence's end), sub-groups of
-  // different sizes in one piece (group 12 = 8 + 4), nearly one piece per unit (16 x 8 = 128
-  // units), and more units than CTA slots (one CTA per unit, no merge).
+  // Shapes of the benchmark and of a server: 8 KV heads at batch 1 (16 CTAs per unit),
+  // sequences shorter than max_seq_len in the middle of a batch, sub-groups of different
+  // sizes (group 12 = 8 + 4), 16 KV heads with group 1, 16 x 8 = 128 units (one CTA each),
+  // and more units than CTA slots (20 x 8).
   cases.push_back({128, 4, 8, {8192}, 1.0f});
   cases.push_back({128, 4, 8, {8192, 100, 0, 3001, 8192}, 4.0f});
   cases.push_back({128, 12, 2, {5000, 7, 2500}, 1.0f});
@@ -105,7 +105,11 @@ inline std::vector<ParityCase> default_parity_cases(bool quick = false) {
   cases.push_back({64, 4, 8, {1, 700, 2047, 33, 900, 16, 17, 1000, 0, 650, 1023, 64, 500, 501, 2,
                               1200, 300, 800, 49, 1100},
                    1.0f});
-  cases.push_back({128, 8, 2, {33000, 17, 8191}, 1.0f, false});  // flag accepted, ignored
+  // Dynamic page distribution (PagedDecodeArgs::deterministic = false).
+  for (const auto& l : std::vector<std::vector<int>>{{33000}, {33000, 17, 8191}, {0, 5000, 16}}) {
+    cases.push_back({128, 8, 2, l, 1.0f, false});
+    cases.push_back({64, 4, 3, l, 4.0f, false});
+  }
   return cases;
 }
 
@@ -245,9 +249,21 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
     SKIM_PARITY_CHECK(
         cudaMemcpy(lse_gpu[run].data(), dlse, lse_ref.size() * 4, cudaMemcpyDeviceToHost));
   }
-  r.deterministic = o_gpu[0] == o_gpu[1] &&
-                    std::equal(lse_gpu[0].begin(), lse_gpu[0].end(), lse_gpu[1].begin(),
-                               [](float x, float y) { return std::memcmp(&x, &y, 4) == 0; });
+  if (pc.deterministic) {
+    r.deterministic = o_gpu[0] == o_gpu[1] &&
+                      std::equal(lse_gpu[0].begin(), lse_gpu[0].end(), lse_gpu[1].begin(),
+                                 [](float x, float y) { return std::memcmp(&x, &y, 4) == 0; });
+  } else {
+    double mo = 0.0, md = 0.0, ml = 0.0;
+    for (size_t i = 0; i < o_ref.size(); ++i) {
+      mo = std::max(mo, double(std::fabs(o_ref[i])));
+      md = std::max(md, double(std::fabs(o_gpu[0][i] - o_gpu[1][i])));
+    }
+    for (size_t i = 0; i < lse_ref.size(); ++i)
+      if (std::isfinite(lse_gpu[0][i]) || std::isfinite(lse_gpu[1][i]))
+        ml = std::max(ml, double(std::fabs(lse_gpu[0][i] - lse_gpu[1][i])));
+    r.deterministic = md <= 1e-5 * mo && ml <= 1e-5;  // NaN fails both
+  }
 
   double max_ref = 0.0, max_diff = 0.0;
   for (int b = 0; b < batch; ++b)

@@ -1,14 +1,13 @@
-// Paged decode attention on the GPU: split-KV flash decoding over the page table, one kernel.
+// Paged decode attention on the GPU: split-KV flash decoding over the page table.
 //
-// The call's work, every (sequence, KV head) "unit" times its pages, is cut into equal pieces,
-// one per CTA the machine holds at once, so that all SMs start and finish together whatever
-// the batch; a piece covers the end of one unit and perhaps the start of the next. Each CTA
-// handles all query heads of a unit's GQA group, so each K/V page is read from HBM once per
-// call. Its warps stream pages through shared memory with cp.async, compute scores and P.V on
-// the tensor cores (bf16 inputs, fp32 accumulation) and keep an online softmax. A unit that
-// one CTA covers is written out directly; otherwise each of its CTAs leaves a partial state
-// (o, lse) in the workspace and the last one to finish merges them with the exact
-// log-sum-exp rule of attention/attention_state.h (no second kernel).
+// Several CTAs share one (sequence, KV head), striding through its pages in batches of two
+// (or, with args.deterministic = false, taking batches from a shared counter), and each CTA
+// handles all query heads of that KV head's GQA group, so each K/V page is read from HBM
+// once per call. Its warps stream pages through shared memory with cp.async, compute scores
+// and P.V on the tensor cores (bf16 inputs, fp32 accumulation) and keep an online softmax;
+// the CTA writes one partial state (o, lse) per query head. A second small kernel merges
+// the partials with the exact log-sum-exp rule of attention/attention_state.h. When one CTA
+// covers every sequence (short sequences, large batches) it writes the result directly.
 //
 // Same name and arguments as the CPU reference, skim::cpu::paged_decode_attention. This
 // header holds no device code, so plain C++ (tests, the engine) includes it.
@@ -28,8 +27,8 @@ namespace skim::cuda {
 // shapes are unsupported or need none.
 //
 // The workspace must be zero-filled once after allocation (cudaMemset): it holds counters
-// that find the last CTA of each unit, and every call leaves them at zero again. Calls
-// sharing one workspace must be ordered (one stream, or events).
+// that distribute pages among CTAs, and every call leaves them at zero again. Calls sharing
+// one workspace must be ordered (one stream, or events).
 size_t paged_decode_workspace_size(const PagedDecodeArgs& args);
 
 // Device pointers in args; asynchronous on `stream`, allocates nothing, captures into a CUDA

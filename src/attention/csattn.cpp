@@ -95,6 +95,7 @@ void CsSelector::build(GroupTable& g, const SeqKV& kv, int group, int num_keys) 
   g.queries.clear();
   g.queries.shrink_to_fit();
   g.built = true;
+  g.indexed = num_keys;
 }
 
 void CsSelector::insert_key(GroupTable& g, int32_t pos, const float* key, int d) {
@@ -128,7 +129,9 @@ void CsSelector::observe(const AttentionBatch& b) {
         continue;
       }
       if (!g.built) build(g, kv, group, pos);
+      if (pos < g.indexed) continue;  // a rewrite of an indexed key keeps its entries
       insert_key(g, pos, kv.key(pos), d);
+      g.indexed = pos + 1;
     }
   }
 }

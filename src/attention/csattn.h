@@ -81,6 +81,7 @@ class CsSelector : public Selector {
     std::vector<TopList> lists;    // [M][C]
     std::vector<std::vector<int32_t>> picks;  // per unit: last scored selection (step > 1)
     int searches = 0;                         // selects since the build
+    int indexed = 0;  // keys [0, indexed) are in the lists (rewrites, e.g. rectify, are not re-inserted)
     int search_window = 0;  // window start at the last search: reused selections keep [it, context)
   };
   struct SeqState {

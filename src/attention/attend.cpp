@@ -61,6 +61,20 @@ void attend_range(const float* q, int n_q, const SeqKV& kv, KeyRange r, float sc
 
 }  // namespace
 
+std::vector<KeyRange> coalesce_ranges(std::vector<KeyRange> r) {
+  std::sort(r.begin(), r.end(), [](KeyRange a, KeyRange b) { return a.begin < b.begin; });
+  std::vector<KeyRange> out;
+  for (KeyRange x : r) {
+    if (x.end <= x.begin) continue;
+    if (!out.empty() && out.back().end >= x.begin) {
+      out.back().end = std::max(out.back().end, x.end);
+    } else {
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
 void attend(const float* q, int n_q, const SeqKV& kv, std::span<const KeyRange> ranges,
             float scale, float* o, float* lse) {
   const int d = kv.layer.head_dim;

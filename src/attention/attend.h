@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kv/paged_kv_cache.h"
 
@@ -13,6 +14,9 @@ namespace skim {
 struct KeyRange {
   int begin = 0, end = 0;  // token positions [begin, end)
 };
+
+// The same keys as sorted, disjoint ranges with neighbours joined: fewer, longer scans.
+std::vector<KeyRange> coalesce_ranges(std::vector<KeyRange> ranges);
 
 // One KV head of one sequence: where its tokens live.
 struct SeqKV {

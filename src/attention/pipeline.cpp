@@ -10,28 +10,12 @@ namespace skim {
 
 namespace {
 
-// Sorted, adjacent ranges joined: fewer, longer scans. Priority order is not needed once
-// the traversal is exhaustive.
-std::vector<KeyRange> coalesce(std::vector<KeyRange> r) {
-  std::sort(r.begin(), r.end(), [](KeyRange a, KeyRange b) { return a.begin < b.begin; });
-  std::vector<KeyRange> out;
-  for (KeyRange x : r) {
-    if (x.end <= x.begin) continue;
-    if (!out.empty() && out.back().end >= x.begin) {
-      out.back().end = std::max(out.back().end, x.end);
-    } else {
-      out.push_back(x);
-    }
-  }
-  return out;
-}
-
 // Keys in the union of the heads' selections: what a GQA-aware kernel reads once.
 uint64_t union_size(const Selection& s) {
   std::vector<KeyRange> all;
   for (auto& h : s.heads) all.insert(all.end(), h.begin(), h.end());
   uint64_t n = 0;
-  for (KeyRange r : coalesce(std::move(all))) n += uint64_t(r.end - r.begin);
+  for (KeyRange r : coalesce_ranges(std::move(all))) n += uint64_t(r.end - r.begin);
   return n;
 }
 
@@ -125,10 +109,10 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
       meta += sel.metadata_bytes;
       context += uint64_t(ctx);
       if (sel.shared()) {
-        tasks.push_back({r, h, h * group, group, coalesce(sel.heads[0])});
+        tasks.push_back({r, h, h * group, group, coalesce_ranges(sel.heads[0])});
       } else {
         for (int q = 0; q < group; ++q)
-          tasks.push_back({r, h, h * group + q, 1, coalesce(sel.heads[size_t(q)])});
+          tasks.push_back({r, h, h * group + q, 1, coalesce_ranges(sel.heads[size_t(q)])});
       }
     }
   }

@@ -24,20 +24,6 @@ namespace skim {
 
 namespace {
 
-std::vector<KeyRange> coalesced(std::vector<KeyRange> r) {
-  std::sort(r.begin(), r.end(), [](KeyRange a, KeyRange b) { return a.begin < b.begin; });
-  std::vector<KeyRange> out;
-  for (KeyRange x : r) {
-    if (x.end <= x.begin) continue;
-    if (!out.empty() && out.back().end >= x.begin) {
-      out.back().end = std::max(out.back().end, x.end);
-    } else {
-      out.push_back(x);
-    }
-  }
-  return out;
-}
-
 // The parts of `ranges` in [lo, hi), in their order.
 std::vector<KeyRange> clip(const std::vector<KeyRange>& ranges, int lo, int hi) {
   std::vector<KeyRange> out;
@@ -56,7 +42,7 @@ std::vector<KeyRange> by_bound(const AttentionBatch& b, int row, int kv_head, in
   const int32_t* pages = b.tables[row]->pages.data();
   const float* q = b.q + (size_t(row) * b.num_heads + head) * d;
   std::vector<std::pair<float, int>> scored;
-  for (KeyRange r : coalesced(ranges))
+  for (KeyRange r : coalesce_ranges(ranges))
     for (int p = r.begin / ps; p * ps < r.end; ++p) {
       if (!scored.empty() && scored.back().second == p) continue;  // two ranges in one page
       float s = p == (ctx - 1) / ps ? INFINITY
@@ -174,8 +160,8 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
     std::vector<AttendTask> below, above;
     for (Head& x : heads) {
       const int kv_head = x.head / group, ctx = b.positions[x.row] + 1;
-      below.push_back({x.row, kv_head, x.head, 1, coalesced(clip(x.ranges, 0, x.split))});
-      above.push_back({x.row, kv_head, x.head, 1, coalesced(clip(x.ranges, x.split, ctx))});
+      below.push_back({x.row, kv_head, x.head, 1, coalesce_ranges(clip(x.ranges, 0, x.split))});
+      above.push_back({x.row, kv_head, x.head, 1, coalesce_ranges(clip(x.ranges, x.split, ctx))});
       x.read = below.back().ranges;
       x.read.insert(x.read.end(), above.back().ranges.begin(), above.back().ranges.end());
     }
@@ -206,7 +192,7 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
   for (size_t i = 0; i < heads.size(); i += size_t(group)) {
     std::vector<KeyRange> all;
     for (int g = 0; g < group; ++g) all.insert(all.end(), heads[i + g].read.begin(), heads[i + g].read.end());
-    keys += count_keys(coalesced(std::move(all)));
+    keys += count_keys(coalesce_ranges(std::move(all)));
   }
   stats_.keys_read += keys;
   stats_.decode_calls += 1;

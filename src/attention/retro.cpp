@@ -28,21 +28,6 @@ std::vector<int> pages_of(const std::vector<KeyRange>& ranges, int page_size, st
   return pages;
 }
 
-// Sorted, adjacent ranges joined (attend wants few, long scans).
-std::vector<KeyRange> coalesce(std::vector<KeyRange> r) {
-  std::sort(r.begin(), r.end(), [](KeyRange a, KeyRange b) { return a.begin < b.begin; });
-  std::vector<KeyRange> out;
-  for (KeyRange x : r) {
-    if (x.end <= x.begin) continue;
-    if (!out.empty() && out.back().end >= x.begin) {
-      out.back().end = std::max(out.back().end, x.end);
-    } else {
-      out.push_back(x);
-    }
-  }
-  return out;
-}
-
 uint64_t count_keys(const std::vector<KeyRange>& r) {
   uint64_t n = 0;
   for (KeyRange x : r) n += uint64_t(std::max(0, x.end - x.begin));
@@ -135,7 +120,7 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
       for (int u = 0; u < units; ++u) {
         const std::vector<KeyRange>& ranges = sel.heads[size_t(u)];
         all.insert(all.end(), ranges.begin(), ranges.end());
-        std::vector<KeyRange> own = coalesce(ranges);
+        std::vector<KeyRange> own = coalesce_ranges(ranges);
         own_keys_ += count_keys(own);
         const int q_first = h * group + (units == 1 ? 0 : u), q_count = units == 1 ? group : 1;
         tasks.push_back({nr, h, q_first, q_count, own});
@@ -151,12 +136,12 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
             KeyRange k{pages[i] * ps, std::min((pages[i] + 1) * ps, pos + 1)};  // causal for row r
             if (k.begin < k.end) sup.push_back(k);
           }
-          sup = coalesce(std::move(sup));
+          sup = coalesce_ranges(std::move(sup));
           supplement_keys_ += count_keys(sup);
           tasks.push_back({r, h, q_first, q_count, std::move(sup)});
         }
       }
-      keys += count_keys(coalesce(std::move(all)));  // the union is loaded once for all rows
+      keys += count_keys(coalesce_ranges(std::move(all)));  // the union is loaded once for all rows
     }
   }
 

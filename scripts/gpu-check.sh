@@ -6,8 +6,15 @@
 #   parity.log     one line per parity case
 #   bench.json     skim kernel timings (default + variants)   sdpa.json   PyTorch timings
 #   results.json   joined results                             results.md  the table
+#   engine steps   (in gpu-check.log) the engine build, test_cuda (kernel parity, the demo
+#                  model on the GPU against the golden fixtures), `skim bench` -> bench-e2e.json
 # Usage: bash scripts/gpu-check.sh OUT_DIR   (env: NCU=1 adds an Nsight Compute profile of
-# one point (NCU_BATCH, NCU_CTX); QUICK=1 runs fewer cases and points; SKIP_SDPA=1)
+# one point (NCU_BATCH, NCU_CTX); QUICK=1 runs fewer cases and points; SKIP_SDPA=1;
+# ENGINE_ONLY=1 runs the engine steps alone, SKIP_ENGINE=1 the kernel steps alone)
+#
+# The engine build needs the Debian -dev packages a GPU machine may lack: put their .deb files
+# in .devdeps/ (scripts/gpu-deps.sh fetches them) and they are unpacked under /tmp/devroot;
+# the large optional ones (OpenBLAS, ICU, libpng) are left out with -DSKIM_BLAS/ICU/PNG=OFF.
 # The benchmark also times the previous library kernel when build-legacy/legacy_impl.cuh
 # exists (make it here, carry it to the GPU machine, which has no git history):
 #   mkdir -p build-legacy && git show REV:src/backend/cuda/paged_decode_attention_impl.cuh |
@@ -29,6 +36,32 @@ step environment
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
 nvcc --version | tail -2
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' || true
+
+engine_steps() {
+  step "engine build"
+  local root=/tmp/devroot
+  if [ -d .devdeps ]; then
+    mkdir -p $root
+    for f in .devdeps/*.deb; do dpkg -x "$f" $root; done
+  fi
+  export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH=$root/usr -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON \
+    -DSKIM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DSKIM_BLAS=OFF -DSKIM_ICU=OFF -DSKIM_PNG=OFF \
+    -DSKIM_NATIVE=OFF > $OUT/engine-cmake.log 2>&1 || { tail -30 $OUT/engine-cmake.log; return 1; }
+  cmake --build build-gpu -j "$(nproc)" --target skim test_cuda 2>&1 | grep -E "error|FAILED|warning: .*cuda" | head -40
+  [ -x build-gpu/skim ] && [ -x build-gpu/tests/test_cuda ] || { echo "ENGINE BUILD FAILED"; return 1; }
+  step "test_cuda"
+  build-gpu/tests/test_cuda 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -60
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "TEST_CUDA FAILED"; status=1; }
+  step "skim bench"
+  build-gpu/skim bench ${BENCH_ARGS:-} --json $OUT/bench-e2e.json || { echo "SKIM BENCH FAILED"; status=1; }
+}
+
+if [ "${ENGINE_ONLY:-0}" = 1 ]; then
+  engine_steps || status=1
+  echo "gpu-check status $status"
+  exit $status
+fi
 
 step build
 ARCH="-gencode=arch=compute_90a,code=sm_90a"
@@ -69,6 +102,8 @@ if [ "${NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
     $B/bench --point ${NCU_BATCH:-1} ${NCU_CTX:-32768} --out /tmp/ncu_bench.json | grep -vE '^\s*$' | tail -120
 fi
+
+[ "${SKIP_ENGINE:-0}" = 1 ] || engine_steps || status=1
 
 step report
 python3 bench/attention/report.py "$OUT/bench.json" "$OUT/sdpa.json" "$OUT/results.json" "$OUT/results.md" \

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   std::function<void()> run;
   skim::cli::register_generate(app, run);
   skim::cli::register_eval(app, run);
+  skim::cli::register_bench(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

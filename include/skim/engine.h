@@ -28,6 +28,7 @@ struct EngineOptions {
   int max_sequences = 1;     // sequences whose KV fits at once
   int prefill_chunk = 512;   // prompt tokens per forward pass
   int threads = 0;           // 0: all cores
+  std::string device = "cpu";  // "cpu", or "cuda" (dense attention only so far)
 };
 
 struct GenerationRequest {
@@ -94,7 +95,9 @@ class Engine {
   // A new sequence with a copy of `seq`'s cache and tokens: one dense prefill, several policies.
   int fork_sequence(int seq);
 
-  uint64_t rectified_tokens() const;  // tokens re-encoded by rectification so far
+  uint64_t rectified_tokens() const;
+  // KV bytes (keys, values and policy metadata, all layers) decode steps have read so far.
+  double decode_kv_bytes_read();  // tokens re-encoded by rectification so far
   const PagedKVCache& kv_cache() const;
   const PageTable& page_table(int seq) const;
 

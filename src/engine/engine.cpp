@@ -1,6 +1,8 @@
 #include "skim/engine.h"
 
+#ifdef SKIM_HAVE_BLAS
 #include <cblas.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -13,6 +15,9 @@
 #include "model/model.h"
 #include "engine/retro.h"
 #include "tokenizer/tokenizer.h"
+#ifdef SKIM_HAVE_CUDA
+#include "backend/cuda/gpu_forward.h"
+#endif
 
 namespace skim {
 
@@ -29,9 +34,13 @@ struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<PagedKVCache> cache;
+  std::unique_ptr<PagedKVCache> cache;  // CPU only
+  PagePool* pages = nullptr;            // the page pool of whichever cache holds the KV
   std::unique_ptr<AttentionPolicy> policy;
-  std::unique_ptr<CpuForward> forward;
+  std::unique_ptr<Forward> forward;
+  bool gpu = false;
+  size_t gpu_kv_bytes_per_token = 0;
+  uint64_t gpu_decode_tokens_read = 0;  // keys attended by GPU decode steps
   std::map<int, Sequence> sequences;
   int next_id = 0;
 
@@ -41,6 +50,16 @@ struct Engine::Impl {
     return it->second;
   }
   PageTable& table(int seq) { return sequence(seq).table; }
+
+  void cpu_only(const char* what) const {
+    SKIM_REQUIRE(!gpu, "{} runs on the CPU only so far (drop --device cuda)", what);
+  }
+  void reserve(PageTable& t, int length) {
+    if (cache)
+      cache->reserve(t, length);
+    else
+      pages->reserve(t, length);
+  }
 
   // ReSA's dense rectification: the last `count` tokens, written under sparse attention, run
   // again as one dense prefill chunk; their K/V and page digests are overwritten in every
@@ -85,8 +104,16 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   SKIM_REQUIRE(o.prefill_chunk > 0, "prefill chunk must be positive, got {}", o.prefill_chunk);
   // One OpenMP pool drives every core; OpenBLAS runs single-threaded inside it (cpu::linear).
   if (o.threads > 0) omp_set_num_threads(o.threads);
+#ifdef SKIM_HAVE_BLAS
   openblas_set_num_threads(1);
+#endif
+  SKIM_REQUIRE(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '{}'", o.device);
+  m.gpu = o.device == "cuda";
+#ifndef SKIM_HAVE_CUDA
+  SKIM_REQUIRE(!m.gpu, "--device cuda: this skim was built without CUDA (configure with -DSKIM_CUDA=ON on a machine with nvcc)");
+#endif
   m.policy = make_policy(o.policy);  // before the model loads: a bad flag fails fast
+  if (m.gpu) SKIM_REQUIRE(o.policy == "dense", "--policy {}: runs on the CPU only so far; with --device cuda use --policy dense", o.policy);
   m.model = load_model(o.model_dir);
   // A model without tokenizer.json still runs on token ids (tests, eval); text needs one.
   auto tok_path = o.model_dir / "tokenizer.json";
@@ -99,7 +126,21 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   shape.head_dim = c.head_dim;
   int pages_per_seq = (o.max_context + shape.page_size - 1) / shape.page_size;
   shape.num_pages = pages_per_seq * o.max_sequences;
+#ifdef SKIM_HAVE_CUDA
+  if (m.gpu) {
+    cuda::GpuForwardOptions go;
+    go.max_rows = std::max(o.prefill_chunk, o.max_sequences);
+    go.max_pages_per_seq = pages_per_seq;
+    auto gpu = std::make_unique<cuda::GpuForward>(
+        std::make_shared<const cuda::GpuWeights>(cuda::upload_weights(*m.model)), shape, go);
+    m.pages = &gpu->cache().pool();
+    m.gpu_kv_bytes_per_token = gpu->cache().bytes_per_token();
+    m.forward = std::move(gpu);
+    return;
+  }
+#endif
   m.cache = std::make_unique<PagedKVCache>(shape);
+  m.pages = nullptr;
   m.forward = std::make_unique<CpuForward>(*m.model, *m.cache);
 }
 
@@ -122,13 +163,17 @@ int Engine::open_sequence() {
 void Engine::close_sequence(int seq) {
   PageTable& t = impl_->table(seq);
   impl_->policy->forget(&t);
-  impl_->cache->release(t);
+  if (impl_->cache)
+    impl_->cache->release(t);
+  else
+    impl_->pages->release(t);
   impl_->sequences.erase(seq);
 }
 
 int Engine::sequence_length(int seq) const { return impl_->table(seq).length; }
 
 void Engine::set_policy(const std::string& spec) {
+  if (spec != "dense") impl_->cpu_only("a policy other than dense");
   impl_->policy = make_policy(spec);
   impl_->options.policy = spec;
   const bool reencode = impl_->policy->corrections().needs_prompt_queries;
@@ -141,6 +186,7 @@ void Engine::set_policy(const std::string& spec) {
 }
 
 int Engine::fork_sequence(int seq) {
+  impl_->cpu_only("fork_sequence");
   Sequence copy = impl_->sequence(seq);  // tokens and counters
   PageTable& src = impl_->table(seq);
   copy.table = PageTable{};
@@ -155,7 +201,17 @@ int Engine::fork_sequence(int seq) {
 
 uint64_t Engine::rectified_tokens() const { return impl_->rectified_tokens; }
 
-const PagedKVCache& Engine::kv_cache() const { return *impl_->cache; }
+double Engine::decode_kv_bytes_read() {
+  if (impl_->gpu)  // dense on the GPU, without the policy's counters
+    return double(impl_->gpu_decode_tokens_read) * double(impl_->gpu_kv_bytes_per_token);
+  const AttentionStats& s = policy().stats();
+  return double(s.decode_keys_read) * config().head_dim * 2 * sizeof(float) + double(s.decode_metadata_bytes);
+}
+
+const PagedKVCache& Engine::kv_cache() const {
+  impl_->cpu_only("reading the KV cache from the host");
+  return *impl_->cache;
+}
 const PageTable& Engine::page_table(int seq) const { return impl_->table(seq); }
 
 std::vector<float> Engine::append(int seq, std::span<const int> tokens,
@@ -178,7 +234,7 @@ std::vector<float> Engine::append(int seq, std::span<const int> tokens,
                "prompt too long: {} tokens with {} already in the sequence exceed the context "
                "limit of {} (raise --ctx)",
                n, t.length, m.options.max_context);
-  m.cache->reserve(t, t.length + n);
+  m.reserve(t, t.length + n);
 
   std::vector<float> out(logits_at.size() * size_t(vocab));
   std::vector<float> chunk_logits;
@@ -220,7 +276,8 @@ std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int
     PageTable& t = s.table;
     SKIM_REQUIRE(t.length + 1 <= m.options.max_context,
                  "sequence {} reached the context limit of {} tokens", seqs[i], m.options.max_context);
-    m.cache->reserve(t, t.length + 1);
+    m.reserve(t, t.length + 1);
+    m.gpu_decode_tokens_read += uint64_t(t.length + 1);
     if (w > 1) {  // RetroAttention: the last w-1 tokens run again before the newest
       RetroRows past = retro_past_rows(s.tokens, t.length, s.retro_steps, w);
       for (size_t j = 0; j < past.tokens.size(); ++j) {

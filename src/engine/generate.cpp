@@ -119,7 +119,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   }
 
   // Decode: every live sequence advances by one token per step.
-  const AttentionStats before = policy().stats();
+  const double bytes_before = decode_kv_bytes_read();
   uint64_t seq_steps = 0;
   double t0 = now_seconds();
   while (!live.empty()) {
@@ -145,9 +145,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
     std::erase_if(live, [](const Live& s) { return s.done; });
   }
   double decode_s = now_seconds() - t0;
-  const AttentionStats& after = policy().stats();
-  double bytes = double(after.decode_keys_read - before.decode_keys_read) * c.head_dim * 2 * sizeof(float) +
-                 double(after.decode_metadata_bytes - before.decode_metadata_bytes);
+  const double bytes = decode_kv_bytes_read() - bytes_before;
   double bytes_per_step = seq_steps ? bytes / double(seq_steps) : 0;
   for (GenerationResult& r : results) {
     r.stats.generated_tokens = int(r.tokens.size());

@@ -5,7 +5,7 @@
 
 namespace skim {
 
-PagedKVCache::PagedKVCache(const KVCacheShape& s) : shape_(s) {
+PagedKVCache::PagedKVCache(const KVCacheShape& s) : shape_(s), pool_(s.num_pages, s.page_size) {
   SKIM_REQUIRE(s.num_layers > 0 && s.num_kv_heads > 0 && s.head_dim > 0 && s.page_size > 0 &&
                    s.num_pages > 0,
                "KV cache: invalid shape (layers {}, kv heads {}, head_dim {}, page {}, pages {})",
@@ -18,34 +18,18 @@ PagedKVCache::PagedKVCache(const KVCacheShape& s) : shape_(s) {
     kmin_.emplace_back(dg, std::numeric_limits<float>::infinity());
     kmax_.emplace_back(dg, -std::numeric_limits<float>::infinity());
   }
-  free_.resize(s.num_pages);
-  for (int i = 0; i < s.num_pages; ++i) free_[i] = s.num_pages - 1 - i;  // pop_back gives 0 first
   page_fill_.assign(size_t(s.num_layers) * s.num_pages, 0);
 }
 
 void PagedKVCache::reserve(PageTable& table, int new_length) {
-  int need = (new_length + shape_.page_size - 1) / shape_.page_size;
-  int more = need - int(table.pages.size());
-  if (more <= 0) return;
-  SKIM_REQUIRE(more <= int(free_.size()),
-               "KV cache full: {} tokens need {} more pages of {} tokens, {} free (raise --ctx)",
-               new_length, more, shape_.page_size, free_.size());
-  for (int i = 0; i < more; ++i) {
-    int32_t p = free_.back();
-    free_.pop_back();
+  for (int32_t p : pool_.reserve(table, new_length))
     for (int l = 0; l < shape_.num_layers; ++l) {
       fill(l, p) = 0;
       for (int h = 0; h < shape_.num_kv_heads; ++h) recompute_digest(l, p, h, 0);
     }
-    table.pages.push_back(p);
-  }
 }
 
-void PagedKVCache::release(PageTable& table) {
-  for (int32_t p : table.pages) free_.push_back(p);
-  table.pages.clear();
-  table.length = 0;
-}
+void PagedKVCache::release(PageTable& table) { pool_.release(table); }
 
 void PagedKVCache::write(int layer, const PageTable& table, int pos, const float* k, const float* v) {
   const int ps = shape_.page_size, d = shape_.head_dim;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/page_pool.h"
 
 namespace skim {
 
@@ -21,12 +22,6 @@ struct KVCacheShape {
   int head_dim = 0;
   int page_size = kDefaultPageSize;
   int num_pages = 0;
-};
-
-// Where one sequence's tokens live.
-struct PageTable {
-  std::vector<int32_t> pages;
-  int length = 0;  // tokens written (positions [0, length))
 };
 
 // Read-only view of one layer of the cache, what attention kernels take.
@@ -47,7 +42,7 @@ class PagedKVCache {
   explicit PagedKVCache(const KVCacheShape& shape);
 
   const KVCacheShape& shape() const { return shape_; }
-  int free_pages() const { return int(free_.size()); }
+  int free_pages() const { return pool_.free_pages(); }
 
   // Grows `table` so it can hold `new_length` tokens; throws skim::Error when the pool is full.
   void reserve(PageTable& table, int new_length);
@@ -73,7 +68,7 @@ class PagedKVCache {
 
   KVCacheShape shape_;
   std::vector<std::vector<float>> k_, v_, kmin_, kmax_;  // per layer
-  std::vector<int32_t> free_;
+  PagePool pool_;
   // Tokens written in each page of each layer, so a write knows whether it overwrites.
   std::vector<int32_t> page_fill_;  // [num_layers][num_pages]
   int32_t& fill(int layer, int32_t page) { return page_fill_[size_t(layer) * shape_.num_pages + page]; }

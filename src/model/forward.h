@@ -20,13 +20,20 @@ struct ForwardBatch {
   std::vector<int32_t> retro_step; // RetroAttention: per row, the decode step that first fed it
 };
 
-class CpuForward {
+// A backend's forward pass (CpuForward here, cuda::GpuForward on the GPU).
+class Forward {
+ public:
+  virtual ~Forward() = default;
+  // Runs the rows through the model, writes their K/V, and fills logits
+  // [logits_rows.size()][vocab]. Positions must be reserved in the rows' page tables.
+  virtual void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) = 0;
+};
+
+class CpuForward final : public Forward {
  public:
   CpuForward(const Model& model, PagedKVCache& cache);
 
-  // Runs the rows through the model, writes their K/V, and fills logits
-  // [logits_rows.size()][vocab]. Positions must be reserved in the rows' page tables.
-  void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits);
+  void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) override;
 
  private:
   void layer(int l, const ForwardBatch& batch, int n, AttentionPolicy& policy);

@@ -1,7 +1,9 @@
 #include "tokenizer/unicode_normalize.h"
 
+#ifdef SKIM_HAVE_ICU
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
+#endif
 
 #include <algorithm>
 #include <vector>
@@ -16,6 +18,7 @@ bool is_ascii(std::string_view text) {
   return std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
+#ifdef SKIM_HAVE_ICU
 void check(UErrorCode status, const char* what) {
   if (U_FAILURE(status)) skim::fail("tokenizer: ICU {} failed: {}", what, u_errorName(status));
 }
@@ -104,5 +107,25 @@ std::string unicode_lowercase(std::string_view text) {
   result.resize(length);
   return to_utf8(result);
 }
+
+#else  // built with -DSKIM_ICU=OFF: ASCII only, which every normal form leaves as it is
+
+}  // namespace
+
+std::string unicode_normalize(std::string_view text, NormalForm) {
+  SKIM_REQUIRE(is_ascii(text), "tokenizer: normalizing non-ASCII text needs ICU, and this skim was "
+                               "built without it (-DSKIM_ICU=OFF)");
+  return std::string(text);
+}
+
+std::string unicode_lowercase(std::string_view text) {
+  SKIM_REQUIRE(is_ascii(text), "tokenizer: lower-casing non-ASCII text needs ICU, and this skim was "
+                               "built without it (-DSKIM_ICU=OFF)");
+  std::string out(text);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  return out;
+}
+#endif
 
 }  // namespace skim::tok

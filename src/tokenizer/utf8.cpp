@@ -1,6 +1,9 @@
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/utf8.h"
 
-#include <unicode/uchar.h>
+#include <pcre2.h>
+
+#include <memory>
 
 namespace skim::tok {
 
@@ -112,8 +115,24 @@ bool is_unicode_whitespace(char32_t cp) {
 
 bool is_word_char(char32_t cp) {
   if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
-  const auto c = static_cast<UChar32>(cp);
-  return u_hasBinaryProperty(c, UCHAR_ALPHABETIC) || (U_GET_GC_MASK(c) & U_GC_N_MASK) != 0;
+  // Unicode Alphabetic or a number (Rust's char::is_alphanumeric, which `tokenizers` uses),
+  // through PCRE2's Unicode tables. Compiled once; match data per call keeps it thread-safe.
+  static const std::unique_ptr<pcre2_code, void (*)(pcre2_code*)> re = [] {
+    int err = 0;
+    PCRE2_SIZE at = 0;
+    const char* pattern = "[\\p{Alphabetic}\\p{N}]";
+    return std::unique_ptr<pcre2_code, void (*)(pcre2_code*)>(
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                      &err, &at, nullptr),
+        pcre2_code_free);
+  }();
+  if (!re || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+  std::string ch;
+  utf8_append(ch, cp);
+  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(
+      pcre2_match_data_create_from_pattern(re.get(), nullptr), pcre2_match_data_free);
+  return pcre2_match(re.get(), reinterpret_cast<PCRE2_SPTR>(ch.data()), ch.size(), 0, PCRE2_ANCHORED, md.get(),
+                     nullptr) >= 0;
 }
 
 }  // namespace skim::tok

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -115,6 +116,56 @@ TEST(GoldenGenerate, DemoGreedy64TokensMatchTransformers) {
   auto results = engine.generate({r});
   EXPECT_EQ(results[0].tokens, g.meta["greedy64_ids"].get<std::vector<int>>());
   EXPECT_EQ(results[0].stats.finish_reason, "length");
+}
+
+// Top-1 minus top-2 logit.
+float top2_margin(const float* x, int n) {
+  std::vector<float> v(x, x + n);
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+  return v[0] - v[1];
+}
+
+// The CPU path's 64 greedy tokens on the three demo prompts, with the top-2 margin of each
+// step, kept as a fixture for the GPU path (tests/cuda/gpu_model_test.cpp), which must produce
+// the same tokens wherever the choice is not a near-tie. demo-short's tokens are transformers'
+// own (the test above). SKIM_WRITE_FIXTURES=1 rewrites the fixture.
+TEST(GoldenGenerate, DemoGreedy64OnEveryDemoPromptMatchesTheFixture) {
+  const auto path = kRoot / "tests/fixtures/golden/demo-greedy64.json";
+  nlohmann::json got;
+  for (const char* name : {"demo-short", "demo-medium", "demo-long"}) {
+    Golden g = load_golden(name);
+    GenerationRequest r;
+    r.prompt_ids = g.meta["prompt_ids"].get<std::vector<int>>();
+    r.max_tokens = 64;
+    r.ignore_eos = true;
+    EngineOptions o;
+    o.model_dir = kRoot / "models/demo-code-28m";
+    o.max_context = int(r.prompt_ids.size()) + 80;
+    Engine engine(o);
+    std::vector<int> tokens = engine.generate({r})[0].tokens;
+    // The margins, teacher-forced along the generated tokens.
+    const int vocab = engine.config().vocab_size;
+    int seq = engine.open_sequence();
+    const int last = int(r.prompt_ids.size()) - 1;
+    std::vector<float> logits = engine.append(seq, r.prompt_ids, std::span<const int>(&last, 1));
+    std::vector<float> margins = {top2_margin(logits.data(), vocab)};
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+      logits = engine.decode(std::span<const int>(&seq, 1), std::span<const int>(&tokens[i], 1));
+      margins.push_back(top2_margin(logits.data(), vocab));
+    }
+    got[name] = {{"tokens", tokens}, {"margins", margins}};
+  }
+  if (std::getenv("SKIM_WRITE_FIXTURES")) std::ofstream(path) << got.dump() << "\n";
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path << " missing: run with SKIM_WRITE_FIXTURES=1";
+  nlohmann::json want = nlohmann::json::parse(in);
+  for (const char* name : {"demo-short", "demo-medium", "demo-long"}) {
+    EXPECT_EQ(got[name]["tokens"], want[name]["tokens"]) << name;
+    auto a = got[name]["margins"].get<std::vector<float>>(), b = want[name]["margins"].get<std::vector<float>>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-3) << name << " step " << i;
+  }
+  EXPECT_EQ(got["demo-short"]["tokens"], load_golden("demo-short").meta["greedy64_ids"]);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "backend/cpu/ops.h"
 
+#ifdef SKIM_HAVE_BLAS
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <bit>
@@ -60,6 +62,7 @@ void gemv(const float* x, const Matrix& W, float* out, int n) {
   }
 }
 
+#ifdef SKIM_HAVE_BLAS
 void gemm(const float* x, const Matrix& W, float* out, int n) {
   const int k = W.cols, m = W.rows;
 #pragma omp parallel
@@ -74,6 +77,11 @@ void gemm(const float* x, const Matrix& W, float* out, int n) {
     }
   }
 }
+
+#else
+// Built without BLAS (-DSKIM_BLAS=OFF): the GEMV loop serves every row count, slower.
+void gemm(const float* x, const Matrix& W, float* out, int n) { gemv(x, W, out, n); }
+#endif
 
 }  // namespace
 

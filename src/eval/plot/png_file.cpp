@@ -1,6 +1,8 @@
 #include "eval/plot/png_file.h"
 
+#ifdef SKIM_HAVE_PNG
 #include <png.h>
+#endif
 
 #include <cstdio>
 #include <memory>
@@ -9,6 +11,11 @@
 
 namespace skim::eval {
 
+#ifndef SKIM_HAVE_PNG
+void write_png(const Canvas&, const std::filesystem::path& path, const std::string& flag) {
+  fail("{}: cannot write '{}': this skim was built without libpng (-DSKIM_PNG=OFF)", flag, path.string());
+}
+#else
 void write_png(const Canvas& canvas, const std::filesystem::path& path, const std::string& flag) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   SKIM_REQUIRE(file != nullptr, "{}: cannot write '{}'", flag, path.string());
@@ -29,5 +36,7 @@ void write_png(const Canvas& canvas, const std::filesystem::path& path, const st
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
 }
+
+#endif
 
 }  // namespace skim::eval

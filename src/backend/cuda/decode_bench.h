@@ -1,0 +1,43 @@
+// What `skim bench` measures on the GPU: the copy bandwidth that bounds a decode step, the
+// paged decode attention kernel alone, and whole decode steps of a model (time per output
+// token against (weight bytes + KV bytes) / bandwidth).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/cuda/gpu_weights.h"
+
+namespace skim::cuda {
+
+// Device-to-device cudaMemcpy of `bytes`, best of several: bytes read + written per second.
+double copy_bandwidth(size_t bytes = size_t(1) << 30);
+
+struct AttentionPoint {
+  int batch = 0, context = 0;
+  double us = 0;        // mean time of one call (a graph of calls, back to back)
+  double bytes = 0;     // K/V + q + o bytes one call moves
+  double fraction = 0;  // (bytes / us) / copy bandwidth
+};
+
+// Paged decode attention on random bf16 pages: `batch` sequences of `context` tokens, rotating
+// among enough copies of the cache that every call reads HBM, not L2.
+AttentionPoint bench_decode_attention(int batch, int context, int num_heads, int num_kv_heads,
+                                      int head_dim, double copy_bw);
+
+struct EndToEndPoint {
+  int batch = 0, context = 0, steps = 0;
+  double ms_per_step = 0;
+  double weight_bytes = 0;  // read per step: every weight but the embedding table's unread rows
+  double kv_bytes = 0;      // read per step (mean over the steps)
+  double floor_ms = 0;      // (weight + KV bytes) / copy bandwidth
+};
+
+// Greedy decode steps (CUDA graph, tokens fed back on the device) after a context of
+// `context` tokens per sequence whose K/V are random (no prefill: only the step is timed).
+EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw);
+
+// Llama-3.1-8B's shape (32 layers, 32 query / 8 KV heads of 128, 14336 MLP, vocab 128256).
+ModelConfig llama31_8b_config();
+
+}  // namespace skim::cuda

@@ -1,0 +1,74 @@
+// Device memory for the GPU backend: an owning buffer, and status checks that turn CUDA and
+// cuBLAS failures into skim::Error messages naming the call. Host C++ only (fmt).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <utility>
+
+#include "core/error.h"
+
+namespace skim::cuda {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA: {} failed: {}", what, cudaGetErrorString(e));
+}
+
+inline void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: {} failed: {}", what, cublasGetStatusString(s));
+}
+
+// Elements of T on the device, freed with the buffer. Allocation happens at construction or
+// resize only (engine set-up), never inside a decode step.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t count) { resize(count); }
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(count_, o.count_);
+    return *this;
+  }
+
+  void resize(size_t count) {
+    if (count == count_) return;
+    reset();
+    if (count == 0) return;
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, count * sizeof(T));
+    if (e != cudaSuccess)
+      fail("CUDA: cannot allocate {:.1f} MiB on the GPU: {}", double(count * sizeof(T)) / (1 << 20),
+           cudaGetErrorString(e));
+    ptr_ = static_cast<T*>(p);
+    count_ = count;
+  }
+  void reset() {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    count_ = 0;
+  }
+
+  T* data() { return ptr_; }
+  const T* data() const { return ptr_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+template <typename T>
+void upload(DeviceBuffer<T>& dst, const T* src, size_t count) {
+  dst.resize(count);
+  check(cudaMemcpy(dst.data(), src, count * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+
+}  // namespace skim::cuda

@@ -1,0 +1,29 @@
+// The projections: y[n][out] = x[n][in] . W[out][in]^T on the tensor cores through cuBLAS,
+// bf16 inputs, fp32 accumulation and output. The handle has its own workspace, so calls
+// allocate nothing and capture into CUDA graphs.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/gpu_weights.h"
+
+namespace skim::cuda {
+
+class Gemm {
+ public:
+  Gemm();
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  void linear(const uint16_t* x, const GpuMatrix& w, float* y, int n, cudaStream_t stream);
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+  DeviceBuffer<uint8_t> workspace_;
+  cudaStream_t stream_ = nullptr;
+  bool stream_set_ = false;
+};
+
+}  // namespace skim::cuda

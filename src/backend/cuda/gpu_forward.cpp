@@ -1,0 +1,273 @@
+#include "backend/cuda/gpu_forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/ops.cuh"
+#include "backend/cuda/paged_decode_attention.cuh"
+
+namespace skim::cuda {
+
+namespace {
+
+// Offsets of the step inputs in inputs_ (int32 elements).
+struct InputLayout {
+  size_t tokens, positions, seq_lens, rows, table;
+  explicit InputLayout(int max_rows)
+      : tokens(0), positions(size_t(max_rows)), seq_lens(2 * size_t(max_rows)),
+        rows(3 * size_t(max_rows)), table(4 * size_t(max_rows)) {}
+};
+
+}  // namespace
+
+GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheShape& shape,
+                       const GpuForwardOptions& o)
+    : weights_(std::move(weights)), w_(*weights_), cache_(shape), opt_(o) {
+  const ModelConfig& c = w_.config;
+  SKIM_REQUIRE(o.max_rows > 0 && o.max_pages_per_seq > 0, "GPU forward: invalid options");
+  SKIM_REQUIRE(c.head_dim == 64 || c.head_dim == 128,
+               "--device cuda: head_dim {} is not supported by the GPU attention kernel (64 or 128)",
+               c.head_dim);
+  SKIM_REQUIRE(shape.page_size == 16, "--device cuda: page size must be 16");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+
+  const size_t R = size_t(o.max_rows);
+  x_.resize(R * c.hidden_size);
+  y_.resize(R * c.hidden_size);
+  qkv_.resize(R * (c.q_dim() + 2 * c.kv_dim()));
+  o_.resize(R * c.q_dim());
+  lse_.resize(R * c.num_heads);
+  gate_up_.resize(R * 2 * c.intermediate_size);
+  logits_.resize(R * c.vocab_size);
+  h_.resize(R * c.hidden_size);
+  h_rows_.resize(R * c.hidden_size);
+  q_.resize(R * c.q_dim());
+  o16_.resize(R * c.q_dim());
+  inter_.resize(R * c.intermediate_size);
+  next_.resize(R);
+
+  const size_t input_ints = InputLayout(o.max_rows).table + R * o.max_pages_per_seq;
+  inputs_.resize(input_ints);
+  check(cudaMemset(inputs_.data(), 0, inputs_.bytes()), "cudaMemset");
+  check(cudaMallocHost(reinterpret_cast<void**>(&staging_), input_ints * sizeof(int32_t)), "cudaMallocHost");
+  std::fill_n(staging_, input_ints, 0);
+
+  PagedDecodeArgs a;
+  a.batch = o.max_rows;
+  a.num_heads = c.num_heads;
+  a.num_kv_heads = c.num_kv_heads;
+  a.head_dim = c.head_dim;
+  a.max_pages_per_seq = o.max_pages_per_seq;
+  a.max_seq_len = o.max_pages_per_seq * shape.page_size;
+  attn_workspace_.resize(std::max<size_t>(paged_decode_workspace_size(a), 1));
+  check(cudaMemset(attn_workspace_.data(), 0, attn_workspace_.bytes()), "cudaMemset");
+  check(cudaDeviceSynchronize(), "GPU forward set-up");
+}
+
+GpuForward::~GpuForward() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  if (staging_) cudaFreeHost(staging_);
+  if (next_host_) cudaFreeHost(next_host_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
+                       std::span<const int32_t> positions, std::span<const int> logits_rows) {
+  const int n = int(tokens.size());
+  const InputLayout in(opt_.max_rows);
+  const int maxp = opt_.max_pages_per_seq, ps = cache_.shape().page_size;
+  for (int r = 0; r < n; ++r) {
+    const PageTable& t = *tables[size_t(r)];
+    SKIM_REQUIRE(int(t.pages.size()) <= maxp, "GPU forward: a sequence holds {} pages, more than {}",
+                 t.pages.size(), maxp);
+    SKIM_REQUIRE(positions[r] >= 0 && positions[r] / ps < int(t.pages.size()),
+                 "GPU forward: position {} is not reserved in its page table", positions[r]);
+    staging_[in.tokens + r] = tokens[r];
+    staging_[in.positions + r] = positions[r];
+    staging_[in.seq_lens + r] = positions[r] + 1;
+    std::copy(t.pages.begin(), t.pages.end(), staging_ + in.table + size_t(r) * maxp);
+  }
+  for (size_t i = 0; i < logits_rows.size(); ++i) staging_[in.rows + i] = logits_rows[i];
+  // Rows [0, n) of the page table suffice: the kernels read no further.
+  const size_t count = in.table + size_t(n) * maxp;
+  check(cudaMemcpyAsync(inputs_.data(), staging_, count * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync (step inputs)");
+}
+
+void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance) {
+  const ModelConfig& c = w_.config;
+  const InputLayout in(opt_.max_rows);
+  int32_t* tokens = inputs_.data() + in.tokens;
+  int32_t* positions = inputs_.data() + in.positions;
+  int32_t* seq_lens = inputs_.data() + in.seq_lens;
+  const int32_t* table = inputs_.data() + in.table;
+  const int H = c.hidden_size, I = c.intermediate_size;
+  const float eps = c.rms_norm_eps;
+  cudaStream_t s = stream_;
+
+  embed(w_.embed.data.data(), tokens, x_.data(), n, H, s);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const GpuLayer& L = w_.layers[size_t(l)];
+    add_rmsnorm(x_.data(), l == 0 ? nullptr : y_.data(), L.attn_norm.data(), h_.data(), n, H, eps, s);
+    gemm_.linear(h_.data(), L.wqkv, qkv_.data(), n, s);
+
+    QkvRopeAppendArgs qa;
+    qa.qkv = qkv_.data();
+    qa.bias = L.qkv_bias.size() ? L.qkv_bias.data() : nullptr;
+    qa.q_norm = L.q_norm.size() ? L.q_norm.data() : nullptr;
+    qa.k_norm = L.k_norm.size() ? L.k_norm.data() : nullptr;
+    qa.eps = eps;
+    qa.inv_freq = w_.inv_freq.data();
+    qa.positions = positions;
+    qa.page_table = table;
+    qa.max_pages_per_seq = opt_.max_pages_per_seq;
+    qa.n = n;
+    qa.num_heads = c.num_heads;
+    qa.num_kv_heads = c.num_kv_heads;
+    qa.head_dim = c.head_dim;
+    qa.page_size = cache_.shape().page_size;
+    qa.q = q_.data();
+    qa.k_pool = cache_.k(l);
+    qa.v_pool = cache_.v(l);
+    qkv_rope_append(qa, s);
+    page_digest(cache_.k(l), cache_.kmin(l), cache_.kmax(l), positions, table, opt_.max_pages_per_seq,
+                n, c.num_kv_heads, c.head_dim, qa.page_size, s);
+
+    PagedDecodeArgs a;
+    a.batch = n;
+    a.num_heads = c.num_heads;
+    a.num_kv_heads = c.num_kv_heads;
+    a.head_dim = c.head_dim;
+    a.max_pages_per_seq = opt_.max_pages_per_seq;
+    a.max_seq_len = max_seq_len;
+    a.scale = 1.0f / std::sqrt(float(c.head_dim));
+    a.q = q_.data();
+    a.k_pool = cache_.k(l);
+    a.v_pool = cache_.v(l);
+    a.page_table = table;
+    a.seq_lens = seq_lens;
+    a.o = o_.data();
+    a.lse = lse_.data();
+    a.workspace = attn_workspace_.data();
+    a.workspace_bytes = attn_workspace_.bytes();
+    check(paged_decode_attention(a, s), "paged_decode_attention");
+
+    to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), s);
+    gemm_.linear(o16_.data(), L.wo, y_.data(), n, s);
+    add_rmsnorm(x_.data(), y_.data(), L.mlp_norm.data(), h_.data(), n, H, eps, s);
+    gemm_.linear(h_.data(), L.w_gate_up, gate_up_.data(), n, s);
+    silu_mul(gate_up_.data(), inter_.data(), n, I, s);
+    gemm_.linear(inter_.data(), L.w_down, y_.data(), n, s);
+  }
+  add_rmsnorm(x_.data(), y_.data(), w_.final_norm.data(), h_.data(), n, H, eps, s);
+  if (logits_n == 0) return;
+  const uint16_t* head_in = h_.data();
+  if (gather) {
+    gather_rows(h_.data(), inputs_.data() + in.rows, h_rows_.data(), logits_n, H, s);
+    head_in = h_rows_.data();
+  }
+  gemm_.linear(head_in, w_.output(), logits_.data(), logits_n, s);
+  if (advance) {
+    DecodeState st{tokens, positions, seq_lens};
+    argmax(logits_.data(), logits_n, c.vocab_size, next_.data(), &st, s);
+  }
+}
+
+int GpuForward::bucket(int max_seq_len) const {
+  const int cap = opt_.max_pages_per_seq * cache_.shape().page_size;
+  int b = 256;
+  while (b < max_seq_len) b *= 2;
+  return std::min(b, cap);
+}
+
+cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance) {
+  const int b = bucket(max_seq_len);
+  auto key = std::make_tuple(n, b, advance);
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) return it->second;
+  cudaGraph_t g = nullptr;
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  enqueue(n, b, n, false, advance);
+  check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(g);
+  graphs_.emplace(key, exec);
+  return exec;
+}
+
+void GpuForward::run(const ForwardBatch& batch, AttentionPolicy&, std::vector<float>& logits) {
+  const ModelConfig& c = w_.config;
+  const int n = int(batch.tokens.size());
+  SKIM_REQUIRE(n > 0 && n <= opt_.max_rows, "GPU forward: {} rows, at most {} per pass", n, opt_.max_rows);
+  SKIM_REQUIRE(batch.retro_step.empty(), "GPU forward: RetroAttention rows run on the CPU only");
+  for (int t : batch.tokens)
+    SKIM_REQUIRE(t >= 0 && t < c.vocab_size, "token id {} out of range [0, {})", t, c.vocab_size);
+  stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows);
+
+  const int max_len = 1 + *std::max_element(batch.positions.begin(), batch.positions.end());
+  const int nl = int(batch.logits_rows.size());
+  bool all_rows = nl == n;
+  for (int i = 0; all_rows && i < nl; ++i) all_rows = batch.logits_rows[size_t(i)] == i;
+  if (batch.decode && all_rows) {
+    check(cudaGraphLaunch(graph(n, max_len, false), stream_), "cudaGraphLaunch");
+  } else {
+    for (int r : batch.logits_rows)
+      SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
+    enqueue(n, max_len, nl, true, false);
+  }
+  logits.resize(size_t(nl) * c.vocab_size);
+  if (nl > 0)
+    check(cudaMemcpyAsync(logits.data(), logits_.data(), logits.size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync (logits)");
+  check(cudaStreamSynchronize(stream_), "forward pass");
+}
+
+DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first,
+                                    int steps) {
+  const int n = int(tables.size());
+  SKIM_REQUIRE(n > 0 && n <= opt_.max_rows && first.size() == size_t(n) && steps > 0,
+               "decode_greedy: {} sequences, {} first tokens, {} steps", n, first.size(), steps);
+  std::vector<int32_t> positions;
+  int max_len = 0;
+  for (PageTable* t : tables) {
+    cache_.pool().reserve(*t, t->length + steps);
+    positions.push_back(t->length);
+    max_len = std::max(max_len, t->length + steps);
+  }
+  SKIM_REQUIRE(max_len <= opt_.max_pages_per_seq * cache_.shape().page_size,
+               "decode_greedy: {} tokens exceed the sequence capacity", max_len);
+  if (next_host_steps_ < size_t(steps)) {
+    if (next_host_) cudaFreeHost(next_host_);
+    check(cudaMallocHost(reinterpret_cast<void**>(&next_host_), size_t(steps) * opt_.max_rows * sizeof(int32_t)), "cudaMallocHost");
+    next_host_steps_ = size_t(steps);
+  }
+  stage(tables, first, positions, {});
+  cudaGraphExec_t exec = graph(n, max_len, true);
+
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  check(cudaEventRecord(start, stream_), "cudaEventRecord");
+  for (int s = 0; s < steps; ++s) {
+    check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+    check(cudaMemcpyAsync(next_host_ + size_t(s) * n, next_.data(), n * sizeof(int32_t),
+                          cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync (tokens)");
+  }
+  check(cudaEventRecord(stop, stream_), "cudaEventRecord");
+  check(cudaEventSynchronize(stop), "decode steps");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+
+  DecodeRun out;
+  out.seconds = ms / 1e3;
+  out.tokens.assign(next_host_, next_host_ + size_t(steps) * n);
+  for (PageTable* t : tables) t->length += steps;
+  return out;
+}
+
+}  // namespace skim::cuda

@@ -1,0 +1,86 @@
+// The Llama-family forward pass on the GPU over the paged bf16 KV cache: the same batches as
+// CpuForward (prefill chunks, decode steps of several sequences), cuBLAS projections, the
+// kernels of ops.cuh and paged decode attention, which also serves prefill rows (each row
+// attends to its positions [0, pos], written before attention runs).
+//
+// A decode step is a CUDA graph (one per batch size and context bucket), replayed after one
+// host-to-device copy of the step's inputs; nothing allocates or synchronises inside it.
+// decode_greedy goes further for benchmarks: argmax feeds each token back on the device, so
+// the steps run back to back with no host involvement at all.
+//
+// Dense attention only: the policies run on the CPU so far (the engine refuses others).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gpu_kv_cache.h"
+#include "backend/cuda/gpu_weights.h"
+#include "model/forward.h"
+
+namespace skim::cuda {
+
+struct GpuForwardOptions {
+  int max_rows = 512;          // rows of one forward pass: a prefill chunk or a decode batch
+  int max_pages_per_seq = 0;   // page-table row length: a sequence's capacity in pages
+};
+
+struct DecodeRun {
+  std::vector<int32_t> tokens;  // [steps][n] the greedy tokens
+  double seconds = 0;           // GPU time of all steps (events around them)
+};
+
+class GpuForward final : public Forward {
+ public:
+  GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheShape& cache_shape,
+             const GpuForwardOptions& options);
+  ~GpuForward() override;
+
+  void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) override;
+
+  // `steps` greedy decode steps of the sequences whose next inputs are `first` (one token
+  // each, at position table->length); reserves their pages and advances their lengths.
+  DecodeRun decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first, int steps);
+
+  GpuKVCache& cache() { return cache_; }
+  const GpuWeights& weights() const { return w_; }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  // Enqueues the whole forward pass of n staged rows on the stream. Logits of `logits_n` rows:
+  // the staged rows list when `gather`, else rows [0, logits_n).
+  void enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance);
+  void stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
+             std::span<const int32_t> positions, std::span<const int> logits_rows);
+  cudaGraphExec_t graph(int n, int max_seq_len, bool advance);
+  int bucket(int max_seq_len) const;
+
+  std::shared_ptr<const GpuWeights> weights_;
+  const GpuWeights& w_;
+  GpuKVCache cache_;
+  GpuForwardOptions opt_;
+  Gemm gemm_;
+  cudaStream_t stream_ = nullptr;
+
+  // Activations, sized for max_rows.
+  DeviceBuffer<float> x_, y_, qkv_, o_, lse_, gate_up_, logits_;
+  DeviceBuffer<uint16_t> h_, h_rows_, q_, o16_, inter_;
+  DeviceBuffer<uint8_t> attn_workspace_;
+  // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
+  // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.
+  DeviceBuffer<int32_t> inputs_;
+  int32_t* staging_ = nullptr;
+  DeviceBuffer<int32_t> next_;  // argmax of each logits row
+  int32_t* next_host_ = nullptr;  // pinned [max steps of a decode_greedy call][max_rows]
+  size_t next_host_steps_ = 0;
+
+  std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;
+};
+
+}  // namespace skim::cuda

@@ -1,0 +1,38 @@
+#include "backend/cuda/gpu_kv_cache.h"
+
+#include "backend/cuda/ops.cuh"
+
+namespace skim::cuda {
+
+GpuKVCache::GpuKVCache(const KVCacheShape& s) : shape_(s), pool_(s.num_pages, s.page_size) {
+  SKIM_REQUIRE(s.num_layers > 0 && s.num_kv_heads > 0 && s.head_dim > 0,
+               "KV cache: invalid shape (layers {}, kv heads {}, head_dim {})", s.num_layers,
+               s.num_kv_heads, s.head_dim);
+  k_.resize(layer_elems() * s.num_layers);
+  v_.resize(layer_elems() * s.num_layers);
+  kmin_.resize(digest_elems() * s.num_layers);
+  kmax_.resize(digest_elems() * s.num_layers);
+  // Unwritten slots are never read (attention stops at each sequence's length); zero them
+  // anyway so a bug reads zeros, not stale data.
+  check(cudaMemset(k_.data(), 0, k_.bytes()), "cudaMemset");
+  check(cudaMemset(v_.data(), 0, v_.bytes()), "cudaMemset");
+}
+
+size_t GpuKVCache::layer_elems() const {
+  return size_t(shape_.num_pages) * shape_.num_kv_heads * shape_.page_size * shape_.head_dim;
+}
+
+size_t GpuKVCache::digest_elems() const {
+  return size_t(shape_.num_pages) * shape_.num_kv_heads * shape_.head_dim;
+}
+
+size_t GpuKVCache::bytes_per_token() const {
+  return size_t(2) * shape_.num_layers * shape_.num_kv_heads * shape_.head_dim * sizeof(uint16_t);
+}
+
+void GpuKVCache::fill_random(uint64_t seed, cudaStream_t stream) {
+  fill_random_bf16(k_.data(), k_.size(), seed, 1.0f, stream);
+  fill_random_bf16(v_.data(), v_.size(), seed + 1, 1.0f, stream);
+}
+
+}  // namespace skim::cuda

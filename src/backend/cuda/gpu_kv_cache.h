@@ -1,0 +1,45 @@
+// The paged KV cache on the GPU: the CPU cache's layout (kv/paged_kv_cache.h) with bf16
+// elements, the same page tables and page pool, and fp32 key digests (element-wise min/max
+// per page and KV head) kept by the forward pass's page_digest kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/device_memory.h"
+#include "kv/page_pool.h"
+#include "kv/paged_kv_cache.h"
+
+namespace skim::cuda {
+
+class GpuKVCache {
+ public:
+  explicit GpuKVCache(const KVCacheShape& shape);
+
+  const KVCacheShape& shape() const { return shape_; }
+  PagePool& pool() { return pool_; }
+
+  // One layer's pools: [num_pages][num_kv_heads][page_size][head_dim] bf16.
+  uint16_t* k(int layer) { return k_.data() + layer * layer_elems(); }
+  uint16_t* v(int layer) { return v_.data() + layer * layer_elems(); }
+  // One layer's digests: [num_pages][num_kv_heads][head_dim] fp32.
+  float* kmin(int layer) { return kmin_.data() + layer * digest_elems(); }
+  float* kmax(int layer) { return kmax_.data() + layer * digest_elems(); }
+
+  size_t bytes_per_token() const;  // K+V of all layers, bf16
+  size_t bytes() const { return k_.bytes() + v_.bytes() + kmin_.bytes() + kmax_.bytes(); }
+
+  // Fills every page's K and V with pseudo-random values (benchmarks that need a long
+  // context without prefilling it).
+  void fill_random(uint64_t seed, cudaStream_t stream);
+
+ private:
+  size_t layer_elems() const;
+  size_t digest_elems() const;
+
+  KVCacheShape shape_;
+  PagePool pool_;
+  DeviceBuffer<uint16_t> k_, v_;
+  DeviceBuffer<float> kmin_, kmax_;
+};
+
+}  // namespace skim::cuda

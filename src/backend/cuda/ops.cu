@@ -1,0 +1,241 @@
+// The forward pass's small kernels (see ops.cuh). Memory-bound and tiny next to the
+// projections and attention; written for clarity: one block per row (or row and head).
+#include <cuda_bf16.h>
+
+#include <cfloat>
+
+#include "backend/cuda/ops.cuh"
+
+namespace skim::cuda {
+
+namespace {
+
+__device__ __forceinline__ float bf16_load(const uint16_t* p) {
+  return __bfloat162float(__ushort_as_bfloat16(*p));
+}
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16(f));  // round to nearest even, as f32_to_bf16
+}
+
+// Sum over the block; every thread gets the result. blockDim.x a multiple of 32, <= 1024.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  v = lane < warps ? partial[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__global__ void embed_kernel(const uint16_t* table, const int32_t* tokens, float* x, int hidden) {
+  const size_t r = blockIdx.x;
+  const uint16_t* row = table + size_t(tokens[r]) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) x[r * hidden + i] = bf16_load(row + i);
+}
+
+__global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, uint16_t* out, int dim,
+                                   float eps) {
+  float* xr = x + size_t(blockIdx.x) * dim;
+  const float* yr = y ? y + size_t(blockIdx.x) * dim : nullptr;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = xr[i];
+    if (yr) xr[i] = v = v + yr[i];
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / float(dim) + eps);
+  uint16_t* o = out + size_t(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = bf16_bits(w[i] * (xr[i] * inv));
+}
+
+__global__ void gather_rows_kernel(const uint16_t* in, const int32_t* rows, uint16_t* out, int dim) {
+  const uint16_t* src = in + size_t(rows[blockIdx.x]) * dim;
+  uint16_t* dst = out + size_t(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
+}
+
+// Block (row, head): heads [0, H) are query heads, [H, H + KVH) key heads (which also move
+// their value head). Thread i holds the RoPE pair (i, i + d/2).
+__global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
+  const int r = blockIdx.x, head = blockIdx.y, i = threadIdx.x, half = a.head_dim / 2;
+  const bool is_q = head < a.num_heads;
+  const int q_dim = a.num_heads * a.head_dim, kv_dim = a.num_kv_heads * a.head_dim;
+  const int kvh = is_q ? 0 : head - a.num_heads;
+  const int col = is_q ? head * a.head_dim : q_dim + kvh * a.head_dim;
+  const float* row = a.qkv + size_t(r) * (q_dim + 2 * kv_dim);
+
+  float x0 = row[col + i], x1 = row[col + i + half];
+  if (a.bias) x0 += a.bias[col + i], x1 += a.bias[col + i + half];
+  const float* norm = is_q ? a.q_norm : a.k_norm;
+  if (norm) {
+    const float inv = rsqrtf(block_sum(x0 * x0 + x1 * x1) / float(a.head_dim) + a.eps);
+    x0 = norm[i] * (x0 * inv);
+    x1 = norm[i + half] * (x1 * inv);
+  }
+  const int pos = a.positions[r];
+  float s, c;
+  sincosf(float(pos) * a.inv_freq[i], &s, &c);
+  const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
+
+  if (is_q) {
+    uint16_t* q = a.q + (size_t(r) * a.num_heads + head) * a.head_dim;
+    q[i] = bf16_bits(y0);
+    q[i + half] = bf16_bits(y1);
+    return;
+  }
+  const int page = a.page_table[size_t(r) * a.max_pages_per_seq + pos / a.page_size];
+  const size_t at = ((size_t(page) * a.num_kv_heads + kvh) * a.page_size + pos % a.page_size) * a.head_dim;
+  a.k_pool[at + i] = bf16_bits(y0);
+  a.k_pool[at + i + half] = bf16_bits(y1);
+  const int vcol = q_dim + kv_dim + kvh * a.head_dim;
+  float v0 = row[vcol + i], v1 = row[vcol + i + half];
+  if (a.bias) v0 += a.bias[vcol + i], v1 += a.bias[vcol + i + half];
+  a.v_pool[at + i] = bf16_bits(v0);
+  a.v_pool[at + i + half] = bf16_bits(v1);
+}
+
+__global__ void page_digest_kernel(const uint16_t* k_pool, float* kmin, float* kmax,
+                                   const int32_t* positions, const int32_t* page_table, int max_pages,
+                                   int n, int num_kv_heads, int d, int page_size) {
+  const int r = blockIdx.x, h = blockIdx.y;
+  const int pos = positions[r];
+  const int page = page_table[size_t(r) * max_pages + pos / page_size];
+  if (r + 1 < n) {  // a later row of this batch writes the same page: it recomputes
+    const int next = positions[r + 1];
+    if (page_table[size_t(r + 1) * max_pages + next / page_size] == page) return;
+  }
+  const size_t base = (size_t(page) * num_kv_heads + h);
+  const uint16_t* k = k_pool + base * page_size * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float mn = FLT_MAX, mx = -FLT_MAX;
+    for (int t = 0; t <= pos % page_size; ++t) {
+      const float v = bf16_load(k + size_t(t) * d + i);
+      mn = fminf(mn, v);
+      mx = fmaxf(mx, v);
+    }
+    kmin[base * d + i] = mn;
+    kmax[base * d + i] = mx;
+  }
+}
+
+__global__ void silu_mul_kernel(const float* gate_up, uint16_t* out, int I) {
+  const float* g = gate_up + size_t(blockIdx.x) * 2 * I;
+  uint16_t* o = out + size_t(blockIdx.x) * I;
+  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+    const float x = g[i];
+    o[i] = bf16_bits(x / (1.0f + __expf(-x)) * g[I + i]);
+  }
+}
+
+__global__ void to_bf16_kernel(const float* in, uint16_t* out, size_t count) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = bf16_bits(in[i]);
+}
+
+__global__ void argmax_kernel(const float* logits, int vocab, int32_t* next, DecodeState st, bool advance) {
+  const float* row = logits + size_t(blockIdx.x) * vocab;
+  float best = -INFINITY;
+  int idx = vocab;  // a row of NaNs or -inf picks token 0 below
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    if (row[i] > best) best = row[i], idx = i;
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ov > best || (ov == best && oi < idx)) best = ov, idx = oi;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sv[warp] = best, si[warp] = idx;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < int(blockDim.x / 32); ++w)
+    if (sv[w] > best || (sv[w] == best && si[w] < idx)) best = sv[w], idx = si[w];
+  if (idx >= vocab) idx = 0;
+  next[blockIdx.x] = idx;
+  if (advance) {
+    st.tokens[blockIdx.x] = idx;
+    st.positions[blockIdx.x] += 1;
+    st.seq_lens[blockIdx.x] += 1;
+  }
+}
+
+__device__ uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_random_bf16_kernel(uint16_t* p, size_t count, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const double u = double(splitmix64(seed * 0x100000001b3ull + i) >> 11) * (1.0 / 9007199254740992.0);
+    p[i] = bf16_bits(float((2.0 * u - 1.0) * scale));
+  }
+}
+
+__global__ void fill_f32_kernel(float* p, size_t count, float value) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = value;
+}
+
+unsigned grid_for(size_t count) {
+  const size_t blocks = (count + 255) / 256;
+  return unsigned(blocks < 8192 ? (blocks > 0 ? blocks : 1) : 8192);
+}
+
+}  // namespace
+
+void embed(const uint16_t* table, const int32_t* tokens, float* x, int n, int hidden, cudaStream_t s) {
+  if (n > 0) embed_kernel<<<n, 256, 0, s>>>(table, tokens, x, hidden);
+}
+
+void add_rmsnorm(float* x, const float* y, const float* w, uint16_t* out, int n, int dim, float eps,
+                 cudaStream_t s) {
+  if (n > 0) add_rmsnorm_kernel<<<n, 256, 0, s>>>(x, y, w, out, dim, eps);
+}
+
+void gather_rows(const uint16_t* in, const int32_t* rows, uint16_t* out, int n, int dim, cudaStream_t s) {
+  if (n > 0) gather_rows_kernel<<<n, 256, 0, s>>>(in, rows, out, dim);
+}
+
+void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t s) {
+  if (a.n == 0) return;
+  // head_dim / 2 threads, rounded up to whole warps for the block reduction (head_dim 64, 128).
+  qkv_rope_append_kernel<<<dim3(a.n, a.num_heads + a.num_kv_heads), a.head_dim / 2, 0, s>>>(a);
+}
+
+void page_digest(const uint16_t* k_pool, float* kmin, float* kmax, const int32_t* positions,
+                 const int32_t* page_table, int max_pages, int n, int num_kv_heads, int head_dim,
+                 int page_size, cudaStream_t s) {
+  if (n == 0) return;
+  page_digest_kernel<<<dim3(n, num_kv_heads), head_dim, 0, s>>>(
+      k_pool, kmin, kmax, positions, page_table, max_pages, n, num_kv_heads, head_dim, page_size);
+}
+
+void silu_mul(const float* gate_up, uint16_t* out, int n, int I, cudaStream_t s) {
+  if (n > 0) silu_mul_kernel<<<n, 256, 0, s>>>(gate_up, out, I);
+}
+
+void to_bf16(const float* in, uint16_t* out, size_t count, cudaStream_t s) {
+  if (count > 0) to_bf16_kernel<<<grid_for(count), 256, 0, s>>>(in, out, count);
+}
+
+void argmax(const float* logits, int n, int vocab, int32_t* next, const DecodeState* advance, cudaStream_t s) {
+  if (n == 0) return;
+  argmax_kernel<<<n, 1024, 0, s>>>(logits, vocab, next, advance ? *advance : DecodeState{}, advance != nullptr);
+}
+
+void fill_random_bf16(uint16_t* p, size_t count, uint64_t seed, float scale, cudaStream_t s) {
+  if (count > 0) fill_random_bf16_kernel<<<grid_for(count), 256, 0, s>>>(p, count, seed, scale);
+}
+
+void fill_f32(float* p, size_t count, float value, cudaStream_t s) {
+  if (count > 0) fill_f32_kernel<<<grid_for(count), 256, 0, s>>>(p, count, value);
+}
+
+}  // namespace skim::cuda

@@ -1,0 +1,81 @@
+// The forward pass's small CUDA kernels (everything but the projections, which are cuBLAS,
+// and decode attention). Each has a CPU twin in backend/cpu/ops.h (or the KV cache) that the
+// parity tests in tests/cuda/ hold it to. Activations are fp32 between kernels; kernels that
+// feed a projection write bf16, the GEMM's input type. Asynchronous on `stream`; nothing
+// allocates, so every call can be captured into a CUDA graph.
+//
+// No device code here: plain C++ includes it. bf16 values travel as raw uint16_t.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace skim::cuda {
+
+// x[r] = table[tokens[r]] widened to fp32; table bf16 [vocab][hidden].
+void embed(const uint16_t* table, const int32_t* tokens, float* x, int n, int hidden,
+           cudaStream_t stream);
+
+// The residual add and the RMSNorm before a projection, fused: x += y (when y is not null),
+// then out = bf16(x / rms(x) * w). cpu::add_inplace then cpu::rmsnorm.
+void add_rmsnorm(float* x, const float* y, const float* w, uint16_t* out, int n, int dim,
+                 float eps, cudaStream_t stream);
+
+// out[i] = in[rows[i]], rows of `dim` bf16 values (the rows whose logits are wanted).
+void gather_rows(const uint16_t* in, const int32_t* rows, uint16_t* out, int n, int dim,
+                 cudaStream_t stream);
+
+// After the fused Q/K/V projection: adds the bias, applies the per-head q/k RMSNorm (Qwen3),
+// rotates q and k (RoPE, HF rotate_half pairs (i, i + d/2), fp32 angle position * inv_freq),
+// writes q as bf16 for attention and k, v as bf16 into the paged cache at each row's
+// position. cpu::rmsnorm, cpu::rope and PagedKVCache::write.
+struct QkvRopeAppendArgs {
+  const float* qkv = nullptr;     // [n][q_dim + 2 * kv_dim]: q, k, v of each row
+  const float* bias = nullptr;    // [q_dim + 2 * kv_dim] or null
+  const float* q_norm = nullptr;  // [head_dim] or null
+  const float* k_norm = nullptr;  // [head_dim] or null
+  float eps = 1e-6f;
+  const float* inv_freq = nullptr;   // [head_dim / 2]
+  const int32_t* positions = nullptr;  // [n]
+  const int32_t* page_table = nullptr;  // [n][max_pages_per_seq]: row r's sequence's pages
+  int max_pages_per_seq = 0;
+  int n = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, page_size = 16;
+  uint16_t* q = nullptr;       // out: [n][num_heads][head_dim]
+  uint16_t* k_pool = nullptr;  // [num_pages][num_kv_heads][page_size][head_dim]
+  uint16_t* v_pool = nullptr;
+};
+void qkv_rope_append(const QkvRopeAppendArgs& args, cudaStream_t stream);
+
+// Recomputes the key digest (element-wise min and max over the page's written tokens) of
+// every page a row of this batch wrote last: the page of row r holds slots [0, pos % page]
+// once row r is written. Digests fp32 [num_pages][num_kv_heads][head_dim]. Run after
+// qkv_rope_append, so rows writing the same page never race.
+void page_digest(const uint16_t* k_pool, float* kmin, float* kmax, const int32_t* positions,
+                 const int32_t* page_table, int max_pages_per_seq, int n, int num_kv_heads,
+                 int head_dim, int page_size, cudaStream_t stream);
+
+// out[r][i] = bf16(silu(gate_up[r][i]) * gate_up[r][I + i]): the fused gate/up projection's
+// output in, the down projection's input out. cpu::silu_mul.
+void silu_mul(const float* gate_up, uint16_t* out, int n, int I, cudaStream_t stream);
+
+void to_bf16(const float* in, uint16_t* out, size_t count, cudaStream_t stream);
+
+// next[r] = argmax of logits row r (the first of equal maxima, as std::max_element). When
+// `advance` is set, also feeds the token back for the next decode step: tokens[r] = next[r],
+// positions[r] += 1, seq_lens[r] += 1 (device-resident greedy decoding).
+struct DecodeState {
+  int32_t* tokens = nullptr;
+  int32_t* positions = nullptr;
+  int32_t* seq_lens = nullptr;
+};
+void argmax(const float* logits, int n, int vocab, int32_t* next, const DecodeState* advance,
+            cudaStream_t stream);
+
+// Deterministic pseudo-random fill (hash of seed and index), uniform in [-scale, scale]:
+// random-weight models and caches for benchmarks, generated on the device.
+void fill_random_bf16(uint16_t* p, size_t count, uint64_t seed, float scale, cudaStream_t stream);
+void fill_f32(float* p, size_t count, float value, cudaStream_t stream);
+
+}  // namespace skim::cuda

@@ -1,0 +1,315 @@
+// The forward pass's CUDA kernels (backend/cuda/ops.cuh, the cuBLAS projection) against their
+// CPU references (backend/cpu/ops.h, the CPU KV cache's digest rule) on fresh random inputs.
+// Inputs are rounded to bf16 where the kernel takes bf16, so the reference sees the same
+// values; outputs written as bf16 are compared with a bf16 tolerance (2^-8 relative).
+// Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "../test_random.h"
+#include "backend/cpu/ops.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/ops.cuh"
+#include "core/dtype.h"
+#include "paged_decode_parity.h"
+
+namespace skim {
+namespace {
+
+using cuda::DeviceBuffer;
+
+template <typename T>
+DeviceBuffer<T> to_device(const std::vector<T>& v) {
+  DeviceBuffer<T> d;
+  cuda::upload(d, v.data(), v.size());
+  return d;
+}
+
+template <typename T>
+std::vector<T> to_host(const DeviceBuffer<T>& d) {
+  std::vector<T> v(d.size());
+  cuda::check(cudaMemcpy(v.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return v;
+}
+
+std::vector<uint16_t> bf16_of(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  std::transform(v.begin(), v.end(), out.begin(), f32_to_bf16);
+  return out;
+}
+
+std::vector<float> f32_of(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  std::transform(v.begin(), v.end(), out.begin(), bf16_to_f32);
+  return out;
+}
+
+std::vector<float> rounded(const std::vector<float>& v) { return f32_of(bf16_of(v)); }
+
+// Largest |a - b| / (|b| + floor), the floor keeping near-zero references from dominating.
+double max_rel_err(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-2) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    m = std::max(m, std::fabs(double(a[i]) - b[i]) / (std::fabs(double(b[i])) + floor));
+  return m;
+}
+
+constexpr double kBf16Out = 1.0 / 128;  // two bf16 roundings of a value of the same magnitude
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  }
+  void sync() { cuda::check(cudaDeviceSynchronize(), "kernel"); }
+};
+
+TEST_F(CudaOps, EmbedWidensTheTokensRows) {
+  const int vocab = 300, hidden = 192, n = 7;
+  std::vector<uint16_t> table = bf16_of(test::random_vector(size_t(vocab) * hidden));
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back(test::random_int(0, vocab - 1));
+  auto d_table = to_device(table);
+  auto d_tokens = to_device(tokens);
+  DeviceBuffer<float> x(size_t(n) * hidden);
+  cuda::embed(d_table.data(), d_tokens.data(), x.data(), n, hidden, nullptr);
+  sync();
+  std::vector<float> got = to_host(x);
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < hidden; ++i)
+      ASSERT_EQ(got[size_t(r) * hidden + i], bf16_to_f32(table[size_t(tokens[r]) * hidden + i]));
+}
+
+TEST_F(CudaOps, AddRmsnormMatchesAddInplaceThenRmsnorm) {
+  for (int dim : {64, 512, 4096}) {
+    for (bool with_y : {false, true}) {
+      const int n = test::random_int(1, 9);
+      std::vector<float> x = test::random_vector(size_t(n) * dim, 3.0f);
+      std::vector<float> y = test::random_vector(size_t(n) * dim);
+      std::vector<float> w = test::random_vector(size_t(dim));
+      auto dx = to_device(x), dy = to_device(y), dw = to_device(w);
+      DeviceBuffer<uint16_t> out(size_t(n) * dim);
+      cuda::add_rmsnorm(dx.data(), with_y ? dy.data() : nullptr, dw.data(), out.data(), n, dim, 1e-5f, nullptr);
+      sync();
+      if (with_y) cpu::add_inplace(x.data(), y.data(), int64_t(n) * dim);
+      std::vector<float> want(x.size());
+      cpu::rmsnorm(x.data(), w.data(), want.data(), n, dim, 1e-5f);
+      EXPECT_LT(max_rel_err(to_host(dx), x, 1e-3), 1e-5) << "residual, dim " << dim;
+      EXPECT_LT(max_rel_err(f32_of(to_host(out)), want), kBf16Out) << "dim " << dim << " y " << with_y;
+    }
+  }
+}
+
+TEST_F(CudaOps, GatherRowsCopiesTheListedRows) {
+  const int n = 10, dim = 130;
+  std::vector<uint16_t> in = bf16_of(test::random_vector(size_t(n) * dim));
+  std::vector<int32_t> rows = {9, 0, 4, 4};
+  auto d_in = to_device(in);
+  auto d_rows = to_device(rows);
+  DeviceBuffer<uint16_t> out(rows.size() * dim);
+  cuda::gather_rows(d_in.data(), d_rows.data(), out.data(), int(rows.size()), dim, nullptr);
+  sync();
+  std::vector<uint16_t> got = to_host(out);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int j = 0; j < dim; ++j) ASSERT_EQ(got[i * dim + j], in[size_t(rows[i]) * dim + j]);
+}
+
+TEST_F(CudaOps, SiluMulMatchesCpu) {
+  const int n = 5, I = 1000;
+  std::vector<float> gu = test::random_vector(size_t(n) * 2 * I, 2.0f);
+  auto d = to_device(gu);
+  DeviceBuffer<uint16_t> out(size_t(n) * I);
+  cuda::silu_mul(d.data(), out.data(), n, I, nullptr);
+  sync();
+  std::vector<float> want(size_t(n) * I);
+  for (int r = 0; r < n; ++r)
+    cpu::silu_mul(gu.data() + size_t(r) * 2 * I, gu.data() + size_t(r) * 2 * I + I, want.data() + size_t(r) * I, I);
+  EXPECT_LT(max_rel_err(f32_of(to_host(out)), want), kBf16Out);
+}
+
+TEST_F(CudaOps, LinearMatchesCpuOnBf16Inputs) {
+  cuda::Gemm gemm;
+  for (auto [out_dim, in_dim, n] : {std::tuple{384, 512, 1}, {1536, 512, 3}, {512, 1536, 8}, {8192, 512, 37}}) {
+    std::vector<float> x = rounded(test::random_vector(size_t(n) * in_dim));
+    Matrix W;
+    W.dtype = DType::BF16;
+    W.rows = out_dim;
+    W.cols = in_dim;
+    W.bf16 = bf16_of(test::random_vector(size_t(out_dim) * in_dim, 1.0f / std::sqrt(float(in_dim))));
+    cuda::GpuMatrix gw;
+    gw.rows = out_dim;
+    gw.cols = in_dim;
+    cuda::upload(gw.data, W.bf16.data(), W.bf16.size());
+    auto dx = to_device(bf16_of(x));
+    DeviceBuffer<float> y(size_t(n) * out_dim);
+    gemm.linear(dx.data(), gw, y.data(), n, nullptr);
+    sync();
+    std::vector<float> want(size_t(n) * out_dim);
+    cpu::linear(x.data(), W, nullptr, want.data(), n);
+    // fp32 accumulation on both sides, different orders.
+    EXPECT_LT(max_rel_err(to_host(y), want, 1e-1), 1e-4) << out_dim << "x" << in_dim << " n " << n;
+  }
+}
+
+// A paged cache on the host mirroring the device pools, for the QKV and digest kernels.
+struct Pages {
+  int num_pages, kv_heads, d, page = 16;
+  size_t at(int p, int h, int slot) const { return ((size_t(p) * kv_heads + h) * page + slot) * d; }
+};
+
+TEST_F(CudaOps, QkvRopeAppendMatchesCpuRopeAndCacheWrite) {
+  struct Case { int heads, kv_heads, d; bool bias, qk_norm; };
+  for (Case c : {Case{4, 1, 128, false, false}, Case{8, 8, 64, true, false}, Case{32, 8, 128, false, true},
+                 Case{16, 2, 64, true, true}}) {
+    SCOPED_TRACE(testing::Message() << c.heads << "/" << c.kv_heads << " d " << c.d << " bias " << c.bias
+                                    << " qk_norm " << c.qk_norm);
+    const int n = test::random_int(1, 6), q_dim = c.heads * c.d, kv_dim = c.kv_heads * c.d;
+    const int width = q_dim + 2 * kv_dim, maxp = 8;
+    Pages pg{2 * maxp * n, c.kv_heads, c.d};
+    std::vector<float> qkv = test::random_vector(size_t(n) * width);
+    std::vector<float> bias = test::random_vector(size_t(width), 0.5f);
+    std::vector<float> qn = test::random_vector(size_t(c.d)), kn = test::random_vector(size_t(c.d));
+    RopeConfig rope;
+    rope.theta = 500000.0f;
+    std::vector<float> inv_freq(size_t(c.d / 2));
+    rope_inv_freq(rope, c.d, inv_freq.data());
+    // Each row its own sequence with its own pages (page-unaligned positions).
+    std::vector<int32_t> positions, table(size_t(n) * maxp);
+    for (int r = 0; r < n; ++r) {
+      positions.push_back(test::random_int(0, maxp * pg.page - 1));
+      for (int i = 0; i < maxp; ++i) table[size_t(r) * maxp + i] = r * maxp + (maxp - 1 - i);
+    }
+    auto d_qkv = to_device(qkv), d_bias = to_device(bias), d_qn = to_device(qn), d_kn = to_device(kn);
+    auto d_freq = to_device(inv_freq);
+    auto d_pos = to_device(positions), d_table = to_device(table);
+    DeviceBuffer<uint16_t> q(size_t(n) * q_dim), k(size_t(pg.num_pages) * kv_dim * pg.page),
+        v(size_t(pg.num_pages) * kv_dim * pg.page);
+    cuda::QkvRopeAppendArgs a;
+    a.qkv = d_qkv.data();
+    a.bias = c.bias ? d_bias.data() : nullptr;
+    a.q_norm = c.qk_norm ? d_qn.data() : nullptr;
+    a.k_norm = c.qk_norm ? d_kn.data() : nullptr;
+    a.eps = 1e-6f;
+    a.inv_freq = d_freq.data();
+    a.positions = d_pos.data();
+    a.page_table = d_table.data();
+    a.max_pages_per_seq = maxp;
+    a.n = n;
+    a.num_heads = c.heads;
+    a.num_kv_heads = c.kv_heads;
+    a.head_dim = c.d;
+    a.q = q.data();
+    a.k_pool = k.data();
+    a.v_pool = v.data();
+    cuda::qkv_rope_append(a, nullptr);
+    sync();
+
+    // Reference: bias, per-head norm, RoPE on the CPU.
+    std::vector<float> rq(size_t(n) * q_dim), rk(size_t(n) * kv_dim), rv(size_t(n) * kv_dim);
+    for (int r = 0; r < n; ++r)
+      for (int j = 0; j < width; ++j) {
+        float x = qkv[size_t(r) * width + j] + (c.bias ? bias[size_t(j)] : 0.0f);
+        if (j < q_dim) rq[size_t(r) * q_dim + j] = x;
+        else if (j < q_dim + kv_dim) rk[size_t(r) * kv_dim + j - q_dim] = x;
+        else rv[size_t(r) * kv_dim + j - q_dim - kv_dim] = x;
+      }
+    if (c.qk_norm) {
+      cpu::rmsnorm(rq.data(), qn.data(), rq.data(), n * c.heads, c.d, 1e-6f);
+      cpu::rmsnorm(rk.data(), kn.data(), rk.data(), n * c.kv_heads, c.d, 1e-6f);
+    }
+    cpu::rope(rq.data(), positions.data(), inv_freq.data(), n, c.heads, c.d);
+    cpu::rope(rk.data(), positions.data(), inv_freq.data(), n, c.kv_heads, c.d);
+
+    EXPECT_LT(max_rel_err(f32_of(to_host(q)), rq), kBf16Out);
+    std::vector<float> gk = f32_of(to_host(k)), gv = f32_of(to_host(v)), ck, cv;
+    for (int r = 0; r < n; ++r) {
+      const int p = table[size_t(r) * maxp + positions[r] / pg.page], slot = positions[r] % pg.page;
+      for (int h = 0; h < c.kv_heads; ++h) {
+        ck.insert(ck.end(), gk.begin() + pg.at(p, h, slot), gk.begin() + pg.at(p, h, slot) + c.d);
+        cv.insert(cv.end(), gv.begin() + pg.at(p, h, slot), gv.begin() + pg.at(p, h, slot) + c.d);
+      }
+    }
+    EXPECT_LT(max_rel_err(ck, rk), kBf16Out);
+    EXPECT_LT(max_rel_err(cv, rv), kBf16Out);
+  }
+}
+
+TEST_F(CudaOps, PageDigestIsMinMaxOfTheWrittenKeys) {
+  // One sequence's prefill chunk crossing page boundaries at an unaligned start, then a
+  // decode batch of two sequences: each written page's digest covers slots [0, last write].
+  const int kv_heads = 2, d = 64, page = 16, maxp = 6, num_pages = 12;
+  Pages pg{num_pages, kv_heads, d};
+  std::vector<uint16_t> k = bf16_of(test::random_vector(size_t(num_pages) * kv_heads * page * d));
+  auto d_k = to_device(k);
+  DeviceBuffer<float> kmin(size_t(num_pages) * kv_heads * d), kmax(size_t(num_pages) * kv_heads * d);
+  cuda::fill_f32(kmin.data(), kmin.size(), 99.0f, nullptr);
+  cuda::fill_f32(kmax.data(), kmax.size(), -99.0f, nullptr);
+
+  std::vector<int32_t> seq_a = {5, 2, 9, 0, 1, 3}, seq_b = {11, 10, 8, 7, 6, 4};
+  std::vector<int32_t> positions, table;
+  for (int p = 13; p < 13 + 40; ++p) {  // pages 0..3 of sequence a
+    positions.push_back(p);
+    table.insert(table.end(), seq_a.begin(), seq_a.end());
+  }
+  auto run = [&](const std::vector<int32_t>& pos, const std::vector<int32_t>& tab) {
+    auto d_pos = to_device(pos), d_tab = to_device(tab);
+    cuda::page_digest(d_k.data(), kmin.data(), kmax.data(), d_pos.data(), d_tab.data(), maxp, int(pos.size()),
+                      kv_heads, d, page, nullptr);
+    sync();
+  };
+  run(positions, table);
+  std::vector<int32_t> decode_tab = seq_a;
+  decode_tab.insert(decode_tab.end(), seq_b.begin(), seq_b.end());
+  run({53, 70}, decode_tab);  // a: page 3 slot 5; b: page 4 slot 6
+
+  std::vector<float> mn = to_host(kmin), mx = to_host(kmax);
+  auto expect_digest = [&](int p, int slots) {
+    for (int h = 0; h < kv_heads; ++h)
+      for (int i = 0; i < d; ++i) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int t = 0; t < slots; ++t) {
+          float v = bf16_to_f32(k[pg.at(p, h, t) + i]);
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
+        }
+        const size_t at = (size_t(p) * kv_heads + h) * d + i;
+        ASSERT_EQ(mn[at], lo) << "page " << p;
+        ASSERT_EQ(mx[at], hi) << "page " << p;
+      }
+  };
+  expect_digest(seq_a[0], 16);
+  expect_digest(seq_a[1], 16);
+  expect_digest(seq_a[2], 16);
+  expect_digest(seq_a[3], 6);  // positions 48..53
+  expect_digest(seq_b[4], 7);  // position 70: page 4, slots 0..6
+  EXPECT_EQ(mn[size_t(seq_b[0]) * kv_heads * d], 99.0f) << "an unwritten page's digest is untouched";
+}
+
+TEST_F(CudaOps, ArgmaxTakesTheFirstMaximumAndAdvances) {
+  const int n = 3, vocab = 5000;
+  std::vector<float> logits = test::random_vector(size_t(n) * vocab);
+  logits[size_t(0) * vocab + 4000] = 50.0f;
+  logits[size_t(1) * vocab + 17] = 60.0f;
+  logits[size_t(1) * vocab + 3000] = 60.0f;  // a tie: the first wins, as std::max_element
+  auto d = to_device(logits);
+  DeviceBuffer<int32_t> next{size_t(n)};
+  std::vector<int32_t> tokens = {1, 2, 3}, pos = {10, 20, 30}, lens = {11, 21, 31};
+  auto dt = to_device(tokens), dp = to_device(pos), dl = to_device(lens);
+  cuda::DecodeState st{dt.data(), dp.data(), dl.data()};
+  cuda::argmax(d.data(), n, vocab, next.data(), &st, nullptr);
+  sync();
+  std::vector<int32_t> got = to_host(next);
+  EXPECT_EQ(got[0], 4000);
+  EXPECT_EQ(got[1], 17);
+  EXPECT_EQ(got[2], int(std::max_element(logits.begin() + 2 * vocab, logits.end()) - (logits.begin() + 2 * vocab)));
+  EXPECT_EQ(to_host(dt), got);
+  EXPECT_EQ(to_host(dp), (std::vector<int32_t>{11, 21, 31}));
+  EXPECT_EQ(to_host(dl), (std::vector<int32_t>{12, 22, 32}));
+}
+
+}  // namespace
+}  // namespace skim

@@ -1,0 +1,139 @@
+// skim bench: GPU decode speed against the memory-bandwidth floor. Decode attention alone on
+// Llama-3.1-8B shapes, and whole greedy decode steps of the demo model (or --model) and of a
+// random-weight model of Llama-3.1-8B's shape, generated on the device.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "core/error.h"
+#ifdef SKIM_HAVE_CUDA
+#include "backend/cuda/decode_bench.h"
+#include "model/model.h"
+#endif
+
+namespace skim::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::filesystem::path model_dir;
+  std::string contexts = "8192,32768";
+  std::string attention_contexts = "8192,32768,131072";
+  std::string batches = "1";
+  std::string attention_batches = "1,8";
+  int steps = 64;
+  bool attention_only = false, e2e_only = false, no_8b = false;
+  std::string json_path;
+};
+
+std::vector<int> int_list(const std::string& s, const std::string& flag) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      int v = std::stoi(item, &used);
+      SKIM_REQUIRE(used == item.size() && v > 0, "{}: '{}' is not a positive integer", flag, item);
+      out.push_back(v);
+    } catch (const std::logic_error&) {
+      fail("{}: '{}' is not a positive integer", flag, item);
+    }
+  }
+  SKIM_REQUIRE(!out.empty(), "{}: give at least one value", flag);
+  return out;
+}
+
+#ifdef SKIM_HAVE_CUDA
+void run_bench(const BenchArgs& a) {
+  cudaDeviceProp prop{};
+  cuda::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const double bw = cuda::copy_bandwidth();
+  std::printf("device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n\n", prop.name,
+              prop.multiProcessorCount, bw / 1e9);
+  nlohmann::json out = {{"device", prop.name}, {"sms", prop.multiProcessorCount}, {"copy_GBps", bw / 1e9}};
+
+  if (!a.e2e_only) {
+    const ModelConfig c = cuda::llama31_8b_config();
+    std::printf("decode attention, Llama-3.1-8B layer (32 q / 8 KV heads of 128), bf16 paged KV\n");
+    std::printf("| batch | context | us | MB moved | fraction of copy bw |\n|---|---|---|---|---|\n");
+    out["attention"] = nlohmann::json::array();
+    for (int b : int_list(a.attention_batches, "--attention-batches"))
+      for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
+        auto p = cuda::bench_decode_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, bw);
+        std::printf("| %d | %d | %.1f | %.1f | %.2f |\n", b, ctx, p.us, p.bytes / 1e6, p.fraction);
+        std::fflush(stdout);
+        out["attention"].push_back({{"batch", b}, {"context", ctx}, {"us", p.us}, {"bytes", p.bytes},
+                                    {"fraction_of_copy_bw", p.fraction}});
+      }
+    std::printf("\n");
+  }
+
+  if (!a.attention_only) {
+    std::vector<std::pair<std::string, std::shared_ptr<const cuda::GpuWeights>>> models;
+    std::filesystem::path dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+    models.emplace_back(dir.filename().string(),
+                        std::make_shared<const cuda::GpuWeights>(cuda::upload_weights(*load_model(dir))));
+    if (!a.no_8b)
+      models.emplace_back("random Llama-3.1-8B shape",
+                          std::make_shared<const cuda::GpuWeights>(cuda::random_weights(cuda::llama31_8b_config(), 1)));
+    std::printf("end-to-end greedy decode step (CUDA graph), %d steps after a random-KV context\n", a.steps);
+    std::printf("| model | batch | context | ms/token | weights MB | KV MB | floor ms | x floor |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    out["end_to_end"] = nlohmann::json::array();
+    for (auto& [name, w] : models)
+      for (int b : int_list(a.batches, "--batches"))
+        for (int ctx : int_list(a.contexts, "--contexts")) {
+          auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw);
+          std::printf("| %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), b, ctx,
+                      p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,
+                      p.ms_per_step / p.floor_ms);
+          std::fflush(stdout);
+          out["end_to_end"].push_back({{"model", name}, {"batch", b}, {"context", ctx}, {"steps", p.steps},
+                                       {"ms_per_token", p.ms_per_step}, {"weight_bytes", p.weight_bytes},
+                                       {"kv_bytes", p.kv_bytes}, {"floor_ms", p.floor_ms},
+                                       {"ratio_to_floor", p.ms_per_step / p.floor_ms}});
+        }
+  }
+  if (!a.json_path.empty()) {
+    std::ofstream f(a.json_path);
+    SKIM_REQUIRE(f.good(), "--json: cannot write '{}'", a.json_path);
+    f << out.dump(1) << "\n";
+  }
+}
+#endif
+
+}  // namespace
+
+void register_bench(CLI::App& root, std::function<void()>& run) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* app = root.add_subcommand("bench", "GPU decode speed against the bandwidth floor");
+  BenchArgs& a = *args;
+  app->add_option("-m,--model", a.model_dir, "model for the end-to-end steps (default: the demo model)");
+  app->add_option("--contexts", a.contexts, "end-to-end contexts, tokens")->capture_default_str();
+  app->add_option("--batches", a.batches, "end-to-end batch sizes")->capture_default_str();
+  app->add_option("--steps", a.steps, "timed decode steps per point")->capture_default_str();
+  app->add_option("--attention-contexts", a.attention_contexts, "decode attention contexts")->capture_default_str();
+  app->add_option("--attention-batches", a.attention_batches, "decode attention batch sizes")->capture_default_str();
+  app->add_flag("--attention-only", a.attention_only, "only the decode attention kernel");
+  app->add_flag("--e2e-only", a.e2e_only, "only the end-to-end steps");
+  app->add_flag("--no-8b", a.no_8b, "skip the random Llama-3.1-8B-shaped model");
+  app->add_option("--json", a.json_path, "also write the results to this JSON file");
+  app->callback([args, &run] {
+    run = [args] {
+      SKIM_REQUIRE(args->steps > 0, "--steps must be positive");
+#ifdef SKIM_HAVE_CUDA
+      run_bench(*args);
+#else
+      fail("skim bench measures the CUDA backend, and this skim was built without CUDA "
+           "(the CPU comparison is bench/cpu_decode_bench.py)");
+#endif
+    };
+  });
+}
+
+}  // namespace skim::cli

@@ -1,5 +1,7 @@
 #include "backend/cuda/gemm.h"
 
+#include "backend/cuda/ops.cuh"
+
 namespace skim::cuda {
 
 Gemm::Gemm() {
@@ -13,6 +15,7 @@ Gemm::~Gemm() {
 
 void Gemm::linear(const uint16_t* x, const GpuMatrix& w, float* y, int n, cudaStream_t stream) {
   if (n == 0) return;
+  if (gemv(x, w.data.data(), y, n, w.rows, w.cols, stream)) return;  // decode: a few rows
   if (!stream_set_ || stream != stream_) {
     // Setting the stream resets the workspace to cuBLAS's own pool, which allocates.
     check(cublasSetStream(handle_, stream), "cublasSetStream");

@@ -1,5 +1,6 @@
-// The projections: y[n][out] = x[n][in] . W[out][in]^T on the tensor cores through cuBLAS,
-// bf16 inputs, fp32 accumulation and output. The handle has its own workspace, so calls
+// The projections: y[n][out] = x[n][in] . W[out][in]^T, bf16 inputs, fp32 accumulation and
+// output: up to kGemvMaxRows rows (decode) by skim's GEMV kernel (gemv.cu), more (prefill)
+// on the tensor cores through cuBLAS. The handle has its own workspace, so calls
 // allocate nothing and capture into CUDA graphs.
 #pragma once
 

@@ -53,13 +53,16 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   std::fill_n(staging_, input_ints, 0);
 
   PagedDecodeArgs a;
-  a.batch = o.max_rows;
   a.num_heads = c.num_heads;
   a.num_kv_heads = c.num_kv_heads;
   a.head_dim = c.head_dim;
   a.max_pages_per_seq = o.max_pages_per_seq;
   a.max_seq_len = o.max_pages_per_seq * shape.page_size;
-  attn_workspace_.resize(std::max<size_t>(paged_decode_workspace_size(a), 1));
+  // The split plan, hence the workspace, depends on the batch: size it for the largest need
+  // over every batch a pass may have.
+  size_t ws = 1;
+  for (a.batch = 1; a.batch <= o.max_rows; ++a.batch) ws = std::max(ws, paged_decode_workspace_size(a));
+  attn_workspace_.resize(ws);
   check(cudaMemset(attn_workspace_.data(), 0, attn_workspace_.bytes()), "cudaMemset");
   check(cudaDeviceSynchronize(), "GPU forward set-up");
 }
@@ -187,7 +190,13 @@ cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance) {
   if (it != graphs_.end()) return it->second;
   cudaGraph_t g = nullptr;
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  enqueue(n, b, n, false, advance);
+  try {
+    enqueue(n, b, n, false, advance);
+  } catch (...) {  // end the capture, or this thread's later CUDA calls fail
+    if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    throw;
+  }
   check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
   cudaGraphExec_t exec = nullptr;
   check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");

@@ -122,10 +122,11 @@ __global__ void page_digest_kernel(const uint16_t* k_pool, float* kmin, float* k
   }
 }
 
+// Block (row, slice): a decode row spreads over several SMs.
 __global__ void silu_mul_kernel(const float* gate_up, uint16_t* out, int I) {
   const float* g = gate_up + size_t(blockIdx.x) * 2 * I;
   uint16_t* o = out + size_t(blockIdx.x) * I;
-  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < I; i += gridDim.y * blockDim.x) {
     const float x = g[i];
     o[i] = bf16_bits(x / (1.0f + __expf(-x)) * g[I + i]);
   }
@@ -196,7 +197,8 @@ void embed(const uint16_t* table, const int32_t* tokens, float* x, int n, int hi
 
 void add_rmsnorm(float* x, const float* y, const float* w, uint16_t* out, int n, int dim, float eps,
                  cudaStream_t s) {
-  if (n > 0) add_rmsnorm_kernel<<<n, 256, 0, s>>>(x, y, w, out, dim, eps);
+  // One block per row; wide rows get more threads (a decode step has a single row).
+  if (n > 0) add_rmsnorm_kernel<<<n, dim >= 2048 ? 1024 : 256, 0, s>>>(x, y, w, out, dim, eps);
 }
 
 void gather_rows(const uint16_t* in, const int32_t* rows, uint16_t* out, int n, int dim, cudaStream_t s) {
@@ -218,7 +220,7 @@ void page_digest(const uint16_t* k_pool, float* kmin, float* kmax, const int32_t
 }
 
 void silu_mul(const float* gate_up, uint16_t* out, int n, int I, cudaStream_t s) {
-  if (n > 0) silu_mul_kernel<<<n, 256, 0, s>>>(gate_up, out, I);
+  if (n > 0) silu_mul_kernel<<<dim3(n, (I + 1023) / 1024), 256, 0, s>>>(gate_up, out, I);
 }
 
 void to_bf16(const float* in, uint16_t* out, size_t count, cudaStream_t s) {

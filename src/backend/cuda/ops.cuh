@@ -60,6 +60,12 @@ void page_digest(const uint16_t* k_pool, float* kmin, float* kmax, const int32_t
 // output in, the down projection's input out. cpu::silu_mul.
 void silu_mul(const float* gate_up, uint16_t* out, int n, int I, cudaStream_t stream);
 
+// y[n][out] = x[n][in] . w[out][in]^T for a few rows (decode), bf16 in, fp32 out (gemv.cu).
+// Returns false, launching nothing, for shapes it does not take (more than kGemvMaxRows rows,
+// `in` not a multiple of 8): the caller uses cuBLAS then.
+constexpr int kGemvMaxRows = 8;
+bool gemv(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t stream);
+
 void to_bf16(const float* in, uint16_t* out, size_t count, cudaStream_t stream);
 
 // next[r] = argmax of logits row r (the first of equal maxima, as std::max_element). When

@@ -1,0 +1,79 @@
+// The projections of a decode step (a few rows): y[r] = W . x[r], W bf16 [out][in] streamed
+// once from HBM with 16-byte loads, x rows bf16 (L1-resident, shared by every warp of an SM),
+// fp32 accumulation. One warp per output row, rows strided over the grid; a row's loads are
+// unrolled so that enough bytes are in flight to keep HBM busy. cuBLAS picks kernels tuned
+// for large products; at one to eight rows this reaches more of the bandwidth.
+#include <algorithm>
+
+#include "backend/cuda/ops.cuh"
+
+namespace skim::cuda {
+
+namespace {
+
+__device__ __forceinline__ void unpack_bf16x8(const uint4& v, float* f) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+template <int N>
+__global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+                                                   float* __restrict__ y, int out, int in) {
+  const int lane = threadIdx.x & 31;
+  const int warps = int(gridDim.x * blockDim.x) >> 5;
+  const int in8 = in >> 3;
+  for (int row = int(blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < out; row += warps) {
+    const uint4* wr = reinterpret_cast<const uint4*>(w + size_t(row) * in);
+    float acc[N];
+#pragma unroll
+    for (int n = 0; n < N; ++n) acc[n] = 0.0f;
+#pragma unroll 4
+    for (int c = lane; c < in8; c += 32) {
+      float wf[8];
+      unpack_bf16x8(__ldcs(wr + c), wf);
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        float xf[8];
+        unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(x + size_t(n) * in) + c), xf);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[n] = fmaf(wf[k], xf[k], acc[n]);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      float s = acc[n];
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane == 0) y[size_t(n) * out + row] = s;
+    }
+  }
+}
+
+template <int N>
+void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
+  const int rows_per_block = 256 / 32;
+  const int blocks = std::min((out + rows_per_block - 1) / rows_per_block, 132 * 16);
+  gemv_kernel<N><<<blocks, 256, 0, s>>>(x, w, y, out, in);
+}
+
+}  // namespace
+
+bool gemv(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t s) {
+  if (n < 1 || n > kGemvMaxRows || in % 8 != 0) return false;
+  switch (n) {
+    case 1: launch<1>(x, w, y, out, in, s); break;
+    case 2: launch<2>(x, w, y, out, in, s); break;
+    case 3: launch<3>(x, w, y, out, in, s); break;
+    case 4: launch<4>(x, w, y, out, in, s); break;
+    case 5: launch<5>(x, w, y, out, in, s); break;
+    case 6: launch<6>(x, w, y, out, in, s); break;
+    case 7: launch<7>(x, w, y, out, in, s); break;
+    default: launch<8>(x, w, y, out, in, s); break;
+  }
+  return true;
+}
+
+}  // namespace skim::cuda

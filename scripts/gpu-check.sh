@@ -8,6 +8,7 @@
 #   results.json   joined results                             results.md  the table
 #   engine steps   (in gpu-check.log) the engine build, test_cuda (kernel parity, the demo
 #                  model on the GPU against the golden fixtures), `skim bench` -> bench-e2e.json
+#   summary.md     skim bench against SDPA (both timed in CUDA graphs), issue 5's targets
 # Usage: bash scripts/gpu-check.sh OUT_DIR   (env: NCU=1 adds an Nsight Compute profile of
 # one point (NCU_BATCH, NCU_CTX); QUICK=1 runs fewer cases and points; SKIP_SDPA=1;
 # ENGINE_ONLY=1 runs the engine steps alone, SKIP_ENGINE=1 the kernel steps alone)
@@ -108,8 +109,10 @@ fi
 step report
 python3 bench/attention/report.py "$OUT/bench.json" "$OUT/sdpa.json" "$OUT/results.json" "$OUT/results.md" \
   --parity "$OUT/parity.log" >/dev/null || status=1
+[ -s "$OUT/bench-e2e.json" ] && python3 bench/gpu_report.py "$OUT/bench-e2e.json" "$OUT/sdpa.json" "$OUT/summary.md" > /dev/null
 echo
 cat "$OUT/results.md"
+[ -s "$OUT/summary.md" ] && cat "$OUT/summary.md"
 grep '^parity:' "$OUT/parity.log"
 echo "gpu-check status $status"
 exit $status

@@ -54,6 +54,10 @@ engine_steps() {
   step "test_cuda"
   build-gpu/tests/test_cuda 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -60
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "TEST_CUDA FAILED"; status=1; }
+  step "skim generate --device cuda"
+  build-gpu/skim generate --device cuda -p "def fibonacci(n):" -n 64 || { echo "GENERATE FAILED"; status=1; }
+  build-gpu/skim generate --device cuda -f models/demo-code-28m/README.md -n 256 --ignore-eos --json |
+    python3 -c 'import json,sys; j=json.loads(sys.stdin.readlines()[-1]); j.pop("text"); j.pop("tokens"); print(j)'
   step "skim bench"
   build-gpu/skim bench ${BENCH_ARGS:-} --json $OUT/bench-e2e.json || { echo "SKIM BENCH FAILED"; status=1; }
 }

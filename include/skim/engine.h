@@ -102,6 +102,10 @@ class Engine {
   const PageTable& page_table(int seq) const;
 
  private:
+  // decode(), then each sequence's next token from its sampler (on the device for the GPU).
+  std::vector<int> decode_sample(std::span<const int> seqs, std::span<const int> tokens,
+                                 std::span<Sampler* const> samplers);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

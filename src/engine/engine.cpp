@@ -51,6 +51,9 @@ struct Engine::Impl {
   }
   PageTable& table(int seq) { return sequence(seq).table; }
 
+  ForwardBatch decode_batch(std::span<const int> seqs, std::span<const int> tokens);
+  void finish_decode(std::span<const int> seqs, std::span<const int> tokens);
+
   void cpu_only(const char* what) const {
     SKIM_REQUIRE(!gpu, "{} runs on the CPU only so far (drop --device cuda)", what);
   }
@@ -265,19 +268,18 @@ std::vector<float> Engine::append(int seq, std::span<const int> tokens,
   return out;
 }
 
-std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int> tokens) {
-  Impl& m = *impl_;
+ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<const int> tokens) {
   SKIM_REQUIRE(seqs.size() == tokens.size() && !seqs.empty(), "decode: one token per sequence");
   ForwardBatch fb;
   fb.decode = true;
-  const int w = m.policy->corrections().retro_window;
+  const int w = policy->corrections().retro_window;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    Sequence& s = m.sequence(seqs[i]);
+    Sequence& s = sequence(seqs[i]);
     PageTable& t = s.table;
-    SKIM_REQUIRE(t.length + 1 <= m.options.max_context,
-                 "sequence {} reached the context limit of {} tokens", seqs[i], m.options.max_context);
-    m.reserve(t, t.length + 1);
-    m.gpu_decode_tokens_read += uint64_t(t.length + 1);
+    SKIM_REQUIRE(t.length + 1 <= options.max_context,
+                 "sequence {} reached the context limit of {} tokens", seqs[i], options.max_context);
+    reserve(t, t.length + 1);
+    gpu_decode_tokens_read += uint64_t(t.length + 1);
     if (w > 1) {  // RetroAttention: the last w-1 tokens run again before the newest
       RetroRows past = retro_past_rows(s.tokens, t.length, s.retro_steps, w);
       for (size_t j = 0; j < past.tokens.size(); ++j) {
@@ -293,18 +295,53 @@ std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int
     fb.tables.push_back(&t);
     fb.logits_rows.push_back(int(fb.tokens.size()) - 1);
   }
-  std::vector<float> logits;
-  m.forward->run(fb, *m.policy, logits);
-  const int f = m.policy->corrections().rectify_every;
+  return fb;
+}
+
+void Engine::Impl::finish_decode(std::span<const int> seqs, std::span<const int> tokens) {
+  const int f = policy->corrections().rectify_every;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    Sequence& s = m.sequence(seqs[i]);
+    Sequence& s = sequence(seqs[i]);
     s.table.length += 1;
     s.tokens.push_back(tokens[i]);
     s.decode_steps += 1;
     s.retro_steps += 1;
-    if (f > 0 && s.decode_steps % f == 0) m.rectify(s, std::min(f, s.table.length));
+    if (f > 0 && s.decode_steps % f == 0) rectify(s, std::min(f, s.table.length));
   }
+}
+
+std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int> tokens) {
+  Impl& m = *impl_;
+  ForwardBatch fb = m.decode_batch(seqs, tokens);
+  std::vector<float> logits;
+  m.forward->run(fb, *m.policy, logits);
+  m.finish_decode(seqs, tokens);
   return logits;
+}
+
+std::vector<int> Engine::decode_sample(std::span<const int> seqs, std::span<const int> tokens,
+                                       std::span<Sampler* const> samplers) {
+  Impl& m = *impl_;
+  SKIM_REQUIRE(samplers.size() == seqs.size(), "decode: one sampler per sequence");
+#ifdef SKIM_HAVE_CUDA
+  if (m.gpu) {  // sampled on the device: only the tokens come back
+    ForwardBatch fb = m.decode_batch(seqs, tokens);
+    std::vector<cuda::SampleParams> params;
+    for (Sampler* s : samplers) {
+      const SamplingParams& p = s->params();
+      params.push_back({p.temperature, p.top_k, p.top_p, p.seed, s->next_draw()});
+    }
+    std::vector<int32_t> next = static_cast<cuda::GpuForward&>(*m.forward).run_sampled(fb, params);
+    m.finish_decode(seqs, tokens);
+    return std::vector<int>(next.begin(), next.end());
+  }
+#endif
+  std::vector<float> logits = decode(seqs, tokens);
+  const size_t vocab = size_t(m.model->config.vocab_size);
+  std::vector<int> next;
+  for (size_t i = 0; i < samplers.size(); ++i)
+    next.push_back(samplers[i]->sample(std::span<const float>(logits.data() + i * vocab, vocab)));
+  return next;
 }
 
 }  // namespace skim

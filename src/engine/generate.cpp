@@ -128,11 +128,13 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       seqs.push_back(s.seq);
       tokens.push_back(s.next_token);
     }
-    std::vector<float> logits = decode(seqs, tokens);
+    std::vector<Sampler*> samplers;
+    for (Live& s : live) samplers.push_back(&s.sampler);
+    std::vector<int> next = decode_sample(seqs, tokens, samplers);
     seq_steps += live.size();
     for (size_t j = 0; j < live.size(); ++j) {
       Live& s = live[j];
-      int token = s.sampler.sample(std::span<const float>(logits.data() + j * vocab, size_t(vocab)));
+      int token = next[j];
       s.done = accept(s, token);
       s.next_token = token;
       emit(s, s.done);

@@ -20,9 +20,15 @@ class Sampler {
   explicit Sampler(const SamplingParams& p) : params_(p), rng_(p.seed) {}
   int sample(std::span<const float> logits);
 
+  const SamplingParams& params() const { return params_; }
+  // The index of the next draw, for samplers outside this class (the GPU's draws one
+  // counter-based random number per (seed, index)).
+  uint64_t next_draw() { return draws_++; }
+
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
+  uint64_t draws_ = 0;
 };
 
 int argmax(std::span<const float> logits);

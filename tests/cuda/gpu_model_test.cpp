@@ -120,6 +120,23 @@ INSTANTIATE_TEST_SUITE_P(DemoPrompts, GpuGolden, ::testing::Values("demo-short",
                            return s;
                          });
 
+TEST(GpuEngine, SampledGenerationRepeatsWithItsSeed) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  Engine engine(gpu_options(256));
+  auto run = [&](uint64_t seed) {
+    GenerationRequest r;
+    r.prompt = "def main():\n";
+    r.max_tokens = 48;
+    r.ignore_eos = true;
+    r.sampling = {0.9f, 40, 0.95f, seed};
+    return engine.generate({r})[0].tokens;
+  };
+  std::vector<int> a = run(7), b = run(7), c = run(8);
+  EXPECT_EQ(a.size(), 48u);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
 TEST(GpuEngine, RefusesPoliciesThatRunOnTheCpuOnly) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   EngineOptions o = gpu_options(256);

@@ -311,5 +311,83 @@ TEST_F(CudaOps, ArgmaxTakesTheFirstMaximumAndAdvances) {
   EXPECT_EQ(to_host(dl), (std::vector<int32_t>{12, 22, 32}));
 }
 
+// The CPU sampler's candidate set and probabilities (engine/sampler.cpp): descending order,
+// top-k, softmax at the temperature, the shortest prefix whose mass reaches top_p.
+std::vector<double> sampler_distribution(const std::vector<float>& logits, const cuda::SampleParams& p) {
+  const int n = int(logits.size());
+  std::vector<int> ids(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ids[size_t(i)] = i;
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  const int k = p.top_k > 0 ? std::min(p.top_k, n) : n;
+  std::vector<double> w(static_cast<size_t>(k));
+  double sum = 0;
+  for (int i = 0; i < k; ++i) sum += w[i] = std::exp((logits[ids[i]] - logits[ids[0]]) / p.temperature);
+  int keep = k;
+  double acc = 0;
+  for (int i = 0; p.top_p < 1.0f && i < k; ++i)
+    if ((acc += w[i] / sum) >= p.top_p) {
+      keep = i + 1;
+      break;
+    }
+  double kept = 0;
+  for (int i = 0; i < keep; ++i) kept += w[i];
+  std::vector<double> dist(static_cast<size_t>(n), 0.0);
+  for (int i = 0; i < keep; ++i) dist[size_t(ids[i])] = w[i] / kept;
+  return dist;
+}
+
+TEST_F(CudaOps, SampleDrawsFromTheCpuSamplersDistribution) {
+  const int vocab = 64, draws = 20000;
+  std::vector<float> logits = test::random_vector(size_t(vocab), 2.0f);
+  std::vector<float> rows;
+  for (int r = 0; r < draws; ++r) rows.insert(rows.end(), logits.begin(), logits.end());
+  auto d_logits = to_device(rows);
+  for (cuda::SampleParams p : {cuda::SampleParams{0.8f, 10, 1.0f, 11, 0}, cuda::SampleParams{1.2f, 0, 0.7f, 12, 0},
+                               cuda::SampleParams{0.5f, 5, 0.5f, 13, 0}, cuda::SampleParams{1.0f, 0, 1.0f, 14, 0}}) {
+    SCOPED_TRACE(testing::Message() << "T " << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p);
+    std::vector<cuda::SampleParams> params;
+    for (int r = 0; r < draws; ++r) {
+      p.step = uint64_t(r);
+      params.push_back(p);
+    }
+    auto d_params = to_device(params);
+    DeviceBuffer<int32_t> next{size_t(draws)};
+    cuda::sample(d_logits.data(), draws, vocab, d_params.data(), next.data(), nullptr);
+    sync();
+    std::vector<int32_t> got = to_host(next);
+    cuda::sample(d_logits.data(), draws, vocab, d_params.data(), next.data(), nullptr);
+    sync();
+    EXPECT_EQ(to_host(next), got) << "same seed and step, same token";
+    std::vector<double> want = sampler_distribution(logits, p);
+    std::vector<int> count(static_cast<size_t>(vocab), 0);
+    for (int t : got) {
+      ASSERT_TRUE(t >= 0 && t < vocab);
+      ASSERT_GT(want[size_t(t)], 0.0) << "token " << t << " is outside the sampler's candidates";
+      ++count[size_t(t)];
+    }
+    for (int t = 0; t < vocab; ++t) {  // within 5 standard deviations of a binomial count
+      const double q = want[size_t(t)], sd = std::sqrt(draws * q * (1 - q));
+      EXPECT_NEAR(count[size_t(t)], draws * q, 5 * sd + 2) << "token " << t;
+    }
+  }
+}
+
+TEST_F(CudaOps, SampleAtTemperatureZeroIsArgmax) {
+  const int n = 4, vocab = 3000;
+  std::vector<float> logits = test::random_vector(size_t(n) * vocab);
+  logits[size_t(2) * vocab + 7] = logits[size_t(2) * vocab + 2000] = 40.0f;  // a tie: the first
+  std::vector<cuda::SampleParams> params(static_cast<size_t>(n));
+  auto d_logits = to_device(logits);
+  auto d_params = to_device(params);
+  DeviceBuffer<int32_t> next{size_t(n)};
+  cuda::sample(d_logits.data(), n, vocab, d_params.data(), next.data(), nullptr);
+  sync();
+  std::vector<int32_t> got = to_host(next);
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(got[size_t(r)], int(std::max_element(logits.begin() + size_t(r) * vocab, logits.begin() + size_t(r + 1) * vocab) -
+                                  (logits.begin() + size_t(r) * vocab)));
+  EXPECT_EQ(got[2], 7);
+}
+
 }  // namespace
 }  // namespace skim

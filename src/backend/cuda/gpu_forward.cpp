@@ -45,6 +45,8 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   o16_.resize(R * c.q_dim());
   inter_.resize(R * c.intermediate_size);
   next_.resize(R);
+  sample_params_.resize(R);
+  check(cudaMallocHost(reinterpret_cast<void**>(&sample_staging_), R * sizeof(SampleParams)), "cudaMallocHost");
 
   const size_t input_ints = InputLayout(o.max_rows).table + R * o.max_pages_per_seq;
   inputs_.resize(input_ints);
@@ -71,6 +73,7 @@ GpuForward::~GpuForward() {
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   if (staging_) cudaFreeHost(staging_);
   if (next_host_) cudaFreeHost(next_host_);
+  if (sample_staging_) cudaFreeHost(sample_staging_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -205,32 +208,52 @@ cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance) {
   return exec;
 }
 
-void GpuForward::run(const ForwardBatch& batch, AttentionPolicy&, std::vector<float>& logits) {
+int GpuForward::launch(const ForwardBatch& batch) {
   const ModelConfig& c = w_.config;
   const int n = int(batch.tokens.size());
   SKIM_REQUIRE(n > 0 && n <= opt_.max_rows, "GPU forward: {} rows, at most {} per pass", n, opt_.max_rows);
   SKIM_REQUIRE(batch.retro_step.empty(), "GPU forward: RetroAttention rows run on the CPU only");
   for (int t : batch.tokens)
     SKIM_REQUIRE(t >= 0 && t < c.vocab_size, "token id {} out of range [0, {})", t, c.vocab_size);
+  for (int r : batch.logits_rows)
+    SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
   stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows);
 
   const int max_len = 1 + *std::max_element(batch.positions.begin(), batch.positions.end());
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
   for (int i = 0; all_rows && i < nl; ++i) all_rows = batch.logits_rows[size_t(i)] == i;
-  if (batch.decode && all_rows) {
+  if (batch.decode && all_rows)
     check(cudaGraphLaunch(graph(n, max_len, false), stream_), "cudaGraphLaunch");
-  } else {
-    for (int r : batch.logits_rows)
-      SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
+  else
     enqueue(n, max_len, nl, true, false);
-  }
-  logits.resize(size_t(nl) * c.vocab_size);
+  return nl;
+}
+
+void GpuForward::run(const ForwardBatch& batch, AttentionPolicy&, std::vector<float>& logits) {
+  const int nl = launch(batch);
+  logits.resize(size_t(nl) * w_.config.vocab_size);
   if (nl > 0)
     check(cudaMemcpyAsync(logits.data(), logits_.data(), logits.size() * sizeof(float),
                           cudaMemcpyDeviceToHost, stream_),
           "cudaMemcpyAsync (logits)");
   check(cudaStreamSynchronize(stream_), "forward pass");
+}
+
+std::vector<int32_t> GpuForward::run_sampled(const ForwardBatch& batch, std::span<const SampleParams> params) {
+  SKIM_REQUIRE(params.size() == batch.logits_rows.size(), "GPU forward: {} sampling parameters for {} logits rows",
+               params.size(), batch.logits_rows.size());
+  const int nl = launch(batch);
+  std::copy(params.begin(), params.end(), sample_staging_);
+  check(cudaMemcpyAsync(sample_params_.data(), sample_staging_, nl * sizeof(SampleParams), cudaMemcpyHostToDevice,
+                        stream_),
+        "cudaMemcpyAsync (sampling parameters)");
+  sample(logits_.data(), nl, w_.config.vocab_size, sample_params_.data(), next_.data(), stream_);
+  std::vector<int32_t> tokens(static_cast<size_t>(nl));
+  check(cudaMemcpyAsync(tokens.data(), next_.data(), nl * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync (tokens)");
+  check(cudaStreamSynchronize(stream_), "forward pass");
+  return tokens;
 }
 
 DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first,

@@ -22,6 +22,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gpu_kv_cache.h"
 #include "backend/cuda/gpu_weights.h"
+#include "backend/cuda/ops.cuh"
 #include "model/forward.h"
 
 namespace skim::cuda {
@@ -44,6 +45,10 @@ class GpuForward final : public Forward {
 
   void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) override;
 
+  // run(), then each logits row's next token sampled on the device with params[i] (one per
+  // logits row): only the tokens come back to the host, not the logits.
+  std::vector<int32_t> run_sampled(const ForwardBatch& batch, std::span<const SampleParams> params);
+
   // `steps` greedy decode steps of the sequences whose next inputs are `first` (one token
   // each, at position table->length); reserves their pages and advances their lengths.
   DecodeRun decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first, int steps);
@@ -59,6 +64,9 @@ class GpuForward final : public Forward {
   void stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
              std::span<const int32_t> positions, std::span<const int> logits_rows);
   cudaGraphExec_t graph(int n, int max_seq_len, bool advance);
+  // Stages the batch and enqueues its forward pass (a graph for decode batches); returns the
+  // number of logits rows.
+  int launch(const ForwardBatch& batch);
   int bucket(int max_seq_len) const;
 
   std::shared_ptr<const GpuWeights> weights_;
@@ -76,7 +84,9 @@ class GpuForward final : public Forward {
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.
   DeviceBuffer<int32_t> inputs_;
   int32_t* staging_ = nullptr;
-  DeviceBuffer<int32_t> next_;  // argmax of each logits row
+  DeviceBuffer<int32_t> next_;  // argmax (or sample) of each logits row
+  DeviceBuffer<SampleParams> sample_params_;
+  SampleParams* sample_staging_ = nullptr;  // pinned [max_rows]
   int32_t* next_host_ = nullptr;  // pinned [max steps of a decode_greedy call][max_rows]
   size_t next_host_steps_ = 0;
 

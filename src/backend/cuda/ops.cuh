@@ -79,6 +79,18 @@ struct DecodeState {
 void argmax(const float* logits, int n, int vocab, int32_t* next, const DecodeState* advance,
             cudaStream_t stream);
 
+// Samples next[r] from logits row r with params[r] (device memory): temperature 0 is argmax,
+// else softmax at the temperature, cut to the top_k largest logits and to the nucleus of
+// mass top_p as the CPU sampler does, drawn with a uniform number from (seed, step) (sample.cu).
+struct SampleParams {
+  float temperature = 0.0f;
+  int top_k = 0;        // 0: no cut
+  float top_p = 1.0f;   // 1: no cut
+  uint64_t seed = 0;
+  uint64_t step = 0;    // the draw's index in its sequence: a new number every step
+};
+void sample(const float* logits, int n, int vocab, const SampleParams* params, int32_t* next, cudaStream_t stream);
+
 // Deterministic pseudo-random fill (hash of seed and index), uniform in [-scale, scale]:
 // random-weight models and caches for benchmarks, generated on the device.
 void fill_random_bf16(uint16_t* p, size_t count, uint64_t seed, float scale, cudaStream_t stream);

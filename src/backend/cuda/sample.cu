@@ -1,0 +1,148 @@
+// Next-token sampling on the device, one block per row: the CPU sampler's rule
+// (engine/sampler.cpp) without sorting. Temperature 0 is argmax. Otherwise the top-k cut and
+// the nucleus are thresholds on the logit, each found by bisection over the logits' ordered
+// bit patterns (32 block-wide passes, exact): top-k keeps logits >= the k-th largest, the
+// nucleus keeps the largest logits whose softmax mass reaches top_p. Then one uniform draw
+// from (seed, step) picks a kept token by the mass before it in vocabulary order (the CPU
+// draws in rank order from its own generator: same distribution, different stream).
+#include <cfloat>
+
+#include "backend/cuda/ops.cuh"
+
+namespace skim::cuda {
+
+namespace {
+
+constexpr int kThreads = 1024;
+
+__device__ __forceinline__ uint32_t order_key(float f) {  // monotone: a < b <=> key(a) < key(b)
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w) v = op(v, scratch[w]);
+  return v;
+}
+
+__device__ uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Largest key K with measure(K) >= target, where measure (a count or a mass of the logits
+// whose key is >= K) falls as K rises.
+template <typename Measure>
+__device__ uint32_t bisect_key(Measure measure, float target) {
+  uint32_t lo = 0, hi = 0xffffffffu;  // measure(lo) >= target holds
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo + 1) / 2;
+    if (measure(mid) >= target) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int vocab,
+                                                          const SampleParams* params, int32_t* next) {
+  __shared__ float fs[32];
+  __shared__ int is[32];
+  __shared__ uint32_t us[32];
+  const float* l = logits + size_t(blockIdx.x) * vocab;
+  const SampleParams p = params[blockIdx.x];
+
+  // The maximum and, for greedy decoding, its first index.
+  float best = -INFINITY;
+  int idx = vocab;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    if (l[i] > best) best = l[i], idx = i;
+  const float top = block_reduce(best, [](float a, float b) { return fmaxf(a, b); }, fs);
+  int first = block_reduce(best == top ? idx : vocab, [](int a, int b) { return min(a, b); }, is);
+  if (first >= vocab) first = 0;  // a row of NaNs
+  if (p.temperature <= 0.0f) {
+    if (threadIdx.x == 0) next[blockIdx.x] = first;
+    return;
+  }
+  const float inv_t = 1.0f / p.temperature;
+  auto weight = [&](int i) { return __expf((l[i] - top) * inv_t); };
+  auto sum = [&](float v) { return block_reduce(v, [](float a, float b) { return a + b; }, fs); };
+
+  uint32_t cut = 0;  // keep logits whose key >= cut
+  if (p.top_k > 0 && p.top_k < vocab) {
+    cut = bisect_key(
+        [&](uint32_t k) {
+          uint32_t c = 0;
+          for (int i = threadIdx.x; i < vocab; i += blockDim.x) c += order_key(l[i]) >= k;
+          return float(block_reduce(c, [](uint32_t a, uint32_t b) { return a + b; }, us));
+        },
+        float(p.top_k));
+  }
+  float z = 0.0f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    if (order_key(l[i]) >= cut) z += weight(i);
+  z = sum(z);
+  if (p.top_p < 1.0f) {
+    const uint32_t nucleus = bisect_key(
+        [&](uint32_t k) {
+          float m = 0.0f;
+          for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+            if (order_key(l[i]) >= k && order_key(l[i]) >= cut) m += weight(i);
+          return sum(m);
+        },
+        p.top_p * z);
+    cut = max(cut, nucleus);
+  }
+
+  // Each thread owns a contiguous slice; the draw lands in one slice's mass.
+  const int per = (vocab + blockDim.x - 1) / blockDim.x;
+  const int begin = min(vocab, int(threadIdx.x) * per), end = min(vocab, begin + per);
+  float mine = 0.0f;
+  for (int i = begin; i < end; ++i)
+    if (order_key(l[i]) >= cut) mine += weight(i);
+  __shared__ float prefix[kThreads];
+  prefix[threadIdx.x] = mine;
+  __syncthreads();
+  for (int o = 1; o < int(blockDim.x); o <<= 1) {  // inclusive scan (Hillis-Steele)
+    const float v = threadIdx.x >= unsigned(o) ? prefix[threadIdx.x - o] : 0.0f;
+    __syncthreads();
+    prefix[threadIdx.x] += v;
+    __syncthreads();
+  }
+  const float total = prefix[blockDim.x - 1];
+  const double u01 = double(mix64(p.seed ^ mix64(p.step)) >> 11) * (1.0 / 9007199254740992.0);
+  const float u = float(u01) * total;
+  __shared__ int chosen;
+  if (threadIdx.x == 0) chosen = -1;
+  __syncthreads();
+  const float before = prefix[threadIdx.x] - mine;
+  if (mine > 0.0f && u >= before && u < prefix[threadIdx.x]) {
+    float acc = before;
+    int pick = -1;
+    for (int i = begin; i < end; ++i)
+      if (order_key(l[i]) >= cut) {
+        pick = i;  // the last kept one, should rounding leave u past every step
+        acc += weight(i);
+        if (u < acc) break;
+      }
+    chosen = pick;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) next[blockIdx.x] = chosen >= 0 ? chosen : first;  // u rounded to the total
+}
+
+}  // namespace
+
+void sample(const float* logits, int n, int vocab, const SampleParams* params, int32_t* next, cudaStream_t s) {
+  if (n > 0) sample_kernel<<<n, kThreads, 0, s>>>(logits, vocab, params, next);
+}
+
+}  // namespace skim::cuda

@@ -52,14 +52,14 @@ engine_steps() {
   cmake --build build-gpu -j "$(nproc)" --target skim test_cuda 2>&1 | grep -E "error|FAILED|warning: .*cuda" | head -40
   [ -x build-gpu/skim ] && [ -x build-gpu/tests/test_cuda ] || { echo "ENGINE BUILD FAILED"; return 1; }
   step "test_cuda"
-  build-gpu/tests/test_cuda 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -60
+  timeout 300 build-gpu/tests/test_cuda 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -60
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "TEST_CUDA FAILED"; status=1; }
   step "skim generate --device cuda"
-  build-gpu/skim generate --device cuda -p "def fibonacci(n):" -n 64 || { echo "GENERATE FAILED"; status=1; }
-  build-gpu/skim generate --device cuda -f models/demo-code-28m/README.md -n 256 --ignore-eos --json |
+  timeout 120 build-gpu/skim generate --device cuda -p "def fibonacci(n):" -n 64 || { echo "GENERATE FAILED"; status=1; }
+  timeout 120 build-gpu/skim generate --device cuda -f models/demo-code-28m/README.md -n 256 --ignore-eos --json |
     python3 -c 'import json,sys; j=json.loads(sys.stdin.readlines()[-1]); j.pop("text"); j.pop("tokens"); print(j)'
   step "skim bench"
-  build-gpu/skim bench ${BENCH_ARGS:-} --json $OUT/bench-e2e.json || { echo "SKIM BENCH FAILED"; status=1; }
+  timeout 300 build-gpu/skim bench ${BENCH_ARGS:-} --json $OUT/bench-e2e.json || { echo "SKIM BENCH FAILED"; status=1; }
 }
 
 if [ "${ENGINE_ONLY:-0}" = 1 ]; then

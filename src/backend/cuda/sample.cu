@@ -45,7 +45,7 @@ template <typename Measure>
 __device__ uint32_t bisect_key(Measure measure, float target) {
   uint32_t lo = 0, hi = 0xffffffffu;  // measure(lo) >= target holds
   while (lo < hi) {
-    const uint32_t mid = lo + (hi - lo + 1) / 2;
+    const uint32_t mid = uint32_t(lo + (uint64_t(hi) - lo + 1) / 2);  // 64-bit: hi - lo + 1 overflows
     if (measure(mid) >= target) lo = mid;
     else hi = mid - 1;
   }

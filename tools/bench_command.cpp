@@ -26,7 +26,9 @@ struct BenchArgs {
   std::string batches = "1";
   std::string attention_batches = "1,8";
   int steps = 64;
-  bool attention_only = false, e2e_only = false, no_8b = false;
+  std::string prefill_contexts = "8192,32768";
+  int chunk = 512;
+  bool attention_only = false, e2e_only = false, no_8b = false, no_prefill = false;
   std::string json_path;
 };
 
@@ -73,8 +75,8 @@ void run_bench(const BenchArgs& a) {
     std::printf("\n");
   }
 
+  std::vector<std::pair<std::string, std::shared_ptr<const cuda::GpuWeights>>> models;
   if (!a.attention_only) {
-    std::vector<std::pair<std::string, std::shared_ptr<const cuda::GpuWeights>>> models;
     std::filesystem::path dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
     models.emplace_back(dir.filename().string(),
                         std::make_shared<const cuda::GpuWeights>(cuda::upload_weights(*load_model(dir))));
@@ -99,6 +101,19 @@ void run_bench(const BenchArgs& a) {
                                        {"ratio_to_floor", p.ms_per_step / p.floor_ms}});
         }
   }
+  if (!a.attention_only && !a.no_prefill) {
+    std::printf("\nprefill (chunks of %d tokens, pseudo-random ids), tokens/s\n", a.chunk);
+    std::printf("| model | context | tokens/s |\n|---|---|---|\n");
+    out["prefill"] = nlohmann::json::array();
+    for (auto& [name, w] : models)
+      for (int ctx : int_list(a.prefill_contexts, "--prefill-contexts")) {
+        if (name != models.front().first && ctx > 8192) continue;  // the 8B shape: 8K only
+        const double tps = cuda::bench_prefill(w, ctx, a.chunk);
+        std::printf("| %s | %d | %.0f |\n", name.c_str(), ctx, tps);
+        std::fflush(stdout);
+        out["prefill"].push_back({{"model", name}, {"context", ctx}, {"chunk", a.chunk}, {"tokens_per_s", tps}});
+      }
+  }
   if (!a.json_path.empty()) {
     std::ofstream f(a.json_path);
     SKIM_REQUIRE(f.good(), "--json: cannot write '{}'", a.json_path);
@@ -122,10 +137,14 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_flag("--attention-only", a.attention_only, "only the decode attention kernel");
   app->add_flag("--e2e-only", a.e2e_only, "only the end-to-end steps");
   app->add_flag("--no-8b", a.no_8b, "skip the random Llama-3.1-8B-shaped model");
+  app->add_option("--prefill-contexts", a.prefill_contexts, "prefill lengths (the 8B shape: up to 8K)")->capture_default_str();
+  app->add_option("--chunk", a.chunk, "prefill chunk, tokens")->capture_default_str();
+  app->add_flag("--no-prefill", a.no_prefill, "skip the prefill measurement");
   app->add_option("--json", a.json_path, "also write the results to this JSON file");
   app->callback([args, &run] {
     run = [args] {
       SKIM_REQUIRE(args->steps > 0, "--steps must be positive");
+      SKIM_REQUIRE(args->chunk > 0, "--chunk must be positive");
 #ifdef SKIM_HAVE_CUDA
       run_bench(*args);
 #else

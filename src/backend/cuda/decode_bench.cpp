@@ -1,8 +1,10 @@
 #include "backend/cuda/decode_bench.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
+#include "attention/policy.h"
 #include "backend/cuda/gpu_forward.h"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
@@ -151,6 +153,38 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   p.kv_bytes = double(batch) * mean_len * double(fwd.cache().bytes_per_token());
   p.floor_ms = (p.weight_bytes + p.kv_bytes) / copy_bw * 1e3;
   return p;
+}
+
+double bench_prefill(std::shared_ptr<const GpuWeights> weights, int context, int chunk) {
+  const ModelConfig& c = weights->config;
+  KVCacheShape shape;
+  shape.num_layers = c.num_layers;
+  shape.num_kv_heads = c.num_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.num_pages = (context + 15) / 16;
+  GpuForwardOptions o;
+  o.max_rows = chunk;
+  o.max_pages_per_seq = shape.num_pages;
+  GpuForward fwd(weights, shape, o);
+  PageTable table;
+  fwd.cache().pool().reserve(table, context);
+  std::vector<PageTable*> tables(size_t(chunk), &table);
+  auto dense = make_policy("dense");  // the GPU forward attends densely itself
+  std::vector<float> logits;
+  const auto start = std::chrono::steady_clock::now();
+  for (int b = 0; b < context; b += chunk) {
+    ForwardBatch fb;
+    for (int p = b; p < std::min(context, b + chunk); ++p) {
+      fb.tokens.push_back(int32_t((uint32_t(p) * 2654435761u) % uint32_t(c.vocab_size)));
+      fb.positions.push_back(p);
+      fb.tables.push_back(&table);
+    }
+    fb.logits_rows.push_back(int(fb.tokens.size()) - 1);
+    fwd.run(fb, *dense, logits);
+    table.length = fb.positions.back() + 1;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return context / s;
 }
 
 ModelConfig llama31_8b_config() {

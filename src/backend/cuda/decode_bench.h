@@ -37,6 +37,10 @@ struct EndToEndPoint {
 // `context` tokens per sequence whose K/V are random (no prefill: only the step is timed).
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw);
 
+// Prefill of `context` tokens (pseudo-random ids) in chunks of `chunk`, logits of the last
+// row only, timed on the host around the whole prompt: tokens per second.
+double bench_prefill(std::shared_ptr<const GpuWeights> weights, int context, int chunk);
+
 // Llama-3.1-8B's shape (32 layers, 32 query / 8 KV heads of 128, 14336 MLP, vocab 128256).
 ModelConfig llama31_8b_config();
 

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
+#include "backend/cuda/paged_prefill_attention.cuh"
 
 namespace skim::cuda {
 
@@ -100,7 +101,7 @@ void GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32
         "cudaMemcpyAsync (step inputs)");
 }
 
-void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance) {
+void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance, bool chunk) {
   const ModelConfig& c = w_.config;
   const InputLayout in(opt_.max_rows);
   int32_t* tokens = inputs_.data() + in.tokens;
@@ -139,24 +140,25 @@ void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool
     page_digest(cache_.k(l), cache_.kmin(l), cache_.kmax(l), positions, table, opt_.max_pages_per_seq,
                 n, c.num_kv_heads, c.head_dim, qa.page_size, s);
 
-    PagedDecodeArgs a;
-    a.batch = n;
-    a.num_heads = c.num_heads;
-    a.num_kv_heads = c.num_kv_heads;
-    a.head_dim = c.head_dim;
-    a.max_pages_per_seq = opt_.max_pages_per_seq;
-    a.max_seq_len = max_seq_len;
-    a.scale = 1.0f / std::sqrt(float(c.head_dim));
-    a.q = q_.data();
-    a.k_pool = cache_.k(l);
-    a.v_pool = cache_.v(l);
-    a.page_table = table;
-    a.seq_lens = seq_lens;
-    a.o = o_.data();
-    a.lse = lse_.data();
-    a.workspace = attn_workspace_.data();
-    a.workspace_bytes = attn_workspace_.bytes();
-    check(paged_decode_attention(a, s), "paged_decode_attention");
+    if (chunk) {
+      PagedPrefillArgs pa;
+      pa.n = n;
+      pa.num_heads = c.num_heads;
+      pa.num_kv_heads = c.num_kv_heads;
+      pa.head_dim = c.head_dim;
+      pa.max_position = max_seq_len - 1;
+      pa.scale = 1.0f / std::sqrt(float(c.head_dim));
+      pa.q = q_.data();
+      pa.k_pool = cache_.k(l);
+      pa.v_pool = cache_.v(l);
+      pa.page_table = table;  // row 0's: every row's is the same
+      pa.positions = positions;
+      pa.o = o_.data();
+      pa.lse = lse_.data();
+      check(paged_prefill_attention(pa, s), "paged_prefill_attention");
+    } else {
+      attend_decode(l, n, max_seq_len, table, seq_lens, s);
+    }
 
     to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), s);
     gemm_.linear(o16_.data(), L.wo, y_.data(), n, s);
@@ -177,6 +179,29 @@ void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool
     DecodeState st{tokens, positions, seq_lens};
     argmax(logits_.data(), logits_n, c.vocab_size, next_.data(), &st, s);
   }
+}
+
+void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
+                               cudaStream_t s) {
+  const ModelConfig& c = w_.config;
+  PagedDecodeArgs a;
+  a.batch = n;
+  a.num_heads = c.num_heads;
+  a.num_kv_heads = c.num_kv_heads;
+  a.head_dim = c.head_dim;
+  a.max_pages_per_seq = opt_.max_pages_per_seq;
+  a.max_seq_len = max_seq_len;
+  a.scale = 1.0f / std::sqrt(float(c.head_dim));
+  a.q = q_.data();
+  a.k_pool = cache_.k(l);
+  a.v_pool = cache_.v(l);
+  a.page_table = table;
+  a.seq_lens = seq_lens;
+  a.o = o_.data();
+  a.lse = lse_.data();
+  a.workspace = attn_workspace_.data();
+  a.workspace_bytes = attn_workspace_.bytes();
+  check(paged_decode_attention(a, s), "paged_decode_attention");
 }
 
 int GpuForward::bucket(int max_seq_len) const {
@@ -223,10 +248,13 @@ int GpuForward::launch(const ForwardBatch& batch) {
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
   for (int i = 0; all_rows && i < nl; ++i) all_rows = batch.logits_rows[size_t(i)] == i;
+  bool chunk = !batch.decode;
+  for (int r = 1; chunk && r < n; ++r)
+    chunk = batch.tables[size_t(r)] == batch.tables[0] && batch.positions[size_t(r)] == batch.positions[0] + r;
   if (batch.decode && all_rows)
     check(cudaGraphLaunch(graph(n, max_len, false), stream_), "cudaGraphLaunch");
   else
-    enqueue(n, max_len, nl, true, false);
+    enqueue(n, max_len, nl, true, false, chunk);
   return nl;
 }
 

@@ -1,7 +1,8 @@
 // The Llama-family forward pass on the GPU over the paged bf16 KV cache: the same batches as
 // CpuForward (prefill chunks, decode steps of several sequences), cuBLAS projections, the
-// kernels of ops.cuh and paged decode attention, which also serves prefill rows (each row
-// attends to its positions [0, pos], written before attention runs).
+// kernels of ops.cuh, and paged attention over positions [0, pos] of each row (written before
+// attention runs): the prefill kernel for a chunk of one sequence, the decode kernel for
+// decode steps and mixed batches.
 //
 // A decode step is a CUDA graph (one per batch size and context bucket), replayed after one
 // host-to-device copy of the step's inputs; nothing allocates or synchronises inside it.
@@ -60,9 +61,13 @@ class GpuForward final : public Forward {
  private:
   // Enqueues the whole forward pass of n staged rows on the stream. Logits of `logits_n` rows:
   // the staged rows list when `gather`, else rows [0, logits_n).
-  void enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance);
+  // `chunk`: the rows are consecutive positions of one sequence (a prefill chunk), whose
+  // attention runs as paged prefill attention rather than row by row.
+  void enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance, bool chunk = false);
   void stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
              std::span<const int32_t> positions, std::span<const int> logits_rows);
+  void attend_decode(int layer, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
+                     cudaStream_t stream);
   cudaGraphExec_t graph(int n, int max_seq_len, bool advance);
   // Stages the batch and enqueues its forward pass (a graph for decode batches); returns the
   // number of logits rows.

@@ -1,0 +1,31 @@
+// Arguments of paged prefill attention, shared by the CUDA kernel and its CPU reference
+// (skim::cuda::paged_prefill_attention, skim::cpu::paged_prefill_attention): the rows of a
+// prefill chunk of ONE sequence, row r being the query at positions[r], attend causally to
+// the sequence's cached keys [0, positions[r]] (their K/V already written). Layouts as in
+// paged_decode_args.h: q bf16 [n][num_heads][head_dim], pools bf16
+// [num_pages][num_kv_heads][page_size][head_dim], o fp32 [n][num_heads][head_dim], lse fp32
+// [n][num_heads] (natural log).
+#pragma once
+
+#include <cstdint>
+
+namespace skim {
+
+struct PagedPrefillArgs {
+  int n = 0;  // rows
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int page_size = 16;  // the GPU kernel supports 16 only
+  int max_position = 0;  // host-side upper bound of positions[] (plans the page loop)
+  float scale = 0.0f;
+  const uint16_t* q = nullptr;
+  const uint16_t* k_pool = nullptr;
+  const uint16_t* v_pool = nullptr;
+  const int32_t* page_table = nullptr;  // the sequence's pages (> max_position / page_size)
+  const int32_t* positions = nullptr;   // [n]
+  float* o = nullptr;
+  float* lse = nullptr;
+
+  int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
+};
+
+}  // namespace skim

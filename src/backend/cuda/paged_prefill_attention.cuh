@@ -1,0 +1,23 @@
+// Paged prefill attention on the GPU: the causal attention of a prefill chunk of one sequence
+// over its paged cache (attention/paged_prefill_args.h), flash-attention style. A CTA takes a
+// tile of 16 consecutive rows and one KV head, with one warp per query head of the group (up
+// to 8; larger groups use several CTAs), streams the KV pages [0, last row's position] once
+// through shared memory for the whole tile, and keeps an online softmax per row: scores and
+// P.V on the tensor cores (WMMA, bf16 in, fp32 accumulate). Where the decode kernel reads a
+// row's prefix once per row, this reads it once per 16 rows.
+//
+// Same name and arguments as the CPU reference, skim::cpu::paged_prefill_attention. No device
+// code here.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "attention/paged_prefill_args.h"
+
+namespace skim::cuda {
+
+// head_dim 64 or 128, page_size 16. Asynchronous on `stream`, allocates nothing. Returns
+// cudaErrorInvalidValue for unsupported shapes, else the launch status.
+cudaError_t paged_prefill_attention(const PagedPrefillArgs& args, cudaStream_t stream);
+
+}  // namespace skim::cuda

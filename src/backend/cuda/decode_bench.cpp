@@ -11,33 +11,12 @@
 
 namespace skim::cuda {
 
-namespace {
-
-// GPU milliseconds of what `enqueue` puts on `stream`.
-template <typename F>
-double time_ms(cudaStream_t stream, F&& enqueue) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  check(cudaEventRecord(a, stream), "cudaEventRecord");
-  enqueue();
-  check(cudaEventRecord(b, stream), "cudaEventRecord");
-  check(cudaEventSynchronize(b), "benchmark");
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms;
-}
-
-}  // namespace
-
 double copy_bandwidth(size_t bytes) {
   DeviceBuffer<uint8_t> src(bytes), dst(bytes);
   check(cudaMemset(src.data(), 1, bytes), "cudaMemset");
   double best = 1e30;
   for (int i = 0; i < 6; ++i)
-    best = std::min(best, time_ms(nullptr, [&] {
+    best = std::min(best, gpu_time_ms(nullptr, [&] {
                       check(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, nullptr),
                             "cudaMemcpyAsync");
                     }));
@@ -97,7 +76,7 @@ AttentionPoint bench_decode_attention(int batch, int context, int heads, int kv_
   check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep)
-    best = std::min(best, time_ms(s, [&] { check(cudaGraphLaunch(exec, s), "cudaGraphLaunch"); }));
+    best = std::min(best, gpu_time_ms(s, [&] { check(cudaGraphLaunch(exec, s), "cudaGraphLaunch"); }));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);

@@ -71,4 +71,21 @@ void upload(DeviceBuffer<T>& dst, const T* src, size_t count) {
   check(cudaMemcpy(dst.data(), src, count * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
 }
 
+// GPU milliseconds of what `enqueue` puts on `stream` (CUDA events around it; waits for it).
+template <typename F>
+double gpu_time_ms(cudaStream_t stream, F&& enqueue) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  check(cudaEventRecord(a, stream), "cudaEventRecord");
+  enqueue();
+  check(cudaEventRecord(b, stream), "cudaEventRecord");
+  check(cudaEventSynchronize(b), "timed GPU work");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms;
+}
+
 }  // namespace skim::cuda

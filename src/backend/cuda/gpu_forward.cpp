@@ -306,22 +306,14 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
   stage(tables, first, positions, {});
   cudaGraphExec_t exec = graph(n, max_len, true);
 
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  check(cudaEventRecord(start, stream_), "cudaEventRecord");
-  for (int s = 0; s < steps; ++s) {
-    check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
-    check(cudaMemcpyAsync(next_host_ + size_t(s) * n, next_.data(), n * sizeof(int32_t),
-                          cudaMemcpyDeviceToHost, stream_),
-          "cudaMemcpyAsync (tokens)");
-  }
-  check(cudaEventRecord(stop, stream_), "cudaEventRecord");
-  check(cudaEventSynchronize(stop), "decode steps");
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const double ms = gpu_time_ms(stream_, [&] {
+    for (int s = 0; s < steps; ++s) {
+      check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+      check(cudaMemcpyAsync(next_host_ + size_t(s) * n, next_.data(), n * sizeof(int32_t),
+                            cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync (tokens)");
+    }
+  });
 
   DecodeRun out;
   out.seconds = ms / 1e3;

@@ -45,12 +45,16 @@ struct AttentionStats {
   uint64_t decode_context = 0;         // keys visible to those rows, per KV head: dense's reads
 };
 
+constexpr int kAllPromptQueries = 1 << 30;
+
 // Work a policy asks of the engine between forward passes (DESIGN.md section 3).
 struct EngineCorrections {
   int rectify_every = 0;  // ReSA: re-encode the last f generated tokens densely every f tokens
   int retro_window = 0;   // RetroAttention: each decode step also re-runs the last w-1 tokens
-  bool needs_prompt_queries = false;  // CSAttention: tables are built from the prefill queries
-  int prompt_tail_queries = 0;  // MAC: rings hold the prefill queries of the last N tokens
+  // The policy learns from the queries of the last N prompt positions (CSAttention builds its
+  // tables from all of them: kAllPromptQueries; MAC fills its rings from its window), so a
+  // policy switched in after the prefill has the engine re-encode those positions.
+  int prompt_queries = 0;
 };
 
 class AttentionPolicy {

@@ -1,5 +1,7 @@
 // make_policy: a parsed policy string becomes a pipeline of stages. Every parameter is
 // range-checked and every combination that makes no sense is refused, with the reason.
+#include <algorithm>
+
 #include "attention/csattn.h"
 #include "attention/pipeline.h"
 #include "attention/retro.h"
@@ -170,10 +172,10 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
                  text);
     config.corrections.rectify_every = f;
   }
-  if (selector && selector->name == "cs") config.corrections.needs_prompt_queries = true;
+  if (selector && selector->name == "cs") config.corrections.prompt_queries = kAllPromptQueries;
   if (const PolicyPart* m = spec.find("mac")) {
     config.mac = make_mac(text, spec, *m);
-    config.corrections.prompt_tail_queries = config.mac->params().window;  // set_policy refills the rings
+    config.corrections.prompt_queries = std::max(config.corrections.prompt_queries, config.mac->params().window);
   }
   if (const PolicyPart* a = spec.find("art")) config.art = make_art(text, *a, selector, config.art_order);
   if (const PolicyPart* r = spec.find("retro")) return make_retro_policy(text, spec, *r, selector, std::move(config));

@@ -80,11 +80,9 @@ struct Engine::Impl {
   }
   uint64_t rectified_tokens = 0;
 
-  // A policy that indexes the prompt by its queries (CSAttention) and was switched in after the
-  // prefill re-encodes the sequence densely, in prefill chunks, to see them. The K/V written
-  // are those of a dense prefill; decoded tokens are re-encoded densely too.
   // Runs positions [from, length) again as prefill chunks under the current policy (their K/V
-  // come out the same), so a policy that learns from prefill queries sees them.
+  // come out as a dense prefill's), so a policy switched in after the prefill that learns from
+  // prefill queries (CSAttention, MAC: EngineCorrections::prompt_queries) sees them.
   void reencode(Sequence& s, int from = 0) {
     std::vector<float> none;
     for (int b = from; b < s.table.length; b += options.prefill_chunk) {
@@ -179,12 +177,10 @@ void Engine::set_policy(const std::string& spec) {
   if (spec != "dense") impl_->cpu_only("a policy other than dense");
   impl_->policy = make_policy(spec);
   impl_->options.policy = spec;
-  const bool reencode = impl_->policy->corrections().needs_prompt_queries;
+  const int queries = impl_->policy->corrections().prompt_queries;
   for (auto& [id, s] : impl_->sequences) {
     s.retro_steps = 0;  // the new policy has no output cache yet
-    if (reencode && s.table.length > 0) impl_->reencode(s);
-    const int tail = impl_->policy->corrections().prompt_tail_queries;
-    if (!reencode && tail > 0 && s.table.length > 0) impl_->reencode(s, std::max(0, s.table.length - tail));
+    if (queries > 0 && s.table.length > 0) impl_->reencode(s, std::max(0, s.table.length - queries));
   }
 }
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "../test_random.h"
+#include "tiny_engine.h"
 #include "attention/policy.h"
 #include "core/error.h"
 #include "skim/engine.h"
@@ -13,29 +13,13 @@
 namespace skim {
 namespace {
 
-const std::filesystem::path kTiny = std::filesystem::path(SKIM_SOURCE_DIR) / "tests/fixtures/models/tiny-llama3";
 
-std::unique_ptr<Engine> make_engine(const std::string& policy) {
-  EngineOptions o;
-  o.model_dir = kTiny;
-  o.policy = policy;
-  o.max_context = 512;
-  o.max_sequences = 3;
-  o.prefill_chunk = 64;
-  return std::make_unique<Engine>(o);
-}
 
-std::vector<int> random_ids(int n) {
-  std::vector<int> v(size_t(n), 0);
-  for (int& x : v) x = test::random_int(0, 511);
-  return v;
-}
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
+using test::random_ids;
+const auto& max_diff = test::max_abs_diff;
+
+std::unique_ptr<Engine> make_engine(const std::string& policy) { return test::make_tiny_engine(policy, 512, 3); }
 
 std::vector<std::vector<float>> decode_all(Engine& e, int seq, const std::vector<int>& feed) {
   std::vector<std::vector<float>> out;

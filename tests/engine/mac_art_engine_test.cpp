@@ -5,36 +5,19 @@
 
 #include <cmath>
 
-#include "../test_random.h"
+#include "tiny_engine.h"
 #include "attention/policy.h"
 #include "skim/engine.h"
 
 namespace skim {
 namespace {
 
-const std::filesystem::path kTiny = std::filesystem::path(SKIM_SOURCE_DIR) / "tests/fixtures/models/tiny-llama3";
 
-std::unique_ptr<Engine> make_engine(const std::string& policy, int context) {
-  EngineOptions o;
-  o.model_dir = kTiny;
-  o.policy = policy;
-  o.max_context = context;
-  o.prefill_chunk = 64;
-  return std::make_unique<Engine>(o);
-}
 
-std::vector<int> random_ids(int n, int lo = 0, int hi = 511) {
-  std::vector<int> v(static_cast<size_t>(n));
-  for (int& x : v) x = test::random_int(lo, hi);
-  return v;
-}
+using test::random_ids;
+const auto& feed = test::decode_each;
 
-// Logits of each teacher-forced decode step of `feed` after prefilling `prompt` in `seq`.
-std::vector<std::vector<float>> feed(Engine& e, int seq, const std::vector<int>& tokens) {
-  std::vector<std::vector<float>> out;
-  for (int t : tokens) out.push_back(e.decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1)));
-  return out;
-}
+std::unique_ptr<Engine> make_engine(const std::string& policy, int context) { return test::make_tiny_engine(policy, context); }
 
 std::vector<std::vector<float>> run(const std::string& policy, const std::vector<int>& prompt, const std::vector<int>& tokens,
                                     std::map<std::string, double>* counters = nullptr) {

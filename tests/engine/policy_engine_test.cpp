@@ -4,15 +4,13 @@
 
 #include <cmath>
 
-#include "../test_random.h"
+#include "tiny_engine.h"
 #include "kv/paged_kv_cache.h"
 #include "model/config.h"
 #include "skim/engine.h"
 
 namespace skim {
 namespace {
-
-const std::filesystem::path kTiny = std::filesystem::path(SKIM_SOURCE_DIR) / "tests/fixtures/models/tiny-llama3";
 
 struct PolicyRun {
   std::unique_ptr<Engine> engine;
@@ -22,19 +20,11 @@ struct PolicyRun {
 
 // Prefill `prompt`, then teacher-force `feed` one decode step at a time.
 PolicyRun run_policy(const std::string& policy, const std::vector<int>& prompt, const std::vector<int>& feed) {
-  EngineOptions o;
-  o.model_dir = kTiny;
-  o.policy = policy;
-  o.max_context = int(prompt.size() + feed.size()) + 8;
-  o.prefill_chunk = 64;
   PolicyRun r;
-  r.engine = std::make_unique<Engine>(o);
+  r.engine = test::make_tiny_engine(policy, int(prompt.size() + feed.size()) + 8);
   r.seq = r.engine->open_sequence();
   r.engine->append(r.seq, prompt, {});
-  for (int t : feed) {
-    std::vector<float> l = r.engine->decode(std::span<const int>(&r.seq, 1), std::span<const int>(&t, 1));
-    r.logits.push_back(std::move(l));
-  }
+  r.logits = test::decode_each(*r.engine, r.seq, feed);
   return r;
 }
 

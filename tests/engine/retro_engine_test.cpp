@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "../test_random.h"
+#include "tiny_engine.h"
 #include "attention/policy.h"
 #include "core/error.h"
 #include "skim/engine.h"
@@ -13,38 +13,20 @@
 namespace skim {
 namespace {
 
-const std::filesystem::path kTiny = std::filesystem::path(SKIM_SOURCE_DIR) / "tests/fixtures/models/tiny-llama3";
 
-std::unique_ptr<Engine> make_engine(const std::string& policy, int ctx) {
-  EngineOptions o;
-  o.model_dir = kTiny;
-  o.policy = policy;
-  o.max_context = ctx;
-  o.max_sequences = 2;
-  o.prefill_chunk = 64;
-  return std::make_unique<Engine>(o);
-}
+using test::random_ids;
+const auto& max_diff = test::max_abs_diff;
+
+std::unique_ptr<Engine> make_engine(const std::string& policy, int ctx) { return test::make_tiny_engine(policy, ctx, 2); }
 
 // Prefill `prompt`, teacher-force `feed`; logits per step.
 std::vector<std::vector<float>> run(Engine& e, const std::vector<int>& prompt, const std::vector<int>& feed) {
   int seq = e.open_sequence();
   e.append(seq, prompt, {});
-  std::vector<std::vector<float>> out;
-  for (int t : feed) out.push_back(e.decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1)));
-  return out;
+  return test::decode_each(e, seq, feed);
 }
 
-std::vector<int> random_ids(int n) {
-  std::vector<int> v(size_t(n), 0);
-  for (int& x : v) x = test::random_int(0, 511);
-  return v;
-}
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
 
 TEST(RetroEngine, WindowOneEqualsBase) {
   auto prompt = random_ids(400), feed = random_ids(20);

@@ -40,44 +40,43 @@ const float* rows_f32(const Matrix& W, int r0, int count, std::vector<float>& bu
   return dst;
 }
 
-void gemv(const float* x, const Matrix& W, float* out, int n) {
-  const int k = W.cols, m = W.rows;
+// Calls fn(r0, count, w) for W's panels of kPanelRows rows [r0, r0 + count), w their fp32
+// values, the panels spread over the OpenMP threads.
+template <typename F>
+void for_each_panel(const Matrix& W, F&& fn) {
 #pragma omp parallel
   {
     std::vector<float> buf;
 #pragma omp for schedule(static)
-    for (int r0 = 0; r0 < m; r0 += kPanelRows) {
-      const int count = std::min(kPanelRows, m - r0);
-      const float* w = rows_f32(W, r0, count, buf);
-      for (int j = 0; j < count; ++j)
-        for (int r = 0; r < n; ++r) {
-          const float* xr = x + size_t(r) * k;
-          const float* wj = w + size_t(j) * k;
-          float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-          for (int i = 0; i < k; ++i) s += xr[i] * wj[i];
-          out[size_t(r) * m + r0 + j] = s;
-        }
+    for (int r0 = 0; r0 < W.rows; r0 += kPanelRows) {
+      const int count = std::min(kPanelRows, W.rows - r0);
+      fn(r0, count, rows_f32(W, r0, count, buf));
     }
   }
+}
+
+void gemv(const float* x, const Matrix& W, float* out, int n) {
+  const int k = W.cols, m = W.rows;
+  for_each_panel(W, [&](int r0, int count, const float* w) {
+    for (int j = 0; j < count; ++j)
+      for (int r = 0; r < n; ++r) {
+        const float* xr = x + size_t(r) * k;
+        const float* wj = w + size_t(j) * k;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < k; ++i) s += xr[i] * wj[i];
+        out[size_t(r) * m + r0 + j] = s;
+      }
+  });
 }
 
 #ifdef SKIM_HAVE_BLAS
 void gemm(const float* x, const Matrix& W, float* out, int n) {
   const int k = W.cols, m = W.rows;
-#pragma omp parallel
-  {
-    std::vector<float> buf;
-#pragma omp for schedule(static)
-    for (int r0 = 0; r0 < m; r0 += kPanelRows) {
-      const int count = std::min(kPanelRows, m - r0);
-      const float* w = rows_f32(W, r0, count, buf);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, count, k, 1.0f, x, k, w, k, 0.0f,
-                  out + r0, m);
-    }
-  }
+  for_each_panel(W, [&](int r0, int count, const float* w) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, count, k, 1.0f, x, k, w, k, 0.0f, out + r0, m);
+  });
 }
-
 #else
 // Built without BLAS (-DSKIM_BLAS=OFF): the GEMV loop serves every row count, slower.
 void gemm(const float* x, const Matrix& W, float* out, int n) { gemv(x, W, out, n); }

@@ -52,6 +52,7 @@ std::vector<int> int_list(const std::string& s, const std::string& flag) {
 
 #ifdef SKIM_HAVE_CUDA
 void run_bench(const BenchArgs& a) {
+  cuda::require_device("skim bench");
   cudaDeviceProp prop{};
   cuda::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   const double bw = cuda::copy_bandwidth();

@@ -110,7 +110,9 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
 #endif
   SKIM_REQUIRE(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '{}'", o.device);
   m.gpu = o.device == "cuda";
-#ifndef SKIM_HAVE_CUDA
+#ifdef SKIM_HAVE_CUDA
+  if (m.gpu) cuda::require_device("--device cuda");  // before the model loads: fail fast
+#else
   SKIM_REQUIRE(!m.gpu, "--device cuda: this skim was built without CUDA (configure with -DSKIM_CUDA=ON on a machine with nvcc)");
 #endif
   m.policy = make_policy(o.policy);  // before the model loads: a bad flag fails fast

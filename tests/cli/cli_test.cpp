@@ -86,6 +86,12 @@ TEST(Cli, BadModels) {
                     "model-00002-of-00004.safetensors");
 }
 
+TEST(Cli, BadDeviceFlags) {
+  expect_user_error("generate -p x --device tpu", "--device");
+  // Built with CUDA: sparse policies are CPU-only; without: the build has no GPU path.
+  expect_user_error("generate -p x --device cuda --policy quest", "--device cuda");
+}
+
 TEST(Cli, PromptOverTheContextLimit) {
   expect_user_error("generate --ctx 16 -p '" + std::string(400, 'x') + " y z'", "--ctx");
 }

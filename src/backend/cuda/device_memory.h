@@ -20,6 +20,14 @@ inline void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: {} failed: {}", what, cublasGetStatusString(s));
 }
 
+// Fails with a message naming `what` (a flag or command) when no CUDA device can be used.
+inline void require_device(const char* what) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    fail("{}: no CUDA device is available ({})", what, e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+}
+
 // Elements of T on the device, freed with the buffer. Allocation happens at construction or
 // resize only (engine set-up), never inside a decode step.
 template <typename T>

@@ -133,7 +133,7 @@ TEST_F(CudaOps, SiluMulMatchesCpu) {
 
 TEST_F(CudaOps, LinearMatchesCpuOnBf16Inputs) {
   cuda::Gemm gemm;
-  for (auto [out_dim, in_dim, n] : {std::tuple{384, 512, 1}, {1536, 512, 3}, {512, 1536, 8}, {8192, 512, 37}}) {
+  for (auto [out_dim, in_dim, n] : {std::tuple{384, 512, 1}, {1536, 512, 3}, {512, 1536, 8}, {1001, 512, 5}, {8192, 512, 37}}) {
     std::vector<float> x = rounded(test::random_vector(size_t(n) * in_dim));
     Matrix W;
     W.dtype = DType::BF16;

@@ -1,7 +1,7 @@
 // The projections of a decode step (a few rows): y[r] = W . x[r], W bf16 [out][in] streamed
 // once from HBM with 16-byte loads, x rows bf16 (L1-resident, shared by every warp of an SM),
-// fp32 accumulation. One warp per output row, rows strided over the grid; a row's loads are
-// unrolled so that enough bytes are in flight to keep HBM busy. cuBLAS picks kernels tuned
+// fp32 accumulation. A warp takes one output row (one x row) or four (several x rows), rows
+// strided over the grid; loads are unrolled so that enough bytes are in flight for HBM. cuBLAS picks kernels tuned
 // for large products; at one to eight rows this reaches more of the bandwidth.
 #include <algorithm>
 
@@ -20,43 +20,57 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& v, float* f) {
   }
 }
 
-template <int N>
+// Warp w computes rows [R w, R w + R) (strided over the grid): each x chunk it loads serves R
+// weight rows, which keeps the x traffic through L1 below the weight traffic from HBM when
+// there are several x rows (N > 1).
+template <int N, int R>
 __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                                                    float* __restrict__ y, int out, int in) {
   const int lane = threadIdx.x & 31;
   const int warps = int(gridDim.x * blockDim.x) >> 5;
   const int in8 = in >> 3;
-  for (int row = int(blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < out; row += warps) {
-    const uint4* wr = reinterpret_cast<const uint4*>(w + size_t(row) * in);
-    float acc[N];
+  for (int row0 = (int(blockIdx.x * blockDim.x + threadIdx.x) >> 5) * R; row0 < out; row0 += warps * R) {
+    const uint4* wr[R];
 #pragma unroll
-    for (int n = 0; n < N; ++n) acc[n] = 0.0f;
-#pragma unroll 4
+    for (int r = 0; r < R; ++r)  // rows past the end re-read row0 and are not written
+      wr[r] = reinterpret_cast<const uint4*>(w + size_t(row0 + r < out ? row0 + r : row0) * in);
+    float acc[R][N];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int n = 0; n < N; ++n) acc[r][n] = 0.0f;
+#pragma unroll(R == 1 ? 4 : 2)
     for (int c = lane; c < in8; c += 32) {
-      float wf[8];
-      unpack_bf16x8(__ldcs(wr + c), wf);
+      float xf[N][8];
 #pragma unroll
-      for (int n = 0; n < N; ++n) {
-        float xf[8];
-        unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(x + size_t(n) * in) + c), xf);
+      for (int n = 0; n < N; ++n) unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(x + size_t(n) * in) + c), xf[n]);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) acc[n] = fmaf(wf[k], xf[k], acc[n]);
+      for (int r = 0; r < R; ++r) {
+        float wf[8];
+        unpack_bf16x8(__ldcs(wr[r] + c), wf);
+#pragma unroll
+        for (int n = 0; n < N; ++n)
+#pragma unroll
+          for (int k = 0; k < 8; ++k) acc[r][n] = fmaf(wf[k], xf[n][k], acc[r][n]);
       }
     }
 #pragma unroll
-    for (int n = 0; n < N; ++n) {
-      float s = acc[n];
-      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (lane == 0) y[size_t(n) * out + row] = s;
-    }
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        float s = acc[r][n];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0 && row0 + r < out) y[size_t(n) * out + row0 + r] = s;
+      }
   }
 }
 
 template <int N>
 void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
-  const int rows_per_block = 256 / 32;
+  constexpr int R = N == 1 ? 1 : 4;
+  const int rows_per_block = 256 / 32 * R;
   const int blocks = std::min((out + rows_per_block - 1) / rows_per_block, 132 * 16);
-  gemv_kernel<N><<<blocks, 256, 0, s>>>(x, w, y, out, in);
+  gemv_kernel<N, R><<<blocks, 256, 0, s>>>(x, w, y, out, in);
 }
 
 }  // namespace

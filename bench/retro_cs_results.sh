@@ -8,6 +8,9 @@
 #   bench/retro_cs_results.sh          run the pieces not yet done, then write the section
 #   FORCE=1 ... / REPORT_ONLY=1 ...    rerun every piece / only rewrite the section
 # Env: SKIM, THREADS (1), CTX (16384), DECODE (1024), AGREE (192), CS_DECODE (512), PROMPTS (2).
+# Cost on one thread: each passkey prompt is a dense 16K prefill plus one re-encode (and k-means)
+# per cs policy, about 4.5 min a prompt alone on a core and 11 min on the shared 2-core machine
+# (2 prompts took 1377 s), so PROMPTS=20 is about 1.5-4 h per passkey piece.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -128,10 +131,17 @@ if c or any(pk):
 if r or c:
     w("### What these runs say")
     w("")
-    w("- Small samples: one 16K window (1024 teacher-forced tokens for Retro, 512 for CS), 2 passkey prompts")
+    counts = sorted({j["prompts"] for j in pk if j})
+    if len(counts) > 1:
+        npk = " and ".join(f"{j['prompts']} ({j['keys'][0]}-key)" for j in pk if j)
+    else:
+        npk = str(counts[0]) if counts else "no"
+    few = not counts or min(counts) < 10
+    w(f"- Small samples: one 16K window (1024 teacher-forced tokens for Retro, 512 for CS), {npk} passkey prompts")
     w("  per variant (each needs a 16K dense prefill plus one re-encode per `cs` policy on a shared 2-core")
-    w("  machine). Treat differences under ~1% perplexity as noise. At 16K even dense retrieves only some")
-    w("  passkeys on this model, so two prompts per variant do not separate the policies on retrieval.")
+    w("  machine). Treat differences under ~1% perplexity as noise." + (" At 16K even dense retrieves only some" if few else ""))
+    if few:
+        w(f"  passkeys on this model, so {npk} prompts per variant do not separate the policies on retrieval.")
     w("- RetroAttention works as specified (its mask equals equation (7)'s set difference, w = 1 is Quest,")
     w("  a full budget is dense; tests in `tests/attention/retro_test.cpp`, `tests/engine/retro_engine_test.cpp`)")
     w("  and grows the keys each query sees by the `budget growth` column (more than the paper's 1.17x at")

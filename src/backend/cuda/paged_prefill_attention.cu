@@ -11,30 +11,34 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kTile = 16;   // rows per CTA, keys per page, WMMA's M, N and K
+constexpr int kTile = 16;        // rows per CTA, keys per page; WMMA's M, N and K
+constexpr int kBlockPages = 4;   // pages per step of the key loop
+constexpr int kKeys = kBlockPages * kTile;
 constexpr int kMaxWarps = 8;
 
-// Shared memory: the current K and V page, then one block per warp (query head).
+// Shared memory: the current block of K and V pages, then one area per warp (query head).
 template <int D>
 struct Smem {
-  static constexpr int kPage = kTile * D * 2;                 // bf16 bytes of one K or V page
-  static constexpr int kQ = kTile * D * 2;                    // bf16 query tile
-  static constexpr int kS = kTile * kTile * 4;                // fp32 scores
-  static constexpr int kP = kTile * kTile * 2;                // bf16 probabilities
-  static constexpr int kO = kTile * D * 4;                    // fp32 output accumulator
-  static constexpr int kStats = 3 * kTile * 4 + 32;           // m, l, alpha (+ padding to 32 B)
+  static constexpr int kKV = kKeys * D * 2;        // bf16 bytes of a block of K (or V)
+  static constexpr int kQ = kTile * D * 2;         // bf16 query tile
+  static constexpr int kS = kTile * kKeys * 4;     // fp32 scores
+  static constexpr int kP = kTile * kKeys * 2;     // bf16 probabilities
+  static constexpr int kO = kTile * D * 4;         // fp32 output accumulator
+  static constexpr int kStats = 3 * kTile * 4 + 32;  // m, l, alpha (+ padding to 32 B)
   static constexpr int kWarp = kQ + kS + kP + kO + kStats;
-  static int bytes(int warps) { return 2 * kPage + warps * kWarp; }
+  static int bytes(int warps) { return 2 * kKV + warps * kWarp; }
 };
 
 template <int D>
 __global__ void prefill_kernel(PagedPrefillArgs a, int sub_groups) {
   using S = Smem<D>;
+  using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
+  using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
   extern __shared__ __align__(128) unsigned char smem[];
-  __nv_bfloat16* kp = reinterpret_cast<__nv_bfloat16*>(smem);
-  __nv_bfloat16* vp = reinterpret_cast<__nv_bfloat16*>(smem + S::kPage);
+  __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem);  // [kKeys][D]
+  __nv_bfloat16* vb = reinterpret_cast<__nv_bfloat16*>(smem + S::kKV);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  unsigned char* mine = smem + 2 * S::kPage + warp * S::kWarp;
+  unsigned char* mine = smem + 2 * S::kKV + warp * S::kWarp;
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(mine);
   float* ss = reinterpret_cast<float*>(mine + S::kQ);
   __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(mine + S::kQ + S::kS);
@@ -64,69 +68,85 @@ __global__ void prefill_kernel(PagedPrefillArgs a, int sub_groups) {
   }
   __syncwarp();
 
+  // Two lanes per row in the softmax: lane 2r + half takes keys [32 half, 32 half + 32).
+  const int row = lane / 2, half = lane % 2;
+  const int row_pos = row < rows ? a.positions[r0 + row] : -1;
   const int pages = last_pos / kTile + 1;
-  for (int page = 0; page < pages; ++page) {
-    const size_t base = (size_t(a.page_table[page]) * a.num_kv_heads + h) * kTile * D;
-    const uint4* ksrc = reinterpret_cast<const uint4*>(a.k_pool + base);
-    const uint4* vsrc = reinterpret_cast<const uint4*>(a.v_pool + base);
-    for (int i = threadIdx.x; i < kTile * D / 8; i += blockDim.x) {
-      reinterpret_cast<uint4*>(kp)[i] = ksrc[i];
-      reinterpret_cast<uint4*>(vp)[i] = vsrc[i];
+  for (int first = 0; first < pages; first += kBlockPages) {
+    const int in_block = min(kBlockPages, pages - first);
+    for (int i = threadIdx.x; i < kBlockPages * kTile * D / 8; i += blockDim.x) {
+      const int pg = i / (kTile * D / 8), off = i % (kTile * D / 8);
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;  // pages past the sequence: zeros, masked below
+      if (pg < in_block) {
+        const size_t base = (size_t(a.page_table[first + pg]) * a.num_kv_heads + h) * kTile * D;
+        kv = reinterpret_cast<const uint4*>(a.k_pool + base)[off];
+        vv = reinterpret_cast<const uint4*>(a.v_pool + base)[off];
+      }
+      reinterpret_cast<uint4*>(kb)[i] = kv;
+      reinterpret_cast<uint4*>(vb)[i] = vv;
     }
     __syncthreads();
     if (active) {
-      // Scores: S = Q K^T (K page row-major [key][dim] is K^T column-major).
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int k = 0; k < D; k += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-        wmma::load_matrix_sync(fa, qs + k, D);
-        wmma::load_matrix_sync(fb, kp + k, D);
-        wmma::mma_sync(acc, fa, fb, acc);
+      // Scores S = Q K^T, one 16-key tile at a time (K rows [key][dim] are K^T column-major).
+      for (int kt = 0; kt < kBlockPages; ++kt) {
+        FragAcc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int k = 0; k < D; k += 16) {
+          FragA fa;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+          wmma::load_matrix_sync(fa, qs + k, D);
+          wmma::load_matrix_sync(fb, kb + kt * kTile * D + k, D);
+          wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(ss + kt * kTile, acc, kKeys, wmma::mem_row_major);
       }
-      wmma::store_matrix_sync(ss, acc, kTile, wmma::mem_row_major);
       __syncwarp();
-      // Online softmax, one lane per row; keys after the row's position are masked.
-      if (lane < kTile) {
-        const int pos = lane < rows ? a.positions[r0 + lane] : -1;
-        float x[kTile], mx = m[lane];
-        for (int j = 0; j < kTile; ++j) {
-          x[j] = page * kTile + j <= pos ? ss[lane * kTile + j] * scale_log2 : -INFINITY;
-          mx = fmaxf(mx, x[j]);
+      // Online softmax; keys after the row's position are masked.
+      const int key0 = first * kTile + half * 32;
+      float x[32], mx = m[row];
+      for (int j = 0; j < 32; ++j) {
+        x[j] = key0 + j <= row_pos ? ss[row * kKeys + half * 32 + j] * scale_log2 : -INFINITY;
+        mx = fmaxf(mx, x[j]);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      float sum = 0.0f, f = 1.0f;
+      if (mx != -INFINITY) {
+        f = exp2f(m[row] - mx);  // 0 when m was -inf
+        for (int j = 0; j < 32; ++j) {
+          // The normaliser sums the bf16 weights P.V uses, so o stays a weighted mean.
+          const __nv_bfloat16 p = __float2bfloat16(exp2f(x[j] - mx));
+          sum += __bfloat162float(p);
+          ps[row * kKeys + half * 32 + j] = p;
         }
-        float sum = 0.0f, f = 1.0f;
-        if (mx != -INFINITY) {
-          f = exp2f(m[lane] - mx);  // 0 when m was -inf
-          for (int j = 0; j < kTile; ++j) {
-            // The normaliser sums the bf16 weights P.V uses, so o stays a weighted mean.
-            const __nv_bfloat16 p = __float2bfloat16(exp2f(x[j] - mx));
-            sum += __bfloat162float(p);
-            ps[lane * kTile + j] = p;
-          }
-          m[lane] = mx;
-        } else {
-          for (int j = 0; j < kTile; ++j) ps[lane * kTile + j] = __float2bfloat16(0.0f);
-        }
-        l[lane] = l[lane] * f + sum;
-        alpha[lane] = f;
+      } else {
+        for (int j = 0; j < 32; ++j) ps[row * kKeys + half * 32 + j] = __float2bfloat16(0.0f);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      __syncwarp();
+      if (half == 0) {
+        if (mx != -INFINITY) m[row] = mx;
+        l[row] = l[row] * f + sum;
+        alpha[row] = f;
       }
       __syncwarp();
       for (int i = lane; i < kTile * D; i += 32) os[i] *= alpha[i / D];
       __syncwarp();
       // O += P V, one 16-column block of O at a time.
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fp;
-      wmma::load_matrix_sync(fp, ps, kTile);
+      FragA fp[kBlockPages];
+      for (int kt = 0; kt < kBlockPages; ++kt) wmma::load_matrix_sync(fp[kt], ps + kt * kTile, kKeys);
       for (int c = 0; c < D; c += 16) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fv;
+        FragAcc acc;
         wmma::load_matrix_sync(acc, os + c, D, wmma::mem_row_major);
-        wmma::load_matrix_sync(fv, vp + c, D);
-        wmma::mma_sync(acc, fp, fv, acc);
+        for (int kt = 0; kt < kBlockPages; ++kt) {
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fv;
+          wmma::load_matrix_sync(fv, vb + kt * kTile * D + c, D);
+          wmma::mma_sync(acc, fp[kt], fv, acc);
+        }
         wmma::store_matrix_sync(os + c, acc, D, wmma::mem_row_major);
       }
       __syncwarp();
     }
-    __syncthreads();  // the page buffers are refilled next
+    __syncthreads();  // the block's buffers are refilled next
   }
 
   if (!active) return;

@@ -1,8 +1,8 @@
 // Paged prefill attention on the GPU: the causal attention of a prefill chunk of one sequence
 // over its paged cache (attention/paged_prefill_args.h), flash-attention style. A CTA takes a
 // tile of 16 consecutive rows and one KV head, with one warp per query head of the group (up
-// to 8; larger groups use several CTAs), streams the KV pages [0, last row's position] once
-// through shared memory for the whole tile, and keeps an online softmax per row: scores and
+// to 8; larger groups use several CTAs), streams the KV pages [0, last row's position] once,
+// four pages per step, through shared memory for the whole tile, and keeps an online softmax per row: scores and
 // P.V on the tensor cores (WMMA, bf16 in, fp32 accumulate). Where the decode kernel reads a
 // row's prefix once per row, this reads it once per 16 rows.
 //

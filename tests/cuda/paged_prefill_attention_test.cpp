@@ -82,17 +82,17 @@ TEST(CudaPagedPrefillAttention, MatchesCpuReference) {
     cuda::check(cudaMemcpy(got_o.data(), o.data(), o.bytes(), cudaMemcpyDeviceToHost), "D2H");
     cuda::check(cudaMemcpy(got_lse.data(), lse.data(), lse.bytes(), cudaMemcpyDeviceToHost), "D2H");
     // Probabilities are rounded to bf16 before P.V (as in flash attention), 2^-9 relative per
-    // weight, and the normaliser sums those rounded weights: measured on an H100, o within
-    // 2.1e-2 of |o| + 0.05 (o is a mean of random values, small) and lse within 1.3e-3. A
-    // wrong mask, page or head errs by O(1).
+    // weight, and the normaliser sums those rounded weights, so o stays a weighted mean of the
+    // v rows (|v| <~ 4 here): its error is bounded by about 2^-8 max|v| and is a few 1e-3 in
+    // practice (a relative measure is no good: o of few keys can be near 0). lse measured on an
+    // H100 within 1.3e-3. A wrong mask, page or head errs by O(1).
     double o_err = 0, lse_err = 0;
-    for (size_t i = 0; i < got_o.size(); ++i)
-      o_err = std::max(o_err, std::fabs(double(got_o[i]) - want_o[i]) / (std::fabs(double(want_o[i])) + 0.05));
+    for (size_t i = 0; i < got_o.size(); ++i) o_err = std::max(o_err, std::fabs(double(got_o[i]) - want_o[i]));
     for (size_t i = 0; i < got_lse.size(); ++i)
       lse_err = std::max(lse_err, std::fabs(double(got_lse[i]) - want_lse[i]));
-    EXPECT_LT(o_err, 5e-2);
+    EXPECT_LT(o_err, 2e-2);
     EXPECT_LT(lse_err, 3e-3);
-    std::printf("[ prefill  ] d %d group %d rows %d: o rel err %.2e, lse err %.2e\n", c.d, c.group, c.n, o_err, lse_err);
+    std::printf("[ prefill  ] d %d group %d rows %d: o abs err %.2e, lse err %.2e\n", c.d, c.group, c.n, o_err, lse_err);
   }
 }
 

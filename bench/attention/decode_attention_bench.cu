@@ -156,10 +156,17 @@ double copy_bandwidth(double& median_us, size_t& bytes_out) {
 
 using LaunchFn = cudaError_t (*)(const PagedDecodeArgs&, cudaStream_t, detail::Plan*);
 
+// Where a variant's pages lie: the shuffled table (the headline), each sequence's pages in
+// order, or in order in a head-major pool [kv_head][page][token][dim] (every KV head's K and V
+// one contiguous stream per sequence, as SDPA reads them). Only shuffled rows are compared
+// with the default's output (the others read the same bytes as different tokens).
+enum class Layout { kShuffled, kContig, kHeadMajor };
+
 struct VariantInfo {
   const char* name;
   LaunchFn launch;
   cudaError_t (*per_sm)(int&);
+  Layout layout = Layout::kShuffled;
 };
 
 // WAVES > 1 plans for that many times the resident CTA slots (smaller chunks, several waves).
@@ -175,6 +182,12 @@ cudaError_t launch_variant(const PagedDecodeArgs& a, cudaStream_t s, detail::Pla
   b.deterministic = !DYN;
   return detail::Variant<128, W, S>::launch(b, s, cap * WAVES, plan);
 }
+// One CTA per (sequence, KV unit): no merge kernel; at batch 8 that is 64 CTAs on 132 SMs.
+template <int W, int S>
+cudaError_t launch_direct(const PagedDecodeArgs& a, cudaStream_t s, detail::Plan* plan) {
+  const int units = a.batch * a.num_kv_heads * ((a.group_size() + detail::kMaxRows - 1) / detail::kMaxRows);
+  return detail::Variant<128, W, S>::launch(a, s, units, plan);
+}
 template <int W, int S>
 cudaError_t per_sm_variant(int& n) {
   return detail::Variant<128, W, S>::ctas_per_sm(n);
@@ -184,6 +197,10 @@ const VariantInfo kVariants[] = {
     {"w8s2dyn", launch_variant<8, 2, 1, true>, per_sm_variant<8, 2>},
     {"w4s2", launch_variant<4, 2>, per_sm_variant<4, 2>},
     {"w8s3", launch_variant<8, 3>, per_sm_variant<8, 3>},
+    {"contig_dyn", launch_variant<8, 2, 1, true>, per_sm_variant<8, 2>, Layout::kContig},
+    {"headmajor", launch_variant<8, 2>, per_sm_variant<8, 2>, Layout::kHeadMajor},
+    {"hm_dyn", launch_variant<8, 2, 1, true>, per_sm_variant<8, 2>, Layout::kHeadMajor},
+    {"direct", launch_direct<8, 2>, per_sm_variant<8, 2>},
 };
 
 #ifdef SKIM_BENCH_LEGACY
@@ -372,14 +389,28 @@ int main(int argc, char** argv) {
           Row r{vi.name, {}, 0.0, {}, 0};
           // Each variant lays the workspace out its own way: start from zeros.
           CK(cudaMemset(ws, 0, ws_bytes));
-          cudaError_t e = vi.launch(args[0], 0, &r.plan);
+          std::vector<PagedDecodeArgs> vargs = args;
+          if (vi.layout != Layout::kShuffled)
+            for (int c = 0; c < copies; ++c) {
+              vargs[c].page_table = table_contig + size_t(c) * B * pages_per_seq;
+              if (vi.layout == Layout::kHeadMajor) {
+                vargs[c].page_stride = size_t(PS) * D;
+                vargs[c].head_stride = pages * PS * D;
+              }
+            }
+          cudaError_t e = vi.launch(vargs[0], 0, &r.plan);
           if (e == cudaSuccess) e = cudaDeviceSynchronize();
           if (e != cudaSuccess) {  // report and go on with the other variants
             std::printf("variant %s: %s\n", vi.name, cudaGetErrorString(e));
             cudaGetLastError();
             continue;
           }
-          r.s = time_calls([&](int i) { CK(vi.launch(args[i % copies], 0, nullptr)); }, 20, iters);
+          r.s = time_calls([&](int i) { CK(vi.launch(vargs[i % copies], 0, nullptr)); }, 20, iters);
+          CK(vi.per_sm(r.per_sm));
+          if (vi.layout != Layout::kShuffled) {
+            rows.push_back(r);
+            continue;
+          }
           CK(vi.launch(args[0], 0, nullptr));
           CK(cudaDeviceSynchronize());
           std::vector<float> a(size_t(B) * H * D), b(a.size());
@@ -387,7 +418,6 @@ int main(int argc, char** argv) {
           CK(cudaMemcpy(b.data(), o_ref, b.size() * 4, cudaMemcpyDeviceToHost));
           for (size_t j = 0; j < a.size(); ++j)
             r.max_diff = std::max(r.max_diff, double(std::fabs(a[j] - b[j])));
-          CK(vi.per_sm(r.per_sm));
           rows.push_back(r);
         }
       }

@@ -32,6 +32,12 @@ struct PagedDecodeArgs {
   // how the keys are split across CTAs. Sequences longer than this are not allowed.
   int max_seq_len = 0;
   float scale = 0.0f;  // multiplies q.k, 1/sqrt(head_dim) for Llama
+  // Elements between consecutive page ids and between consecutive KV heads in k_pool/v_pool;
+  // 0 means the layout above (page_stride = num_kv_heads * page_size * head_dim, head_stride
+  // = page_size * head_dim). A head-major pool [num_kv_heads][num_pages][page_size][head_dim]
+  // has page_stride = page_size * head_dim and head_stride = num_pages * page_size * head_dim.
+  size_t page_stride = 0;
+  size_t head_stride = 0;
   // GPU only. true: pages are split among CTAs statically and the result is bitwise
   // reproducible. false: CTAs take pages from a shared counter, so those the memory system
   // serves faster take more (a little faster; results vary in the last bits run to run).
@@ -53,6 +59,10 @@ struct PagedDecodeArgs {
   size_t workspace_bytes = 0;
 
   int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
+  size_t page_stride_elems() const {
+    return page_stride ? page_stride : size_t(num_kv_heads) * page_size * head_dim;
+  }
+  size_t head_stride_elems() const { return head_stride ? head_stride : size_t(page_size) * head_dim; }
 };
 
 }  // namespace skim

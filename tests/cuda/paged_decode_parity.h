@@ -37,6 +37,7 @@ struct ParityCase {
   std::vector<int> lens;
   float q_scale = 1.0f;  // query magnitude: larger gives sharper softmax
   bool deterministic = true;  // PagedDecodeArgs::deterministic
+  bool head_major = false;    // pool [kv_head][page][token][dim] (PagedDecodeArgs strides)
 
   std::string name() const {
     char buf[64];
@@ -50,6 +51,7 @@ struct ParityCase {
     if (lens.size() > 6) s = s.substr(0, s.find("_len") + 4) + "_b" + std::to_string(lens.size()) + "_" +
                              std::to_string(lens[0]) + "_etc";
     if (!deterministic) s += "_dyn";
+    if (head_major) s += "_headmajor";
     return s;
   }
 };
@@ -110,6 +112,9 @@ inline std::vector<ParityCase> default_parity_cases(bool quick = false) {
     cases.push_back({128, 8, 2, l, 1.0f, false});
     cases.push_back({64, 4, 3, l, 4.0f, false});
   }
+  // Head-major pools (explicit page and head strides).
+  cases.push_back({128, 4, 8, {8192, 100, 0, 3001}, 2.0f, true, true});
+  cases.push_back({64, 8, 2, {33000, 17}, 1.0f, false, true});
   return cases;
 }
 
@@ -155,7 +160,8 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
       const int rows = std::min(ps, pc.lens[b] - i * ps);
       for (int h = 0; h < hkv; ++h)
         for (int t = 0; t < rows; ++t) {
-          const size_t off = ((size_t(page) * hkv + h) * ps + t) * d;
+          const size_t off = pc.head_major ? ((size_t(h) * num_pages + page) * ps + t) * d
+                                           : ((size_t(page) * hkv + h) * ps + t) * d;
           for (int e = 0; e < d; ++e) {
             kp[off + e] = f32_to_bf16(uni(rng));
             vp[off + e] = f32_to_bf16(uni(rng));
@@ -177,6 +183,10 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   a.max_seq_len = std::min(a.max_seq_len + int(rng() % 40), stride * ps);
   a.scale = 1.0f / std::sqrt(float(d));
   a.deterministic = pc.deterministic;
+  if (pc.head_major) {
+    a.page_stride = size_t(ps) * d;
+    a.head_stride = size_t(num_pages) * ps * d;
+  }
 
   // CPU reference.
   std::vector<float> o_ref(size_t(batch) * heads * d), lse_ref(size_t(batch) * heads);

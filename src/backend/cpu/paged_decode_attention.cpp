@@ -14,6 +14,7 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
       a.page_size <= 0 || a.num_heads % a.num_kv_heads != 0)
     throw std::invalid_argument("paged_decode_attention: bad shapes");
   const int d = a.head_dim, ps = a.page_size, group = a.group_size();
+  const size_t page_stride = a.page_stride_elems(), head_stride = a.head_stride_elems();
   std::vector<float> q(d);
   std::vector<double> s, acc(d);
 
@@ -24,7 +25,7 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
     const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
     // Token t of KV head h lives in page table[t / ps], row t % ps.
     auto row = [&](const uint16_t* pool, int t, int h) {
-      return pool + ((size_t(table[t / ps]) * a.num_kv_heads + h) * ps + t % ps) * d;
+      return pool + size_t(table[t / ps]) * page_stride + h * head_stride + size_t(t % ps) * d;
     };
     for (int hq = 0; hq < a.num_heads; ++hq) {
       const int h = hq / group;

@@ -48,6 +48,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // 16-byte global->shared copy that bypasses L1; src_bytes 0 writes zeros without reading.
+// (An L2 prefetch-size hint, .L2::128B or 256B, was measured and changed nothing: see
+// bench/results/2026-11-23-h100-decode-attention-layouts.md.)
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
@@ -124,6 +126,7 @@ struct SplitParams {
   bool dynamic;
   int num_heads, num_kv_heads, group, sub_groups;
   int max_pages_per_seq;
+  size_t page_stride, head_stride;  // elements (PagedDecodeArgs::page_stride_elems etc.)
   float scale_log2;  // scale * log2(e): scores live in the exp2 domain
 };
 
@@ -238,9 +241,9 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
 
   unsigned char* wbuf = smem + warp * C::kWarpBytes;
   const uint32_t wbuf_s = smem_addr(wbuf);
-  const size_t page_stride = size_t(p.num_kv_heads) * kPageSize * D;  // elements
-  const uint16_t* kbase = p.k + size_t(kvh) * kPageSize * D;
-  const uint16_t* vbase = p.v + size_t(kvh) * kPageSize * D;
+  const size_t page_stride = p.page_stride;
+  const uint16_t* kbase = p.k + size_t(kvh) * p.head_stride;
+  const uint16_t* vbase = p.v + size_t(kvh) * p.head_stride;
   __shared__ int stage_valid[WARPS][STAGES];  // tokens of the page in each stage
 
   // Row r's 16-byte piece c sits at piece c ^ (r & 7): the 8 rows an ldmatrix reads (same
@@ -684,6 +687,8 @@ struct Variant {
     sp.group = a.group_size();
     sp.sub_groups = plan.sub_groups;
     sp.max_pages_per_seq = a.max_pages_per_seq;
+    sp.page_stride = a.page_stride_elems();
+    sp.head_stride = a.head_stride_elems();
     sp.scale_log2 = a.scale * 1.4426950408889634f;
 
     const dim3 grid(plan.num_chunks, a.num_kv_heads * plan.sub_groups, a.batch);

@@ -5,13 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <random>
 #include <vector>
 
 #include "attention/paged_decode_args.h"
 #include "backend/cpu/paged_decode_attention.h"
 #include "core/dtype.h"
+#include "../shuffled_pages.h"
+#include "../test_random.h"
 
 namespace skim {
 namespace {
@@ -21,7 +22,7 @@ struct Tokens {  // per sequence, per KV head, per token: key and value rows (bf
 };
 
 TEST(PagedDecodeReference, MatchesBruteForceInBothLayouts) {
-  std::mt19937_64 rng(std::random_device{}());
+  auto& rng = test::rng();
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   const int d = 32, hkv = 3, group = 2, heads = hkv * group, ps = 16;
   const std::vector<int> lens = {1, 37, 0, 64};
@@ -65,21 +66,9 @@ TEST(PagedDecodeReference, MatchesBruteForceInBothLayouts) {
       lse_bf[size_t(b) * heads + hq] = m + std::log(l);
     }
 
-  // Shuffled page ids, then each layout's pools.
-  std::vector<int> pages_of(batch);
-  int total = 0, max_pages = 1;
-  for (int b = 0; b < batch; ++b) {
-    pages_of[b] = (lens[b] + ps - 1) / ps;
-    total += pages_of[b];
-    max_pages = std::max(max_pages, pages_of[b]);
-  }
-  const int num_pages = total + 2;
-  std::vector<int32_t> perm(num_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int32_t> table(size_t(batch) * max_pages, 0);
-  for (int b = 0, next = 0; b < batch; ++b)
-    for (int i = 0; i < pages_of[b]; ++i) table[size_t(b) * max_pages + i] = perm[next++];
+  const test::ShuffledPages pages = test::shuffled_pages(lens, ps, 2, 1, test::rng());
+  const std::vector<int32_t>& table = pages.table;
+  const int num_pages = pages.num_pages, max_pages = pages.stride;
 
   for (bool head_major : {false, true}) {
     SCOPED_TRACE(head_major ? "head-major pool" : "default pool");

@@ -27,6 +27,7 @@
 #include "backend/cpu/paged_decode_attention.h"
 #include "backend/cuda/paged_decode_attention.cuh"
 #include "core/dtype.h"
+#include "../shuffled_pages.h"
 
 namespace skim::test {
 
@@ -136,27 +137,15 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   const int heads = hkv * pc.group;
   const uint16_t nan_bf16 = 0x7fc0;
 
-  // Pages: a shuffled pool with a few spare pages nobody owns.
-  std::vector<int> pages_of(batch);
-  int total = 0, max_pages = 1;
-  for (int b = 0; b < batch; ++b) {
-    pages_of[b] = (pc.lens[b] + ps - 1) / ps;
-    total += pages_of[b];
-    max_pages = std::max(max_pages, pages_of[b]);
-  }
-  const int num_pages = total + 5;
-  std::vector<int32_t> perm(num_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  const int stride = max_pages + 3;  // slack slots hold out-of-range ids
-  std::vector<int32_t> table(size_t(batch) * stride, std::numeric_limits<int32_t>::max());
+  // Pages: a shuffled pool with 5 spare pages nobody owns, 3 slack slots per table row.
+  const ShuffledPages pages = shuffled_pages(pc.lens, ps, 5, 3, rng);
+  const int num_pages = pages.num_pages, stride = pages.stride;
+  const std::vector<int32_t>& table = pages.table;
   const size_t pool_elems = size_t(num_pages) * hkv * ps * d;
   std::vector<uint16_t> kp(pool_elems, nan_bf16), vp(pool_elems, nan_bf16);
-  int next = 0;
   for (int b = 0; b < batch; ++b)
-    for (int i = 0; i < pages_of[b]; ++i) {
-      const int32_t page = perm[next++];
-      table[size_t(b) * stride + i] = page;
+    for (int i = 0; i < pages.pages_of(pc.lens[b], ps); ++i) {
+      const int32_t page = table[size_t(b) * stride + i];
       const int rows = std::min(ps, pc.lens[b] - i * ps);
       for (int h = 0; h < hkv; ++h)
         for (int t = 0; t < rows; ++t) {

@@ -4,16 +4,19 @@ import glob, json, os, sys
 
 out, md, threads, ctx, decode, agree = sys.argv[1:7]
 pieces = {os.path.basename(p)[len("mac-art-"):-5]: json.load(open(p)) for p in sorted(glob.glob(f"{out}/mac-art-*.json"))}
+docs = sorted({j.get("docs", 1) for j in pieces.values()}) or [1]
+windows = " or ".join(str(d) for d in docs)
+windows_text = "one window" if docs == [1] else f"{windows} windows (each piece's count is its JSON's `docs`)"
 L = []
 w = L.append
 w("<!-- mac-art:begin (bench/mac_art_results.sh rewrites this section) -->")
 w("## MAC-Attention and ART")
 w("")
 w("Written by `bench/mac_art_results.sh` from `bench/results/mac-art-*.json`: `skim eval` on the demo model,")
-w(f"one window of `data/heldout-python` at {ctx} tokens: prefill {int(ctx) - int(decode)} tokens densely, then {decode}")
+w(f"{windows_text} of `data/heldout-python` at {ctx} tokens: prefill {int(ctx) - int(decode)} tokens densely, then {decode}")
 w(f"teacher-forced decode steps (perplexity, attention-output error per layer against dense) and {agree} greedy")
 w(f"tokens compared with dense; CPU, {threads} thread(s). Short runs (this machine has 2 shared cores): the")
-w("numbers are one window, indicative, not converged. MAC: K=1024, r=256. `mac_dist` is the nearest")
+w(f"numbers are {'one window' if docs == [1] else 'means over ' + windows + ' windows'}, indicative, not converged. MAC: K=1024, r=256. `mac_dist` is the nearest")
 w("pre-RoPE distance divided by sqrt(2d) (a hit is `dist < 1 - tau`); `qnorm` is ||q~|| / sqrt(d), 1 in the")
 w("paper's isotropic model. KV read is relative to dense and counts the keys read per step (MAC: band+tail")
 w("on a hit; the new ring entry's partial is part of it).")

@@ -6,7 +6,7 @@
 #   FORCE=1 ... / REPORT_ONLY=1 ...    rerun every piece / only rewrite the section
 # Each piece writes bench/results/mac-art-<piece>.json; the section "MAC-Attention and ART" of
 # docs/results.md (between its markers) is rewritten after every piece, the rest left alone.
-# Env: SKIM, THREADS (1), CTX (16384), DECODE (64), AGREE (32), BUCKETS (1).
+# Env: SKIM, THREADS (1), CTX (16384), DECODE (64), AGREE (32), BUCKETS (1), DOCS (text windows, 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,7 @@ CTX=${CTX:-16384}
 DECODE=${DECODE:-64}
 AGREE=${AGREE:-32}
 BUCKETS=${BUCKETS:-1}
+DOCS=${DOCS:-1}
 OUT=${OUT:-bench/results}
 MD=${MD:-docs/results.md}
 MAC_POLICIES="mac:tau=0.3,mac:tau=0.45,mac:tau=0.6,mac:tau=0.75"
@@ -42,7 +43,7 @@ report() {
 }
 
 if [ -z "${REPORT_ONLY:-}" ]; then
-  piece mac "$MAC_POLICIES" --tasks ppl,error,agree --decode-tokens "$DECODE" --agree-tokens "$AGREE" --buckets "$BUCKETS"
-  piece art "$ART_POLICIES" --tasks ppl,error,agree --decode-tokens "$DECODE" --agree-tokens "$AGREE" --buckets "$BUCKETS"
+  piece mac "$MAC_POLICIES" --tasks ppl,error,agree --decode-tokens "$DECODE" --agree-tokens "$AGREE" --buckets "$BUCKETS" --docs "$DOCS"
+  piece art "$ART_POLICIES" --tasks ppl,error,agree --decode-tokens "$DECODE" --agree-tokens "$AGREE" --buckets "$BUCKETS" --docs "$DOCS"
 fi
 report

@@ -201,6 +201,13 @@ const VariantInfo kVariants[] = {
     {"headmajor", launch_variant<8, 2>, per_sm_variant<8, 2>, Layout::kHeadMajor},
     {"hm_dyn", launch_variant<8, 2, 1, true>, per_sm_variant<8, 2>, Layout::kHeadMajor},
     {"direct", launch_direct<8, 2>, per_sm_variant<8, 2>},
+    // More bytes in flight per SM, or every SM busy, on pages in order.
+    {"contig_w8s3", launch_variant<8, 3>, per_sm_variant<8, 3>, Layout::kContig},
+    {"contig_w4s2", launch_variant<4, 2>, per_sm_variant<4, 2>, Layout::kContig},
+    {"contig_w4s3", launch_variant<4, 3>, per_sm_variant<4, 3>, Layout::kContig},
+    {"contig_w6s2", launch_variant<6, 2>, per_sm_variant<6, 2>, Layout::kContig},
+    {"contig_w4s4", launch_variant<4, 4>, per_sm_variant<4, 4>, Layout::kContig},
+    {"contig_w8s3dyn", launch_variant<8, 3, 1, true>, per_sm_variant<8, 3>, Layout::kContig},
 };
 
 #ifdef SKIM_BENCH_LEGACY

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <vector>
 
+#include "attention/attend.h"
 #include "kv/paged_kv_cache.h"
 
 namespace skim {

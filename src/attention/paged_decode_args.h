@@ -11,6 +11,10 @@
 //   o           fp32 [batch][num_heads][head_dim]   (normalised over the keys)
 //   lse         fp32 [batch][num_heads]             (natural log; -inf for an empty sequence)
 // Query head hq reads KV head hq / (num_heads / num_kv_heads), as in Llama's GQA.
+// With tables_per_kv_head, every (sequence, KV head) has its own page list (what a selection
+// shared by a GQA group produces, e.g. ReSA's): page_table int32 [batch][num_kv_heads]
+// [max_pages_per_seq] and seq_lens int32 [batch][num_kv_heads], the tokens in the listed pages
+// (every listed page full but the last).
 //
 // No CUDA types here, so plain C++ (the CPU reference, tests, the engine) can include it; bf16
 // elements travel as their raw 16-bit patterns (see core/dtype.h for the conversions).
@@ -38,6 +42,7 @@ struct PagedDecodeArgs {
   // has page_stride = page_size * head_dim and head_stride = num_pages * page_size * head_dim.
   size_t page_stride = 0;
   size_t head_stride = 0;
+  bool tables_per_kv_head = false;
   // GPU only. true: pages are split among CTAs statically and the result is bitwise
   // reproducible. false: CTAs take pages from a shared counter, so those the memory system
   // serves faster take more (a little faster; results vary in the last bits run to run).
@@ -63,6 +68,10 @@ struct PagedDecodeArgs {
     return page_stride ? page_stride : size_t(num_kv_heads) * page_size * head_dim;
   }
   size_t head_stride_elems() const { return head_stride ? head_stride : size_t(page_size) * head_dim; }
+  // Index of the page list (row of page_table, entry of seq_lens) of sequence b, KV head h.
+  size_t table_index(int b, int h) const {
+    return tables_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);
+  }
 };
 
 }  // namespace skim

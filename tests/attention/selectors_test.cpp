@@ -8,6 +8,8 @@
 #include <set>
 
 #include "../test_random.h"
+#include "backend/cpu/group_page_select.h"
+#include "core/dtype.h"
 
 namespace skim {
 namespace {
@@ -138,6 +140,52 @@ TEST(GroupBlockSelector, SharedTopBlocksOfTheMeanQueryWithLocalBlocks) {
       for (int pg = 0; pg < blocks; ++pg) scores[pg] = rc.bound(mean.data(), pg, h, d);
       scores[blocks - 2] = INFINITY;  // n_local = 2 recent blocks
       EXPECT_EQ(pages_of(s.heads[0]), best_pages(scores, n, blocks - 1));
+    }
+  }
+}
+
+// The GPU's selection has a CPU reference (backend/cpu/group_page_select.h) with its own
+// argument form; it must choose what the policy chooses.
+TEST(GroupBlockSelector, SameChoiceAsTheGroupPageSelectReference) {
+  for (int trial = 0; trial < 5; ++trial) {
+    const int len = test::random_int(1, 4000), kv_heads = 2, group = 4, d = 64;
+    RandomCache rc(len, kv_heads, group, d);
+    for (float& x : rc.q) x = bf16_to_f32(f32_to_bf16(x));  // the reference reads bf16 queries
+    std::vector<uint16_t> q_bf16(rc.q.size());
+    for (size_t i = 0; i < q_bf16.size(); ++i) q_bf16[i] = f32_to_bf16(rc.q[i]);
+    AttentionBatch b = rc.batch(kv_heads, group, d);
+    GroupBlockParams p;
+    GroupBlockSelector sel(p);
+
+    GroupPageSelectArgs a;
+    a.batch = 1;
+    a.num_heads = kv_heads * group;
+    a.num_kv_heads = kv_heads;
+    a.head_dim = d;
+    a.max_pages_per_seq = int(rc.table.pages.size());
+    a.keep = p.keep;
+    a.n_min = p.n_min;
+    a.n_local = p.n_local;
+    a.q = q_bf16.data();
+    a.kmin = b.kv.kmin;
+    a.kmax = b.kv.kmax;
+    a.page_table = rc.table.pages.data();
+    a.seq_lens = &len;
+    std::vector<int32_t> out_table(size_t(kv_heads) * a.max_pages_per_seq), out_lens(kv_heads);
+    a.out_table = out_table.data();
+    a.out_lens = out_lens.data();
+    cpu::group_page_select(a);
+
+    for (int h = 0; h < kv_heads; ++h) {
+      Selection s;
+      sel.select(SelectInput{b, 0, h, len}, s);
+      const std::set<int> policy = pages_of(s.heads[0]);
+      std::set<int> reference;
+      for (int i = 0; i < (out_lens[h] + 15) / 16; ++i) {
+        const int32_t id = out_table[size_t(h) * a.max_pages_per_seq + i];
+        reference.insert(int(std::find(rc.table.pages.begin(), rc.table.pages.end(), id) - rc.table.pages.begin()));
+      }
+      EXPECT_EQ(reference, policy) << "len " << len << ", KV head " << h;
     }
   }
 }

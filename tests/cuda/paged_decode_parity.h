@@ -39,6 +39,7 @@ struct ParityCase {
   float q_scale = 1.0f;  // query magnitude: larger gives sharper softmax
   bool deterministic = true;  // PagedDecodeArgs::deterministic
   bool head_major = false;    // pool [kv_head][page][token][dim] (PagedDecodeArgs strides)
+  bool per_head_lists = false;  // each (sequence, KV head) a random subset of its pages
 
   std::string name() const {
     char buf[64];
@@ -53,6 +54,7 @@ struct ParityCase {
                              std::to_string(lens[0]) + "_etc";
     if (!deterministic) s += "_dyn";
     if (head_major) s += "_headmajor";
+    if (per_head_lists) s += "_perhead";
     return s;
   }
 };
@@ -116,6 +118,10 @@ inline std::vector<ParityCase> default_parity_cases(bool quick = false) {
   // Head-major pools (explicit page and head strides).
   cases.push_back({128, 4, 8, {8192, 100, 0, 3001}, 2.0f, true, true});
   cases.push_back({64, 8, 2, {33000, 17}, 1.0f, false, true});
+  // A page list per (sequence, KV head), as a group-shared sparse selection makes them.
+  cases.push_back({128, 4, 8, {8192, 100, 0, 3001}, 2.0f, true, false, true});
+  cases.push_back({128, 12, 2, {33000, 17}, 1.0f, false, false, true});
+  cases.push_back({64, 4, 3, {5000, 1, 16}, 4.0f, true, false, true});
   return cases;
 }
 
@@ -160,6 +166,25 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   std::vector<uint16_t> q(size_t(batch) * heads * d);
   for (auto& x : q) x = f32_to_bf16(pc.q_scale * uni(rng));
 
+  // Per-head lists: every page but the sequence's last kept with probability 1/2, in order.
+  std::vector<int32_t> head_table;
+  std::vector<int> head_lens;
+  if (pc.per_head_lists) {
+    head_table.assign(size_t(batch) * hkv * stride, std::numeric_limits<int32_t>::max());
+    head_lens.assign(size_t(batch) * hkv, 0);
+    for (int b = 0; b < batch; ++b)
+      for (int h = 0; h < hkv; ++h) {
+        const int n = pages.pages_of(pc.lens[b], ps);
+        int32_t* row = head_table.data() + (size_t(b) * hkv + h) * stride;
+        int kept = 0;
+        for (int i = 0; i < n; ++i)
+          if (i == n - 1 || rng() % 2) row[kept++] = table[size_t(b) * stride + i];
+        head_lens[size_t(b) * hkv + h] = n == 0 ? 0 : (kept - 1) * ps + (pc.lens[b] - (n - 1) * ps);
+      }
+  }
+  const std::vector<int32_t>& table_used = pc.per_head_lists ? head_table : table;
+  const std::vector<int>& lens_used = pc.per_head_lists ? head_lens : pc.lens;
+
   PagedDecodeArgs a;
   a.batch = batch;
   a.num_heads = heads;
@@ -172,6 +197,7 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   a.max_seq_len = std::min(a.max_seq_len + int(rng() % 40), stride * ps);
   a.scale = 1.0f / std::sqrt(float(d));
   a.deterministic = pc.deterministic;
+  a.tables_per_kv_head = pc.per_head_lists;
   if (pc.head_major) {
     a.page_stride = size_t(ps) * d;
     a.head_stride = size_t(num_pages) * ps * d;
@@ -184,8 +210,8 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
     h.q = q.data();
     h.k_pool = kp.data();
     h.v_pool = vp.data();
-    h.page_table = table.data();
-    h.seq_lens = pc.lens.data();
+    h.page_table = table_used.data();
+    h.seq_lens = lens_used.data();
     h.o = o_ref.data();
     h.lse = lse_ref.data();
     cpu::paged_decode_attention(h);
@@ -210,15 +236,15 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   SKIM_PARITY_CHECK(alloc(&dq, q.size() * 2));
   SKIM_PARITY_CHECK(alloc(&dk, kp.size() * 2));
   SKIM_PARITY_CHECK(alloc(&dv, vp.size() * 2));
-  SKIM_PARITY_CHECK(alloc(&dt, table.size() * 4));
-  SKIM_PARITY_CHECK(alloc(&dl, size_t(batch) * 4));
+  SKIM_PARITY_CHECK(alloc(&dt, table_used.size() * 4));
+  SKIM_PARITY_CHECK(alloc(&dl, lens_used.size() * 4));
   SKIM_PARITY_CHECK(alloc(&dout, o_ref.size() * 4));
   SKIM_PARITY_CHECK(alloc(&dlse, lse_ref.size() * 4));
   SKIM_PARITY_CHECK(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
   SKIM_PARITY_CHECK(cudaMemcpy(dk, kp.data(), kp.size() * 2, cudaMemcpyHostToDevice));
   SKIM_PARITY_CHECK(cudaMemcpy(dv, vp.data(), vp.size() * 2, cudaMemcpyHostToDevice));
-  SKIM_PARITY_CHECK(cudaMemcpy(dt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
-  SKIM_PARITY_CHECK(cudaMemcpy(dl, pc.lens.data(), size_t(batch) * 4, cudaMemcpyHostToDevice));
+  SKIM_PARITY_CHECK(cudaMemcpy(dt, table_used.data(), table_used.size() * 4, cudaMemcpyHostToDevice));
+  SKIM_PARITY_CHECK(cudaMemcpy(dl, lens_used.data(), lens_used.size() * 4, cudaMemcpyHostToDevice));
   a.q = dq;
   a.k_pool = dk;
   a.v_pool = dv;

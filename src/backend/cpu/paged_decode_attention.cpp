@@ -19,16 +19,17 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
   std::vector<double> s, acc(d);
 
   for (int b = 0; b < a.batch; ++b) {
-    const int len = a.seq_lens[b];
-    if (len < 0 || len > a.max_pages_per_seq * ps)
-      throw std::invalid_argument("paged_decode_attention: seq_len out of range");
-    const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-    // Token t of KV head h lives in page table[t / ps], row t % ps.
-    auto row = [&](const uint16_t* pool, int t, int h) {
-      return pool + size_t(table[t / ps]) * page_stride + h * head_stride + size_t(t % ps) * d;
-    };
     for (int hq = 0; hq < a.num_heads; ++hq) {
       const int h = hq / group;
+      const size_t list = a.table_index(b, h);
+      const int len = a.seq_lens[list];
+      if (len < 0 || len > a.max_pages_per_seq * ps)
+        throw std::invalid_argument("paged_decode_attention: seq_len out of range");
+      const int32_t* table = a.page_table + list * a.max_pages_per_seq;
+      // Token t of the list lives in page table[t / ps], row t % ps.
+      auto row = [&](const uint16_t* pool, int t) {
+        return pool + size_t(table[t / ps]) * page_stride + h * head_stride + size_t(t % ps) * d;
+      };
       const uint16_t* qb = a.q + (size_t(b) * a.num_heads + hq) * d;
       for (int i = 0; i < d; ++i) q[i] = bf16_to_f32(qb[i]);
       float* o = a.o + (size_t(b) * a.num_heads + hq) * d;
@@ -42,7 +43,7 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
       s.assign(len, 0.0);
       double m = -std::numeric_limits<double>::infinity();
       for (int t = 0; t < len; ++t) {
-        const uint16_t* k = row(a.k_pool, t, h);
+        const uint16_t* k = row(a.k_pool, t);
         double dot = 0.0;
         for (int i = 0; i < d; ++i) dot += double(q[i]) * double(bf16_to_f32(k[i]));
         s[t] = dot * double(a.scale);
@@ -54,7 +55,7 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
       for (int t = 0; t < len; ++t) {
         const double p = std::exp(s[t] - m);
         sum += p;
-        const uint16_t* v = row(a.v_pool, t, h);
+        const uint16_t* v = row(a.v_pool, t);
         for (int i = 0; i < d; ++i) acc[i] += p * double(bf16_to_f32(v[i]));
       }
       for (int i = 0; i < d; ++i) o[i] = float(acc[i] / sum);

@@ -113,8 +113,9 @@ struct SplitParams {
   const uint16_t* q;
   const uint16_t* k;
   const uint16_t* v;
-  const int32_t* page_table;
-  const int32_t* seq_lens;
+  const int32_t* page_table;  // row (b * tables_per_seq + (tables_per_seq > 1 ? kvh : 0))
+  const int32_t* seq_lens;    // same index
+  int tables_per_seq;         // 1, or num_kv_heads (PagedDecodeArgs::tables_per_kv_head)
   // Where CTA (b, query head hq, chunk c) writes: o at out_o + (b*H + hq)*o_head_stride
   // + c*D (+ d), lse likewise. Final outputs (stride D, 1) or the partials in the workspace.
   float* out_o;
@@ -169,7 +170,8 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
   // Start every independent load before using any: the length, the queries, the page ids.
   // The page ids are fetched speculatively over the whole chunk (in bounds of the table row),
   // so that this load does not wait for seq_len.
-  const int len_raw = p.seq_lens[b];
+  const size_t list = size_t(b) * p.tables_per_seq + (p.tables_per_seq > 1 ? kvh : 0);
+  const int len_raw = p.seq_lens[list];
 
   uint32_t qf[D / 16][2];  // A fragments of Q, one pair per k-step of 16 dims
   {
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
   // take more pages and all finish closer together. A warp keeps one batch ahead whose ids
   // are loading and (dynamic) one counter grab in flight, so neither latency stalls it.
   constexpr int K = kBatchPages;
-  const int32_t* table = p.page_table + size_t(b) * p.max_pages_per_seq;
+  const int32_t* table = p.page_table + list * p.max_pages_per_seq;
   const int total_warps = gridDim.x * WARPS;
   const int gw = chunk * WARPS + warp;
   int* const ctr = !p.dynamic ? nullptr : p.counters + (size_t(b) * gridDim.y + blockIdx.y) * 2;
@@ -676,6 +678,7 @@ struct Variant {
     sp.v = a.v_pool;
     sp.page_table = a.page_table;
     sp.seq_lens = a.seq_lens;
+    sp.tables_per_seq = a.tables_per_kv_head ? a.num_kv_heads : 1;
     sp.out_o = plan.direct ? a.o : part_o;
     sp.out_lse = plan.direct ? a.lse : part_lse;
     sp.counters = counters;

@@ -1,0 +1,60 @@
+// Arguments of group page selection, shared by the CUDA kernels and their CPU reference
+// (skim::cuda::group_page_select and skim::cpu::group_page_select take the same struct).
+//
+// ReSA's group block-sparse selection (DESIGN.md section 9; the CPU policy is `gbsa`,
+// attention/selectors.h) for one decode step of a batch: per (sequence, KV head), the group's
+// query heads pooled by their mean, every page scored by Quest's bound sum_i max(q_i kmin_i,
+// q_i kmax_i), the n_local most recent pages forced in (the newest first of all), and the top
+// n = min(M, max(n_min, ceil(M * keep))) of the M pages kept; ties go to the lower page index.
+// The output is a page list per (sequence, KV head) in position order, ready for
+// paged_decode_attention with tables_per_kv_head: the newest page, the only partial one, last.
+//
+// Layouts (row-major):
+//   q           bf16 [batch][num_heads][head_dim]       (post-RoPE, as attention sees it)
+//   kmin/kmax   fp32 [num_pages][num_kv_heads][head_dim] (the cache's page digests)
+//   page_table  int32 [batch][max_pages_per_seq], seq_lens int32 [batch]
+//   out_table   int32 [batch][num_kv_heads][max_pages_per_seq] (slots past the list untouched)
+//   out_lens    int32 [batch][num_kv_heads]             (tokens in the listed pages)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace skim {
+
+struct GroupPageSelectArgs {
+  int batch = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;  // 64 or 128 on the GPU
+  int page_size = 16;
+  int max_pages_per_seq = 0;
+  double keep = 0.1;  // fraction of the pages kept
+  int n_min = 16;     // at least this many pages
+  int n_local = 1;    // most recent pages always kept
+
+  const uint16_t* q = nullptr;
+  const float* kmin = nullptr;
+  const float* kmax = nullptr;
+  const int32_t* page_table = nullptr;
+  const int32_t* seq_lens = nullptr;
+  int32_t* out_table = nullptr;
+  int32_t* out_lens = nullptr;
+
+  // GPU only: cuda::group_page_select_workspace_size(*this) bytes (page keys); no zeroing needed.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+
+  int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
+  // Pages kept of a sequence with m pages (the CPU policy's formula, in double on both sides).
+  int pages_kept(int m) const {
+    if (m <= 0) return 0;
+    const double x = double(m) * keep;
+    int n = int(x);
+    if (double(n) < x) ++n;  // ceil without <cmath>, identical on host and device
+    n = n > n_min ? n : n_min;
+    return n < m ? n : m;
+  }
+};
+
+}  // namespace skim

@@ -28,6 +28,7 @@ struct BenchArgs {
   int steps = 64;
   std::string prefill_contexts = "8192,32768";
   int chunk = 512;
+  double sparse_keep = 0.1;
   bool attention_only = false, e2e_only = false, no_8b = false, no_prefill = false;
   std::string json_path;
 };
@@ -74,6 +75,23 @@ void run_bench(const BenchArgs& a) {
                                     {"fraction_of_copy_bw", p.fraction}});
       }
     std::printf("\n");
+    if (a.sparse_keep > 0) {
+      std::printf("group-sparse decode attention (gbsa keep=%g: page selection on the digests + attention over the kept pages)\n",
+                  a.sparse_keep);
+      std::printf("| batch | context | select us | select + attend us | dense us | speedup | MB read |\n");
+      std::printf("|---|---|---|---|---|---|---|\n");
+      out["sparse_attention"] = nlohmann::json::array();
+      for (int b : int_list(a.attention_batches, "--attention-batches"))
+        for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
+          auto p = cuda::bench_group_sparse_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep);
+          std::printf("| %d | %d | %.1f | %.1f | %.1f | %.2fx | %.1f |\n", b, ctx, p.select_us, p.us, p.dense_us,
+                      p.dense_us / p.us, p.bytes / 1e6);
+          std::fflush(stdout);
+          out["sparse_attention"].push_back({{"batch", b}, {"context", ctx}, {"keep", p.keep}, {"select_us", p.select_us},
+                                             {"us", p.us}, {"dense_us", p.dense_us}, {"bytes", p.bytes}});
+        }
+      std::printf("\n");
+    }
   }
 
   std::vector<std::pair<std::string, std::shared_ptr<const cuda::GpuWeights>>> models;
@@ -135,7 +153,10 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_option("--steps", a.steps, "timed decode steps per point")->capture_default_str();
   app->add_option("--attention-contexts", a.attention_contexts, "decode attention contexts")->capture_default_str();
   app->add_option("--attention-batches", a.attention_batches, "decode attention batch sizes")->capture_default_str();
-  app->add_flag("--attention-only", a.attention_only, "only the decode attention kernel");
+  app->add_flag("--attention-only", a.attention_only, "only the decode attention kernels");
+  app->add_option("--sparse-keep", a.sparse_keep,
+                  "also time group-sparse decode attention keeping this fraction of pages (0: skip)")
+      ->capture_default_str();
   app->add_flag("--e2e-only", a.e2e_only, "only the end-to-end steps");
   app->add_flag("--no-8b", a.no_8b, "skip the random Llama-3.1-8B-shaped model");
   app->add_option("--prefill-contexts", a.prefill_contexts, "prefill lengths (the 8B shape: up to 8K)")->capture_default_str();
@@ -146,6 +167,7 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
     run = [args] {
       SKIM_REQUIRE(args->steps > 0, "--steps must be positive");
       SKIM_REQUIRE(args->chunk > 0, "--chunk must be positive");
+      SKIM_REQUIRE(args->sparse_keep >= 0 && args->sparse_keep <= 1, "--sparse-keep must be in [0, 1]");
 #ifdef SKIM_HAVE_CUDA
       run_bench(*args);
 #else

@@ -20,6 +20,13 @@
 #include <cstddef>
 #include <cstdint>
 
+// The helpers below run on the host and in the kernels.
+#if defined(__CUDACC__)
+#define SKIM_HOST_DEVICE __host__ __device__
+#else
+#define SKIM_HOST_DEVICE
+#endif
+
 namespace skim {
 
 struct GroupPageSelectArgs {
@@ -45,9 +52,9 @@ struct GroupPageSelectArgs {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 
-  int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
+  SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
   // Pages kept of a sequence with m pages (the CPU policy's formula, in double on both sides).
-  int pages_kept(int m) const {
+  SKIM_HOST_DEVICE int pages_kept(int m) const {
     if (m <= 0) return 0;
     const double x = double(m) * keep;
     int n = int(x);

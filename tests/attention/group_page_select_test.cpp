@@ -80,7 +80,9 @@ TEST_P(GroupPageSelectReference, KeepsTheBestPagesByTheBound) {
         ASSERT_NE(it, pages.table.begin() + b * pages.stride + m) << "page id " << id << " is not the sequence's";
         kept.push_back(int(it - (pages.table.begin() + b * pages.stride)));
       }
-      if (m > 0) EXPECT_EQ(out_table[list * pages.stride + n], -1) << "more than n pages listed";
+      if (m > 0) {
+        EXPECT_EQ(out_table[list * pages.stride + n], -1) << "more than n pages listed";
+      }
       ASSERT_TRUE(std::is_sorted(kept.begin(), kept.end())) << "list not in position order";
       ASSERT_EQ(std::adjacent_find(kept.begin(), kept.end()), kept.end()) << "a page listed twice";
       EXPECT_EQ(out_lens[list], m == 0 ? 0 : (n - 1) * ps + c.lens[b] - (m - 1) * ps);
@@ -97,8 +99,12 @@ TEST_P(GroupPageSelectReference, KeepsTheBestPagesByTheBound) {
       for (int p = 0; p < m; ++p) {
         const float got = scores[list * pages.stride + p];
         if (p >= m - std::max(forced, 1)) {
-          if (p >= m - forced) EXPECT_TRUE(std::isinf(got)) << "forced page " << p;
-          if (n >= forced || p == m - 1) EXPECT_TRUE(is_kept[p]) << "forced page " << p << " dropped";
+          if (p >= m - forced) {
+            EXPECT_TRUE(std::isinf(got)) << "forced page " << p;
+          }
+          if (n >= forced || p == m - 1) {
+            EXPECT_TRUE(is_kept[p]) << "forced page " << p << " dropped";
+          }
           continue;
         }
         const size_t off = (size_t(pages.table[b * pages.stride + p]) * hkv + h) * d;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <vector>
 
 #include "attention/policy.h"
 #include "backend/cuda/gpu_forward.h"
+#include "backend/cuda/group_page_select.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
 
@@ -23,54 +25,60 @@ double copy_bandwidth(size_t bytes) {
   return 2.0 * double(bytes) / (best / 1e3);
 }
 
-AttentionPoint bench_decode_attention(int batch, int context, int heads, int kv_heads, int d, double copy_bw) {
-  const int page = 16, pages_per_seq = (context + page - 1) / page;
-  const size_t pool_elems = size_t(batch) * pages_per_seq * kv_heads * page * d;
-  const double kv_bytes = 2.0 * double(batch) * context * kv_heads * d * 2;
-  // Enough copies of the cache to exceed L2 (50-60 MB) several times over.
-  const int copies = int(std::clamp(std::ceil(256e6 / kv_bytes), 1.0, 64.0));
-  DeviceBuffer<uint16_t> k(pool_elems * copies), v(pool_elems * copies), q(size_t(batch) * heads * d);
-  DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
-  fill_random_bf16(k.data(), k.size(), 1, 1.0f, nullptr);
-  fill_random_bf16(v.data(), v.size(), 2, 1.0f, nullptr);
-  fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
-  std::vector<int32_t> table(size_t(batch) * pages_per_seq), lens(size_t(batch), context);
-  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
-  DeviceBuffer<int32_t> d_table, d_lens;
-  upload(d_table, table.data(), table.size());
-  upload(d_lens, lens.data(), lens.size());
+namespace {
 
-  PagedDecodeArgs a;
-  a.batch = batch;
-  a.num_heads = heads;
-  a.num_kv_heads = kv_heads;
-  a.head_dim = d;
-  a.max_pages_per_seq = pages_per_seq;
-  a.max_seq_len = context;
-  a.scale = 1.0f / std::sqrt(float(d));
-  a.q = q.data();
-  a.page_table = d_table.data();
-  a.seq_lens = d_lens.data();
-  a.o = o.data();
-  a.lse = lse.data();
-  DeviceBuffer<uint8_t> ws(std::max<size_t>(paged_decode_workspace_size(a), 1));
-  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
-  a.workspace = ws.data();
-  a.workspace_bytes = ws.bytes();
+// `batch` sequences of `context` tokens on random bf16 pages (each sequence's pages in order),
+// in enough copies of the cache to exceed L2 (50-60 MB) several times over, so that calls
+// rotating among the copies read HBM.
+struct RandomPagedCache {
+  int batch, context, kv_heads, d, pages_per_seq, copies;
+  size_t pool_elems;
+  DeviceBuffer<uint16_t> k, v;
+  DeviceBuffer<int32_t> table, lens;
 
+  RandomPagedCache(int batch_, int context_, int kv_heads_, int d_)
+      : batch(batch_), context(context_), kv_heads(kv_heads_), d(d_), pages_per_seq((context_ + 15) / 16) {
+    pool_elems = size_t(batch) * pages_per_seq * kv_heads * 16 * d;
+    copies = int(std::clamp(std::ceil(256e6 / kv_bytes()), 1.0, 64.0));
+    k = DeviceBuffer<uint16_t>(pool_elems * copies);
+    v = DeviceBuffer<uint16_t>(pool_elems * copies);
+    fill_random_bf16(k.data(), k.size(), 1, 1.0f, nullptr);
+    fill_random_bf16(v.data(), v.size(), 2, 1.0f, nullptr);
+    std::vector<int32_t> t(size_t(batch) * pages_per_seq), l(size_t(batch), context);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
+    upload(table, t.data(), t.size());
+    upload(lens, l.data(), l.size());
+  }
+  double kv_bytes() const { return 2.0 * double(batch) * context * kv_heads * d * 2; }
+  size_t pages() const { return size_t(batch) * pages_per_seq; }
+
+  PagedDecodeArgs decode_args(int heads, const uint16_t* q, float* o, float* lse) const {
+    PagedDecodeArgs a;
+    a.batch = batch;
+    a.num_heads = heads;
+    a.num_kv_heads = kv_heads;
+    a.head_dim = d;
+    a.max_pages_per_seq = pages_per_seq;
+    a.max_seq_len = context;
+    a.scale = 1.0f / std::sqrt(float(d));
+    a.q = q;
+    a.page_table = table.data();
+    a.seq_lens = lens.data();
+    a.o = o;
+    a.lse = lse;
+    return a;
+  }
+};
+
+// Mean time of one call of `enqueue(i)` (i = call index), from the best of 5 launches of a
+// CUDA graph of `calls` calls back to back.
+template <class F>
+double graph_us_per_call(int calls, F&& enqueue) {
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-  const int calls = std::max(copies, 100);
-  auto enqueue_calls = [&] {
-    for (int i = 0; i < calls; ++i) {
-      a.k_pool = k.data() + (i % copies) * pool_elems;
-      a.v_pool = v.data() + (i % copies) * pool_elems;
-      check(paged_decode_attention(a, s), "paged_decode_attention");
-    }
-  };
   cudaGraph_t g;
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  enqueue_calls();
+  for (int i = 0; i < calls; ++i) enqueue(i, s);
   check(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
   cudaGraphExec_t exec;
   check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
@@ -80,13 +88,100 @@ AttentionPoint bench_decode_attention(int batch, int context, int heads, int kv_
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);
+  return best * 1e3 / calls;
+}
+
+}  // namespace
+
+AttentionPoint bench_decode_attention(int batch, int context, int heads, int kv_heads, int d, double copy_bw) {
+  RandomPagedCache c(batch, context, kv_heads, d);
+  DeviceBuffer<uint16_t> q(size_t(batch) * heads * d);
+  DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
+  fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
+  PagedDecodeArgs a = c.decode_args(heads, q.data(), o.data(), lse.data());
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(paged_decode_workspace_size(a), 1));
+  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+  a.workspace = ws.data();
+  a.workspace_bytes = ws.bytes();
 
   AttentionPoint p;
   p.batch = batch;
   p.context = context;
-  p.us = best * 1e3 / calls;
-  p.bytes = kv_bytes + double(batch) * heads * d * (2 + 4) + double(batch) * heads * 4;
+  p.us = graph_us_per_call(std::max(c.copies, 100), [&](int i, cudaStream_t s) {
+    a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+    check(paged_decode_attention(a, s), "paged_decode_attention");
+  });
+  p.bytes = c.kv_bytes() + double(batch) * heads * d * (2 + 4) + double(batch) * heads * 4;
   p.fraction = p.bytes / (p.us * 1e-6) / copy_bw;
+  return p;
+}
+
+SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int heads, int kv_heads, int d,
+                                                  double keep) {
+  RandomPagedCache c(batch, context, kv_heads, d);
+  const size_t digest_elems = c.pages() * kv_heads * d;
+  DeviceBuffer<float> kmin(digest_elems * c.copies), kmax(digest_elems * c.copies);
+  fill_random_f32(kmin.data(), kmin.size(), 4, 1.0f, nullptr);
+  fill_random_f32(kmax.data(), kmax.size(), 5, 1.0f, nullptr);
+  DeviceBuffer<uint16_t> q(size_t(batch) * heads * d);
+  DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
+  fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
+  DeviceBuffer<int32_t> kept_table(size_t(batch) * kv_heads * c.pages_per_seq), kept_lens(size_t(batch) * kv_heads);
+
+  GroupPageSelectArgs sel;
+  sel.batch = batch;
+  sel.num_heads = heads;
+  sel.num_kv_heads = kv_heads;
+  sel.head_dim = d;
+  sel.max_pages_per_seq = c.pages_per_seq;
+  sel.keep = keep;
+  sel.q = q.data();
+  sel.page_table = c.table.data();
+  sel.seq_lens = c.lens.data();
+  sel.out_table = kept_table.data();
+  sel.out_lens = kept_lens.data();
+  DeviceBuffer<uint8_t> sel_ws(std::max<size_t>(group_page_select_workspace_size(sel), 1));
+  sel.workspace = sel_ws.data();
+  sel.workspace_bytes = sel_ws.bytes();
+
+  PagedDecodeArgs dense = c.decode_args(heads, q.data(), o.data(), lse.data());
+  PagedDecodeArgs sparse = dense;
+  sparse.tables_per_kv_head = true;
+  sparse.page_table = kept_table.data();
+  sparse.seq_lens = kept_lens.data();
+  const int kept_pages = sel.pages_kept(c.pages_per_seq);
+  sparse.max_seq_len = kept_pages * 16;  // bounds every list (the newest page may be partial)
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(paged_decode_workspace_size(dense), 1));
+  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+  for (PagedDecodeArgs* a : {&dense, &sparse}) {
+    a->workspace = ws.data();
+    a->workspace_bytes = ws.bytes();
+  }
+
+  auto select = [&](int i, cudaStream_t s) {
+    sel.kmin = kmin.data() + (i % c.copies) * digest_elems;
+    sel.kmax = kmax.data() + (i % c.copies) * digest_elems;
+    check(group_page_select(sel, s), "group_page_select");
+  };
+  auto attend = [&](PagedDecodeArgs& a, int i, cudaStream_t s) {
+    a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+    check(paged_decode_attention(a, s), "paged_decode_attention");
+  };
+  const int calls = std::max(c.copies, 100);
+  SparseAttentionPoint p;
+  p.batch = batch;
+  p.context = context;
+  p.keep = keep;
+  p.select_us = graph_us_per_call(calls, select);
+  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    select(i, s);
+    attend(sparse, i, s);
+  });
+  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { attend(dense, i, s); });
+  p.bytes = double(digest_elems) * 2 * 4 + c.kv_bytes() * kept_pages / c.pages_per_seq +
+            double(batch) * heads * d * (2 + 4) + double(batch) * heads * 4;
   return p;
 }
 

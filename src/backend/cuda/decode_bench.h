@@ -25,6 +25,21 @@ struct AttentionPoint {
 AttentionPoint bench_decode_attention(int batch, int context, int num_heads, int num_kv_heads,
                                       int head_dim, double copy_bw);
 
+struct SparseAttentionPoint {
+  int batch = 0, context = 0;
+  double keep = 0;
+  double select_us = 0;     // group page selection alone (scores over the digests + top-n)
+  double us = 0;            // selection + decode attention over the kept pages, one call
+  double dense_us = 0;      // dense decode attention on the same cache, same run
+  double bytes = 0;         // digests + kept K/V + q + o per call
+};
+
+// ReSA/gbsa-style decode on the GPU: group_page_select then paged_decode_attention over each
+// (sequence, KV head)'s kept pages, on random pages and digests, rotating among copies like
+// bench_decode_attention.
+SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int num_heads, int num_kv_heads,
+                                                  int head_dim, double keep);
+
 struct EndToEndPoint {
   int batch = 0, context = 0, steps = 0;
   double ms_per_step = 0;

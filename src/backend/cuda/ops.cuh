@@ -94,6 +94,7 @@ void sample(const float* logits, int n, int vocab, const SampleParams* params, i
 // Deterministic pseudo-random fill (hash of seed and index), uniform in [-scale, scale]:
 // random-weight models and caches for benchmarks, generated on the device.
 void fill_random_bf16(uint16_t* p, size_t count, uint64_t seed, float scale, cudaStream_t stream);
+void fill_random_f32(float* p, size_t count, uint64_t seed, float scale, cudaStream_t stream);
 void fill_f32(float* p, size_t count, float value, cudaStream_t stream);
 
 }  // namespace skim::cuda

@@ -1,6 +1,7 @@
 // skim bench: GPU decode speed against the memory-bandwidth floor. Decode attention alone on
 // Llama-3.1-8B shapes, and whole greedy decode steps of the demo model (or --model) and of a
 // random-weight model of Llama-3.1-8B's shape, generated on the device.
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -103,22 +104,28 @@ void run_bench(const BenchArgs& a) {
       models.emplace_back("random Llama-3.1-8B shape",
                           std::make_shared<const cuda::GpuWeights>(cuda::random_weights(cuda::llama31_8b_config(), 1)));
     std::printf("end-to-end greedy decode step (CUDA graph), %d steps after a random-KV context\n", a.steps);
-    std::printf("| model | batch | context | ms/token | weights MB | KV MB | floor ms | x floor |\n");
-    std::printf("|---|---|---|---|---|---|---|---|\n");
+    std::printf("| model | policy | batch | context | ms/token | weights MB | KV MB | floor ms | x floor |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
     out["end_to_end"] = nlohmann::json::array();
     for (auto& [name, w] : models)
       for (int b : int_list(a.batches, "--batches"))
-        for (int ctx : int_list(a.contexts, "--contexts")) {
-          auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw);
-          std::printf("| %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), b, ctx,
-                      p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,
-                      p.ms_per_step / p.floor_ms);
-          std::fflush(stdout);
-          out["end_to_end"].push_back({{"model", name}, {"batch", b}, {"context", ctx}, {"steps", p.steps},
-                                       {"ms_per_token", p.ms_per_step}, {"weight_bytes", p.weight_bytes},
-                                       {"kv_bytes", p.kv_bytes}, {"floor_ms", p.floor_ms},
-                                       {"ratio_to_floor", p.ms_per_step / p.floor_ms}});
-        }
+        for (int ctx : int_list(a.contexts, "--contexts"))
+          for (bool sparse : {false, true}) {
+            if (sparse && a.sparse_keep <= 0) continue;
+            cuda::GroupSparseOptions so;
+            so.enabled = sparse;
+            so.keep = a.sparse_keep;
+            const std::string policy = sparse ? fmt::format("gbsa:keep={}", a.sparse_keep) : "dense";
+            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, so);
+            std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), policy.c_str(), b,
+                        ctx, p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,
+                        p.ms_per_step / p.floor_ms);
+            std::fflush(stdout);
+            out["end_to_end"].push_back({{"model", name}, {"policy", policy}, {"batch", b}, {"context", ctx},
+                                         {"steps", p.steps}, {"ms_per_token", p.ms_per_step},
+                                         {"weight_bytes", p.weight_bytes}, {"kv_bytes", p.kv_bytes},
+                                         {"floor_ms", p.floor_ms}, {"ratio_to_floor", p.ms_per_step / p.floor_ms}});
+          }
   }
   if (!a.attention_only && !a.no_prefill) {
     std::printf("\nprefill (chunks of %d tokens, pseudo-random ids), tokens/s\n", a.chunk);

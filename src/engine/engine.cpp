@@ -6,9 +6,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "attention/policy.h"
+#include "attention/policy_spec.h"
 #include "core/error.h"
 #include "kv/paged_kv_cache.h"
 #include "model/forward.h"
@@ -20,6 +22,31 @@
 #endif
 
 namespace skim {
+
+#ifdef SKIM_HAVE_CUDA
+namespace {
+
+// What of a policy string the GPU runs: dense, or `gbsa` (group block-sparse decode, no
+// rectification). The string has passed make_policy, so its values are in range.
+cuda::GroupSparseOptions gpu_sparse_options(const std::string& policy, bool gpu) {
+  cuda::GroupSparseOptions g;
+  if (!gpu || policy == "dense") return g;
+  const PolicySpec spec = parse_policy_spec(policy);
+  SKIM_REQUIRE(spec.parts.size() == 1 && spec.parts[0].name == "gbsa",
+               "--policy {}: with --device cuda only dense and gbsa run so far (the other policies, "
+               "resa's rectification included, run on the CPU: drop --device cuda)",
+               policy);
+  const PolicyPart& p = spec.parts[0];
+  g.enabled = true;
+  g.keep = p.number("keep", g.keep);
+  g.n_min = p.integer("n_min", g.n_min);
+  g.n_local = p.integer("n_local", g.n_local);
+  g.dense_layers = p.integer("dense_layers", g.dense_layers);
+  return g;
+}
+
+}  // namespace
+#endif
 
 // A sequence: its pages, the tokens at its positions (rectification re-runs them), and how
 // many tokens it has taken as decode steps.
@@ -39,8 +66,8 @@ struct Engine::Impl {
   std::unique_ptr<AttentionPolicy> policy;
   std::unique_ptr<Forward> forward;
   bool gpu = false;
-  size_t gpu_kv_bytes_per_token = 0;
-  uint64_t gpu_decode_tokens_read = 0;  // keys attended by GPU decode steps
+  std::function<double(int)> gpu_decode_bytes;  // K/V (+ digests) one GPU decode row reads
+  double gpu_decode_bytes_read = 0;
   std::map<int, Sequence> sequences;
   int next_id = 0;
 
@@ -116,7 +143,9 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   SKIM_REQUIRE(!m.gpu, "--device cuda: this skim was built without CUDA (configure with -DSKIM_CUDA=ON on a machine with nvcc)");
 #endif
   m.policy = make_policy(o.policy);  // before the model loads: a bad flag fails fast
-  if (m.gpu) SKIM_REQUIRE(o.policy == "dense", "--policy {}: runs on the CPU only so far; with --device cuda use --policy dense", o.policy);
+#ifdef SKIM_HAVE_CUDA
+  const cuda::GroupSparseOptions gpu_sparse = gpu_sparse_options(o.policy, m.gpu);
+#endif
   m.model = load_model(o.model_dir);
   // A model without tokenizer.json still runs on token ids (tests, eval); text needs one.
   auto tok_path = o.model_dir / "tokenizer.json";
@@ -134,10 +163,11 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
     cuda::GpuForwardOptions go;
     go.max_rows = std::max(o.prefill_chunk, o.max_sequences);
     go.max_pages_per_seq = pages_per_seq;
+    go.sparse = gpu_sparse;
     auto gpu = std::make_unique<cuda::GpuForward>(
         std::make_shared<const cuda::GpuWeights>(cuda::upload_weights(*m.model)), shape, go);
     m.pages = &gpu->cache().pool();
-    m.gpu_kv_bytes_per_token = gpu->cache().bytes_per_token();
+    m.gpu_decode_bytes = [f = gpu.get()](int length) { return f->decode_bytes_read(length); };
     m.forward = std::move(gpu);
     return;
   }
@@ -203,8 +233,8 @@ int Engine::fork_sequence(int seq) {
 uint64_t Engine::rectified_tokens() const { return impl_->rectified_tokens; }
 
 double Engine::decode_kv_bytes_read() {
-  if (impl_->gpu)  // dense on the GPU, without the policy's counters
-    return double(impl_->gpu_decode_tokens_read) * double(impl_->gpu_kv_bytes_per_token);
+  if (impl_->gpu)  // the GPU path keeps no policy counters: bytes follow from the lengths
+    return impl_->gpu_decode_bytes_read;
   const AttentionStats& s = policy().stats();
   return double(s.decode_keys_read) * config().head_dim * 2 * sizeof(float) + double(s.decode_metadata_bytes);
 }
@@ -277,7 +307,7 @@ ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<con
     SKIM_REQUIRE(t.length + 1 <= options.max_context,
                  "sequence {} reached the context limit of {} tokens", seqs[i], options.max_context);
     reserve(t, t.length + 1);
-    gpu_decode_tokens_read += uint64_t(t.length + 1);
+    if (gpu_decode_bytes) gpu_decode_bytes_read += gpu_decode_bytes(t.length + 1);
     if (w > 1) {  // RetroAttention: the last w-1 tokens run again before the newest
       RetroRows past = retro_past_rows(s.tokens, t.length, s.retro_steps, w);
       for (size_t j = 0; j < past.tokens.size(); ++j) {

@@ -185,7 +185,8 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
   return p;
 }
 
-EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw) {
+EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
+                               const GroupSparseOptions& sparse) {
   const ModelConfig& c = weights->config;
   const int warm = 4, page = 16;
   const int pages_per_seq = (context + warm + steps + page - 1) / page;
@@ -201,8 +202,9 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   GpuForwardOptions o;
   o.max_rows = batch;
   o.max_pages_per_seq = pages_per_seq;
+  o.sparse = sparse;
   GpuForward fwd(weights, shape, o);
-  fwd.cache().fill_random(7, fwd.stream());
+  fwd.cache().fill_random(7, fwd.stream());  // K/V and digests
 
   std::vector<PageTable> tables(static_cast<size_t>(batch));
   std::vector<PageTable*> ptrs;
@@ -223,8 +225,8 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   // A step reads every weight once, except the embedding table (only its rows for the batch's
   // tokens), which a tied model reads whole as the output projection.
   p.weight_bytes = double(tied ? weight_total : weight_total - embed_bytes);
-  const double mean_len = context + warm + (steps + 1) / 2.0;
-  p.kv_bytes = double(batch) * mean_len * double(fwd.cache().bytes_per_token());
+  const int mean_len = context + warm + (steps + 1) / 2;
+  p.kv_bytes = double(batch) * fwd.decode_bytes_read(mean_len);
   p.floor_ms = (p.weight_bytes + p.kv_bytes) / copy_bw * 1e3;
   return p;
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/cuda/gpu_forward.h"
 #include "backend/cuda/gpu_weights.h"
 
 namespace skim::cuda {
@@ -44,13 +45,15 @@ struct EndToEndPoint {
   int batch = 0, context = 0, steps = 0;
   double ms_per_step = 0;
   double weight_bytes = 0;  // read per step: every weight but the embedding table's unread rows
-  double kv_bytes = 0;      // read per step (mean over the steps)
+  double kv_bytes = 0;      // K/V (and digests) read per step, mean over the steps
   double floor_ms = 0;      // (weight + KV bytes) / copy bandwidth
 };
 
 // Greedy decode steps (CUDA graph, tokens fed back on the device) after a context of
-// `context` tokens per sequence whose K/V are random (no prefill: only the step is timed).
-EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw);
+// `context` tokens per sequence whose K/V and digests are random (no prefill: only the step is
+// timed); dense attention, or gbsa's group-sparse decode with `sparse` enabled.
+EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
+                               const GroupSparseOptions& sparse = {});
 
 // Prefill of `context` tokens (pseudo-random ids) in chunks of `chunk`, logits of the last
 // row only, timed on the host around the whole prompt: tokens per second.

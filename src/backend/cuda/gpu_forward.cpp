@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/group_page_select.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
 #include "backend/cuda/paged_prefill_attention.cuh"
@@ -67,6 +68,14 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   for (a.batch = 1; a.batch <= o.max_rows; ++a.batch) ws = std::max(ws, paged_decode_workspace_size(a));
   attn_workspace_.resize(ws);
   check(cudaMemset(attn_workspace_.data(), 0, attn_workspace_.bytes()), "cudaMemset");
+  if (o.sparse.enabled) {
+    const GroupPageSelectArgs sel = select_args(o.max_rows);
+    SKIM_REQUIRE(group_page_select_workspace_size(sel) > 0, "--policy gbsa: keep {} / n_min {} / n_local {} out of range",
+                 o.sparse.keep, o.sparse.n_min, o.sparse.n_local);
+    kept_table_.resize(R * c.num_kv_heads * o.max_pages_per_seq);
+    kept_lens_.resize(R * c.num_kv_heads);
+    select_workspace_.resize(group_page_select_workspace_size(sel));
+  }
   check(cudaDeviceSynchronize(), "GPU forward set-up");
 }
 
@@ -101,7 +110,33 @@ void GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32
         "cudaMemcpyAsync (step inputs)");
 }
 
-void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance, bool chunk) {
+GroupPageSelectArgs GpuForward::select_args(int n) const {
+  const ModelConfig& c = w_.config;
+  GroupPageSelectArgs a;
+  a.batch = n;
+  a.num_heads = c.num_heads;
+  a.num_kv_heads = c.num_kv_heads;
+  a.head_dim = c.head_dim;
+  a.page_size = cache_.shape().page_size;
+  a.max_pages_per_seq = opt_.max_pages_per_seq;
+  a.keep = opt_.sparse.keep;
+  a.n_min = opt_.sparse.n_min;
+  a.n_local = opt_.sparse.n_local;
+  return a;
+}
+
+double GpuForward::decode_bytes_read(int length) const {
+  const ModelConfig& c = w_.config;
+  const double per_layer_token = 2.0 * c.num_kv_heads * c.head_dim * sizeof(uint16_t);
+  if (!opt_.sparse.enabled) return double(length) * per_layer_token * c.num_layers;
+  const int ps = cache_.shape().page_size, pages = (length + ps - 1) / ps;
+  const int kept = std::min(length, select_args(1).pages_kept(pages) * ps);
+  const double digests = double(pages) * c.num_kv_heads * c.head_dim * 2 * sizeof(float);
+  const int dense = std::min(opt_.sparse.dense_layers, c.num_layers);
+  return dense * double(length) * per_layer_token + (c.num_layers - dense) * (kept * per_layer_token + digests);
+}
+
+void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance, bool chunk, bool decode) {
   const ModelConfig& c = w_.config;
   const InputLayout in(opt_.max_rows);
   int32_t* tokens = inputs_.data() + in.tokens;
@@ -157,7 +192,7 @@ void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool
       pa.lse = lse_.data();
       check(paged_prefill_attention(pa, s), "paged_prefill_attention");
     } else {
-      attend_decode(l, n, max_seq_len, table, seq_lens, s);
+      attend_decode(l, n, max_seq_len, table, seq_lens, decode && l >= opt_.sparse.dense_layers, s);
     }
 
     to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), s);
@@ -182,7 +217,7 @@ void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool
 }
 
 void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
-                               cudaStream_t s) {
+                               bool sparse, cudaStream_t s) {
   const ModelConfig& c = w_.config;
   PagedDecodeArgs a;
   a.batch = n;
@@ -201,6 +236,24 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
   a.lse = lse_.data();
   a.workspace = attn_workspace_.data();
   a.workspace_bytes = attn_workspace_.bytes();
+  if (sparse && opt_.sparse.enabled) {
+    GroupPageSelectArgs sel = select_args(n);
+    sel.q = q_.data();
+    sel.kmin = cache_.kmin(l);
+    sel.kmax = cache_.kmax(l);
+    sel.page_table = table;
+    sel.seq_lens = seq_lens;
+    sel.out_table = kept_table_.data();
+    sel.out_lens = kept_lens_.data();
+    sel.workspace = select_workspace_.data();
+    sel.workspace_bytes = select_workspace_.bytes();
+    check(group_page_select(sel, s), "group_page_select");
+    const int ps = cache_.shape().page_size;
+    a.tables_per_kv_head = true;
+    a.page_table = kept_table_.data();
+    a.seq_lens = kept_lens_.data();
+    a.max_seq_len = std::min(max_seq_len, sel.pages_kept((max_seq_len + ps - 1) / ps) * ps);
+  }
   check(paged_decode_attention(a, s), "paged_decode_attention");
 }
 
@@ -219,7 +272,7 @@ cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance) {
   cudaGraph_t g = nullptr;
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
-    enqueue(n, b, n, false, advance);
+    enqueue(n, b, n, false, advance, false, true);
   } catch (...) {  // end the capture, or this thread's later CUDA calls fail
     if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
     cudaGetLastError();
@@ -254,7 +307,7 @@ int GpuForward::launch(const ForwardBatch& batch) {
   if (batch.decode && all_rows)
     check(cudaGraphLaunch(graph(n, max_len, false), stream_), "cudaGraphLaunch");
   else
-    enqueue(n, max_len, nl, true, false, chunk);
+    enqueue(n, max_len, nl, true, false, chunk, batch.decode);
   return nl;
 }
 

@@ -9,7 +9,10 @@
 // decode_greedy goes further for benchmarks: argmax feeds each token back on the device, so
 // the steps run back to back with no host involvement at all.
 //
-// Dense attention only: the policies run on the CPU so far (the engine refuses others).
+// Attention is dense, or for decode steps ReSA's group block-sparse selection without its
+// rectification (the `gbsa` policy): group_page_select on the layer's digests, then decode
+// attention over each (sequence, KV head)'s kept pages. Prefill chunks are always dense, as on
+// the CPU. The other policies run on the CPU only (the engine refuses them here).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attention/group_page_select_args.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gpu_kv_cache.h"
 #include "backend/cuda/gpu_weights.h"
@@ -28,9 +32,19 @@
 
 namespace skim::cuda {
 
+// `gbsa` on the GPU: group_page_select's parameters (attention/group_page_select_args.h).
+struct GroupSparseOptions {
+  bool enabled = false;
+  double keep = 0.1;
+  int n_min = 16;
+  int n_local = 1;
+  int dense_layers = 0;  // the first layers stay dense
+};
+
 struct GpuForwardOptions {
   int max_rows = 512;          // rows of one forward pass: a prefill chunk or a decode batch
   int max_pages_per_seq = 0;   // page-table row length: a sequence's capacity in pages
+  GroupSparseOptions sparse;   // decode steps only
 };
 
 struct DecodeRun {
@@ -54,6 +68,10 @@ class GpuForward final : public Forward {
   // each, at position table->length); reserves their pages and advances their lengths.
   DecodeRun decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first, int steps);
 
+  // K/V and digest bytes one decode row at `length` tokens (the new one included) reads over
+  // all layers: every key when dense, the kept pages plus the digests when group-sparse.
+  double decode_bytes_read(int length) const;
+
   GpuKVCache& cache() { return cache_; }
   const GpuWeights& weights() const { return w_; }
   cudaStream_t stream() const { return stream_; }
@@ -63,16 +81,18 @@ class GpuForward final : public Forward {
   // the staged rows list when `gather`, else rows [0, logits_n).
   // `chunk`: the rows are consecutive positions of one sequence (a prefill chunk), whose
   // attention runs as paged prefill attention rather than row by row.
-  void enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance, bool chunk = false);
+  // `decode`: every row is a decode step (the group-sparse selection applies).
+  void enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance, bool chunk, bool decode);
   void stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
              std::span<const int32_t> positions, std::span<const int> logits_rows);
   void attend_decode(int layer, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
-                     cudaStream_t stream);
+                     bool sparse, cudaStream_t stream);
   cudaGraphExec_t graph(int n, int max_seq_len, bool advance);
   // Stages the batch and enqueues its forward pass (a graph for decode batches); returns the
   // number of logits rows.
   int launch(const ForwardBatch& batch);
   int bucket(int max_seq_len) const;
+  GroupPageSelectArgs select_args(int n) const;  // shapes and parameters; pointers unset
 
   std::shared_ptr<const GpuWeights> weights_;
   const GpuWeights& w_;
@@ -85,6 +105,10 @@ class GpuForward final : public Forward {
   DeviceBuffer<float> x_, y_, qkv_, o_, lse_, gate_up_, logits_;
   DeviceBuffer<uint16_t> h_, h_rows_, q_, o16_, inter_;
   DeviceBuffer<uint8_t> attn_workspace_;
+  // Group-sparse decode: kept page lists [max_rows][num_kv_heads][max_pages_per_seq], their
+  // token counts, and the selection's workspace.
+  DeviceBuffer<int32_t> kept_table_, kept_lens_;
+  DeviceBuffer<uint8_t> select_workspace_;
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.
   DeviceBuffer<int32_t> inputs_;

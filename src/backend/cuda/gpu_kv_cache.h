@@ -28,8 +28,8 @@ class GpuKVCache {
   size_t bytes_per_token() const;  // K+V of all layers, bf16
   size_t bytes() const { return k_.bytes() + v_.bytes() + kmin_.bytes() + kmax_.bytes(); }
 
-  // Fills every page's K and V with pseudo-random values (benchmarks that need a long
-  // context without prefilling it).
+  // Fills every page's K, V and digests with pseudo-random values (benchmarks that need a
+  // long context without prefilling it; the digests do not bound the keys).
   void fill_random(uint64_t seed, cudaStream_t stream);
 
  private:

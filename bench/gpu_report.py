@@ -54,6 +54,15 @@ def main():
         w(f"| {p['batch']} | {p['context']} | {p['bytes'] / 1e6:.1f} | {p['us']:.1f} | "
           f"{p['fraction_of_copy_bw']:.2f} | {sd} | {ratio} | {', '.join(checks)} |")
     w("")
+    if bench.get("sparse_attention"):
+        w("## gbsa: group page selection + decode attention over the kept pages (same shapes)")
+        w("")
+        w("| batch | context | keep | select us | select + attend us | dense us | speedup | MB read |")
+        w("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for p in bench["sparse_attention"]:
+            w(f"| {p['batch']} | {p['context']} | {p['keep']} | {p['select_us']:.1f} | {p['us']:.1f} | "
+              f"{p['dense_us']:.1f} | {p['dense_us'] / p['us']:.2f}x | {p['bytes'] / 1e6:.1f} |")
+        w("")
     w("## End-to-end greedy decode step (CUDA graph, token fed back on the device)")
     w("")
     w("Context K/V random (no prefill); floor = (weight bytes + KV bytes read) / copy bandwidth; gbsa rows")

@@ -11,7 +11,8 @@
 //
 // Layouts (row-major):
 //   q           bf16 [batch][num_heads][head_dim]       (post-RoPE, as attention sees it)
-//   kmin/kmax   fp32 [num_pages][num_kv_heads][head_dim] (the cache's page digests)
+//   kmin/kmax   bf16 [num_pages][num_kv_heads][head_dim] (the page digests: exact for bf16
+//               keys, as the GPU cache holds them)
 //   page_table  int32 [batch][max_pages_per_seq], seq_lens int32 [batch]
 //   out_table   int32 [batch][num_kv_heads][max_pages_per_seq] (slots past the list untouched)
 //   out_lens    int32 [batch][num_kv_heads]             (tokens in the listed pages)
@@ -41,8 +42,8 @@ struct GroupPageSelectArgs {
   int n_local = 1;    // most recent pages always kept
 
   const uint16_t* q = nullptr;
-  const float* kmin = nullptr;
-  const float* kmax = nullptr;
+  const uint16_t* kmin = nullptr;
+  const uint16_t* kmax = nullptr;
   const int32_t* page_table = nullptr;
   const int32_t* seq_lens = nullptr;
   int32_t* out_table = nullptr;

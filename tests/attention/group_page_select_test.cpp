@@ -35,11 +35,11 @@ TEST_P(GroupPageSelectReference, KeepsTheBestPagesByTheBound) {
   const int ps = 16, d = c.head_dim, hkv = c.num_kv_heads, heads = hkv * c.group;
   const int batch = int(c.lens.size());
   const test::ShuffledPages pages = test::shuffled_pages(c.lens, ps, 3, 2, rng);
-  std::vector<float> kmin(size_t(pages.num_pages) * hkv * d), kmax(kmin.size());
+  std::vector<uint16_t> kmin(size_t(pages.num_pages) * hkv * d), kmax(kmin.size());  // bf16 digests
   for (size_t i = 0; i < kmin.size(); ++i) {
     const float x = gauss(rng), y = gauss(rng);
-    kmin[i] = std::min(x, y);
-    kmax[i] = std::max(x, y);
+    kmin[i] = f32_to_bf16(std::min(x, y));
+    kmax[i] = f32_to_bf16(std::max(x, y));
   }
   std::vector<uint16_t> q(size_t(batch) * heads * d);
   for (auto& x : q) x = f32_to_bf16(gauss(rng));
@@ -109,7 +109,8 @@ TEST_P(GroupPageSelectReference, KeepsTheBestPagesByTheBound) {
         }
         const size_t off = (size_t(pages.table[b * pages.stride + p]) * hkv + h) * d;
         double want = 0;
-        for (int i = 0; i < d; ++i) want += std::max(qm[i] * kmin[off + i], qm[i] * kmax[off + i]);
+        for (int i = 0; i < d; ++i)
+          want += std::max(qm[i] * bf16_to_f32(kmin[off + i]), qm[i] * bf16_to_f32(kmax[off + i]));
         ASSERT_NEAR(got, want, 1e-4 * (1 + std::fabs(want))) << "score of page " << p;
         if (is_kept[p]) worst_kept = std::min(worst_kept, double(got));
         else best_dropped = std::max(best_dropped, double(got));

@@ -21,12 +21,15 @@ struct RandomCache {
   std::vector<float> q;  // [num_heads][d] for one row
   int pos;
 
-  RandomCache(int len, int kv_heads, int group, int d)
+  // bf16_keys: keys rounded to bf16 values, so the fp32 digests are exact in bf16 too.
+  RandomCache(int len, int kv_heads, int group, int d, bool bf16_keys = false)
       : shape{1, kv_heads, d, 16, (len + 15) / 16 + 4}, cache(shape) {
     cache.reserve(table, len);
     table.length = len;
     for (int p = 0; p < len; ++p) {
       auto k = test::random_vector(size_t(kv_heads) * d);
+      if (bf16_keys)
+        for (float& x : k) x = bf16_to_f32(f32_to_bf16(x));
       cache.write(0, table, p, k.data(), k.data());
     }
     q = test::random_vector(size_t(kv_heads) * group * d);
@@ -149,7 +152,7 @@ TEST(GroupBlockSelector, SharedTopBlocksOfTheMeanQueryWithLocalBlocks) {
 TEST(GroupBlockSelector, SameChoiceAsTheGroupPageSelectReference) {
   for (int trial = 0; trial < 5; ++trial) {
     const int len = test::random_int(1, 4000), kv_heads = 2, group = 4, d = 64;
-    RandomCache rc(len, kv_heads, group, d);
+    RandomCache rc(len, kv_heads, group, d, /*bf16_keys=*/true);
     for (float& x : rc.q) x = bf16_to_f32(f32_to_bf16(x));  // the reference reads bf16 queries
     std::vector<uint16_t> q_bf16(rc.q.size());
     for (size_t i = 0; i < q_bf16.size(); ++i) q_bf16[i] = f32_to_bf16(rc.q[i]);
@@ -167,8 +170,16 @@ TEST(GroupBlockSelector, SameChoiceAsTheGroupPageSelectReference) {
     a.n_min = p.n_min;
     a.n_local = p.n_local;
     a.q = q_bf16.data();
-    a.kmin = b.kv.kmin;
-    a.kmax = b.kv.kmax;
+    // The reference reads bf16 digests: the cache's, exactly (its keys are bf16 values).
+    const size_t digest_elems = size_t(rc.shape.num_pages) * kv_heads * d;
+    std::vector<uint16_t> kmin(digest_elems), kmax(digest_elems);
+    for (size_t i = 0; i < digest_elems; ++i) {
+      kmin[i] = f32_to_bf16(b.kv.kmin[i]);
+      kmax[i] = f32_to_bf16(b.kv.kmax[i]);
+      ASSERT_EQ(bf16_to_f32(kmin[i]), b.kv.kmin[i]);
+    }
+    a.kmin = kmin.data();
+    a.kmax = kmax.data();
     a.page_table = rc.table.pages.data();
     a.seq_lens = &len;
     std::vector<int32_t> out_table(size_t(kv_heads) * a.max_pages_per_seq), out_lens(kv_heads);

@@ -53,8 +53,15 @@ TEST(CudaGroupPageSelect, MatchesCpuReferenceAndFeedsDecodeAttention) {
     auto& rng = test::rng();
     const int ps = 16, d = c.d, hkv = c.kv_heads, heads = hkv * c.group, batch = int(c.lens.size());
     const test::ShuffledPages pages = test::shuffled_pages(c.lens, ps, 3, 2, rng);
-    std::vector<float> kmin = test::random_vector(size_t(pages.num_pages) * hkv * d), kmax = kmin;
-    for (float& x : kmax) x += std::fabs(test::random_vector(1)[0]);
+    // bf16 digests (min <= max), as the GPU cache holds them.
+    std::vector<uint16_t> kmin(size_t(pages.num_pages) * hkv * d), kmax(kmin.size());
+    {
+      const std::vector<float> lo = test::random_vector(kmin.size()), gap = test::random_vector(kmin.size());
+      for (size_t i = 0; i < kmin.size(); ++i) {
+        kmin[i] = f32_to_bf16(lo[i]);
+        kmax[i] = f32_to_bf16(lo[i] + std::fabs(gap[i]));
+      }
+    }
     std::vector<uint16_t> q(size_t(batch) * heads * d), kp(size_t(pages.num_pages) * hkv * ps * d), vp(kp.size());
     for (auto* buf : {&q, &kp, &vp}) {
       const std::vector<float> f = test::random_vector(buf->size());

@@ -245,9 +245,9 @@ TEST_F(CudaOps, PageDigestIsMinMaxOfTheWrittenKeys) {
   Pages pg{num_pages, kv_heads, d};
   std::vector<uint16_t> k = bf16_of(test::random_vector(size_t(num_pages) * kv_heads * page * d));
   auto d_k = to_device(k);
-  DeviceBuffer<float> kmin(size_t(num_pages) * kv_heads * d), kmax(size_t(num_pages) * kv_heads * d);
-  cuda::fill_f32(kmin.data(), kmin.size(), 99.0f, nullptr);
-  cuda::fill_f32(kmax.data(), kmax.size(), -99.0f, nullptr);
+  // bf16 digests, poisoned with 99 / -99 where no page was written.
+  auto kmin = to_device(std::vector<uint16_t>(size_t(num_pages) * kv_heads * d, f32_to_bf16(99.0f)));
+  auto kmax = to_device(std::vector<uint16_t>(size_t(num_pages) * kv_heads * d, f32_to_bf16(-99.0f)));
 
   std::vector<int32_t> seq_a = {5, 2, 9, 0, 1, 3}, seq_b = {11, 10, 8, 7, 6, 4};
   std::vector<int32_t> positions, table;
@@ -266,7 +266,9 @@ TEST_F(CudaOps, PageDigestIsMinMaxOfTheWrittenKeys) {
   decode_tab.insert(decode_tab.end(), seq_b.begin(), seq_b.end());
   run({53, 70}, decode_tab);  // a: page 3 slot 5; b: page 4 slot 6
 
-  std::vector<float> mn = to_host(kmin), mx = to_host(kmax);
+  std::vector<float> mn, mx;
+  for (uint16_t x : to_host(kmin)) mn.push_back(bf16_to_f32(x));
+  for (uint16_t x : to_host(kmax)) mx.push_back(bf16_to_f32(x));
   auto expect_digest = [&](int p, int slots) {
     for (int h = 0; h < kv_heads; ++h)
       for (int i = 0; i < d; ++i) {

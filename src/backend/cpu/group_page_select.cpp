@@ -15,7 +15,7 @@ void group_page_select(const GroupPageSelectArgs& a, std::vector<float>* scores_
     throw std::invalid_argument("group_page_select: bad shapes or parameters");
   const int d = a.head_dim, ps = a.page_size, group = a.group_size();
   if (scores_out) scores_out->assign(size_t(a.batch) * a.num_kv_heads * a.max_pages_per_seq, 0.0f);
-  std::vector<float> q(d), scores;
+  std::vector<float> q(d), scores, mn(d), mx(d);
   for (int b = 0; b < a.batch; ++b) {
     const int len = a.seq_lens[b];
     if (len < 0 || len > a.max_pages_per_seq * ps)
@@ -32,7 +32,8 @@ void group_page_select(const GroupPageSelectArgs& a, std::vector<float>* scores_
       scores.assign(m, 0.0f);
       for (int p = 0; p < m; ++p) {
         const size_t off = (size_t(table[p]) * a.num_kv_heads + h) * d;
-        scores[p] = page_bound(q.data(), a.kmin + off, a.kmax + off, d);
+        for (int i = 0; i < d; ++i) mn[i] = bf16_to_f32(a.kmin[off + i]), mx[i] = bf16_to_f32(a.kmax[off + i]);
+        scores[p] = page_bound(q.data(), mn.data(), mx.data(), d);
       }
       for (int j = 0; j < std::min(a.n_local, m); ++j) scores[m - 1 - j] = INFINITY;
       std::vector<int> kept = top_pages(scores, a.pages_kept(m), m - 1);

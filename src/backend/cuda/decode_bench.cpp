@@ -121,9 +121,9 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
                                                   double keep) {
   RandomPagedCache c(batch, context, kv_heads, d);
   const size_t digest_elems = c.pages() * kv_heads * d;
-  DeviceBuffer<float> kmin(digest_elems * c.copies), kmax(digest_elems * c.copies);
-  fill_random_f32(kmin.data(), kmin.size(), 4, 1.0f, nullptr);
-  fill_random_f32(kmax.data(), kmax.size(), 5, 1.0f, nullptr);
+  DeviceBuffer<uint16_t> kmin(digest_elems * c.copies), kmax(digest_elems * c.copies);
+  fill_random_bf16(kmin.data(), kmin.size(), 4, 1.0f, nullptr);
+  fill_random_bf16(kmax.data(), kmax.size(), 5, 1.0f, nullptr);
   DeviceBuffer<uint16_t> q(size_t(batch) * heads * d);
   DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
   fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
@@ -180,7 +180,7 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
     attend(sparse, i, s);
   });
   p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { attend(dense, i, s); });
-  p.bytes = double(digest_elems) * 2 * 4 + c.kv_bytes() * kept_pages / c.pages_per_seq +
+  p.bytes = double(digest_elems) * 2 * sizeof(uint16_t) + c.kv_bytes() * kept_pages / c.pages_per_seq +
             double(batch) * heads * d * (2 + 4) + double(batch) * heads * 4;
   return p;
 }

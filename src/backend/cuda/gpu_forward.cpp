@@ -131,7 +131,7 @@ double GpuForward::decode_bytes_read(int length) const {
   if (!opt_.sparse.enabled) return double(length) * per_layer_token * c.num_layers;
   const int ps = cache_.shape().page_size, pages = (length + ps - 1) / ps;
   const int kept = std::min(length, select_args(1).pages_kept(pages) * ps);
-  const double digests = double(pages) * c.num_kv_heads * c.head_dim * 2 * sizeof(float);
+  const double digests = double(pages) * c.num_kv_heads * c.head_dim * 2 * sizeof(uint16_t);
   const int dense = std::min(opt_.sparse.dense_layers, c.num_layers);
   return dense * double(length) * per_layer_token + (c.num_layers - dense) * (kept * per_layer_token + digests);
 }

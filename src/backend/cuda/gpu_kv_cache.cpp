@@ -33,8 +33,8 @@ size_t GpuKVCache::bytes_per_token() const {
 void GpuKVCache::fill_random(uint64_t seed, cudaStream_t stream) {
   fill_random_bf16(k_.data(), k_.size(), seed, 1.0f, stream);
   fill_random_bf16(v_.data(), v_.size(), seed + 1, 1.0f, stream);
-  fill_random_f32(kmin_.data(), kmin_.size(), seed + 2, 1.0f, stream);
-  fill_random_f32(kmax_.data(), kmax_.size(), seed + 3, 1.0f, stream);
+  fill_random_bf16(kmin_.data(), kmin_.size(), seed + 2, 1.0f, stream);
+  fill_random_bf16(kmax_.data(), kmax_.size(), seed + 3, 1.0f, stream);
 }
 
 }  // namespace skim::cuda

@@ -22,8 +22,8 @@ class GpuKVCache {
   uint16_t* k(int layer) { return k_.data() + layer * layer_elems(); }
   uint16_t* v(int layer) { return v_.data() + layer * layer_elems(); }
   // One layer's digests: [num_pages][num_kv_heads][head_dim] fp32.
-  float* kmin(int layer) { return kmin_.data() + layer * digest_elems(); }
-  float* kmax(int layer) { return kmax_.data() + layer * digest_elems(); }
+  uint16_t* kmin(int layer) { return kmin_.data() + layer * digest_elems(); }
+  uint16_t* kmax(int layer) { return kmax_.data() + layer * digest_elems(); }
 
   size_t bytes_per_token() const;  // K+V of all layers, bf16
   size_t bytes() const { return k_.bytes() + v_.bytes() + kmin_.bytes() + kmax_.bytes(); }
@@ -39,7 +39,7 @@ class GpuKVCache {
   KVCacheShape shape_;
   PagePool pool_;
   DeviceBuffer<uint16_t> k_, v_;
-  DeviceBuffer<float> kmin_, kmax_;
+  DeviceBuffer<uint16_t> kmin_, kmax_;
 };
 
 }  // namespace skim::cuda

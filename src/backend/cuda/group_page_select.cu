@@ -61,12 +61,23 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const GroupPage
     const size_t off = (size_t(id) * a.num_kv_heads + kvh) * D + lane * V;
 #pragma unroll
     for (int i = 0; i < V; ++i) mn[j][i] = mx[j][i] = 0.0f;
-    if (p0 + j < m) {
+    if (p0 + j < m) {  // V bf16 per lane: 8 bytes at head_dim 128, 4 at 64
+      const __nv_bfloat16* lo = reinterpret_cast<const __nv_bfloat16*>(a.kmin) + off;
+      const __nv_bfloat16* hi = reinterpret_cast<const __nv_bfloat16*>(a.kmax) + off;
+      if constexpr (V == 4) {
+        const uint2 x = __ldg(reinterpret_cast<const uint2*>(lo)), y = __ldg(reinterpret_cast<const uint2*>(hi));
+        const __nv_bfloat162* xv = reinterpret_cast<const __nv_bfloat162*>(&x);
+        const __nv_bfloat162* yv = reinterpret_cast<const __nv_bfloat162*>(&y);
 #pragma unroll
-      for (int i = 0; i < V; i += 2) {
-        const float2 x = __ldg(reinterpret_cast<const float2*>(a.kmin + off + i));
-        const float2 y = __ldg(reinterpret_cast<const float2*>(a.kmax + off + i));
-        mn[j][i] = x.x, mn[j][i + 1] = x.y, mx[j][i] = y.x, mx[j][i + 1] = y.y;
+        for (int i = 0; i < 2; ++i) {
+          const float2 a2 = __bfloat1622float2(xv[i]), b2 = __bfloat1622float2(yv[i]);
+          mn[j][2 * i] = a2.x, mn[j][2 * i + 1] = a2.y, mx[j][2 * i] = b2.x, mx[j][2 * i + 1] = b2.y;
+        }
+      } else {
+        const unsigned x = __ldg(reinterpret_cast<const unsigned*>(lo)), y = __ldg(reinterpret_cast<const unsigned*>(hi));
+        const float2 a2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+        const float2 b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&y));
+        mn[j][0] = a2.x, mn[j][1] = a2.y, mx[j][0] = b2.x, mx[j][1] = b2.y;
       }
     }
   }

@@ -98,7 +98,7 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
   a.v_pool[at + i + half] = bf16_bits(v1);
 }
 
-__global__ void page_digest_kernel(const uint16_t* k_pool, float* kmin, float* kmax,
+__global__ void page_digest_kernel(const uint16_t* k_pool, uint16_t* kmin, uint16_t* kmax,
                                    const int32_t* positions, const int32_t* page_table, int max_pages,
                                    int n, int num_kv_heads, int d, int page_size) {
   const int r = blockIdx.x, h = blockIdx.y;
@@ -117,8 +117,8 @@ __global__ void page_digest_kernel(const uint16_t* k_pool, float* kmin, float* k
       mn = fminf(mn, v);
       mx = fmaxf(mx, v);
     }
-    kmin[base * d + i] = mn;
-    kmax[base * d + i] = mx;
+    kmin[base * d + i] = bf16_bits(mn);  // exact: the min and max of bf16 keys are bf16 values
+    kmax[base * d + i] = bf16_bits(mx);
   }
 }
 
@@ -218,7 +218,7 @@ void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t s) {
   qkv_rope_append_kernel<<<dim3(a.n, a.num_heads + a.num_kv_heads), a.head_dim / 2, 0, s>>>(a);
 }
 
-void page_digest(const uint16_t* k_pool, float* kmin, float* kmax, const int32_t* positions,
+void page_digest(const uint16_t* k_pool, uint16_t* kmin, uint16_t* kmax, const int32_t* positions,
                  const int32_t* page_table, int max_pages, int n, int num_kv_heads, int head_dim,
                  int page_size, cudaStream_t s) {
   if (n == 0) return;

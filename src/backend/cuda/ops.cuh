@@ -50,9 +50,10 @@ void qkv_rope_append(const QkvRopeAppendArgs& args, cudaStream_t stream);
 
 // Recomputes the key digest (element-wise min and max over the page's written tokens) of
 // every page a row of this batch wrote last: the page of row r holds slots [0, pos % page]
-// once row r is written. Digests fp32 [num_pages][num_kv_heads][head_dim]. Run after
+// once row r is written. Digests bf16 [num_pages][num_kv_heads][head_dim] (exact: the keys are
+// bf16, so are their minima and maxima; half the bytes of fp32 for the selection). Run after
 // qkv_rope_append, so rows writing the same page never race.
-void page_digest(const uint16_t* k_pool, float* kmin, float* kmax, const int32_t* positions,
+void page_digest(const uint16_t* k_pool, uint16_t* kmin, uint16_t* kmax, const int32_t* positions,
                  const int32_t* page_table, int max_pages_per_seq, int n, int num_kv_heads,
                  int head_dim, int page_size, cudaStream_t stream);
 

@@ -5,13 +5,14 @@
 
 #include <cub/block/block_scan.cuh>
 #include <cstdint>
+#include <type_traits>
 
 namespace skim::cuda {
 
 namespace {
 
 constexpr int kScoreWarps = 8;
-constexpr int kPagesPerScoreCta = 64;  // 8 per warp
+constexpr int kPagesPerScoreCta = 128;  // 16 per warp
 constexpr int kSelectThreads = 512;
 constexpr uint32_t kForcedKey = 0xFF800000u;  // key of +inf: above every finite bound
 constexpr uint32_t kNewestKey = 0xFFFFFFFFu;  // the newest page: above the forced ones
@@ -54,39 +55,32 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const GroupPage
     for (int i = 0; i < V; ++i) q[i] += __bfloat162float(qh[i]) / float(group);
   }
 
-  float mn[kWarpPages][V], mx[kWarpPages][V];
+  // Every load of the warp's pages first (raw bf16 in registers: V/2 words per page and side),
+  // then the arithmetic: the warp keeps 16 x 2 loads in flight.
+  using Raw = std::conditional_t<V == 4, uint2, unsigned>;
+  Raw lo[kWarpPages], hi[kWarpPages];
 #pragma unroll
   for (int j = 0; j < kWarpPages; ++j) {
     const int id = __shfl_sync(0xffffffffu, my_id, j);
     const size_t off = (size_t(id) * a.num_kv_heads + kvh) * D + lane * V;
-#pragma unroll
-    for (int i = 0; i < V; ++i) mn[j][i] = mx[j][i] = 0.0f;
-    if (p0 + j < m) {  // V bf16 per lane: 8 bytes at head_dim 128, 4 at 64
-      const __nv_bfloat16* lo = reinterpret_cast<const __nv_bfloat16*>(a.kmin) + off;
-      const __nv_bfloat16* hi = reinterpret_cast<const __nv_bfloat16*>(a.kmax) + off;
-      if constexpr (V == 4) {
-        const uint2 x = __ldg(reinterpret_cast<const uint2*>(lo)), y = __ldg(reinterpret_cast<const uint2*>(hi));
-        const __nv_bfloat162* xv = reinterpret_cast<const __nv_bfloat162*>(&x);
-        const __nv_bfloat162* yv = reinterpret_cast<const __nv_bfloat162*>(&y);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const float2 a2 = __bfloat1622float2(xv[i]), b2 = __bfloat1622float2(yv[i]);
-          mn[j][2 * i] = a2.x, mn[j][2 * i + 1] = a2.y, mx[j][2 * i] = b2.x, mx[j][2 * i + 1] = b2.y;
-        }
-      } else {
-        const unsigned x = __ldg(reinterpret_cast<const unsigned*>(lo)), y = __ldg(reinterpret_cast<const unsigned*>(hi));
-        const float2 a2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
-        const float2 b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&y));
-        mn[j][0] = a2.x, mn[j][1] = a2.y, mx[j][0] = b2.x, mx[j][1] = b2.y;
-      }
+    lo[j] = hi[j] = Raw{};
+    if (p0 + j < m) {
+      lo[j] = __ldg(reinterpret_cast<const Raw*>(a.kmin + off));
+      hi[j] = __ldg(reinterpret_cast<const Raw*>(a.kmax + off));
     }
   }
   float s[kWarpPages];
 #pragma unroll
   for (int j = 0; j < kWarpPages; ++j) {
+    const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&lo[j]);
+    const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&hi[j]);
     s[j] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < V; ++i) s[j] += fmaxf(q[i] * mn[j][i], q[i] * mx[j][i]);
+    for (int i = 0; i < V / 2; ++i) {
+      const float2 mn = __bfloat1622float2(x[i]), mx = __bfloat1622float2(y[i]);
+      s[j] += fmaxf(q[2 * i] * mn.x, q[2 * i] * mx.x);
+      s[j] += fmaxf(q[2 * i + 1] * mn.y, q[2 * i + 1] * mx.y);
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
   }

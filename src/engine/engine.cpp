@@ -206,7 +206,7 @@ void Engine::close_sequence(int seq) {
 int Engine::sequence_length(int seq) const { return impl_->table(seq).length; }
 
 void Engine::set_policy(const std::string& spec) {
-  if (spec != "dense") impl_->cpu_only("a policy other than dense");
+  if (spec != impl_->options.policy) impl_->cpu_only("switching the policy of a running engine (set_policy)");
   impl_->policy = make_policy(spec);
   impl_->options.policy = spec;
   const int queries = impl_->policy->corrections().prompt_queries;

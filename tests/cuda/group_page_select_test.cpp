@@ -17,24 +17,14 @@
 #include "backend/cuda/group_page_select.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
 #include "core/dtype.h"
+#include "device_vectors.h"
 #include "paged_decode_parity.h"
 
 namespace skim {
 namespace {
 
-template <typename T>
-cuda::DeviceBuffer<T> to_device(const std::vector<T>& v) {
-  cuda::DeviceBuffer<T> d;
-  cuda::upload(d, v.data(), v.size());
-  return d;
-}
-
-template <typename T>
-std::vector<T> to_host(const cuda::DeviceBuffer<T>& d) {
-  std::vector<T> v(d.size());
-  cuda::check(cudaMemcpy(v.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  return v;
-}
+using test::to_device;
+using test::to_host;
 
 struct Case {
   int d, kv_heads, group;

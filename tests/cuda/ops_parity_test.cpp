@@ -14,26 +14,16 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/ops.cuh"
 #include "core/dtype.h"
+#include "device_vectors.h"
 #include "paged_decode_parity.h"
 
 namespace skim {
 namespace {
 
+using test::to_device;
+using test::to_host;
+
 using cuda::DeviceBuffer;
-
-template <typename T>
-DeviceBuffer<T> to_device(const std::vector<T>& v) {
-  DeviceBuffer<T> d;
-  cuda::upload(d, v.data(), v.size());
-  return d;
-}
-
-template <typename T>
-std::vector<T> to_host(const DeviceBuffer<T>& d) {
-  std::vector<T> v(d.size());
-  cuda::check(cudaMemcpy(v.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-  return v;
-}
 
 std::vector<uint16_t> bf16_of(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());

@@ -12,17 +12,14 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/paged_prefill_attention.cuh"
 #include "core/dtype.h"
+#include "device_vectors.h"
 #include "paged_decode_parity.h"
 
 namespace skim {
 namespace {
 
-template <typename T>
-cuda::DeviceBuffer<T> to_device(const std::vector<T>& v) {
-  cuda::DeviceBuffer<T> d;
-  cuda::upload(d, v.data(), v.size());
-  return d;
-}
+using test::to_device;
+using test::to_host;
 
 std::vector<uint16_t> random_bf16(size_t n) {
   std::vector<float> f = test::random_vector(n);

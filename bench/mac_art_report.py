@@ -6,7 +6,8 @@ out, md, threads, ctx, decode, agree = sys.argv[1:7]
 pieces = {os.path.basename(p)[len("mac-art-"):-5]: json.load(open(p)) for p in sorted(glob.glob(f"{out}/mac-art-*.json"))}
 docs = sorted({j.get("docs", 1) for j in pieces.values()}) or [1]
 windows = " or ".join(str(d) for d in docs)
-windows_text = "one window" if docs == [1] else f"{windows} windows (each piece's count is its JSON's `docs`)"
+windows_text = ("one window" if docs == [1] else f"{docs[0]} windows" if len(docs) == 1
+                else f"{windows} windows (each piece's count is its JSON's `docs`)")
 L = []
 w = L.append
 w("<!-- mac-art:begin (bench/mac_art_results.sh rewrites this section) -->")

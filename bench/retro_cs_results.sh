@@ -208,5 +208,8 @@ case "${PART:-all}" in
     piece cs-passkey1 "$CS_PASSKEY_POLICIES" --tasks passkey --keys 1 --lengths "$CTX" --prompts "$PROMPTS"
     report
     piece cs-passkey4 "$CS_PASSKEY_POLICIES" --tasks passkey --keys 4 --lengths "$CTX" --prompts "$PROMPTS"
+    report
+    piece cs-dot-passkey1 "dense,cs:keep=0.05,score=dot,recall=1" --tasks passkey --keys 1 --lengths "$CTX" --prompts "$PROMPTS"
+    piece cs-dot-passkey4 "dense,cs:keep=0.05,score=dot,recall=1" --tasks passkey --keys 4 --lengths "$CTX" --prompts "$PROMPTS"
     report ;;
 esac

@@ -114,7 +114,7 @@ void run_bench(const BenchArgs& a) {
             if (sparse && a.sparse_keep <= 0) continue;
             cuda::GroupSparseOptions so;
             so.enabled = sparse;
-            so.keep = a.sparse_keep;
+            so.params.keep = a.sparse_keep;
             const std::string policy = sparse ? fmt::format("gbsa:keep={}", a.sparse_keep) : "dense";
             auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, so);
             std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), policy.c_str(), b,

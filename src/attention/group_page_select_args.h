@@ -30,6 +30,17 @@
 
 namespace skim {
 
+// Pages ReSA's selection keeps of a sequence with m pages: min(m, max(n_min, ceil(m * keep))),
+// in double on the host and in the kernels alike (the CPU policy `gbsa` uses it too).
+SKIM_HOST_DEVICE inline int group_pages_kept(int m, double keep, int n_min) {
+  if (m <= 0) return 0;
+  const double x = double(m) * keep;
+  int n = int(x);
+  if (double(n) < x) ++n;  // ceil without <cmath>
+  n = n > n_min ? n : n_min;
+  return n < m ? n : m;
+}
+
 struct GroupPageSelectArgs {
   int batch = 0;
   int num_heads = 0;
@@ -54,15 +65,7 @@ struct GroupPageSelectArgs {
   size_t workspace_bytes = 0;
 
   SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
-  // Pages kept of a sequence with m pages (the CPU policy's formula, in double on both sides).
-  SKIM_HOST_DEVICE int pages_kept(int m) const {
-    if (m <= 0) return 0;
-    const double x = double(m) * keep;
-    int n = int(x);
-    if (double(n) < x) ++n;  // ceil without <cmath>, identical on host and device
-    n = n > n_min ? n : n_min;
-    return n < m ? n : m;
-  }
+  SKIM_HOST_DEVICE int pages_kept(int m) const { return group_pages_kept(m, keep, n_min); }
 };
 
 }  // namespace skim

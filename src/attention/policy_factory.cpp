@@ -67,6 +67,22 @@ std::unique_ptr<AttentionPolicy> make_retro_policy(const std::string& text, cons
   return std::make_unique<RetroPolicy>(std::move(config), w);
 }
 
+}  // namespace
+
+GroupBlockParams group_block_params(const PolicyPart& p, int& dense_layers) {
+  GroupBlockParams g;
+  g.keep = p.number("keep", g.keep);
+  g.n_min = p.integer("n_min", g.n_min);
+  g.n_local = p.integer("n_local", g.n_local);
+  dense_layers = p.integer("dense_layers", 0);  // ReSA sparsifies every layer
+  SKIM_REQUIRE(g.keep > 0 && g.keep <= 1, "--policy: {}:keep={} must be in (0, 1]", p.name, g.keep);
+  require_range(p, "n_min", g.n_min, 1, 1e9);
+  require_range(p, "n_local", g.n_local, 0, 1e9);
+  return g;
+}
+
+namespace {
+
 std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) {
   if (p.name == "dense") return nullptr;
   if (p.name == "streaming") {
@@ -87,16 +103,7 @@ std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) 
     require_range(p, "min", q.min_tokens, 0, 1e9);
     return std::make_unique<QuestSelector>(q);
   }
-  // gbsa, and resa's selection part
-  GroupBlockParams g;
-  g.keep = p.number("keep", g.keep);
-  g.n_min = p.integer("n_min", g.n_min);
-  g.n_local = p.integer("n_local", g.n_local);
-  dense_layers = p.integer("dense_layers", 0);  // ReSA sparsifies every layer
-  SKIM_REQUIRE(g.keep > 0 && g.keep <= 1, "--policy: {}:keep={} must be in (0, 1]", p.name, g.keep);
-  require_range(p, "n_min", g.n_min, 1, 1e9);
-  require_range(p, "n_local", g.n_local, 0, 1e9);
-  return std::make_unique<GroupBlockSelector>(g);
+  return std::make_unique<GroupBlockSelector>(group_block_params(p, dense_layers));  // gbsa, resa
 }
 
 // MAC's reuse stage (DESIGN.md section 9 defaults). Rectification rewrites K/V that the cached

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention/group_page_select_args.h"
 #include "attention/page_digest.h"
 
 namespace skim {
@@ -48,7 +49,7 @@ void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
   const KVLayerView& kv = b.kv;
   const int ps = kv.page_size, d = b.head_dim, group = b.num_heads / b.num_kv_heads;
   const int num_blocks = (in.context + ps - 1) / ps;
-  const int n = std::max(p_.n_min, int(std::ceil(num_blocks * p_.keep)));
+  const int n = group_pages_kept(num_blocks, p_.keep, p_.n_min);
   const int32_t* pages = b.tables[in.row]->pages.data();
   // The group's queries pooled by their mean: one selection shared by the group.
   std::vector<float> q(static_cast<size_t>(d), 0.0f);

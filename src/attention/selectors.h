@@ -55,6 +55,10 @@ struct GroupBlockParams {
   int n_local = 1;    // most recent blocks always kept
 };
 
+// gbsa's (and resa's) keys of a policy string, checked; also sets `dense_layers` (default 0).
+// The CPU policy and the GPU path (engine.cpp) read them through this one parser.
+GroupBlockParams group_block_params(const PolicyPart& p, int& dense_layers);
+
 class GroupBlockSelector : public Selector {
  public:
   explicit GroupBlockSelector(GroupBlockParams p) : p_(p) {}

@@ -11,6 +11,7 @@
 
 #include "attention/policy.h"
 #include "attention/policy_spec.h"
+#include "attention/selectors.h"
 #include "core/error.h"
 #include "kv/paged_kv_cache.h"
 #include "model/forward.h"
@@ -27,7 +28,7 @@ namespace skim {
 namespace {
 
 // What of a policy string the GPU runs: dense, or `gbsa` (group block-sparse decode, no
-// rectification). The string has passed make_policy, so its values are in range.
+// rectification), its keys read by the CPU policy's own parser.
 cuda::GroupSparseOptions gpu_sparse_options(const std::string& policy, bool gpu) {
   cuda::GroupSparseOptions g;
   if (!gpu || policy == "dense") return g;
@@ -36,12 +37,8 @@ cuda::GroupSparseOptions gpu_sparse_options(const std::string& policy, bool gpu)
                "--policy {}: with --device cuda only dense and gbsa run so far (the other policies, "
                "resa's rectification included, run on the CPU: drop --device cuda)",
                policy);
-  const PolicyPart& p = spec.parts[0];
   g.enabled = true;
-  g.keep = p.number("keep", g.keep);
-  g.n_min = p.integer("n_min", g.n_min);
-  g.n_local = p.integer("n_local", g.n_local);
-  g.dense_layers = p.integer("dense_layers", g.dense_layers);
+  g.params = group_block_params(spec.parts[0], g.dense_layers);
   return g;
 }
 

@@ -71,7 +71,7 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   if (o.sparse.enabled) {
     const GroupPageSelectArgs sel = select_args(o.max_rows);
     SKIM_REQUIRE(group_page_select_workspace_size(sel) > 0, "--policy gbsa: keep {} / n_min {} / n_local {} out of range",
-                 o.sparse.keep, o.sparse.n_min, o.sparse.n_local);
+                 o.sparse.params.keep, o.sparse.params.n_min, o.sparse.params.n_local);
     kept_table_.resize(R * c.num_kv_heads * o.max_pages_per_seq);
     kept_lens_.resize(R * c.num_kv_heads);
     select_workspace_.resize(group_page_select_workspace_size(sel));
@@ -119,9 +119,9 @@ GroupPageSelectArgs GpuForward::select_args(int n) const {
   a.head_dim = c.head_dim;
   a.page_size = cache_.shape().page_size;
   a.max_pages_per_seq = opt_.max_pages_per_seq;
-  a.keep = opt_.sparse.keep;
-  a.n_min = opt_.sparse.n_min;
-  a.n_local = opt_.sparse.n_local;
+  a.keep = opt_.sparse.params.keep;
+  a.n_min = opt_.sparse.params.n_min;
+  a.n_local = opt_.sparse.params.n_local;
   return a;
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attention/group_page_select_args.h"
+#include "attention/selectors.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gpu_kv_cache.h"
 #include "backend/cuda/gpu_weights.h"
@@ -32,12 +33,10 @@
 
 namespace skim::cuda {
 
-// `gbsa` on the GPU: group_page_select's parameters (attention/group_page_select_args.h).
+// `gbsa` on the GPU: the CPU policy's parameters (attention/selectors.h), for group_page_select.
 struct GroupSparseOptions {
   bool enabled = false;
-  double keep = 0.1;
-  int n_min = 16;
-  int n_local = 1;
+  GroupBlockParams params;
   int dense_layers = 0;  // the first layers stay dense
 };
 

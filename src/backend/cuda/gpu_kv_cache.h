@@ -1,6 +1,7 @@
 // The paged KV cache on the GPU: the CPU cache's layout (kv/paged_kv_cache.h) with bf16
-// elements, the same page tables and page pool, and fp32 key digests (element-wise min/max
-// per page and KV head) kept by the forward pass's page_digest kernel.
+// elements, the same page tables and page pool, and bf16 key digests (element-wise min/max
+// per page and KV head: exact, the keys being bf16) kept by the forward pass's page_digest
+// kernel; the CPU cache keeps fp32 ones.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ class GpuKVCache {
   // One layer's pools: [num_pages][num_kv_heads][page_size][head_dim] bf16.
   uint16_t* k(int layer) { return k_.data() + layer * layer_elems(); }
   uint16_t* v(int layer) { return v_.data() + layer * layer_elems(); }
-  // One layer's digests: [num_pages][num_kv_heads][head_dim] fp32.
+  // One layer's digests: [num_pages][num_kv_heads][head_dim] bf16.
   uint16_t* kmin(int layer) { return kmin_.data() + layer * digest_elems(); }
   uint16_t* kmax(int layer) { return kmax_.data() + layer * digest_elems(); }
 

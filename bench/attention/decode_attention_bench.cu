@@ -171,16 +171,20 @@ struct VariantInfo {
 
 // WAVES > 1 plans for that many times the resident CTA slots (smaller chunks, several waves).
 // DYN: pages taken from a shared counter (args.deterministic = false).
-template <int W, int S, int WAVES = 1, bool DYN = false>
+// LD: how pages reach shared memory (detail::Load).
+using LD = detail::Load;
+// FUSE: the last CTA of a unit merges (no merge kernel).
+template <int W, int S, int WAVES = 1, bool DYN = false, LD LOAD = LD::kCpAsync, bool FUSE = false>
 cudaError_t launch_variant(const PagedDecodeArgs& a, cudaStream_t s, detail::Plan* plan) {
+  using V = detail::Variant<128, W, S, LOAD>;
   int cap = 0;
   if (WAVES > 1) {
-    const cudaError_t e = detail::Variant<128, W, S>::capacity(cap);
+    const cudaError_t e = V::capacity(cap);
     if (e != cudaSuccess) return e;
   }
   PagedDecodeArgs b = a;
   b.deterministic = !DYN;
-  return detail::Variant<128, W, S>::launch(b, s, cap * WAVES, plan);
+  return V::launch(b, s, cap * WAVES, plan, FUSE);
 }
 // One CTA per (sequence, KV unit): no merge kernel; at batch 8 that is 64 CTAs on 132 SMs.
 template <int W, int S>
@@ -188,9 +192,9 @@ cudaError_t launch_direct(const PagedDecodeArgs& a, cudaStream_t s, detail::Plan
   const int units = a.batch * a.num_kv_heads * ((a.group_size() + detail::kMaxRows - 1) / detail::kMaxRows);
   return detail::Variant<128, W, S>::launch(a, s, units, plan);
 }
-template <int W, int S>
+template <int W, int S, LD LOAD = LD::kCpAsync>
 cudaError_t per_sm_variant(int& n) {
-  return detail::Variant<128, W, S>::ctas_per_sm(n);
+  return detail::Variant<128, W, S, LOAD>::ctas_per_sm(n);
 }
 
 const VariantInfo kVariants[] = {
@@ -208,6 +212,25 @@ const VariantInfo kVariants[] = {
     {"contig_w6s2", launch_variant<6, 2>, per_sm_variant<6, 2>, Layout::kContig},
     {"contig_w4s4", launch_variant<4, 4>, per_sm_variant<4, 4>, Layout::kContig},
     {"contig_w8s3dyn", launch_variant<8, 3, 1, true>, per_sm_variant<8, 3>, Layout::kContig},
+    // TMA: bulk copies of one row per lane ("bulk"), or tensor-map tiles ("tma").
+    {"bulk", launch_variant<8, 2, 1, false, LD::kBulkRows>, per_sm_variant<8, 2, LD::kBulkRows>},
+    {"contig_bulk", launch_variant<8, 2, 1, false, LD::kBulkRows>, per_sm_variant<8, 2, LD::kBulkRows>, Layout::kContig},
+    {"contig_bulk_w8s3", launch_variant<8, 3, 1, false, LD::kBulkRows>, per_sm_variant<8, 3, LD::kBulkRows>, Layout::kContig},
+    {"tma", launch_variant<8, 2, 1, false, LD::kTensorMap>, per_sm_variant<8, 2, LD::kTensorMap>},
+    {"contig_tma", launch_variant<8, 2, 1, false, LD::kTensorMap>, per_sm_variant<8, 2, LD::kTensorMap>, Layout::kContig},
+    {"contig_tma_dyn", launch_variant<8, 2, 1, true, LD::kTensorMap>, per_sm_variant<8, 2, LD::kTensorMap>, Layout::kContig},
+    {"contig_tma_w8s3", launch_variant<8, 3, 1, false, LD::kTensorMap>, per_sm_variant<8, 3, LD::kTensorMap>, Layout::kContig},
+    {"contig_tma_w4s4", launch_variant<4, 4, 1, false, LD::kTensorMap>, per_sm_variant<4, 4, LD::kTensorMap>, Layout::kContig},
+    {"contig_tma_w4s3", launch_variant<4, 3, 1, false, LD::kTensorMap>, per_sm_variant<4, 3, LD::kTensorMap>, Layout::kContig},
+    {"hm_tma", launch_variant<8, 2, 1, false, LD::kTensorMap>, per_sm_variant<8, 2, LD::kTensorMap>, Layout::kHeadMajor},
+    // The last CTA of each unit merges (no merge kernel).
+    {"fused", launch_variant<8, 2, 1, false, LD::kCpAsync, true>, per_sm_variant<8, 2>},
+    {"fused_dyn", launch_variant<8, 2, 1, true, LD::kCpAsync, true>, per_sm_variant<8, 2>},
+    {"fused_w8s3", launch_variant<8, 3, 1, false, LD::kCpAsync, true>, per_sm_variant<8, 3>},
+    {"contig_fused", launch_variant<8, 2, 1, false, LD::kCpAsync, true>, per_sm_variant<8, 2>, Layout::kContig},
+    {"contig_fused_w8s3", launch_variant<8, 3, 1, false, LD::kCpAsync, true>, per_sm_variant<8, 3>, Layout::kContig},
+    {"contig_fused_w4s4", launch_variant<4, 4, 1, false, LD::kCpAsync, true>, per_sm_variant<4, 4>, Layout::kContig},
+    {"contig_fused_dyn", launch_variant<8, 2, 1, true, LD::kCpAsync, true>, per_sm_variant<8, 2>, Layout::kContig},
 };
 
 #ifdef SKIM_BENCH_LEGACY

@@ -160,7 +160,9 @@ using LaunchFn = cudaError_t (*)(const PagedDecodeArgs&, cudaStream_t, detail::P
 // order, or in order in a head-major pool [kv_head][page][token][dim] (every KV head's K and V
 // one contiguous stream per sequence, as SDPA reads them). Only shuffled rows are compared
 // with the default's output (the others read the same bytes as different tokens).
-enum class Layout { kShuffled, kContig, kHeadMajor };
+// kKvInterleaved: pages in order, K and V of one (page, KV head) adjacent (8 KB contiguous
+// at head_dim 128) in one pool, instead of two pools at unrelated addresses.
+enum class Layout { kShuffled, kContig, kHeadMajor, kKvInterleaved };
 
 struct VariantInfo {
   const char* name;
@@ -171,20 +173,16 @@ struct VariantInfo {
 
 // WAVES > 1 plans for that many times the resident CTA slots (smaller chunks, several waves).
 // DYN: pages taken from a shared counter (args.deterministic = false).
-// LD: how pages reach shared memory (detail::Load).
-using LD = detail::Load;
-// FUSE: the last CTA of a unit merges (no merge kernel).
-template <int W, int S, int WAVES = 1, bool DYN = false, LD LOAD = LD::kCpAsync, bool FUSE = false>
+template <int W, int S, int WAVES = 1, bool DYN = false>
 cudaError_t launch_variant(const PagedDecodeArgs& a, cudaStream_t s, detail::Plan* plan) {
-  using V = detail::Variant<128, W, S, LOAD>;
   int cap = 0;
   if (WAVES > 1) {
-    const cudaError_t e = V::capacity(cap);
+    const cudaError_t e = detail::Variant<128, W, S>::capacity(cap);
     if (e != cudaSuccess) return e;
   }
   PagedDecodeArgs b = a;
   b.deterministic = !DYN;
-  return V::launch(b, s, cap * WAVES, plan, FUSE);
+  return detail::Variant<128, W, S>::launch(b, s, cap * WAVES, plan);
 }
 // One CTA per (sequence, KV unit): no merge kernel; at batch 8 that is 64 CTAs on 132 SMs.
 template <int W, int S>
@@ -192,9 +190,13 @@ cudaError_t launch_direct(const PagedDecodeArgs& a, cudaStream_t s, detail::Plan
   const int units = a.batch * a.num_kv_heads * ((a.group_size() + detail::kMaxRows - 1) / detail::kMaxRows);
   return detail::Variant<128, W, S>::launch(a, s, units, plan);
 }
-template <int W, int S, LD LOAD = LD::kCpAsync>
+// The library's choice of kernel (detail::DefaultVariant).
+cudaError_t launch_default(const PagedDecodeArgs& a, cudaStream_t s, detail::Plan* plan) {
+  return detail::DefaultVariant<128>::launch(a, s, 0, plan);
+}
+template <int W, int S>
 cudaError_t per_sm_variant(int& n) {
-  return detail::Variant<128, W, S, LOAD>::ctas_per_sm(n);
+  return detail::Variant<128, W, S>::ctas_per_sm(n);
 }
 
 const VariantInfo kVariants[] = {
@@ -212,25 +214,10 @@ const VariantInfo kVariants[] = {
     {"contig_w6s2", launch_variant<6, 2>, per_sm_variant<6, 2>, Layout::kContig},
     {"contig_w4s4", launch_variant<4, 4>, per_sm_variant<4, 4>, Layout::kContig},
     {"contig_w8s3dyn", launch_variant<8, 3, 1, true>, per_sm_variant<8, 3>, Layout::kContig},
-    // TMA: bulk copies of one row per lane ("bulk"), or tensor-map tiles ("tma").
-    {"bulk", launch_variant<8, 2, 1, false, LD::kBulkRows>, per_sm_variant<8, 2, LD::kBulkRows>},
-    {"contig_bulk", launch_variant<8, 2, 1, false, LD::kBulkRows>, per_sm_variant<8, 2, LD::kBulkRows>, Layout::kContig},
-    {"contig_bulk_w8s3", launch_variant<8, 3, 1, false, LD::kBulkRows>, per_sm_variant<8, 3, LD::kBulkRows>, Layout::kContig},
-    {"tma", launch_variant<8, 2, 1, false, LD::kTensorMap>, per_sm_variant<8, 2, LD::kTensorMap>},
-    {"contig_tma", launch_variant<8, 2, 1, false, LD::kTensorMap>, per_sm_variant<8, 2, LD::kTensorMap>, Layout::kContig},
-    {"contig_tma_dyn", launch_variant<8, 2, 1, true, LD::kTensorMap>, per_sm_variant<8, 2, LD::kTensorMap>, Layout::kContig},
-    {"contig_tma_w8s3", launch_variant<8, 3, 1, false, LD::kTensorMap>, per_sm_variant<8, 3, LD::kTensorMap>, Layout::kContig},
-    {"contig_tma_w4s4", launch_variant<4, 4, 1, false, LD::kTensorMap>, per_sm_variant<4, 4, LD::kTensorMap>, Layout::kContig},
-    {"contig_tma_w4s3", launch_variant<4, 3, 1, false, LD::kTensorMap>, per_sm_variant<4, 3, LD::kTensorMap>, Layout::kContig},
-    {"hm_tma", launch_variant<8, 2, 1, false, LD::kTensorMap>, per_sm_variant<8, 2, LD::kTensorMap>, Layout::kHeadMajor},
-    // The last CTA of each unit merges (no merge kernel).
-    {"fused", launch_variant<8, 2, 1, false, LD::kCpAsync, true>, per_sm_variant<8, 2>},
-    {"fused_dyn", launch_variant<8, 2, 1, true, LD::kCpAsync, true>, per_sm_variant<8, 2>},
-    {"fused_w8s3", launch_variant<8, 3, 1, false, LD::kCpAsync, true>, per_sm_variant<8, 3>},
-    {"contig_fused", launch_variant<8, 2, 1, false, LD::kCpAsync, true>, per_sm_variant<8, 2>, Layout::kContig},
-    {"contig_fused_w8s3", launch_variant<8, 3, 1, false, LD::kCpAsync, true>, per_sm_variant<8, 3>, Layout::kContig},
-    {"contig_fused_w4s4", launch_variant<4, 4, 1, false, LD::kCpAsync, true>, per_sm_variant<4, 4>, Layout::kContig},
-    {"contig_fused_dyn", launch_variant<8, 2, 1, true, LD::kCpAsync, true>, per_sm_variant<8, 2>, Layout::kContig},
+    {"kvi", launch_default, per_sm_variant<8, 2>, Layout::kKvInterleaved},
+    {"kvi_w8s2", launch_variant<8, 2>, per_sm_variant<8, 2>, Layout::kKvInterleaved},
+    {"kvi_w8s3", launch_variant<8, 3>, per_sm_variant<8, 3>, Layout::kKvInterleaved},
+    {"kvi_dyn", launch_variant<8, 3, 1, true>, per_sm_variant<8, 3>, Layout::kKvInterleaved},
 };
 
 #ifdef SKIM_BENCH_LEGACY
@@ -302,6 +289,11 @@ int main(int argc, char** argv) {
       void* ws = nullptr;
       CK(cudaMalloc(&k, pool_elems * 2));
       CK(cudaMalloc(&v, pool_elems * 2));
+      uint16_t* kv = nullptr;  // Layout::kKvInterleaved: K and V of the same pages, one pool
+      if (variants) {
+        CK(cudaMalloc(&kv, 2 * pool_elems * 2));
+        fill_random_bf16<<<1024, 256>>>(kv, 2 * pool_elems, rng());
+      }
       CK(cudaMalloc(&q, size_t(copies) * B * H * D * 2));
       CK(cudaMalloc(&table, size_t(copies) * B * pages_per_seq * 4));
       CK(cudaMalloc(&lens, size_t(B) * 4));
@@ -423,6 +415,12 @@ int main(int argc, char** argv) {
           if (vi.layout != Layout::kShuffled)
             for (int c = 0; c < copies; ++c) {
               vargs[c].page_table = table_contig + size_t(c) * B * pages_per_seq;
+              if (vi.layout == Layout::kKvInterleaved) {
+                vargs[c].k_pool = kv;
+                vargs[c].v_pool = kv + size_t(PS) * D;
+                vargs[c].page_stride = size_t(HKV) * 2 * PS * D;
+                vargs[c].head_stride = size_t(2) * PS * D;
+              }
               if (vi.layout == Layout::kHeadMajor) {
                 vargs[c].page_stride = size_t(PS) * D;
                 vargs[c].head_stride = pages * PS * D;
@@ -459,9 +457,9 @@ int main(int argc, char** argv) {
       for (size_t j = 0; j < rows.size(); ++j) {
         const Row& r = rows[j];
         const double bw = bytes / (r.s.median_us * 1e-6);
-        std::printf("%5d %7d %8.1f %11s %9.2f %8.0f %6.3f  %d CTAs x %d pages, %d CTA/SM%s\n", B, L,
+        std::printf("%5d %7d %8.1f %11s %9.2f %8.0f %6.3f  %d CTAs x %d pages, w%ds%d, %d CTA/SM%s\n", B, L,
                     bytes / 1e6, r.name.c_str(), r.s.median_us, bw / 1e9, bw / copy_bw,
-                    r.plan.num_chunks * 8 * B, r.plan.chunk_pages, r.per_sm,
+                    r.plan.num_chunks * 8 * B, r.plan.chunk_pages, r.plan.warps, r.plan.stages, r.per_sm,
                     r.max_diff > 1e-4 ? "  OUTPUT DIFFERS FROM DEFAULT" : "");
         std::fprintf(js, "      {\"name\": \"%s\", \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, "
                      "\"bw_bytes_per_s\": %.6e, \"frac_copy\": %.4f, \"max_abs_diff_vs_default\": %.3e, "
@@ -469,10 +467,10 @@ int main(int argc, char** argv) {
                      r.name.c_str(), r.s.median_us, r.s.p10_us, r.s.p90_us, bw, bw / copy_bw, r.max_diff,
                      r.per_sm, j + 1 < rows.size() ? "," : "");
       }
-      std::fprintf(js, "    ], \"plan\": {\"num_chunks\": %d, \"chunk_pages\": %d}}", rows[0].plan.num_chunks,
-                   rows[0].plan.chunk_pages);
+      std::fprintf(js, "    ], \"plan\": {\"num_chunks\": %d, \"chunk_pages\": %d, \"warps\": %d, \"stages\": %d}}",
+                   rows[0].plan.num_chunks, rows[0].plan.chunk_pages, rows[0].plan.warps, rows[0].plan.stages);
       for (void* p : {(void*)k, (void*)v, (void*)q, (void*)table, (void*)lens, (void*)o, (void*)o_ref,
-                      (void*)lse, ws, (void*)table_contig})
+                      (void*)lse, ws, (void*)table_contig, (void*)kv})
         CK(cudaFree(p));
     }
   std::fprintf(js, "\n  ]\n}\n");

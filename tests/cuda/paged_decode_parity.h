@@ -110,6 +110,13 @@ inline std::vector<ParityCase> default_parity_cases(bool quick = false) {
   cases.push_back({64, 4, 8, {1, 700, 2047, 33, 900, 16, 17, 1000, 0, 650, 1023, 64, 500, 501, 2,
                               1200, 300, 800, 49, 1100},
                    1.0f});
+  // Batch 8 x 8 KV heads at 32K: two CTAs per unit with chunks of 1025 pages, where the
+  // library switches to its 3-stage kernel (on a 132-SM GPU), in both page modes.
+  if (!quick) {
+    const std::vector<int> long8 = {32771, 32768, 30000, 32769, 1, 32000, 17, 32770};
+    cases.push_back({128, 4, 8, long8, 2.0f});
+    cases.push_back({128, 4, 8, long8, 2.0f, false});
+  }
   // Dynamic page distribution (PagedDecodeArgs::deterministic = false).
   for (const auto& l : std::vector<std::vector<int>>{{33000}, {33000, 17, 8191}, {0, 5000, 16}}) {
     cases.push_back({128, 8, 2, l, 1.0f, false});

@@ -25,15 +25,12 @@
 // The kernel is bound by HBM: ~150 warp instructions per 8 KB page.
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (the driver entry point is looked up at run time)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 
 #include "attention/paged_decode_args.h"
 
@@ -61,56 +58,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Bulk (TMA) copies, sm_90: one thread copies a contiguous run of bytes global->shared and
-// the copy's completion counts bytes off an mbarrier in shared memory.
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_init_fence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-#endif
-}
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, int bytes, uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-#endif
-}
-
-// A 2-D tile (box) of a tensor map: {x = dims, y = rows} -> shared, 128-byte swizzle.
-__device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const CUtensorMap* map, int x, int y,
-                                               uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
-      : "memory");
-#endif
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2,
@@ -174,130 +121,39 @@ struct SplitParams {
   float* out_o;
   float* out_lse;
   int o_head_stride, lse_head_stride;
-  // Per (sequence, KV unit) kCounterInts ints, zero between calls: {pages handed out, warps
-  // done} (dynamic mode; the last warp of a unit resets them) and {CTAs done} (fused merge;
-  // the last CTA resets it).
+  // Dynamic mode: per (sequence, KV unit) two ints {pages handed out, warps done}, zero
+  // between calls (the last warp of a unit resets them).
   int* counters;
   bool dynamic;
-  // Fused merge: the last CTA of a unit to finish merges the unit's partials into final_o /
-  // final_lse ([batch][num_heads][D], [batch][num_heads]) instead of a merge kernel.
-  bool fuse_merge;
-  float* final_o;
-  float* final_lse;
   int num_heads, num_kv_heads, group, sub_groups;
   int max_pages_per_seq;
   size_t page_stride, head_stride;  // elements (PagedDecodeArgs::page_stride_elems etc.)
   float scale_log2;  // scale * log2(e): scores live in the exp2 domain
-  // Load::kTensorMap: the K and V pools as 2-D tensors [rows][D], boxes of 16 rows x 64 dims.
-  CUtensorMap k_map, v_map;
 };
-
-// How a page gets from the pool into shared memory.
-//  kCpAsync:   cp.async, 16 bytes per copy, into rows swizzled by hand;
-//  kBulkRows:  bulk (TMA) copies, one 16-token row per lane, into rows padded by 16 bytes (a
-//              bulk copy cannot swizzle; the pad puts the 8 rows an ldmatrix reads in 8 bank
-//              groups);
-//  kTensorMap: TMA tile copies through a tensor map, 64 dims x 16 rows per copy, swizzled
-//              by the hardware (128-byte pattern).
-enum class Load { kCpAsync, kBulkRows, kTensorMap };
 
 // Pages a warp takes at a time from its unit's pool.
 constexpr int kBatchPages = 2;
-constexpr int kCounterInts = 4;
-constexpr int kMaxChunks = 1024;  // make_plan never plans more  // per unit: pages handed out, warps done, CTAs done, unused
 
-template <int D, int WARPS, int STAGES, Load LD = Load::kCpAsync>
+template <int D, int WARPS, int STAGES>
 struct SplitConfig {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(STAGES >= 2, "need at least double buffering");
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kRowBytes = D * 2;                  // one token of K or V
-  static constexpr int kRowStride = LD == Load::kBulkRows ? kRowBytes + 16 : kRowBytes;
-  // Tensor-map tiles: [D/64 halves][16 rows][128 bytes], each half 1024-byte aligned.
-  static constexpr int kAlign = LD == Load::kTensorMap ? 1024 : 128;
-  static constexpr int kPageBytes = kPageSize * kRowStride;  // K (or V) of one page, one head
+  static constexpr int kPageBytes = kPageSize * kRowBytes;  // K (or V) of one page, one head
   static constexpr int kStageBytes = 2 * kPageBytes;
   static constexpr int kWarpBytes = STAGES * kStageBytes;
-  static constexpr int kSmemBytes = WARPS * kWarpBytes + kAlign - 128;
+  static constexpr int kSmemBytes = WARPS * kWarpBytes;
   static constexpr int kChunksPerRow = D / 8;  // 16-byte pieces per row
   static constexpr int kCopiesPerLane = kPageBytes / 16 / 32;
   // After the loop each warp leaves o[kMaxRows][D], m[kMaxRows], l[kMaxRows] in its ring.
   static_assert((kMaxRows * D + 2 * kMaxRows) * 4 <= kWarpBytes, "merge scratch fits the ring");
 };
 
-// Fused merge. Each CTA has written its partial (o, lse) for its query heads; the unit's
-// last CTA to finish (a counter per unit) combines all num_chunks partials, in chunk order
-// (deterministic), as merge_kernel does: lse = log sum_c exp(lse_c), o = sum_c exp(lse_c -
-// lse) o_c. Partials of other CTAs are read through L2 (__ldcg): L1 is not coherent. This
-// saves a kernel boundary on the critical path (the merge kernel waits for the whole split
-// grid to drain); merges of different units overlap other units' loads.
-template <int D, int THREADS>
-__device__ void merge_in_last_cta(const SplitParams& p, float* scratch, int hq0, int rows, int b) {
-  __shared__ bool is_last;
-  const int nc = gridDim.x;
-  __threadfence();  // this CTA's partials are visible device-wide before it counts itself out
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* done = p.counters + (size_t(b) * gridDim.y + blockIdx.y) * kCounterInts + 2;
-    is_last = atomicAdd(done, 1) == nc - 1;
-    if (is_last) *done = 0;  // every other CTA of the unit has counted: ready for the next call
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-
-  // scratch: weight[rows][nc], then M[rows], L[rows]. The warp states are no longer needed.
-  float* weight = scratch;
-  float* Ms = scratch + kMaxRows * nc;
-  float* Ls = Ms + kMaxRows;
-  const size_t head0 = size_t(b) * p.num_heads + hq0;
-  for (int idx = threadIdx.x; idx < rows * nc; idx += THREADS) {
-    const int h = idx / nc, c = idx % nc;
-    weight[h * nc + c] = __ldcg(p.out_lse + (head0 + h) * p.lse_head_stride + c);
-  }
-  __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int h = warp; h < rows; h += THREADS / 32) {
-    float M = -INFINITY;
-    for (int c = lane; c < nc; c += 32) M = fmaxf(M, weight[h * nc + c]);
-    for (int s = 16; s > 0; s >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, s));
-    float L = 0.0f;
-    for (int c = lane; c < nc; c += 32) {
-      const float l = weight[h * nc + c];
-      L += l == -INFINITY ? 0.0f : expf(l - M);
-    }
-    for (int s = 16; s > 0; s >>= 1) L += __shfl_xor_sync(0xffffffffu, L, s);
-    __syncwarp();  // every lane has read its lse before they become weights
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    for (int c = lane; c < nc; c += 32) {
-      const float l = weight[h * nc + c];
-      weight[h * nc + c] = l == -INFINITY ? 0.0f : expf(l - M) * inv;
-    }
-    if (lane == 0) {
-      Ms[h] = M;
-      Ls[h] = L;
-    }
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < rows * D; idx += THREADS) {
-    const int h = idx / D, d = idx % D;
-    const float* oc = p.out_o + (head0 + h) * p.o_head_stride + d;
-    const float* w = weight + h * nc;
-    float O = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < nc; ++c) O += w[c] * __ldcg(oc + size_t(c) * D);
-    p.final_o[(head0 + h) * D + d] = O;
-    if (d == 0) p.final_lse[head0 + h] = Ls[h] > 0.0f ? Ms[h] + logf(Ls[h]) : -INFINITY;
-  }
-}
-
-template <int D, int WARPS, int STAGES, Load LD = Load::kCpAsync>
-__global__ void __launch_bounds__(WARPS * 32) split_kernel(const __grid_constant__ SplitParams p) {
-  using C = SplitConfig<D, WARPS, STAGES, LD>;
-  constexpr bool kTma = LD != Load::kCpAsync;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  unsigned char* const smem =
-      smem_raw + ((C::kAlign - smem_addr(smem_raw) % C::kAlign) % C::kAlign);
+template <int D, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) {
+  using C = SplitConfig<D, WARPS, STAGES>;
+  extern __shared__ __align__(128) unsigned char smem[];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = lane >> 2, quad = lane & 3;  // MMA fragment coordinates
@@ -339,7 +195,7 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const __grid_constant
   const int32_t* table = p.page_table + list * p.max_pages_per_seq;
   const int total_warps = gridDim.x * WARPS;
   const int gw = chunk * WARPS + warp;
-  int* const ctr = !p.dynamic ? nullptr : p.counters + (size_t(b) * gridDim.y + blockIdx.y) * kCounterInts;
+  int* const ctr = !p.dynamic ? nullptr : p.counters + (size_t(b) * gridDim.y + blockIdx.y) * 2;
   const int dyn_base = 2 * total_warps * K;
   auto load_batch_ids = [&](int base) {  // lane l < K: id of page base + l (speculative)
     const int pg = base + lane;
@@ -391,25 +247,10 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const __grid_constant
   const uint16_t* kbase = p.k + size_t(kvh) * p.head_stride;
   const uint16_t* vbase = p.v + size_t(kvh) * p.head_stride;
   __shared__ int stage_valid[WARPS][STAGES];  // tokens of the page in each stage
-  __shared__ __align__(8) uint64_t stage_full[WARPS][STAGES];  // kTma: mbarrier per stage
-  const uint32_t full_s = smem_addr(&stage_full[warp][0]);
-  if (kTma) {
-    if (lane == 0)
-      for (int s = 0; s < STAGES; ++s) mbar_init(full_s + 8 * s, 1);
-    mbar_init_fence();
-    __syncwarp();
-  }
 
-  // cp.async: row r's 16-byte piece c sits at piece c ^ (r & 7): the 8 rows an ldmatrix reads
-  // (same piece, consecutive rows 256 or 128 bytes apart) then hit 8 different bank groups.
-  // kBulkRows: the padded row stride does that; kTensorMap: the hardware's 128-byte swizzle
-  // does the same within each 64-dim half.
-  auto swz = [](int r, int c) {
-    if constexpr (LD == Load::kBulkRows) return uint32_t(r * C::kRowStride + (c << 4));
-    if constexpr (LD == Load::kTensorMap)
-      return uint32_t((c >> 3) * kPageSize * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-    return uint32_t(r * C::kRowBytes + ((c ^ (r & 7)) << 4));
-  };
+  // Row r's 16-byte piece c sits at piece c ^ (r & 7): the 8 rows an ldmatrix reads (same
+  // piece, consecutive rows 256 or 128 bytes apart) then hit 8 different bank groups.
+  auto swz = [](int r, int c) { return uint32_t(r * C::kRowBytes + ((c ^ (r & 7)) << 4)); };
 
   // Copies this warp's next page into stage i % STAGES; always commits a group (maybe
   // empty) so that wait_group counts stay uniform. i counts issue calls, which equal issued
@@ -442,37 +283,6 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const __grid_constant
         if (lane == 0) stage_valid[warp][i % STAGES] = valid;
         const size_t off = size_t(id) * page_stride;
         const uint32_t ks = wbuf_s + (i % STAGES) * C::kStageBytes, vs = ks + C::kPageBytes;
-        if constexpr (LD == Load::kTensorMap) {
-          // Lane 0 copies whole 16-row boxes (rows past the end included: they are pool
-          // memory of this page; the consumer zeroes them once they have landed).
-          const uint32_t bar = full_s + 8 * (i % STAGES);
-          if (lane == 0) {
-            mbar_arrive_expect_tx(bar, 2 * C::kPageBytes);
-            const int row = int((off + size_t(kvh) * p.head_stride) / D);
-#pragma unroll
-            for (int h = 0; h < D / 64; ++h) {
-              tensor_copy_2d(ks + h * kPageSize * 128, &p.k_map, 64 * h, row, bar);
-              tensor_copy_2d(vs + h * kPageSize * 128, &p.v_map, 64 * h, row, bar);
-            }
-          }
-        } else if constexpr (LD == Load::kBulkRows) {
-          // Lanes 0-15 copy K rows, 16-31 V rows; rows past the end are zero-filled by plain
-          // stores (they belong to the warp's last page: no bulk copy follows into the stage).
-          const uint32_t bar = full_s + 8 * (i % STAGES);
-          if (lane == 0) mbar_arrive_expect_tx(bar, 2 * min(valid, kPageSize) * C::kRowBytes);
-          __syncwarp();
-          const int r = lane & (kPageSize - 1);
-          const uint32_t dst = (lane < kPageSize ? ks : vs) + r * C::kRowStride;
-          if (r < valid) {
-            bulk_copy(dst, (lane < kPageSize ? kbase : vbase) + off + size_t(r) * D, C::kRowBytes,
-                      bar);
-          } else {
-#pragma unroll
-            for (int c = 0; c < C::kChunksPerRow; ++c)
-              asm volatile("st.shared.v4.u32 [%0], {%1,%1,%1,%1};\n" ::"r"(dst + 16 * c), "r"(0u)
-                           : "memory");
-          }
-        } else {
 #pragma unroll
         for (int j = 0; j < C::kCopiesPerLane; ++j) {
           const int idx = lane + 32 * j;
@@ -482,10 +292,9 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const __grid_constant
           cp_async16(ks + swz(r, c), kbase + src, ok ? 16 : 0);
           cp_async16(vs + swz(r, c), vbase + src, ok ? 16 : 0);
         }
-        }
       }
     }
-    if (!kTma) cp_async_commit();
+    cp_async_commit();
   };
 
 #pragma unroll
@@ -498,24 +307,10 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const __grid_constant
   for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
 
   for (int i = 0; i < n_issued; ++i) {
-    if constexpr (kTma) {
-      mbar_wait(full_s + 8 * (i % STAGES), (i / STAGES) & 1);
-    } else {
-      cp_async_wait<STAGES - 1>();  // page i has landed (for this lane) ...
-    }
-    __syncwarp();  // ... and for the whole warp (and its zero-filled rows)
+    cp_async_wait<STAGES - 1>();  // page i has landed (for this lane) ...
+    __syncwarp();                 // ... and for the whole warp
     const uint32_t ks = wbuf_s + (i % STAGES) * C::kStageBytes, vs = ks + C::kPageBytes;
     const int valid = stage_valid[warp][i % STAGES];
-    if constexpr (LD == Load::kTensorMap) {
-      if (valid < kPageSize) {  // zero V rows past the end (P is 0 there, 0 * NaN is not)
-        for (int idx = lane; idx < (kPageSize - valid) * C::kChunksPerRow; idx += 32) {
-          const int r = valid + idx / C::kChunksPerRow, c = idx % C::kChunksPerRow;
-          asm volatile("st.shared.v4.u32 [%0], {%1,%1,%1,%1};\n" ::"r"(vs + swz(r, c)), "r"(0u)
-                       : "memory");
-        }
-        __syncwarp();
-      }
-    }
 
     // S = Q K^T: two n-tiles of 8 tokens. ldmatrix x4 gives (tok 0-7, dims lo), (tok 0-7,
     // dims hi), (tok 8-15, lo), (tok 8-15, hi): the B fragments of both tiles at once.
@@ -583,7 +378,7 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const __grid_constant
     __syncwarp();  // every lane is done with this stage before it is refilled
     issue(i + STAGES);
   }
-  if (!kTma) cp_async_wait<0>();
+  cp_async_wait<0>();
 
   // The quad's lanes hold disjoint tokens: sum their denominators.
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
@@ -623,10 +418,6 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const __grid_constant
       p.out_lse[head * p.lse_head_stride + chunk] =
           L > 0.0f ? (M + log2f(L)) * 0.69314718055994531f : -INFINITY;
   }
-  static_assert((kMaxRows * kMaxChunks + 2 * kMaxRows) * 4 <= WARPS * C::kWarpBytes,
-                "fused-merge scratch fits the ring");
-  if (p.fuse_merge)
-    merge_in_last_cta<D, C::kThreads>(p, reinterpret_cast<float*>(smem), hq0, rows, b);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -639,6 +430,7 @@ struct MergeParams {
   int num_heads, num_chunks;
 };
 
+constexpr int kMaxChunks = 1024;  // make_plan never plans more
 
 __device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) {
   constexpr int kWarps = kMergeThreads / 32;
@@ -718,6 +510,7 @@ struct Plan {
   int chunk_pages = 1;  // pages per CTA on average (for reports)
   bool direct = true;
   size_t workspace_bytes = 0;
+  int warps = 0, stages = 0;  // of the split kernel that runs it (set by Variant::launch)
 };
 
 inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -728,7 +521,7 @@ inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 // only once after allocation. Then partial o [batch][num_heads][num_chunks][D] fp32 and
 // partial lse [batch][num_heads][num_chunks].
 constexpr int kMaxUnits = 4096;  // (sequence, KV unit) pairs of a split call
-constexpr size_t kCounterBytes = size_t(kMaxUnits) * kCounterInts * 4;
+constexpr size_t kCounterBytes = size_t(kMaxUnits) * 2 * 4;
 struct WorkspaceLayout {
   size_t o_offset, lse_offset, bytes;
 };
@@ -799,60 +592,11 @@ inline cudaError_t device_info(DeviceInfo& info) {
   return cudaSuccess;
 }
 
-// Load::kTensorMap: a pool seen as a 2-D bf16 tensor [rows][D] with 16-row x 64-dim boxes.
-// The pool's size is not in PagedDecodeArgs: the map claims 2^31 rows and the kernel only
-// asks for rows of listed pages. Encoding is host work (no GPU call); the last few maps are
-// kept so that a launch usually finds its pool's map.
-inline cudaError_t encode_pool_map(const void* base, int head_dim, CUtensorMap& map) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!encode) {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    const cudaError_t e =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
-    if (e != cudaSuccess) return e;
-    if (q != cudaDriverEntryPointSuccess || !fn) return cudaErrorNotSupported;
-    encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }
-  constexpr int kCached = 8;
-  static const void* keys[kCached] = {};
-  static int key_dims[kCached] = {};
-  static CUtensorMap maps[kCached];
-  static int next = 0;
-  for (int i = 0; i < kCached; ++i)
-    if (keys[i] == base && key_dims[i] == head_dim) {
-      map = maps[i];
-      return cudaSuccess;
-    }
-  const cuuint64_t dims[2] = {cuuint64_t(head_dim), cuuint64_t(1) << 31};
-  const cuuint64_t strides[1] = {cuuint64_t(head_dim) * 2};
-  const cuuint32_t box[2] = {64, kPageSize}, elem_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
-                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
-  keys[next] = base;
-  key_dims[next] = head_dim;
-  maps[next] = map;
-  next = (next + 1) % kCached;
-  return cudaSuccess;
-}
-
-inline cudaError_t tensor_maps(const PagedDecodeArgs& a, CUtensorMap& k, CUtensorMap& v) {
-  if (a.page_stride_elems() % a.head_dim || a.head_stride_elems() % a.head_dim)
-    return cudaErrorInvalidValue;  // rows of the 2-D view must start pages and heads
-  const cudaError_t e = encode_pool_map(a.k_pool, a.head_dim, k);
-  return e != cudaSuccess ? e : encode_pool_map(a.v_pool, a.head_dim, v);
-}
-
 // A variant of the split kernel: raises its shared-memory limit once per device and reports
 // how many of its CTAs one SM holds.
-template <int D, int WARPS, int STAGES, Load LD = Load::kCpAsync>
+template <int D, int WARPS, int STAGES>
 struct Variant {
-  using C = SplitConfig<D, WARPS, STAGES, LD>;
+  using C = SplitConfig<D, WARPS, STAGES>;
   static constexpr int kMinChunkPages = 2 * WARPS;
 
   static cudaError_t ctas_per_sm(int& out) {
@@ -865,19 +609,19 @@ struct Variant {
       out = cache[dev];
       return cudaSuccess;
     }
-    e = cudaFuncSetAttribute(split_kernel<D, WARPS, STAGES, LD>,
+    e = cudaFuncSetAttribute(split_kernel<D, WARPS, STAGES>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
     if (e != cudaSuccess) return e;
     // The merge kernel asks for the same L1/shared split, so that its blocks (launched early
     // through PDL) can sit beside split CTAs without the SM reconfiguring between kernels.
-    for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, LD>),
+    for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES>),
                           reinterpret_cast<const void*>(merge_kernel<D>)}) {
       e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
                                cudaSharedmemCarveoutMaxShared);
       if (e != cudaSuccess) return e;
     }
     int n = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<D, WARPS, STAGES, LD>,
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<D, WARPS, STAGES>,
                                                       C::kThreads, C::kSmemBytes);
     if (e != cudaSuccess) return e;
     n = std::max(n, 1);
@@ -904,19 +648,25 @@ struct Variant {
     return cudaSuccess;
   }
 
-  // `capacity_override` > 0 replaces the resident-slot count (tuning experiments);
-  // fuse_merge: the split kernel's last CTA per unit merges (no merge kernel).
+  // `capacity_override` > 0 replaces the resident-slot count (tuning experiments).
+  static cudaError_t plan(const PagedDecodeArgs& a, int capacity_override, Plan& out) {
+    int cap = 0;
+    const cudaError_t e = capacity(cap);
+    if (e != cudaSuccess) return e;
+    out = make_plan(a, capacity_override > 0 ? capacity_override : cap, kMinChunkPages);
+    out.warps = WARPS;
+    out.stages = STAGES;
+    return cudaSuccess;
+  }
+
   static cudaError_t launch(const PagedDecodeArgs& a, cudaStream_t stream,
-                            int capacity_override = 0, Plan* plan_out = nullptr,
-                            bool fuse_merge = false) {
+                            int capacity_override = 0, Plan* plan_out = nullptr) {
     if (a.batch == 0) return cudaSuccess;
     DeviceInfo info;
     cudaError_t e = device_info(info);
     if (e != cudaSuccess) return e;
-    int cap = 0;
-    if ((e = capacity(cap)) != cudaSuccess) return e;
-    if (capacity_override > 0) cap = capacity_override;
-    const Plan plan = make_plan(a, cap, kMinChunkPages);
+    Plan plan;
+    if ((e = Variant::plan(a, capacity_override, plan)) != cudaSuccess) return e;
     if (plan_out) *plan_out = plan;
     if (!plan.direct && (a.workspace == nullptr || a.workspace_bytes < plan.workspace_bytes))
       return cudaErrorInvalidValue;
@@ -942,9 +692,6 @@ struct Variant {
     sp.out_lse = plan.direct ? a.lse : part_lse;
     sp.counters = counters;
     sp.dynamic = !plan.direct && !a.deterministic;
-    sp.fuse_merge = !plan.direct && fuse_merge;
-    sp.final_o = a.o;
-    sp.final_lse = a.lse;
     sp.o_head_stride = plan.direct ? D : plan.num_chunks * D;
     sp.lse_head_stride = plan.direct ? 1 : plan.num_chunks;
     sp.num_heads = a.num_heads;
@@ -955,14 +702,11 @@ struct Variant {
     sp.page_stride = a.page_stride_elems();
     sp.head_stride = a.head_stride_elems();
     sp.scale_log2 = a.scale * 1.4426950408889634f;
-    if constexpr (LD == Load::kTensorMap) {
-      if ((e = tensor_maps(a, sp.k_map, sp.v_map)) != cudaSuccess) return e;
-    }
 
     const dim3 grid(plan.num_chunks, a.num_kv_heads * plan.sub_groups, a.batch);
-    split_kernel<D, WARPS, STAGES, LD><<<grid, C::kThreads, C::kSmemBytes, stream>>>(sp);
+    split_kernel<D, WARPS, STAGES><<<grid, C::kThreads, C::kSmemBytes, stream>>>(sp);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    if (plan.direct || sp.fuse_merge) return cudaSuccess;
+    if (plan.direct) return cudaSuccess;
 
     MergeParams mp;
     mp.part_o = part_o;
@@ -986,10 +730,42 @@ struct Variant {
   }
 };
 
-// The variant the library uses (paged_decode_attention.cu), chosen with the variant sweep of
-// bench/attention/decode_attention_bench.cu on an H100.
+// What the library runs (paged_decode_attention.cu), chosen with the variant sweeps of
+// bench/attention/decode_attention_bench.cu on an H100: 8 warps x 2 stages, and for head_dim
+// 128 a third stage once a CTA's chunk is at least kDeepChunkPages long (batch 8 at 32K and
+// 128K in the Llama-3.1-8B shapes: 0.7-0.9% faster at 128K in three runs, equal at 32K; at
+// batch 1, where chunks are short, 0.3-0.9% slower; bench/results/2026-11-23-h100-tma-fused).
+// Both variants hold one CTA per SM, so they plan the same split.
 template <int D>
-using DefaultVariant = Variant<D, 8, 2>;
+struct DefaultVariant {
+  using Shallow = Variant<D, 8, 2>;
+  using Deep = Variant<D, 8, 3>;
+  static constexpr int kDeepChunkPages = D == 128 ? 1024 : 0;  // 0: never
+
+  static cudaError_t launch(const PagedDecodeArgs& a, cudaStream_t stream,
+                            int capacity_override = 0, Plan* plan_out = nullptr) {
+    if (a.batch == 0) return cudaSuccess;
+    Plan shallow;
+    int deep_per_sm = 0, shallow_per_sm = 0;
+    cudaError_t e = Shallow::plan(a, capacity_override, shallow);
+    if (e == cudaSuccess && kDeepChunkPages > 0 && shallow.chunk_pages >= kDeepChunkPages &&
+        (e = Deep::ctas_per_sm(deep_per_sm)) == cudaSuccess &&
+        (e = Shallow::ctas_per_sm(shallow_per_sm)) == cudaSuccess &&
+        deep_per_sm == shallow_per_sm)
+      return Deep::launch(a, stream, capacity_override, plan_out);
+    return e != cudaSuccess ? e : Shallow::launch(a, stream, capacity_override, plan_out);
+  }
+
+  static cudaError_t workspace_size(const PagedDecodeArgs& a, size_t& bytes) {
+    size_t deep = 0;
+    cudaError_t e = Shallow::workspace_size(a, bytes);
+    if (e == cudaSuccess && kDeepChunkPages > 0 && (e = Deep::workspace_size(a, deep)) == cudaSuccess)
+      bytes = std::max(bytes, deep);
+    return e;
+  }
+
+  static cudaError_t ctas_per_sm(int& n) { return Shallow::ctas_per_sm(n); }
+};
 
 // Shapes the kernels accept (device pointers are not checked).
 inline bool supported(const PagedDecodeArgs& a) {

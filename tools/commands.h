@@ -10,5 +10,6 @@ namespace skim::cli {
 void register_generate(CLI::App& root, std::function<void()>& run);
 void register_eval(CLI::App& root, std::function<void()>& run);
 void register_bench(CLI::App& root, std::function<void()>& run);
+void register_serve(CLI::App& root, std::function<void()>& run);
 
 }  // namespace skim::cli

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   skim::cli::register_generate(app, run);
   skim::cli::register_eval(app, run);
   skim::cli::register_bench(app, run);
+  skim::cli::register_serve(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -95,6 +95,18 @@ class Engine {
   // A new sequence with a copy of `seq`'s cache and tokens: one dense prefill, several policies.
   int fork_sequence(int seq);
 
+  // One decode step, then each sequence's next token from its sampler (sampled on the device
+  // for the GPU, so only the tokens come back). What Engine::generate and the server's
+  // scheduler run per step.
+  std::vector<int> decode_sample(std::span<const int> seqs, std::span<const int> tokens,
+                                 std::span<Sampler* const> samplers);
+  // Throws skim::Error when set_policy(spec) would: an unknown policy or key, or a switch the
+  // device cannot make. Switches nothing.
+  void check_policy(const std::string& spec) const;
+  const std::string& policy_spec() const;
+  int max_context() const;
+  int max_sequences() const;
+
   uint64_t rectified_tokens() const;
   // KV bytes (keys, values and policy metadata, all layers) decode steps have read so far.
   double decode_kv_bytes_read();  // tokens re-encoded by rectification so far
@@ -102,10 +114,6 @@ class Engine {
   const PageTable& page_table(int seq) const;
 
  private:
-  // decode(), then each sequence's next token from its sampler (on the device for the GPU).
-  std::vector<int> decode_sample(std::span<const int> seqs, std::span<const int> tokens,
-                                 std::span<Sampler* const> samplers);
-
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -202,6 +202,17 @@ void Engine::close_sequence(int seq) {
 
 int Engine::sequence_length(int seq) const { return impl_->table(seq).length; }
 
+void Engine::check_policy(const std::string& spec) const {
+  // Reads options.policy only on the GPU, where it never changes: safe beside a set_policy
+  // on another thread (the server checks requests while its worker runs the engine).
+  if (impl_->gpu && spec != impl_->options.policy)
+    impl_->cpu_only("switching the policy of a running engine (set_policy)");
+  make_policy(spec);
+}
+const std::string& Engine::policy_spec() const { return impl_->options.policy; }
+int Engine::max_context() const { return impl_->options.max_context; }
+int Engine::max_sequences() const { return impl_->options.max_sequences; }
+
 void Engine::set_policy(const std::string& spec) {
   if (spec != impl_->options.policy) impl_->cpu_only("switching the policy of a running engine (set_policy)");
   impl_->policy = make_policy(spec);

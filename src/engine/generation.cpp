@@ -1,0 +1,53 @@
+#include "engine/generation.h"
+
+#include <algorithm>
+
+#include "engine/utf8.h"
+#include "tokenizer/tokenizer.h"
+
+namespace skim {
+
+Generation::Generation(const GenerationRequest& request, const Tokenizer& tokenizer,
+                       std::vector<int> eos_ids)
+    : request_(request), tokenizer_(&tokenizer), eos_ids_(std::move(eos_ids)), sampler_(request.sampling) {
+  for (const std::string& s : request_.stop) hold_ = std::max(hold_, s.size() > 0 ? s.size() - 1 : 0);
+}
+
+bool Generation::accept(int token) {
+  GenerationResult& res = result_;
+  const bool eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+  if (eos && !request_.ignore_eos) {
+    res.stats.finish_reason = "stop";
+    return true;
+  }
+  res.tokens.push_back(token);
+  const size_t before = res.text.size();
+  res.text += tokenizer_->token_bytes(token);
+  for (const std::string& stop : request_.stop) {
+    if (stop.empty()) continue;
+    const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+    const size_t at = res.text.find(stop, from);
+    if (at != std::string::npos) {
+      res.text.resize(at);
+      res.stats.finish_reason = "stop";
+      return true;
+    }
+  }
+  if (int(res.tokens.size()) >= request_.max_tokens) {
+    res.stats.finish_reason = "length";
+    return true;
+  }
+  return false;
+}
+
+std::string Generation::take_text(bool final) {
+  const std::string& text = result_.text;
+  size_t end = final ? text.size() : (text.size() > hold_ ? text.size() - hold_ : 0);
+  if (!final) end = utf8_complete_prefix(std::string_view(text).substr(0, end));
+  if (end <= emitted_) return {};
+  std::string piece = text.substr(emitted_, end - emitted_);
+  emitted_ = end;
+  return final ? utf8_sanitize(piece) : piece;
+}
+
+}  // namespace skim

@@ -1,0 +1,241 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include "core/error.h"
+#include "engine/generation.h"
+#include "model/config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace skim {
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+struct Scheduler::Pending {
+  uint64_t id;
+  GenerationRequest request;
+  std::string policy;
+  RequestCallbacks cb;
+};
+
+struct Scheduler::Running {
+  uint64_t id;
+  int seq;
+  Generation gen;
+  RequestCallbacks cb;
+  int next_token = -1;  // sampled, not yet fed to the model
+  bool done = false;
+  bool cancelled = false;
+  double kv_bytes = 0;  // this request's share of the decode steps' KV reads
+  int steps = 0;
+};
+
+Scheduler::Scheduler(Engine& engine) : engine_(engine), default_policy_(engine.policy_spec()) {
+  worker_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+  for (auto& p : waiting_)
+    if (p->cb.on_error) p->cb.on_error("server shutting down");
+  fail_all_running("server shutting down");
+}
+
+uint64_t Scheduler::submit(GenerationRequest request, std::string policy, RequestCallbacks callbacks) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const uint64_t id = next_id_++;
+  waiting_.push_back(std::make_unique<Pending>(
+      Pending{id, std::move(request), policy.empty() ? default_policy_ : std::move(policy), std::move(callbacks)}));
+  metrics_.waiting = int(waiting_.size());
+  cv_.notify_all();
+  return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  cancelled_.push_back(id);
+  cv_.notify_all();
+}
+
+SchedulerMetrics Scheduler::metrics() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return metrics_;
+}
+
+void Scheduler::loop() {
+  while (true) {
+    std::vector<std::unique_ptr<Pending>> admitted;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !waiting_.empty() || !running_.empty() || !cancelled_.empty(); });
+      if (stop_) return;
+      for (uint64_t id : cancelled_) {
+        for (auto& r : running_)
+          if (r->id == id) r->cancelled = true;
+        const size_t before = waiting_.size();
+        std::erase_if(waiting_, [id](const auto& p) { return p->id == id; });
+        metrics_.requests_cancelled += before - waiting_.size();
+      }
+      cancelled_.clear();
+      admit(admitted);
+      metrics_.waiting = int(waiting_.size());
+    }
+    for (auto& r : running_)
+      if (r->cancelled) {
+        engine_.close_sequence(r->seq);
+        std::lock_guard<std::mutex> lk(mu_);
+        metrics_.requests_cancelled += 1;
+      }
+    std::erase_if(running_, [](const auto& r) { return r->cancelled; });
+    for (auto& p : admitted) prefill(std::move(p));
+    if (!running_.empty()) step();
+    std::lock_guard<std::mutex> lk(mu_);
+    metrics_.running = int(running_.size());
+  }
+}
+
+// Under mu_. Takes waiting requests in order while sequences are free; one that needs
+// another policy is taken only into an empty engine, and alone.
+void Scheduler::admit(std::vector<std::unique_ptr<Pending>>& batch) {
+  const size_t slots = size_t(engine_.max_sequences());
+  while (!waiting_.empty() && running_.size() + batch.size() < slots) {
+    const bool switch_needed = waiting_.front()->policy != engine_.policy_spec();
+    if (switch_needed && !(running_.empty() && batch.empty())) return;
+    batch.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    if (switch_needed) return;
+  }
+}
+
+void Scheduler::prefill(std::unique_ptr<Pending> p) {
+  int seq = -1;
+  try {
+    if (p->policy != engine_.policy_spec()) {
+      engine_.set_policy(p->policy);
+      std::lock_guard<std::mutex> lk(mu_);
+      metrics_.policy_switches += 1;
+    }
+    const GenerationRequest& rq = p->request;
+    SKIM_REQUIRE(!rq.prompt_ids.empty(), "empty prompt");
+    seq = engine_.open_sequence();
+    const double t0 = now_seconds();
+    const int last = int(rq.prompt_ids.size()) - 1;
+    std::vector<float> logits = engine_.append(seq, rq.prompt_ids, std::span<const int>(&last, 1));
+    const double dt = now_seconds() - t0;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      metrics_.prompt_tokens += rq.prompt_ids.size();
+      metrics_.prefill_seconds += dt;
+    }
+    auto r = std::make_unique<Running>(
+        Running{p->id, seq, Generation(rq, engine_.tokenizer(), engine_.config().eos_token_ids), std::move(p->cb)});
+    r->gen.result().stats.prompt_tokens = int(rq.prompt_ids.size());
+    r->gen.result().stats.prefill_seconds = dt;
+    if (rq.max_tokens == 0) {
+      r->gen.result().stats.finish_reason = "length";
+      finish(*r);
+      return;
+    }
+    const int vocab = engine_.config().vocab_size;
+    const int token = r->gen.sampler().sample(std::span<const float>(logits.data(), size_t(vocab)));
+    r->done = r->gen.accept(token);
+    r->next_token = token;
+    const std::string piece = r->gen.take_text(r->done);
+    if (!piece.empty() && r->cb.on_text) r->cb.on_text(piece);
+    if (r->done)
+      finish(*r);
+    else
+      running_.push_back(std::move(r));
+  } catch (const std::exception& e) {
+    if (seq >= 0) engine_.close_sequence(seq);
+    if (p->cb.on_error) p->cb.on_error(e.what());
+    std::lock_guard<std::mutex> lk(mu_);
+    metrics_.requests_failed += 1;
+  }
+}
+
+void Scheduler::step() {
+  // A sequence at the context limit has no room for its next token's K/V: it ends there.
+  for (auto& r : running_)
+    if (engine_.sequence_length(r->seq) >= engine_.max_context()) {
+      r->gen.result().stats.finish_reason = "length";
+      r->done = true;
+      finish(*r);
+    }
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+  if (running_.empty()) return;
+
+  std::vector<int> seqs, tokens;
+  std::vector<Sampler*> samplers;
+  for (auto& r : running_) {
+    seqs.push_back(r->seq);
+    tokens.push_back(r->next_token);
+    samplers.push_back(&r->gen.sampler());
+  }
+  const double t0 = now_seconds(), bytes0 = engine_.decode_kv_bytes_read();
+  std::vector<int> next;
+  try {
+    next = engine_.decode_sample(seqs, tokens, samplers);
+  } catch (const std::exception& e) {
+    fail_all_running(e.what());
+    return;
+  }
+  const double dt = now_seconds() - t0;
+  const double bytes_each = (engine_.decode_kv_bytes_read() - bytes0) / double(running_.size());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    metrics_.decode_steps += 1;
+    metrics_.decode_seconds += dt;
+  }
+  for (size_t j = 0; j < running_.size(); ++j) {
+    Running& r = *running_[j];
+    r.gen.result().stats.decode_seconds += dt;
+    r.kv_bytes += bytes_each;
+    r.steps += 1;
+    r.done = r.gen.accept(next[j]);
+    r.next_token = next[j];
+    const std::string piece = r.gen.take_text(r.done);
+    if (!piece.empty() && r.cb.on_text) r.cb.on_text(piece);
+    if (r.done) finish(r);
+  }
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+}
+
+void Scheduler::finish(Running& r) {
+  engine_.close_sequence(r.seq);
+  GenerationResult& res = r.gen.result();
+  res.stats.generated_tokens = int(res.tokens.size());
+  res.stats.kv_bytes_per_step = r.steps ? r.kv_bytes / r.steps : 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    metrics_.requests_finished += 1;
+    metrics_.generated_tokens += res.tokens.size();
+  }
+  if (r.cb.on_done) r.cb.on_done(res);
+}
+
+void Scheduler::fail_all_running(const std::string& message) {
+  for (auto& r : running_) {
+    try {
+      engine_.close_sequence(r->seq);
+    } catch (const std::exception&) {
+    }
+    if (r->cb.on_error) r->cb.on_error(message);
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  metrics_.requests_failed += running_.size();
+  running_.clear();
+}
+
+}  // namespace skim

@@ -1,0 +1,86 @@
+// Continuous batching for the server: requests arrive from any thread; one worker thread owns
+// the engine and loops: admit waiting requests while sequences are free (each admitted
+// prompt is prefilled whole), then advance every live sequence by one decode step, streaming
+// text to each request's callbacks. A finished or cancelled request frees its sequence for
+// the next waiting one at once.
+//
+// Per-request policies: the engine runs one policy at a time, so a request whose policy
+// differs from the running one waits until the live batch has drained, then the engine
+// switches (first come, first served: requests behind it wait too).
+//
+// A request that fails (a prompt over the context, an engine error) gets on_error and its
+// sequence back; the worker and the other requests go on.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "skim/engine.h"
+
+namespace skim {
+
+struct RequestCallbacks {
+  std::function<void(std::string_view)> on_text;             // printable pieces, in order
+  std::function<void(const GenerationResult&)> on_done;      // last call on success
+  std::function<void(const std::string& message)> on_error;  // last call on failure
+};
+
+// Totals since start (for /metrics).
+struct SchedulerMetrics {
+  uint64_t requests_finished = 0, requests_failed = 0, requests_cancelled = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0;
+  uint64_t decode_steps = 0, policy_switches = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  int running = 0, waiting = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(Engine& engine);
+  ~Scheduler();  // finishes nothing: pending requests get on_error("server shutting down")
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request (prompt_ids must be set: tokenise before, so that a too long prompt is
+  // refused to the caller). An empty `policy` means the engine's policy at start.
+  // Returns an id for cancel(). Callbacks run on the worker thread.
+  uint64_t submit(GenerationRequest request, std::string policy, RequestCallbacks callbacks);
+  // The request stops at the next step; no further callbacks (a client that went away).
+  void cancel(uint64_t id);
+
+  SchedulerMetrics metrics() const;
+  const std::string& default_policy() const { return default_policy_; }
+
+ private:
+  struct Pending;
+  struct Running;
+  void loop();
+  void admit(std::vector<std::unique_ptr<Pending>>& batch);
+  void prefill(std::unique_ptr<Pending> p);
+  void step();
+  void fail_all_running(const std::string& message);
+  void finish(Running& r);
+
+  Engine& engine_;
+  std::string default_policy_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Pending>> waiting_;
+  std::vector<uint64_t> cancelled_;  // ids cancel() saw, taken by the worker
+  std::vector<std::unique_ptr<Running>> running_;  // worker thread only
+  SchedulerMetrics metrics_;  // under mu_
+  uint64_t next_id_ = 1;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace skim

@@ -1,0 +1,198 @@
+#include "server/openai_api.h"
+
+#include <random>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace skim::server {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw RequestError(param + ": " + message, param);
+}
+
+// The field's value when present and not null, checked by `ok`.
+template <class T, class Ok>
+bool read(const json& body, const char* name, T& out, Ok ok, const char* what) {
+  if (!body.contains(name) || body[name].is_null()) return false;
+  const json& v = body[name];
+  bool typed = false;
+  if constexpr (std::is_same_v<T, bool>) typed = v.is_boolean();
+  else if constexpr (std::is_integral_v<T>) typed = v.is_number_integer();
+  else if constexpr (std::is_floating_point_v<T>) typed = v.is_number();
+  else typed = v.is_string();
+  if (!typed || !ok(v.get<T>())) bad(name, std::string("must be ") + what);
+  out = v.get<T>();
+  return true;
+}
+
+// Fields with a meaning skim does not implement: refused unless they ask for the default.
+void refuse_unsupported(const json& body) {
+  int n = 1;
+  read(body, "n", n, [](int x) { return x == 1; }, "1 (skim returns one choice per request)");
+  read(body, "best_of", n, [](int x) { return x == 1; }, "1");
+  bool echo = false;
+  read(body, "echo", echo, [](bool x) { return !x; }, "false (echo is not supported)");
+  if (body.contains("logprobs") && !body["logprobs"].is_null() && body["logprobs"] != false &&
+      body["logprobs"] != 0)
+    bad("logprobs", "not supported");
+  for (const char* p : {"presence_penalty", "frequency_penalty"}) {
+    double x = 0;
+    read(body, p, x, [](double v) { return v == 0.0; }, "0 (penalties are not supported)");
+  }
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
+    bad("logit_bias", "not supported");
+  if (body.contains("suffix") && !body["suffix"].is_null()) bad("suffix", "not supported");
+  if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].empty()) bad("tools", "not supported");
+}
+
+std::vector<int> prompt_ids(const json& body, const ServedModel& m) {
+  SKIM_REQUIRE(m.tokenizer != nullptr, "the model has no tokenizer.json");
+  if (!body.contains("prompt")) bad("prompt", "required");
+  json p = body["prompt"];
+  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
+  if (p.is_string()) return m.tokenizer->encode_prompt(p.get<std::string>());
+  if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
+    std::vector<int> ids;
+    for (const json& x : p) {
+      const int id = x.get<int>();
+      if (id < 0 || id >= m.tokenizer->vocab_size())
+        bad("prompt", "token id " + std::to_string(id) + " outside the vocabulary");
+      ids.push_back(id);
+    }
+    return ids;
+  }
+  bad("prompt", "must be a string, a list of one string, or a list of token ids");
+}
+
+std::vector<int> chat_ids(const json& body, const ServedModel& m) {
+  if (!body.contains("messages") || !body["messages"].is_array()) bad("messages", "required, a list");
+  std::vector<ChatMessage> msgs;
+  for (const json& x : body["messages"]) {
+    if (!x.is_object() || !x.contains("role") || !x["role"].is_string()) bad("messages", "each needs a string role");
+    ChatMessage cm{x["role"].get<std::string>(), ""};
+    const json& c = x.contains("content") ? x["content"] : json();
+    if (c.is_string()) {
+      cm.content = c.get<std::string>();
+    } else if (c.is_array()) {  // content parts: text only
+      for (const json& part : c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          bad("messages", "content parts must be of type text");
+        cm.content += part["text"].get<std::string>();
+      }
+    } else if (!c.is_null()) {
+      bad("messages", "content must be a string or a list of text parts");
+    }
+    msgs.push_back(std::move(cm));
+  }
+  if (m.chat == ChatFormat::kNone)
+    bad("messages", "this model has no chat template (tokenizer_config.json chat_template): use /v1/completions");
+  try {
+    return m.tokenizer->encode_prompt(render_chat(m.chat, msgs));
+  } catch (const Error& e) {
+    bad("messages", e.what());
+  }
+}
+
+}  // namespace
+
+ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedModel& m) {
+  if (!body.is_object()) throw RequestError("the body must be a JSON object", "");
+  std::string model;
+  if (read(body, "model", model, [](const std::string&) { return true; }, "a string") && model != m.name)
+    throw RequestError("model '" + model + "' is not served here; this server serves '" + m.name + "'", "model", 404);
+  refuse_unsupported(body);
+
+  ParsedRequest out;
+  GenerationRequest& r = out.request;
+  SamplingParams& s = r.sampling;
+  r.max_tokens = 16;  // OpenAI's defaults
+  s.temperature = 1.0f;
+  const char* max_field = endpoint == Endpoint::kChat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  read(body, max_field, r.max_tokens, [](int x) { return x >= 0; }, "an integer >= 0");
+  double t = s.temperature, top_p = s.top_p;
+  read(body, "temperature", t, [](double x) { return x >= 0 && x <= 2; }, "a number in [0, 2]");
+  read(body, "top_p", top_p, [](double x) { return x > 0 && x <= 1; }, "a number in (0, 1]");
+  s.temperature = float(t);
+  s.top_p = float(top_p);
+  read(body, "top_k", s.top_k, [](int x) { return x >= 0; }, "an integer >= 0");
+  int64_t seed = 0;
+  if (read(body, "seed", seed, [](int64_t) { return true; }, "an integer"))
+    s.seed = uint64_t(seed);
+  else
+    s.seed = std::random_device{}();  // unseeded requests sample differently each time
+  read(body, "ignore_eos", r.ignore_eos, [](bool) { return true; }, "true or false");
+  read(body, "stream", out.stream, [](bool) { return true; }, "true or false");
+  read(body, "policy", out.policy, [](const std::string& p) { return !p.empty(); }, "a policy string");
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const json& st = body["stop"];
+    if (st.is_string()) {
+      r.stop.push_back(st.get<std::string>());
+    } else if (st.is_array() && st.size() <= 4 &&
+               std::all_of(st.begin(), st.end(), [](const json& x) { return x.is_string(); })) {
+      for (const json& x : st) r.stop.push_back(x.get<std::string>());
+    } else {
+      bad("stop", "must be a string or a list of up to 4 strings");
+    }
+  }
+  r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m) : prompt_ids(body, m);
+  if (r.prompt_ids.empty()) bad(endpoint == Endpoint::kChat ? "messages" : "prompt", "empty prompt");
+  if (int(r.prompt_ids.size()) > m.max_context)
+    throw RequestError("the prompt has " + std::to_string(r.prompt_ids.size()) + " tokens; this server's context is " +
+                           std::to_string(m.max_context) + " tokens (skim serve --ctx)",
+                       endpoint == Endpoint::kChat ? "messages" : "prompt");
+  return out;
+}
+
+json completion_response(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                         const GenerationResult& res, const std::string& policy) {
+  const GenerationStats& s = res.stats;
+  json choice = {{"index", 0}, {"finish_reason", s.finish_reason}, {"logprobs", nullptr}};
+  if (endpoint == Endpoint::kChat)
+    choice["message"] = {{"role", "assistant"}, {"content", res.text}};
+  else
+    choice["text"] = res.text;
+  return {{"id", id},
+          {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})},
+          {"usage",
+           {{"prompt_tokens", s.prompt_tokens},
+            {"completion_tokens", s.generated_tokens},
+            {"total_tokens", s.prompt_tokens + s.generated_tokens}}},
+          {"skim",
+           {{"policy", policy},
+            {"prefill_seconds", s.prefill_seconds},
+            {"decode_seconds", s.decode_seconds},
+            {"kv_bytes_per_step", s.kv_bytes_per_step}}}};
+}
+
+json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                  const std::string& text, const std::string& finish_reason, bool first) {
+  json choice = {{"index", 0}, {"finish_reason", finish_reason.empty() ? json() : json(finish_reason)}};
+  if (endpoint == Endpoint::kChat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty()) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] = nullptr;
+  }
+  return {{"id", id},
+          {"object", endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({choice})}};
+}
+
+json error_body(const std::string& message, const std::string& type, const std::string& param) {
+  return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? json() : json(param)}, {"code", nullptr}}}};
+}
+
+}  // namespace skim::server

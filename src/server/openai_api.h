@@ -1,0 +1,55 @@
+// The OpenAI request and response bodies skim's server speaks: /v1/completions and
+// /v1/chat/completions, JSON in and out, plus the server-sent-event chunks of a stream.
+// Parsing throws RequestError, which names the field, for the server to return as 400.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "skim/engine.h"
+#include "tokenizer/chat_template.h"
+
+namespace skim::server {
+
+struct RequestError : std::runtime_error {
+  RequestError(const std::string& message, std::string param, int status = 400)
+      : std::runtime_error(message), param(std::move(param)), status(status) {}
+  std::string param;  // the body field at fault ("" when none)
+  int status;
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ParsedRequest {
+  GenerationRequest request;  // prompt_ids filled (tokenised here)
+  std::string policy;         // "" = the server's
+  bool stream = false;
+};
+
+// What a request is checked against.
+struct ServedModel {
+  std::string name;  // the "model" a request may name (absent: any)
+  const Tokenizer* tokenizer = nullptr;
+  ChatFormat chat = ChatFormat::kNone;
+  int max_context = 0;
+};
+
+// Throws RequestError on a field of the wrong type or range, a feature skim does not serve
+// (n > 1, logprobs, echo, penalties, logit_bias), another model's name, or a prompt longer
+// than the context.
+ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const ServedModel& model);
+
+// Response objects. `id` e.g. "cmpl-7"; `created` in Unix seconds.
+nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int64_t created,
+                                   const std::string& model, const GenerationResult& result,
+                                   const std::string& policy);
+// One stream chunk: a piece of text (finish_reason null), or the last chunk (text empty,
+// finish_reason set); for chat the first chunk carries the role.
+nlohmann::json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                            const std::string& text, const std::string& finish_reason, bool first);
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param = "");
+
+}  // namespace skim::server

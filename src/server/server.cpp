@@ -1,0 +1,254 @@
+#include "server/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+
+#include "core/error.h"
+#include "engine/scheduler.h"
+#include "model/config.h"
+#include "server/openai_api.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace skim::server {
+
+using nlohmann::json;
+
+namespace {
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Invalid UTF-8 (a token cut mid-character at the end of a generation) becomes U+FFFD
+// instead of an exception.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_json(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(dump(j), "application/json");
+}
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+// Server-sent events of one streamed request: the scheduler's worker pushes, the HTTP thread
+// that holds the connection drains.
+struct EventQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> events;
+  bool finished = false;
+
+  void push(std::string event, bool last) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      events.push_back(std::move(event));
+      finished = finished || last;
+    }
+    cv.notify_all();
+  }
+};
+
+// The result of one non-streamed request.
+struct Outcome {
+  bool ok = false;
+  GenerationResult result;
+  std::string error;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  Engine& engine;
+  ServerOptions options;
+  ServedModel model;
+  Scheduler scheduler;
+  httplib::Server http;
+  int port = -1;
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<uint64_t> bad_requests{0};
+
+  Impl(Engine& e, ServerOptions o) : engine(e), options(std::move(o)), scheduler(e) {
+    model.name = options.model_name;
+    model.tokenizer = &e.tokenizer();
+    model.chat = detect_chat_format(options.model_dir);
+    model.max_context = e.max_context();
+    routes();
+  }
+
+  void routes() {
+    http.new_task_queue = [n = options.http_threads] { return new httplib::ThreadPool(size_t(n)); };
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, {{"status", "ok"}});
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200,
+                {{"object", "list"},
+                 {"data", json::array({{{"id", model.name},
+                                        {"object", "model"},
+                                        {"created", 0},
+                                        {"owned_by", "skim"},
+                                        {"max_context", model.max_context},
+                                        {"policy", scheduler.default_policy()},
+                                        {"chat_format", chat_format_name(model.chat)}}})}});
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_text(), "text/plain; version=0.0.4");
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      handle(req, res, Endpoint::kCompletions);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      handle(req, res, Endpoint::kChat);
+    });
+    // Anything that escapes a handler is the server's fault; it answers 500 and goes on.
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      send_json(res, 500, error_body(what, "server_error"));
+    });
+  }
+
+  void handle(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+    ParsedRequest pr;
+    try {
+      json body = json::parse(req.body, nullptr, false);
+      if (body.is_discarded()) throw RequestError("the body is not valid JSON", "");
+      pr = parse_request(body, endpoint, model);
+      if (!pr.policy.empty()) {
+        try {
+          engine.check_policy(pr.policy);
+        } catch (const Error& e) {
+          throw RequestError(e.what(), "policy");
+        }
+      }
+    } catch (const RequestError& e) {
+      bad_requests += 1;
+      send_json(res, e.status, error_body(e.what(), e.status == 404 ? "not_found_error" : "invalid_request_error", e.param));
+      return;
+    }
+    const std::string id = std::string(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    const std::string policy = pr.policy.empty() ? scheduler.default_policy() : pr.policy;
+    if (pr.stream)
+      stream(res, endpoint, id, std::move(pr));
+    else
+      complete(res, endpoint, id, std::move(pr), policy);
+  }
+
+  void complete(httplib::Response& res, Endpoint endpoint, const std::string& id, ParsedRequest pr,
+                const std::string& policy) {
+    auto done = std::make_shared<std::promise<Outcome>>();
+    std::future<Outcome> outcome = done->get_future();
+    RequestCallbacks cb;
+    cb.on_done = [done](const GenerationResult& r) { done->set_value({true, r, ""}); };
+    cb.on_error = [done](const std::string& m) { done->set_value({false, {}, m}); };
+    scheduler.submit(std::move(pr.request), pr.policy, std::move(cb));
+    Outcome o = outcome.get();
+    if (o.ok)
+      send_json(res, 200, completion_response(endpoint, id, unix_seconds(), model.name, o.result, policy));
+    else
+      send_json(res, 500, error_body(o.error, "server_error"));
+  }
+
+  void stream(httplib::Response& res, Endpoint endpoint, const std::string& id, ParsedRequest pr) {
+    auto q = std::make_shared<EventQueue>();
+    const int64_t created = unix_seconds();
+    const std::string name = model.name;
+    auto first = std::make_shared<bool>(true);  // worker thread only
+    RequestCallbacks cb;
+    cb.on_text = [=](std::string_view text) {
+      q->push(sse(stream_chunk(endpoint, id, created, name, std::string(text), "", *first)), false);
+      *first = false;
+    };
+    cb.on_done = [=](const GenerationResult& r) {
+      json last = stream_chunk(endpoint, id, created, name, "", r.stats.finish_reason, *first);
+      last["usage"] = {{"prompt_tokens", r.stats.prompt_tokens},
+                       {"completion_tokens", r.stats.generated_tokens},
+                       {"total_tokens", r.stats.prompt_tokens + r.stats.generated_tokens}};
+      q->push(sse(last) + "data: [DONE]\n\n", true);
+    };
+    cb.on_error = [=](const std::string& m) { q->push(sse(error_body(m, "server_error")), true); };
+    const uint64_t rid = scheduler.submit(std::move(pr.request), pr.policy, std::move(cb));
+    Scheduler* sched = &scheduler;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [q, sched, rid](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> lk(q->mu);
+          q->cv.wait(lk, [&] { return !q->events.empty() || q->finished; });
+          std::deque<std::string> events;
+          events.swap(q->events);
+          const bool finished = q->finished;
+          lk.unlock();
+          for (const std::string& e : events)
+            if (!sink.write(e.data(), e.size())) {  // the client went away
+              sched->cancel(rid);
+              return false;
+            }
+          if (finished) sink.done();
+          return true;
+        },
+        [sched, rid, q](bool success) {
+          if (!success) sched->cancel(rid);
+        });
+  }
+
+  std::string metrics_text() const {
+    const SchedulerMetrics m = scheduler.metrics();
+    std::string out;
+    auto metric = [&](const char* name, const char* type, const char* help, double value) {
+      out += fmt::format("# HELP skim_{} {}\n# TYPE skim_{} {}\nskim_{} {}\n", name, help, name, type, name, value);
+    };
+    metric("requests_finished_total", "counter", "requests that finished (stop or length)", double(m.requests_finished));
+    metric("requests_failed_total", "counter", "requests that failed in the engine", double(m.requests_failed));
+    metric("requests_cancelled_total", "counter", "requests whose client went away", double(m.requests_cancelled));
+    metric("requests_rejected_total", "counter", "requests refused as invalid (4xx)", double(bad_requests.load()));
+    metric("prompt_tokens_total", "counter", "prompt tokens prefilled", double(m.prompt_tokens));
+    metric("generated_tokens_total", "counter", "tokens generated", double(m.generated_tokens));
+    metric("decode_steps_total", "counter", "batched decode steps", double(m.decode_steps));
+    metric("policy_switches_total", "counter", "engine policy switches for per-request policies", double(m.policy_switches));
+    metric("prefill_seconds_total", "counter", "time spent in prefill", m.prefill_seconds);
+    metric("decode_seconds_total", "counter", "time spent in decode steps", m.decode_seconds);
+    metric("requests_running", "gauge", "sequences in the decode batch", double(m.running));
+    metric("requests_waiting", "gauge", "requests queued for a free sequence", double(m.waiting));
+    return out;
+  }
+};
+
+Server::Server(Engine& engine, ServerOptions options) : impl_(std::make_unique<Impl>(engine, std::move(options))) {}
+Server::~Server() { stop(); }
+
+void Server::bind() {
+  Impl& m = *impl_;
+  if (m.options.port == 0) {
+    m.port = m.http.bind_to_any_port(m.options.host);
+  } else {
+    m.port = m.http.bind_to_port(m.options.host, m.options.port) ? m.options.port : -1;
+  }
+  SKIM_REQUIRE(m.port > 0, "cannot listen on {}:{} (--host, --port): address in use or not available",
+               m.options.host, m.options.port);
+}
+
+int Server::bound_port() const { return impl_->port; }
+
+void Server::listen() {
+  SKIM_REQUIRE(impl_->port > 0, "Server::listen before bind");
+  impl_->http.listen_after_bind();
+}
+
+void Server::stop() { impl_->http.stop(); }
+
+}  // namespace skim::server

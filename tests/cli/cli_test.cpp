@@ -92,6 +92,13 @@ TEST(Cli, BadDeviceFlags) {
   expect_user_error("generate -p x --device cuda --policy quest", "--device cuda");
 }
 
+TEST(Cli, ServeRefusesBadFlagsAndAddresses) {
+  expect_user_error("serve --port 70000", "--port");
+  expect_user_error("serve --policy qest --port 0", "unknown policy 'qest'");
+  expect_user_error("serve -m /nonexistent/model --port 0", "/nonexistent/model");
+  expect_user_error("serve --host 203.0.113.1 --port 8089", "--host");  // not an address of this machine
+}
+
 TEST(Cli, PromptOverTheContextLimit) {
   expect_user_error("generate --ctx 16 -p '" + std::string(400, 'x') + " y z'", "--ctx");
 }

@@ -1,0 +1,339 @@
+// skim serve's HTTP layer as a client meets it, on the demo model: completions equal
+// Engine::generate, streams carry the same text, requests beyond --parallel queue and still
+// match, per-request policies switch the engine, bad requests get JSON errors that name the
+// field while the server goes on, and a client that goes away frees its sequence.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "model/config.h"
+#include "server/openai_api.h"
+#include "server/server.h"
+#include "skim/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace skim::server {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const fs::path kDemo = fs::path(SKIM_SOURCE_DIR) / "models/demo-code-28m";
+constexpr int kCtx = 512;
+
+EngineOptions demo_options() {
+  EngineOptions o;
+  o.model_dir = kDemo;
+  o.max_context = kCtx;
+  o.max_sequences = 2;
+  return o;
+}
+
+// One server for the whole binary; its chat format comes from a temporary directory holding a
+// ChatML tokenizer_config.json (the demo model has no chat template).
+struct Served {
+  Engine engine{demo_options()};
+  Engine reference{demo_options()};  // generates alone, for comparison
+  fs::path chat_dir = fs::temp_directory_path() / "skim_server_test_chat";
+  std::unique_ptr<Server> server;
+  std::thread thread;
+  int port = 0;
+
+  Served() {
+    fs::create_directories(chat_dir);
+    std::ofstream(chat_dir / "tokenizer_config.json") << R"({"chat_template": "<|im_start|>"})";
+    ServerOptions so;
+    so.port = 0;
+    so.model_name = "demo";
+    so.model_dir = chat_dir;
+    server = std::make_unique<Server>(engine, so);
+    server->bind();
+    port = server->bound_port();
+    thread = std::thread([this] { server->listen(); });
+  }
+  ~Served() {
+    server->stop();
+    thread.join();
+    server.reset();
+    fs::remove_all(chat_dir);
+  }
+};
+
+Served& served() {
+  static Served* s = new Served();  // lives until exit (the listen thread with it)
+  return *s;
+}
+
+httplib::Client client() {
+  httplib::Client c("127.0.0.1", served().port);
+  c.set_read_timeout(120, 0);
+  return c;
+}
+
+struct Reply {
+  int status = 0;
+  json body;
+  std::string raw;
+};
+
+Reply post(const std::string& path, const json& body) {
+  auto c = client();
+  auto r = c.Post(path, body.dump(), "application/json");
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.body = json::parse(r->body, nullptr, false);
+  return out;
+}
+
+GenerationResult alone(const std::string& prompt, int n) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  return served().reference.generate({r})[0];
+}
+
+json greedy(const std::string& prompt, int n) {
+  return {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}, {"ignore_eos", true}};
+}
+
+// The text pieces and the last chunk of a server-sent-event body.
+struct Stream {
+  std::string text;
+  json last;
+  bool done = false;
+  int chunks = 0;
+};
+Stream parse_stream(const std::string& raw, const char* field = "text") {
+  Stream s;
+  size_t at = 0;
+  while ((at = raw.find("data: ", at)) != std::string::npos) {
+    const size_t end = raw.find("\n\n", at);
+    const std::string data = raw.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      s.done = true;
+      continue;
+    }
+    json j = json::parse(data);
+    s.last = j;
+    ++s.chunks;
+    const json& ch = j["choices"][0];
+    if (std::string(field) == "text")
+      s.text += ch["text"].get<std::string>();
+    else if (ch["delta"].contains("content"))
+      s.text += ch["delta"]["content"].get<std::string>();
+  }
+  return s;
+}
+
+double metric(const std::string& name) {
+  auto c = client();
+  auto r = c.Get("/metrics");
+  const std::string key = "skim_" + name + " ";
+  const size_t at = r->body.find("\n" + key);
+  return at == std::string::npos ? -1 : std::stod(r->body.substr(at + 1 + key.size()));
+}
+
+TEST(Server, CompletionEqualsEngineGenerate) {
+  Reply r = post("/v1/completions", greedy("def fibonacci(n):", 24));
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const GenerationResult ref = alone("def fibonacci(n):", 24);
+  EXPECT_EQ(r.body["object"], "text_completion");
+  EXPECT_EQ(r.body["model"], "demo");
+  EXPECT_EQ(r.body["choices"][0]["text"], ref.text);
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], ref.stats.prompt_tokens);
+  EXPECT_EQ(r.body["skim"]["policy"], "dense");
+}
+
+TEST(Server, StreamCarriesTheSameText) {
+  json body = greedy("class Stack:\n", 20);
+  body["stream"] = true;
+  Reply r = post("/v1/completions", body);
+  ASSERT_EQ(r.status, 200);
+  Stream s = parse_stream(r.raw);
+  EXPECT_TRUE(s.done);
+  EXPECT_GT(s.chunks, 2);
+  EXPECT_EQ(s.text, alone("class Stack:\n", 20).text);
+  EXPECT_EQ(s.last["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(s.last["usage"]["completion_tokens"], 20);
+}
+
+TEST(Server, RequestsBeyondParallelQueueAndMatchAlone) {
+  const std::vector<std::string> prompts = {"import os\n", "def main():\n", "for i in range(", "x = [",
+                                            "class A:\n    def"};
+  std::vector<std::future<Reply>> replies;
+  for (const auto& p : prompts)
+    replies.push_back(std::async(std::launch::async, [p] { return post("/v1/completions", greedy(p, 16)); }));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Reply r = replies[i].get();
+    ASSERT_EQ(r.status, 200) << r.raw;
+    EXPECT_EQ(r.body["choices"][0]["text"], alone(prompts[i], 16).text) << prompts[i];
+  }
+}
+
+TEST(Server, SeededSamplingRepeats) {
+  json body = {{"prompt", "def parse(s):"}, {"max_tokens", 12}, {"temperature", 0.9}, {"seed", 7}};
+  Reply a = post("/v1/completions", body), b = post("/v1/completions", body);
+  ASSERT_EQ(a.status, 200);
+  EXPECT_EQ(a.body["choices"][0]["text"], b.body["choices"][0]["text"]);
+}
+
+TEST(Server, PerRequestPolicySwitchesTheEngineAndBack) {
+  const double switches = metric("policy_switches_total");
+  json body = greedy("def merge(a, b):", 12);
+  body["policy"] = "streaming";
+  Reply r = post("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["skim"]["policy"], "streaming");
+  Reply d = post("/v1/completions", greedy("def merge(a, b):", 12));
+  EXPECT_EQ(d.body["skim"]["policy"], "dense");
+  EXPECT_EQ(d.body["choices"][0]["text"], alone("def merge(a, b):", 12).text);
+  EXPECT_GE(metric("policy_switches_total"), switches + 2);
+}
+
+TEST(Server, BadRequestsGetJsonErrorsNamingTheField) {
+  struct Case {
+    json body;
+    int status;
+    std::string param;
+  };
+  std::vector<int> long_prompt(kCtx + 10, 42);
+  const std::vector<Case> cases = {
+      {{{"prompt", 5}}, 400, "prompt"},
+      {{{"prompt", "x"}, {"n", 2}}, 400, "n"},
+      {{{"prompt", "x"}, {"temperature", 3}}, 400, "temperature"},
+      {{{"prompt", "x"}, {"max_tokens", -1}}, 400, "max_tokens"},
+      {{{"prompt", "x"}, {"stop", {"a", "b", "c", "d", "e"}}}, 400, "stop"},
+      {{{"prompt", "x"}, {"model", "gpt-4"}}, 404, "model"},
+      {{{"prompt", "x"}, {"policy", "bogus"}}, 400, "policy"},
+      {{{"prompt", "x"}, {"policy", "quest:nokey=1"}}, 400, "policy"},
+      {{{"prompt", long_prompt}}, 400, "prompt"},
+      {{{"prompt", {1, 2, 999999}}}, 400, "prompt"},
+  };
+  for (const Case& c : cases) {
+    Reply r = post("/v1/completions", c.body);
+    EXPECT_EQ(r.status, c.status) << c.body.dump() << " -> " << r.raw;
+    ASSERT_TRUE(r.body.contains("error")) << r.raw;
+    EXPECT_EQ(r.body["error"]["param"], c.param) << c.body.dump();
+    EXPECT_FALSE(r.body["error"]["message"].get<std::string>().empty());
+  }
+  auto c = client();
+  auto bad_json = c.Post("/v1/completions", "{nope", "application/json");
+  ASSERT_TRUE(bad_json);
+  EXPECT_EQ(bad_json->status, 400);
+  Reply over = post("/v1/completions", {{"prompt", long_prompt}});
+  EXPECT_NE(over.body["error"]["message"].get<std::string>().find("--ctx"), std::string::npos);
+  EXPECT_EQ(client().Get("/health")->status, 200);  // the server goes on
+  EXPECT_EQ(post("/v1/completions", greedy("import re\n", 4)).status, 200);
+}
+
+TEST(Server, ContextLimitEndsWithLength) {
+  const int prompt = kCtx - 8;
+  std::vector<int> ids(size_t(prompt), 0);
+  for (int i = 0; i < prompt; ++i) ids[size_t(i)] = 100 + i % 50;
+  Reply r = post("/v1/completions", {{"prompt", ids}, {"max_tokens", 100}, {"temperature", 0}, {"ignore_eos", true}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], kCtx - prompt + 1);  // the last needs no K/V slot
+}
+
+TEST(Server, ChatCompletionsUseTheChatFormat) {
+  json body = {{"messages", {{{"role", "user"}, {"content", "def add(a, b):"}}}},
+               {"max_tokens", 8},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  Reply r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["object"], "chat.completion");
+  EXPECT_EQ(r.body["choices"][0]["message"]["role"], "assistant");
+  const std::string text = r.body["choices"][0]["message"]["content"];
+  body["stream"] = true;
+  Reply s = post("/v1/chat/completions", body);
+  Stream st = parse_stream(s.raw, "delta");
+  EXPECT_EQ(st.text, text);
+  EXPECT_TRUE(st.done);
+  EXPECT_EQ(st.last["object"], "chat.completion.chunk");
+  Reply bad = post("/v1/chat/completions", {{"messages", {{{"role", "robot"}, {"content", "x"}}}}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body["error"]["param"], "messages");
+}
+
+TEST(Server, ClientGoingAwayFreesItsSequence) {
+  const double before = metric("requests_cancelled_total");
+  {  // a raw socket: send a long streamed request, read the first bytes, hang up
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(served().port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    json body = greedy("def loop():\n", 400);
+    body["stream"] = true;
+    const std::string b = body.dump();
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+    ASSERT_EQ(write(fd, req.data(), req.size()), ssize_t(req.size()));
+    char buf[256];
+    ASSERT_GT(read(fd, buf, sizeof buf), 0);
+    close(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (metric("requests_cancelled_total") <= before &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GT(metric("requests_cancelled_total"), before);
+  EXPECT_EQ(post("/v1/completions", greedy("import io\n", 4)).status, 200);
+}
+
+TEST(Server, ModelsHealthAndMetrics) {
+  auto c = client();
+  auto m = c.Get("/v1/models");
+  ASSERT_TRUE(m);
+  json j = json::parse(m->body);
+  EXPECT_EQ(j["data"][0]["id"], "demo");
+  EXPECT_EQ(j["data"][0]["max_context"], kCtx);
+  EXPECT_EQ(j["data"][0]["chat_format"], "chatml");
+  EXPECT_EQ(json::parse(c.Get("/health")->body)["status"], "ok");
+  EXPECT_GE(metric("generated_tokens_total"), 0);
+  EXPECT_GE(metric("requests_running"), 0);
+}
+
+// parse_request alone: defaults and checks without a server.
+TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
+  Served& s = served();
+  ServedModel m{"demo", &s.reference.tokenizer(), ChatFormat::kNone, kCtx};
+  ParsedRequest p = parse_request({{"prompt", "x"}}, Endpoint::kCompletions, m);
+  EXPECT_EQ(p.request.max_tokens, 16);
+  EXPECT_FLOAT_EQ(p.request.sampling.temperature, 1.0f);
+  EXPECT_FALSE(p.stream);
+  p = parse_request({{"prompt", {"x"}}, {"seed", 11}, {"stop", "\n"}, {"top_k", 5}}, Endpoint::kCompletions, m);
+  EXPECT_EQ(p.request.sampling.seed, 11u);
+  EXPECT_EQ(p.request.stop, std::vector<std::string>{"\n"});
+  EXPECT_EQ(p.request.sampling.top_k, 5);
+  try {
+    parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, Endpoint::kChat, m);
+    FAIL() << "expected an error";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.param, "messages");
+    EXPECT_NE(std::string(e.what()).find("/v1/completions"), std::string::npos);
+  }
+  EXPECT_THROW(parse_request(json::array(), Endpoint::kCompletions, m), RequestError);
+  EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 3}}, Endpoint::kCompletions, m), RequestError);
+}
+
+}  // namespace
+}  // namespace skim::server

@@ -46,8 +46,14 @@ engine_steps() {
     for f in .devdeps/*.deb; do dpkg -x "$f" $root; done
   fi
   export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # The HTTP server links cpp-httplib, which needs OpenSSL 3 and Brotli at run time: built
+  # only where .devdeps has it and the machine has those.
+  local server=OFF
+  if ls .devdeps/libcpp-httplib0* >/dev/null 2>&1 && ldconfig -p | grep -q 'libssl.so.3 ' &&
+     ldconfig -p | grep -q 'libbrotlidec.so.1 '; then server=ON; fi
+  echo "HTTP server: $server"
   cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH=$root/usr -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON \
-    -DSKIM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DSKIM_BLAS=OFF -DSKIM_ICU=OFF -DSKIM_PNG=OFF \
+    -DSKIM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DSKIM_BLAS=OFF -DSKIM_ICU=OFF -DSKIM_PNG=OFF -DSKIM_SERVER=$server \
     -DSKIM_NATIVE=OFF > $OUT/engine-cmake.log 2>&1 || { tail -30 $OUT/engine-cmake.log; return 1; }
   cmake --build build-gpu -j "$(nproc)" --target skim test_cuda 2>&1 | grep -E "error|FAILED|warning: .*cuda" | head -40
   [ -x build-gpu/skim ] && [ -x build-gpu/tests/test_cuda ] || { echo "ENGINE BUILD FAILED"; return 1; }
@@ -58,8 +64,37 @@ engine_steps() {
   timeout 120 build-gpu/skim generate --device cuda -p "def fibonacci(n):" -n 64 || { echo "GENERATE FAILED"; status=1; }
   timeout 120 build-gpu/skim generate --device cuda -f models/demo-code-28m/README.md -n 256 --ignore-eos --json |
     python3 -c 'import json,sys; j=json.loads(sys.stdin.readlines()[-1]); j.pop("text"); j.pop("tokens"); print(j)'
+  [ "$server" = ON ] && serve_steps
   step "skim bench"
   timeout 300 build-gpu/skim bench ${BENCH_ARGS:-} --json $OUT/bench-e2e.json || { echo "SKIM BENCH FAILED"; status=1; }
+}
+
+# skim serve on the GPU: a greedy completion equals `skim generate --device cuda`, then the
+# load test of bench/serve_bench.py at several concurrencies -> serve-bench.json.
+serve_steps() {
+  step "skim serve --device cuda"
+  local port=18080 url=http://127.0.0.1:18080
+  build-gpu/skim serve --device cuda --port $port --parallel 8 --ctx 4096 > $OUT/serve.log 2>&1 &
+  local spid=$!
+  for _ in $(seq 120); do curl -sf $url/health > /dev/null 2>&1 && break; sleep 0.5; done
+  python3 - "$url" <<'PY' || { echo "SERVE CHECK FAILED"; status=1; }
+import json, subprocess, sys, urllib.request
+url = sys.argv[1]
+prompt = "def fibonacci(n):"
+req = urllib.request.Request(url + "/v1/completions", headers={"Content-Type": "application/json"},
+    data=json.dumps({"prompt": prompt, "max_tokens": 64, "temperature": 0, "ignore_eos": True}).encode())
+served = json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["text"]
+out = subprocess.run(["build-gpu/skim", "generate", "--device", "cuda", "-p", prompt, "-n", "64",
+                      "--ignore-eos", "--json"], capture_output=True, text=True, check=True).stdout
+alone = json.loads(out.strip().splitlines()[-1])["text"]
+print("served == generate:", served == alone)
+sys.exit(0 if served == alone else 1)
+PY
+  python3 bench/serve_bench.py --url $url --concurrency 1,4,8 --requests 2 --prompt-tokens 1024 \
+    --max-tokens 128 --json $OUT/serve-bench.json || { echo "SERVE BENCH FAILED"; status=1; }
+  curl -s $url/metrics | grep -v '^#'
+  kill -TERM $spid; wait $spid
+  tail -3 $OUT/serve.log
 }
 
 if [ "${ENGINE_ONLY:-0}" = 1 ]; then

@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 mkdir -p .devdeps
 cd .devdeps
 apt-get download nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 libpcre2-dev libpcre2-8-0 \
-  libgtest-dev libgmock-dev 2>&1 | grep -v "unsandboxed" || true
+  libgtest-dev libgmock-dev libcpp-httplib-dev libcpp-httplib0.11 2>&1 | grep -v "unsandboxed" || true
 ls -la

@@ -106,9 +106,13 @@ struct Engine::Impl {
 
   // Runs positions [from, length) again as prefill chunks under the current policy (their K/V
   // come out as a dense prefill's), so a policy switched in after the prefill that learns from
-  // prefill queries (CSAttention, MAC: EngineCorrections::prompt_queries) sees them.
+  // prefill queries (CSAttention, MAC: EngineCorrections::prompt_queries) sees them. The
+  // chunks start where the prompt's own did (multiples of the chunk size, `from` rounded
+  // down): GEMMs over the same rows give the same bits, so the queries, and a policy's
+  // decisions on them (MAC's hit threshold), are those of a prefill under the policy.
   void reencode(Sequence& s, int from = 0) {
     std::vector<float> none;
+    from -= from % options.prefill_chunk;
     for (int b = from; b < s.table.length; b += options.prefill_chunk) {
       ForwardBatch fb;
       for (int pos = b; pos < std::min(s.table.length, b + options.prefill_chunk); ++pos) {
@@ -212,6 +216,7 @@ void Engine::check_policy(const std::string& spec) const {
 const std::string& Engine::policy_spec() const { return impl_->options.policy; }
 int Engine::max_context() const { return impl_->options.max_context; }
 int Engine::max_sequences() const { return impl_->options.max_sequences; }
+int Engine::prefill_chunk() const { return impl_->options.prefill_chunk; }
 
 void Engine::set_policy(const std::string& spec) {
   if (spec != impl_->options.policy) impl_->cpu_only("switching the policy of a running engine (set_policy)");

@@ -106,6 +106,7 @@ class Engine {
   const std::string& policy_spec() const;
   int max_context() const;
   int max_sequences() const;
+  int prefill_chunk() const;
 
   uint64_t rectified_tokens() const;
   // KV bytes (keys, values and policy metadata, all layers) decode steps have read so far.

@@ -24,6 +24,14 @@ struct Scheduler::Pending {
   RequestCallbacks cb;
 };
 
+struct Scheduler::Prefilling {
+  std::unique_ptr<Pending> p;
+  int seq;
+  size_t done = 0;  // prompt tokens in the cache
+  double seconds = 0;
+  bool cancelled = false;
+};
+
 struct Scheduler::Running {
   uint64_t id;
   int seq;
@@ -49,6 +57,8 @@ Scheduler::~Scheduler() {
   worker_.join();
   for (auto& p : waiting_)
     if (p->cb.on_error) p->cb.on_error("server shutting down");
+  for (auto& f : prefilling_)
+    if (f->p->cb.on_error) f->p->cb.on_error("server shutting down");
   fail_all_running("server shutting down");
 }
 
@@ -78,11 +88,15 @@ void Scheduler::loop() {
     std::vector<std::unique_ptr<Pending>> admitted;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !waiting_.empty() || !running_.empty() || !cancelled_.empty(); });
+      cv_.wait(lk, [&] {
+        return stop_ || !waiting_.empty() || !prefilling_.empty() || !running_.empty() || !cancelled_.empty();
+      });
       if (stop_) return;
       for (uint64_t id : cancelled_) {
         for (auto& r : running_)
           if (r->id == id) r->cancelled = true;
+        for (auto& f : prefilling_)
+          if (f->p->id == id) f->cancelled = true;
         const size_t before = waiting_.size();
         std::erase_if(waiting_, [id](const auto& p) { return p->id == id; });
         metrics_.requests_cancelled += before - waiting_.size();
@@ -91,78 +105,116 @@ void Scheduler::loop() {
       admit(admitted);
       metrics_.waiting = int(waiting_.size());
     }
-    for (auto& r : running_)
-      if (r->cancelled) {
-        engine_.close_sequence(r->seq);
-        std::lock_guard<std::mutex> lk(mu_);
-        metrics_.requests_cancelled += 1;
-      }
-    std::erase_if(running_, [](const auto& r) { return r->cancelled; });
-    for (auto& p : admitted) prefill(std::move(p));
+    drop_cancelled();
+    for (auto& p : admitted) start(std::move(p));
+    if (!prefilling_.empty()) prefill_chunk();
     if (!running_.empty()) step();
     std::lock_guard<std::mutex> lk(mu_);
-    metrics_.running = int(running_.size());
+    metrics_.running = int(running_.size() + prefilling_.size());
   }
+}
+
+void Scheduler::drop_cancelled() {
+  int n = 0;
+  for (auto& r : running_)
+    if (r->cancelled) engine_.close_sequence(r->seq), ++n;
+  for (auto& f : prefilling_)
+    if (f->cancelled) engine_.close_sequence(f->seq), ++n;
+  std::erase_if(running_, [](const auto& r) { return r->cancelled; });
+  std::erase_if(prefilling_, [](const auto& f) { return f->cancelled; });
+  std::lock_guard<std::mutex> lk(mu_);
+  metrics_.requests_cancelled += uint64_t(n);
 }
 
 // Under mu_. Takes waiting requests in order while sequences are free; one that needs
 // another policy is taken only into an empty engine, and alone.
 void Scheduler::admit(std::vector<std::unique_ptr<Pending>>& batch) {
   const size_t slots = size_t(engine_.max_sequences());
-  while (!waiting_.empty() && running_.size() + batch.size() < slots) {
+  while (!waiting_.empty() && running_.size() + prefilling_.size() + batch.size() < slots) {
     const bool switch_needed = waiting_.front()->policy != engine_.policy_spec();
-    if (switch_needed && !(running_.empty() && batch.empty())) return;
+    if (switch_needed && !(running_.empty() && prefilling_.empty() && batch.empty())) return;
     batch.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     if (switch_needed) return;
   }
 }
 
-void Scheduler::prefill(std::unique_ptr<Pending> p) {
-  int seq = -1;
+// Switches the policy when the request needs it and opens its sequence; the prompt follows
+// chunk by chunk.
+void Scheduler::start(std::unique_ptr<Pending> p) {
   try {
     if (p->policy != engine_.policy_spec()) {
       engine_.set_policy(p->policy);
       std::lock_guard<std::mutex> lk(mu_);
       metrics_.policy_switches += 1;
     }
-    const GenerationRequest& rq = p->request;
-    SKIM_REQUIRE(!rq.prompt_ids.empty(), "empty prompt");
-    seq = engine_.open_sequence();
-    const double t0 = now_seconds();
-    const int last = int(rq.prompt_ids.size()) - 1;
-    std::vector<float> logits = engine_.append(seq, rq.prompt_ids, std::span<const int>(&last, 1));
-    const double dt = now_seconds() - t0;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      metrics_.prompt_tokens += rq.prompt_ids.size();
-      metrics_.prefill_seconds += dt;
-    }
-    auto r = std::make_unique<Running>(
-        Running{p->id, seq, Generation(rq, engine_.tokenizer(), engine_.config().eos_token_ids), std::move(p->cb)});
-    r->gen.result().stats.prompt_tokens = int(rq.prompt_ids.size());
-    r->gen.result().stats.prefill_seconds = dt;
-    if (rq.max_tokens == 0) {
-      r->gen.result().stats.finish_reason = "length";
-      finish(*r);
-      return;
-    }
-    const int vocab = engine_.config().vocab_size;
-    const int token = r->gen.sampler().sample(std::span<const float>(logits.data(), size_t(vocab)));
-    r->done = r->gen.accept(token);
-    r->next_token = token;
-    const std::string piece = r->gen.take_text(r->done);
-    if (!piece.empty() && r->cb.on_text) r->cb.on_text(piece);
-    if (r->done)
-      finish(*r);
-    else
-      running_.push_back(std::move(r));
+    SKIM_REQUIRE(!p->request.prompt_ids.empty(), "empty prompt");
+    const int seq = engine_.open_sequence();
+    prefilling_.push_back(std::make_unique<Prefilling>(Prefilling{std::move(p), seq}));
   } catch (const std::exception& e) {
-    if (seq >= 0) engine_.close_sequence(seq);
     if (p->cb.on_error) p->cb.on_error(e.what());
     std::lock_guard<std::mutex> lk(mu_);
     metrics_.requests_failed += 1;
   }
+}
+
+// One chunk of the oldest prompt being prefilled; after its last chunk, its first token.
+void Scheduler::prefill_chunk() {
+  Prefilling& f = *prefilling_.front();
+  const std::vector<int>& ids = f.p->request.prompt_ids;
+  std::vector<float> logits;
+  try {
+    // A last piece of one token would run as a decode step (Engine::append): it goes with
+    // the chunk before (append splits it off again, as a prefill row). The chunk boundaries
+    // are those of one append of the whole prompt, so the cache comes out the same.
+    const size_t left = ids.size() - f.done;
+    size_t n = std::min(size_t(engine_.prefill_chunk()), left);
+    if (left - n == 1) n = left;
+    const bool last = f.done + n == ids.size();
+    const int at = int(n) - 1;
+    const double t0 = now_seconds();
+    logits = engine_.append(f.seq, std::span<const int>(ids.data() + f.done, n),
+                            last ? std::span<const int>(&at, 1) : std::span<const int>());
+    f.seconds += now_seconds() - t0;
+    f.done += n;
+    if (!last) return;
+  } catch (const std::exception& e) {
+    engine_.close_sequence(f.seq);
+    if (f.p->cb.on_error) f.p->cb.on_error(e.what());
+    prefilling_.pop_front();
+    std::lock_guard<std::mutex> lk(mu_);
+    metrics_.requests_failed += 1;
+    return;
+  }
+  std::unique_ptr<Prefilling> done = std::move(prefilling_.front());
+  prefilling_.pop_front();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    metrics_.prompt_tokens += ids.size();
+    metrics_.prefill_seconds += done->seconds;
+  }
+  const GenerationRequest& rq = done->p->request;
+  auto r = std::make_unique<Running>(Running{done->p->id, done->seq,
+                                             Generation(rq, engine_.tokenizer(), engine_.config().eos_token_ids),
+                                             std::move(done->p->cb)});
+  GenerationStats& stats = r->gen.result().stats;
+  stats.prompt_tokens = int(rq.prompt_ids.size());
+  stats.prefill_seconds = done->seconds;
+  if (rq.max_tokens == 0) {
+    stats.finish_reason = "length";
+    finish(*r);
+    return;
+  }
+  const int vocab = engine_.config().vocab_size;
+  const int token = r->gen.sampler().sample(std::span<const float>(logits.data(), size_t(vocab)));
+  r->done = r->gen.accept(token);
+  r->next_token = token;
+  const std::string piece = r->gen.take_text(r->done);
+  if (!piece.empty() && r->cb.on_text) r->cb.on_text(piece);
+  if (r->done)
+    finish(*r);
+  else
+    running_.push_back(std::move(r));
 }
 
 void Scheduler::step() {

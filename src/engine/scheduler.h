@@ -1,8 +1,9 @@
 // Continuous batching for the server: requests arrive from any thread; one worker thread owns
-// the engine and loops: admit waiting requests while sequences are free (each admitted
-// prompt is prefilled whole), then advance every live sequence by one decode step, streaming
-// text to each request's callbacks. A finished or cancelled request frees its sequence for
-// the next waiting one at once.
+// the engine and loops: admit waiting requests while sequences are free, prefill one chunk of
+// one admitted prompt, then advance every live sequence by one decode step, streaming text to
+// each request's callbacks. A long prompt thus delays the running requests' tokens by one
+// chunk per step, not by its whole prefill. A finished or cancelled request frees its sequence
+// for the next waiting one at once.
 //
 // Per-request policies: the engine runs one policy at a time, so a request whose policy
 // differs from the running one waits until the live batch has drained, then the engine
@@ -62,11 +63,14 @@ class Scheduler {
 
  private:
   struct Pending;
+  struct Prefilling;
   struct Running;
   void loop();
   void admit(std::vector<std::unique_ptr<Pending>>& batch);
-  void prefill(std::unique_ptr<Pending> p);
+  void start(std::unique_ptr<Pending> p);
+  void prefill_chunk();
   void step();
+  void drop_cancelled();
   void fail_all_running(const std::string& message);
   void finish(Running& r);
 
@@ -76,7 +80,8 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Pending>> waiting_;
   std::vector<uint64_t> cancelled_;  // ids cancel() saw, taken by the worker
-  std::vector<std::unique_ptr<Running>> running_;  // worker thread only
+  std::deque<std::unique_ptr<Prefilling>> prefilling_;  // worker thread only, in order
+  std::vector<std::unique_ptr<Running>> running_;       // worker thread only
   SchedulerMetrics metrics_;  // under mu_
   uint64_t next_id_ = 1;
   bool stop_ = false;

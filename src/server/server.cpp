@@ -222,7 +222,7 @@ struct Server::Impl {
     metric("policy_switches_total", "counter", "engine policy switches for per-request policies", double(m.policy_switches));
     metric("prefill_seconds_total", "counter", "time spent in prefill", m.prefill_seconds);
     metric("decode_seconds_total", "counter", "time spent in decode steps", m.decode_seconds);
-    metric("requests_running", "gauge", "sequences in the decode batch", double(m.running));
+    metric("requests_running", "gauge", "requests holding a sequence (prefilling or decoding)", double(m.running));
     metric("requests_waiting", "gauge", "requests queued for a free sequence", double(m.waiting));
     return out;
   }

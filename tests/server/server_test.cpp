@@ -35,6 +35,7 @@ EngineOptions demo_options() {
   o.model_dir = kDemo;
   o.max_context = kCtx;
   o.max_sequences = 2;
+  o.prefill_chunk = 64;  // prompts over 64 tokens prefill in several scheduler steps
   return o;
 }
 
@@ -183,6 +184,23 @@ TEST(Server, RequestsBeyondParallelQueueAndMatchAlone) {
     ASSERT_EQ(r.status, 200) << r.raw;
     EXPECT_EQ(r.body["choices"][0]["text"], alone(prompts[i], 16).text) << prompts[i];
   }
+}
+
+TEST(Server, LongPromptsPrefillInChunksBetweenDecodeSteps) {
+  std::string long_prompt;
+  for (int i = 0; i < 40; ++i) long_prompt += "x" + std::to_string(i) + " = compute(" + std::to_string(i) + ")\n";
+  const GenerationResult ref_long = alone(long_prompt, 8);
+  ASSERT_GE(ref_long.stats.prompt_tokens, 5 * 64);  // five chunks or more
+  const double steps0 = metric("decode_steps_total");
+  auto running = std::async(std::launch::async, [] { return post("/v1/completions", greedy("def slow():\n", 48)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Reply l = post("/v1/completions", greedy(long_prompt, 8));
+  Reply r = running.get();
+  ASSERT_EQ(l.status, 200) << l.raw;
+  EXPECT_EQ(l.body["choices"][0]["text"], ref_long.text);
+  EXPECT_EQ(l.body["usage"]["prompt_tokens"], ref_long.stats.prompt_tokens);
+  EXPECT_EQ(r.body["choices"][0]["text"], alone("def slow():\n", 48).text);
+  EXPECT_GE(metric("decode_steps_total"), steps0 + 47);
 }
 
 TEST(Server, SeededSamplingRepeats) {

@@ -78,6 +78,10 @@ def main():
         w(f"| {p['model']} | {policy} | {p['batch']} | {p['context']} | {p['ms_per_token']:.3f} | "
           f"{p['batch'] * 1e3 / p['ms_per_token']:.0f} | {p['weight_bytes'] / 1e6:.0f} | {p['kv_bytes'] / 1e6:.0f} | "
           f"{p['floor_ms']:.3f} | {p['ratio_to_floor']:.2f} | {target} |")
+        if p.get("rectify_f"):  # resa = this gbsa step + one rectification spread over f steps
+            r = p["resa_ms_per_token"]
+            w(f"| {p['model']} | resa (gbsa + rectify f={p['rectify_f']}: {p['rectify_ms']:.2f} ms per rectification) | "
+              f"{p['batch']} | {p['context']} | {r:.3f} | {p['batch'] * 1e3 / r:.0f} | | | | | - |")
     open(out_path, "w").write("\n".join(L) + "\n")
     print("\n".join(L))
 

@@ -125,6 +125,14 @@ void run_bench(const BenchArgs& a) {
                                          {"steps", p.steps}, {"ms_per_token", p.ms_per_step},
                                          {"weight_bytes", p.weight_bytes}, {"kv_bytes", p.kv_bytes},
                                          {"floor_ms", p.floor_ms}, {"ratio_to_floor", p.ms_per_step / p.floor_ms}});
+            if (p.rectify_f > 0) {
+              std::printf("| %s | resa:keep=%g,f=%d (gbsa + rectification %.3f ms / %d steps) | %d | %d | %.3f | | | | |\n",
+                          name.c_str(), a.sparse_keep, p.rectify_f, p.rectify_ms, p.rectify_f, b, ctx,
+                          p.ms_per_step + p.rectify_ms_per_step);
+              out["end_to_end"].back()["rectify_f"] = p.rectify_f;
+              out["end_to_end"].back()["rectify_ms"] = p.rectify_ms;
+              out["end_to_end"].back()["resa_ms_per_token"] = p.ms_per_step + p.rectify_ms_per_step;
+            }
           }
   }
   if (!a.attention_only && !a.no_prefill) {

@@ -7,6 +7,7 @@
 // [n][num_heads] (natural log).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace skim {
@@ -24,6 +25,11 @@ struct PagedPrefillArgs {
   const int32_t* positions = nullptr;   // [n]
   float* o = nullptr;
   float* lse = nullptr;
+  // GPU only: scratch for splitting the key range over several CTAs when the rows are too few
+  // to fill the machine (a short chunk over a long context: ReSA's rectification), at least
+  // cuda::paged_prefill_workspace_size bytes; none (nullptr) runs every row tile in one CTA.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 
   int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
 };

@@ -27,18 +27,23 @@ namespace skim {
 #ifdef SKIM_HAVE_CUDA
 namespace {
 
-// What of a policy string the GPU runs: dense, or `gbsa` (group block-sparse decode, no
-// rectification), its keys read by the CPU policy's own parser.
+// What of a policy string the GPU runs: dense, or ReSA's group block-sparse decode (`gbsa`,
+// or `resa` = gbsa + rectify, alone or as `gbsa+rectify:f=N`), its keys read by the CPU
+// policy's own parser. Rectification itself is the engine's (Impl::rectify): a dense prefill
+// of the last f tokens, which the GPU forward runs like any prefill chunk.
 cuda::GroupSparseOptions gpu_sparse_options(const std::string& policy, bool gpu) {
   cuda::GroupSparseOptions g;
   if (!gpu || policy == "dense") return g;
   const PolicySpec spec = parse_policy_spec(policy);
-  SKIM_REQUIRE(spec.parts.size() == 1 && spec.parts[0].name == "gbsa",
-               "--policy {}: with --device cuda only dense and gbsa run so far (the other policies, "
-               "resa's rectification included, run on the CPU: drop --device cuda)",
+  const PolicyPart& base = spec.parts[0];
+  const bool group_sparse = base.name == "gbsa" || base.name == "resa";
+  const bool rest_rectify = spec.parts.size() == 1 || (spec.parts.size() == 2 && spec.parts[1].name == "rectify");
+  SKIM_REQUIRE(group_sparse && rest_rectify,
+               "--policy {}: with --device cuda only dense, gbsa and resa (gbsa+rectify) run so far "
+               "(the other policies run on the CPU: drop --device cuda)",
                policy);
   g.enabled = true;
-  g.params = group_block_params(spec.parts[0], g.dense_layers);
+  g.params = group_block_params(base, g.dense_layers);
   return g;
 }
 
@@ -92,14 +97,17 @@ struct Engine::Impl {
   // again as one dense prefill chunk; their K/V and page digests are overwritten in every
   // layer. Sampled tokens are not changed.
   void rectify(Sequence& s, int count) {
-    ForwardBatch fb;
-    for (int pos = s.table.length - count; pos < s.table.length; ++pos) {
-      fb.tokens.push_back(s.tokens[size_t(pos)]);
-      fb.positions.push_back(pos);
-      fb.tables.push_back(&s.table);
-    }
     std::vector<float> none;
-    forward->run(fb, *policy, none);
+    const int end = s.table.length;
+    for (int b = end - count; b < end; b += options.prefill_chunk) {  // f may exceed a pass
+      ForwardBatch fb;
+      for (int pos = b; pos < std::min(end, b + options.prefill_chunk); ++pos) {
+        fb.tokens.push_back(s.tokens[size_t(pos)]);
+        fb.positions.push_back(pos);
+        fb.tables.push_back(&s.table);
+      }
+      forward->run(fb, *policy, none);
+    }
     rectified_tokens += uint64_t(count);
   }
   uint64_t rectified_tokens = 0;

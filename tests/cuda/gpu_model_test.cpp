@@ -177,6 +177,50 @@ TEST(GpuEngine, GroupSparseDecodeMatchesTheCpuPolicy) {
   EXPECT_LT(gpu.decode_kv_bytes_read(), 0.5 * gpu_dense.decode_kv_bytes_read());
 }
 
+// ReSA on the GPU: group-sparse decode steps, and every f steps the engine re-runs the last f
+// tokens as a dense prefill on the GPU (rewriting their K/V and digests). Teacher-forced on the
+// demo-long prompt with f = 4: the logits follow the CPU policy's, rectification ran as often,
+// and it changed the cache (the logits leave gbsa's).
+TEST(GpuEngine, ResaRectifiesOnTheGpuAsOnTheCpu) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
+  std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
+  const int steps = 16;
+  auto run = [&](const std::string& policy, const std::string& device, uint64_t* rectified) {
+    EngineOptions o = gpu_options(int(prompt.size()) + 64);
+    o.device = device;
+    o.policy = policy;
+    Engine e(o);
+    int seq = e.open_sequence();
+    e.append(seq, std::vector<int>(prompt.begin(), prompt.end() - 1), {});
+    std::vector<std::vector<float>> out;
+    for (int i = 0; i < steps; ++i) {
+      const int t = i == 0 ? prompt.back() : forced[size_t(i - 1)];
+      out.push_back(e.decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1)));
+    }
+    if (rectified) *rectified = e.rectified_tokens();
+    return out;
+  };
+  uint64_t rect_cpu = 0, rect_gpu = 0;
+  auto cpu = run("resa:keep=0.1,f=4", "cpu", &rect_cpu);
+  auto gpu = run("resa:keep=0.1,f=4", "cuda", &rect_gpu);
+  auto gbsa = run("gbsa:keep=0.1", "cuda", nullptr);
+  float worst = 0, from_gbsa = 0;
+  for (int i = 0; i < steps; ++i)
+    for (size_t v = 0; v < gpu[size_t(i)].size(); ++v) {
+      worst = std::max(worst, std::fabs(cpu[size_t(i)][v] - gpu[size_t(i)][v]));
+      from_gbsa = std::max(from_gbsa, std::fabs(gbsa[size_t(i)][v] - gpu[size_t(i)][v]));
+    }
+  std::printf("[ resa     ] demo-long, %d steps, f=4: max |GPU - CPU| = %.3f, max |resa - gbsa| on the GPU = %.3f, "
+              "rectified %llu tokens\n",
+              steps, worst, from_gbsa, (unsigned long long)rect_gpu);
+  EXPECT_LT(worst, kLogitTol);
+  EXPECT_EQ(rect_gpu, uint64_t(steps));
+  EXPECT_EQ(rect_cpu, rect_gpu);
+  EXPECT_GT(from_gbsa, 0.01f) << "rectification changed nothing: is it running?";
+}
+
 TEST(GpuEngine, RefusesPoliciesThatRunOnTheCpuOnly) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   EngineOptions o = gpu_options(256);

@@ -31,8 +31,11 @@ std::vector<uint16_t> random_bf16(size_t n) {
 TEST(CudaPagedPrefillAttention, MatchesCpuReference) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   struct Case { int d, kv_heads, group, start, n; };
+  // The last three: few rows over a long prefix, where the keys split over several CTAs and
+  // the partials are merged (rectification's shape); unaligned starts and lengths.
   for (Case c : {Case{128, 1, 4, 0, 37}, Case{128, 2, 4, 37, 50}, Case{64, 4, 1, 5, 16}, Case{128, 2, 8, 250, 130},
-                 Case{64, 1, 12, 19, 33}, Case{128, 8, 4, 1000, 7}}) {
+                 Case{64, 1, 12, 19, 33}, Case{128, 8, 4, 1000, 7}, Case{128, 8, 4, 20000 - 29, 32},
+                 Case{64, 2, 8, 9001, 19}, Case{128, 1, 16, 4097, 40}}) {
     SCOPED_TRACE(testing::Message() << "d " << c.d << " kv " << c.kv_heads << " group " << c.group << " rows ["
                                     << c.start << ", " << c.start + c.n << ")");
     const int heads = c.kv_heads * c.group, ps = 16, last = c.start + c.n - 1;
@@ -73,6 +76,9 @@ TEST(CudaPagedPrefillAttention, MatchesCpuReference) {
     a.positions = dp.data();
     a.o = o.data();
     a.lse = lse.data();
+    cuda::DeviceBuffer<uint8_t> ws{std::max<size_t>(1, cuda::paged_prefill_workspace_size(c.n, heads, c.kv_heads, c.d, last))};
+    a.workspace = ws.data();
+    a.workspace_bytes = ws.bytes();
     ASSERT_EQ(cuda::paged_prefill_attention(a, nullptr), cudaSuccess);
     cuda::check(cudaDeviceSynchronize(), "prefill attention");
     std::vector<float> got_o(want_o.size()), got_lse(want_lse.size());

@@ -186,7 +186,7 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
 }
 
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
-                               const GroupSparseOptions& sparse) {
+                               const GroupSparseOptions& sparse, int rectify_f) {
   const ModelConfig& c = weights->config;
   const int warm = 4, page = 16;
   const int pages_per_seq = (context + warm + steps + page - 1) / page;
@@ -200,7 +200,7 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   const size_t embed_bytes = weights->embed.data.bytes();
   const bool tied = weights->lm_head.rows == 0;
   GpuForwardOptions o;
-  o.max_rows = batch;
+  o.max_rows = sparse.enabled ? std::max(batch, rectify_f) : batch;  // a rectification is f rows
   o.max_pages_per_seq = pages_per_seq;
   o.sparse = sparse;
   GpuForward fwd(weights, shape, o);
@@ -228,6 +228,29 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   const int mean_len = context + warm + (steps + 1) / 2;
   p.kv_bytes = double(batch) * fwd.decode_bytes_read(mean_len);
   p.floor_ms = (p.weight_bytes + p.kv_bytes) / copy_bw * 1e3;
+  if (sparse.enabled && rectify_f > 0) {
+    // As Engine::rectify does it: per sequence, one prefill chunk of its last f tokens (the
+    // GPU forward attends densely in prefill), after one warm-up round.
+    auto dense = make_policy("dense");
+    std::vector<float> none;
+    auto rectify_all = [&] {
+      for (PageTable* t : ptrs) {
+        ForwardBatch fb;
+        for (int pos = t->length - rectify_f; pos < t->length; ++pos) {
+          fb.tokens.push_back(int32_t((uint32_t(pos) * 2654435761u) % uint32_t(c.vocab_size)));
+          fb.positions.push_back(pos);
+          fb.tables.push_back(t);
+        }
+        fwd.run(fb, *dense, none);
+      }
+    };
+    rectify_all();
+    const auto t0 = std::chrono::steady_clock::now();
+    rectify_all();
+    p.rectify_f = rectify_f;
+    p.rectify_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
+    p.rectify_ms_per_step = p.rectify_ms / rectify_f;
+  }
   return p;
 }
 

@@ -47,13 +47,19 @@ struct EndToEndPoint {
   double weight_bytes = 0;  // read per step: every weight but the embedding table's unread rows
   double kv_bytes = 0;      // K/V (and digests) read per step, mean over the steps
   double floor_ms = 0;      // (weight + KV bytes) / copy bandwidth
+  // Sparse runs: one ReSA rectification of the batch (each sequence's last rectify_f tokens
+  // re-run as a dense prefill over its context), and that time spread over the f steps it
+  // covers: what `resa` adds per token to gbsa's step.
+  int rectify_f = 0;
+  double rectify_ms = 0;
+  double rectify_ms_per_step = 0;
 };
 
 // Greedy decode steps (CUDA graph, tokens fed back on the device) after a context of
 // `context` tokens per sequence whose K/V and digests are random (no prefill: only the step is
 // timed); dense attention, or gbsa's group-sparse decode with `sparse` enabled.
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
-                               const GroupSparseOptions& sparse = {});
+                               const GroupSparseOptions& sparse = {}, int rectify_f = 32);
 
 // Prefill of `context` tokens (pseudo-random ids) in chunks of `chunk`, logits of the last
 // row only, timed on the host around the whole prompt: tokens per second.

@@ -68,6 +68,9 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   for (a.batch = 1; a.batch <= o.max_rows; ++a.batch) ws = std::max(ws, paged_decode_workspace_size(a));
   attn_workspace_.resize(ws);
   check(cudaMemset(attn_workspace_.data(), 0, attn_workspace_.bytes()), "cudaMemset");
+  // Prefill chunks too short to fill the GPU (rectification) split their keys over CTAs.
+  prefill_workspace_.resize(std::max<size_t>(1, paged_prefill_workspace_size(o.max_rows, c.num_heads, c.num_kv_heads,
+                                                                              c.head_dim, a.max_seq_len - 1)));
   if (o.sparse.enabled) {
     const GroupPageSelectArgs sel = select_args(o.max_rows);
     SKIM_REQUIRE(group_page_select_workspace_size(sel) > 0, "--policy gbsa: keep {} / n_min {} / n_local {} out of range",
@@ -190,6 +193,8 @@ void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool
       pa.positions = positions;
       pa.o = o_.data();
       pa.lse = lse_.data();
+      pa.workspace = prefill_workspace_.data();
+      pa.workspace_bytes = prefill_workspace_.bytes();
       check(paged_prefill_attention(pa, s), "paged_prefill_attention");
     } else {
       attend_decode(l, n, max_seq_len, table, seq_lens, decode && l >= opt_.sparse.dense_layers, s);

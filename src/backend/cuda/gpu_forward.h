@@ -104,6 +104,7 @@ class GpuForward final : public Forward {
   DeviceBuffer<float> x_, y_, qkv_, o_, lse_, gate_up_, logits_;
   DeviceBuffer<uint16_t> h_, h_rows_, q_, o16_, inter_;
   DeviceBuffer<uint8_t> attn_workspace_;
+  DeviceBuffer<uint8_t> prefill_workspace_;  // key splits of short prefill chunks
   // Group-sparse decode: kept page lists [max_rows][num_kv_heads][max_pages_per_seq], their
   // token counts, and the selection's workspace.
   DeviceBuffer<int32_t> kept_table_, kept_lens_;

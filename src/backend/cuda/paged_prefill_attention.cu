@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "backend/cuda/paged_decode_attention_impl.cuh"  // merge_kernel, device_info
+
 namespace skim::cuda {
 
 namespace {
@@ -29,8 +31,19 @@ struct Smem {
   static int bytes(int warps) { return 2 * kKV + warps * kWarp; }
 };
 
+// Split of the key range: CTA z of a row tile takes key blocks [z * blocks_per_split, ...).
+// With splits > 1 each CTA writes its rows' normalised partial o and lse to part_o
+// [n][num_heads][splits][D] and part_lse [n][num_heads][splits] (merge_kernel's layout, the
+// rows as its batch); rows whose position precedes the CTA's keys write (0, -inf).
+struct Split {
+  int splits = 1;
+  int blocks_per_split = 1 << 24;  // x kBlockPages pages: no overflow
+  float* part_o = nullptr;
+  float* part_lse = nullptr;
+};
+
 template <int D>
-__global__ void prefill_kernel(PagedPrefillArgs a, int sub_groups) {
+__global__ void prefill_kernel(PagedPrefillArgs a, int sub_groups, Split sp) {
   using S = Smem<D>;
   using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
   using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
@@ -72,8 +85,10 @@ __global__ void prefill_kernel(PagedPrefillArgs a, int sub_groups) {
   const int row = lane / 2, half = lane % 2;
   const int row_pos = row < rows ? a.positions[r0 + row] : -1;
   const int pages = last_pos / kTile + 1;
-  for (int first = 0; first < pages; first += kBlockPages) {
-    const int in_block = min(kBlockPages, pages - first);
+  const int begin = blockIdx.z * sp.blocks_per_split * kBlockPages;
+  const int end = min(pages, begin + sp.blocks_per_split * kBlockPages);
+  for (int first = begin; first < end; first += kBlockPages) {
+    const int in_block = min(kBlockPages, end - first);
     for (int i = threadIdx.x; i < kBlockPages * kTile * D / 8; i += blockDim.x) {
       const int pg = i / (kTile * D / 8), off = i % (kTile * D / 8);
       uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;  // pages past the sequence: zeros, masked below
@@ -150,13 +165,48 @@ __global__ void prefill_kernel(PagedPrefillArgs a, int sub_groups) {
   }
 
   if (!active) return;
+  // Final outputs, or this split's partials (one more stride level: the split).
+  const int z = blockIdx.z, ns = sp.splits;
+  float* o = ns > 1 ? sp.part_o : a.o;
+  float* lse = ns > 1 ? sp.part_lse : a.lse;
   for (int i = lane; i < rows * D; i += 32) {
     const int r = i / D;
-    a.o[(size_t(r0 + r) * a.num_heads + hq) * D + i % D] = l[r] > 0.0f ? os[i] / l[r] : 0.0f;
+    o[((size_t(r0 + r) * a.num_heads + hq) * ns + z) * D + i % D] = l[r] > 0.0f ? os[i] / l[r] : 0.0f;
   }
   if (lane < rows)
-    a.lse[size_t(r0 + lane) * a.num_heads + hq] = l[lane] > 0.0f ? (m[lane] + log2f(l[lane])) * 0.6931471805599453f
-                                                                 : -INFINITY;
+    lse[(size_t(r0 + lane) * a.num_heads + hq) * ns + z] =
+        l[lane] > 0.0f ? (m[lane] + log2f(l[lane])) * 0.6931471805599453f : -INFINITY;
+}
+
+// Key splits per row tile, only when the row tiles alone leave SMs idle: then enough CTAs
+// for two per SM, each split at least kMinSplitBlocks blocks of keys, at most kMaxSplits.
+constexpr int kMaxSplits = 64;
+constexpr int kMinSplitBlocks = 4;
+struct SplitPlan {
+  int splits = 1, blocks_per_split = 1 << 24;
+};
+SplitPlan plan_splits(int n, int units, int max_position, int sms) {
+  SplitPlan p;
+  const int tiles = (n + kTile - 1) / kTile;
+  const int blocks = (max_position / kTile + 1 + kBlockPages - 1) / kBlockPages;
+  const long ctas = long(tiles) * units;
+  if (ctas >= sms) return p;
+  int s = int(std::min<long>((2L * sms + ctas - 1) / ctas, kMaxSplits));
+  s = std::min(s, std::max(1, blocks / kMinSplitBlocks));
+  if (s <= 1) return p;
+  p.blocks_per_split = (blocks + s - 1) / s;
+  p.splits = (blocks + p.blocks_per_split - 1) / p.blocks_per_split;
+  return p;
+}
+
+size_t split_bytes(int n, int num_heads, int head_dim, int splits) {
+  const size_t heads = size_t(n) * num_heads * splits;
+  return detail::align_up(heads * head_dim * 4, 256) + detail::align_up(heads * 4, 256);
+}
+
+int sm_count() {
+  detail::DeviceInfo info;
+  return detail::device_info(info) == cudaSuccess ? info.sms : 132;
 }
 
 template <int D>
@@ -171,8 +221,28 @@ cudaError_t launch(const PagedPrefillArgs& a, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     configured = all;
   }
-  const dim3 grid((a.n + kTile - 1) / kTile, a.num_kv_heads * sub_groups);
-  prefill_kernel<D><<<grid, warps * 32, smem, stream>>>(a, sub_groups);
+  const int units = a.num_kv_heads * sub_groups;
+  const SplitPlan plan = a.workspace ? plan_splits(a.n, units, a.max_position, sm_count()) : SplitPlan{};
+  Split sp;
+  if (plan.splits > 1 && a.workspace_bytes >= split_bytes(a.n, a.num_heads, D, plan.splits)) {
+    sp.splits = plan.splits;
+    sp.blocks_per_split = plan.blocks_per_split;
+    sp.part_o = static_cast<float*>(a.workspace);
+    sp.part_lse = reinterpret_cast<float*>(static_cast<char*>(a.workspace) +
+                                           detail::align_up(size_t(a.n) * a.num_heads * sp.splits * D * 4, 256));
+  }
+  const dim3 grid((a.n + kTile - 1) / kTile, units, sp.splits);
+  prefill_kernel<D><<<grid, warps * 32, smem, stream>>>(a, sub_groups, sp);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || sp.splits == 1) return e;
+  detail::MergeParams mp;
+  mp.part_o = sp.part_o;
+  mp.part_lse = sp.part_lse;
+  mp.o = a.o;
+  mp.lse = a.lse;
+  mp.num_heads = a.num_heads;
+  mp.num_chunks = sp.splits;
+  detail::merge_kernel<D><<<a.n * a.num_heads, detail::kMergeThreads, 0, stream>>>(mp);
   return cudaGetLastError();
 }
 
@@ -184,6 +254,19 @@ cudaError_t paged_prefill_attention(const PagedPrefillArgs& a, cudaStream_t stre
     return cudaErrorInvalidValue;
   if (a.n == 0) return cudaSuccess;
   return a.head_dim == 64 ? launch<64>(a, stream) : launch<128>(a, stream);
+}
+
+size_t paged_prefill_workspace_size(int max_rows, int num_heads, int num_kv_heads, int head_dim, int max_position) {
+  if (max_rows <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads) return 0;
+  const int group = num_heads / num_kv_heads;
+  const int units = num_kv_heads * ((group + kMaxWarps - 1) / kMaxWarps);
+  const int sms = sm_count();
+  size_t bytes = 0;
+  for (int n = 1; n <= max_rows; ++n) {
+    const SplitPlan p = plan_splits(n, units, max_position, sms);
+    if (p.splits > 1) bytes = std::max(bytes, split_bytes(n, num_heads, head_dim, p.splits));
+  }
+  return bytes;
 }
 
 }  // namespace skim::cuda

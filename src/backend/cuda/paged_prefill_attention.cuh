@@ -18,6 +18,13 @@ namespace skim::cuda {
 
 // head_dim 64 or 128, page_size 16. Asynchronous on `stream`, allocates nothing. Returns
 // cudaErrorInvalidValue for unsupported shapes, else the launch status.
+//
+// Few rows over a long prefix would leave most SMs idle (one CTA per 16 rows and KV head),
+// so with a workspace the key range is split over several CTAs per row tile, each writing a
+// partial (o, lse) that the decode path's merge kernel combines exactly.
 cudaError_t paged_prefill_attention(const PagedPrefillArgs& args, cudaStream_t stream);
+
+// Workspace bytes any call with at most max_rows rows and positions <= max_position may use.
+size_t paged_prefill_workspace_size(int max_rows, int num_heads, int num_kv_heads, int head_dim, int max_position);
 
 }  // namespace skim::cuda

@@ -55,7 +55,7 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
   app.add_option("-t,--threads", o.threads, "CPU threads (0: all cores)")->capture_default_str();
   app.add_option("--policy", o.policy, "attention policy, e.g. dense")->capture_default_str();
   app.add_option("--chunk", o.prefill_chunk, "prefill chunk, tokens")->capture_default_str();
-  app.add_option("--device", o.device, "cpu, or cuda (dense attention only so far)")->capture_default_str();
+  app.add_option("--device", o.device, "cpu, or cuda (policies dense, gbsa and resa so far)")->capture_default_str();
 }
 
 }  // namespace skim::cli

@@ -28,7 +28,7 @@ struct EngineOptions {
   int max_sequences = 1;     // sequences whose KV fits at once
   int prefill_chunk = 512;   // prompt tokens per forward pass
   int threads = 0;           // 0: all cores
-  std::string device = "cpu";  // "cpu", or "cuda" (dense attention only so far)
+  std::string device = "cpu";  // "cpu", or "cuda" (dense, gbsa and resa so far)
 };
 
 struct GenerationRequest {

@@ -109,6 +109,15 @@ struct Server::Impl {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       handle(req, res, Endpoint::kChat);
     });
+    // Unknown routes get an OpenAI-style error body too (handlers fill their own errors).
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (res.body.empty())
+        send_json(res, res.status,
+                  error_body(fmt::format("no route {} {} (see GET /v1/models, POST /v1/completions, "
+                                         "POST /v1/chat/completions, GET /health, GET /metrics)",
+                                         req.method, req.path),
+                             res.status == 404 ? "not_found_error" : "invalid_request_error"));
+    });
     // Anything that escapes a handler is the server's fault; it answers 500 and goes on.
     http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "unknown error";

@@ -326,6 +326,10 @@ TEST(Server, ModelsHealthAndMetrics) {
   EXPECT_EQ(j["data"][0]["max_context"], kCtx);
   EXPECT_EQ(j["data"][0]["chat_format"], "chatml");
   EXPECT_EQ(json::parse(c.Get("/health")->body)["status"], "ok");
+  auto none = c.Get("/v1/nothing");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 404);
+  EXPECT_NE(json::parse(none->body)["error"]["message"].get<std::string>().find("/v1/nothing"), std::string::npos);
   EXPECT_GE(metric("generated_tokens_total"), 0);
   EXPECT_GE(metric("requests_running"), 0);
 }

@@ -110,7 +110,8 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
   ParsedRequest out;
   GenerationRequest& r = out.request;
   SamplingParams& s = r.sampling;
-  r.max_tokens = 16;  // OpenAI's defaults
+  // OpenAI's defaults: completions stop at 16 tokens, chat at the end of the context (below).
+  r.max_tokens = endpoint == Endpoint::kChat ? -1 : 16;
   s.temperature = 1.0f;
   const char* max_field = endpoint == Endpoint::kChat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   read(body, max_field, r.max_tokens, [](int x) { return x >= 0; }, "an integer >= 0");
@@ -141,6 +142,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
   }
   r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m) : prompt_ids(body, m);
   if (r.prompt_ids.empty()) bad(endpoint == Endpoint::kChat ? "messages" : "prompt", "empty prompt");
+  if (r.max_tokens < 0) r.max_tokens = std::max(0, m.max_context - int(r.prompt_ids.size()) + 1);
   if (int(r.prompt_ids.size()) > m.max_context)
     throw RequestError("the prompt has " + std::to_string(r.prompt_ids.size()) + " tokens; this server's context is " +
                            std::to_string(m.max_context) + " tokens (skim serve --ctx)",

@@ -353,6 +353,10 @@ TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
     EXPECT_EQ(e.param, "messages");
     EXPECT_NE(std::string(e.what()).find("/v1/completions"), std::string::npos);
   }
+  ServedModel chat = m;
+  chat.chat = ChatFormat::kChatML;
+  p = parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, Endpoint::kChat, chat);
+  EXPECT_EQ(p.request.max_tokens, kCtx - int(p.request.prompt_ids.size()) + 1);  // chat: up to the context
   EXPECT_THROW(parse_request(json::array(), Endpoint::kCompletions, m), RequestError);
   EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 3}}, Endpoint::kCompletions, m), RequestError);
 }

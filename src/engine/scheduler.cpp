@@ -57,8 +57,6 @@ Scheduler::~Scheduler() {
   worker_.join();
   for (auto& p : waiting_)
     if (p->cb.on_error) p->cb.on_error("server shutting down");
-  for (auto& f : prefilling_)
-    if (f->p->cb.on_error) f->p->cb.on_error("server shutting down");
   fail_all_running("server shutting down");
 }
 
@@ -105,10 +103,14 @@ void Scheduler::loop() {
       admit(admitted);
       metrics_.waiting = int(waiting_.size());
     }
-    drop_cancelled();
-    for (auto& p : admitted) start(std::move(p));
-    if (!prefilling_.empty()) prefill_chunk();
-    if (!running_.empty()) step();
+    try {
+      drop_cancelled();
+      for (auto& p : admitted) start(std::move(p));
+      if (!prefilling_.empty()) prefill_chunk();
+      if (!running_.empty()) step();
+    } catch (const std::exception& e) {  // nothing may end the worker: fail what is in flight
+      fail_all_running(std::string("internal error: ") + e.what());
+    }
     std::lock_guard<std::mutex> lk(mu_);
     metrics_.running = int(running_.size() + prefilling_.size());
   }
@@ -240,7 +242,7 @@ void Scheduler::step() {
   try {
     next = engine_.decode_sample(seqs, tokens, samplers);
   } catch (const std::exception& e) {
-    fail_all_running(e.what());
+    fail_running(e.what());
     return;
   }
   const double dt = now_seconds() - t0;
@@ -277,7 +279,9 @@ void Scheduler::finish(Running& r) {
   if (r.cb.on_done) r.cb.on_done(res);
 }
 
-void Scheduler::fail_all_running(const std::string& message) {
+// The decoding requests fail with `message` and give their sequences back.
+void Scheduler::fail_running(const std::string& message) {
+  std::erase_if(running_, [](const auto& r) { return r->done; });  // finished: answered already
   for (auto& r : running_) {
     try {
       engine_.close_sequence(r->seq);
@@ -288,6 +292,23 @@ void Scheduler::fail_all_running(const std::string& message) {
   std::lock_guard<std::mutex> lk(mu_);
   metrics_.requests_failed += running_.size();
   running_.clear();
+}
+
+// Every request holding a sequence, decoding or still prefilling.
+void Scheduler::fail_all_running(const std::string& message) {
+  for (auto& f : prefilling_) {
+    try {
+      engine_.close_sequence(f->seq);
+    } catch (const std::exception&) {
+    }
+    if (f->p->cb.on_error) f->p->cb.on_error(message);
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    metrics_.requests_failed += prefilling_.size();
+  }
+  prefilling_.clear();
+  fail_running(message);
 }
 
 }  // namespace skim

@@ -71,6 +71,7 @@ class Scheduler {
   void prefill_chunk();
   void step();
   void drop_cancelled();
+  void fail_running(const std::string& message);
   void fail_all_running(const std::string& message);
   void finish(Running& r);
 

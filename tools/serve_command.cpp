@@ -2,6 +2,7 @@
 // SIGTERM; then in-flight requests finish and it exits.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "cli_common.h"
@@ -31,6 +32,8 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string name;
+  std::string api_key;
+  int max_waiting = 64;
 };
 }  // namespace
 
@@ -45,6 +48,9 @@ void register_serve(CLI::App& root, std::function<void()>& run) {
   app->add_option("--host", args->host, "address to listen on")->capture_default_str();
   app->add_option("--port", args->port, "port (0: any free one, printed at start)")->capture_default_str();
   app->add_option("--name", args->name, "model name served (default: the model directory's name)");
+  app->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $SKIM_API_KEY)");
+  app->add_option("--max-waiting", args->max_waiting, "queued requests beyond --parallel before refusing (503)")
+      ->capture_default_str();
   app->callback([args, &run] {
     run = [args] {
 #ifndef SKIM_HAVE_SERVER
@@ -53,6 +59,9 @@ void register_serve(CLI::App& root, std::function<void()>& run) {
 #else
       ServeArgs& a = *args;
       SKIM_REQUIRE(a.port >= 0 && a.port <= 65535, "--port must be in [0, 65535], got {}", a.port);
+      SKIM_REQUIRE(a.max_waiting >= 0, "--max-waiting must be >= 0, got {}", a.max_waiting);
+      if (a.api_key.empty())
+        if (const char* k = std::getenv("SKIM_API_KEY")) a.api_key = k;
       if (a.engine.model_dir.empty()) a.engine.model_dir = default_model_dir();
       Engine engine(a.engine);
       server::ServerOptions so;
@@ -62,6 +71,8 @@ void register_serve(CLI::App& root, std::function<void()>& run) {
       so.model_name = a.name.empty() ? std::filesystem::absolute(a.engine.model_dir).filename().string() : a.name;
       if (so.model_name.empty()) so.model_name = "skim";
       so.http_threads = std::max(16, 2 * a.engine.max_sequences);
+      so.api_key = a.api_key;
+      so.max_waiting = a.max_waiting;
       server::Server server(engine, so);
       server.bind();
       std::fprintf(stderr, "skim serve: %s on http://%s:%d (policy %s, %d sequences x %d tokens, %s)\n",

@@ -74,7 +74,7 @@ struct Server::Impl {
   httplib::Server http;
   int port = -1;
   std::atomic<uint64_t> next_id{1};
-  std::atomic<uint64_t> bad_requests{0};
+  std::atomic<uint64_t> rejected{0};  // answered 4xx/503 before reaching the scheduler
 
   Impl(Engine& e, ServerOptions o) : engine(e), options(std::move(o)), scheduler(e) {
     model.name = options.model_name;
@@ -86,6 +86,15 @@ struct Server::Impl {
 
   void routes() {
     http.new_task_queue = [n = options.http_threads] { return new httplib::ThreadPool(size_t(n)); };
+    // An API key guards /v1/* (health and metrics stay open, for probes and scrapers).
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+      if (req.get_header_value("Authorization") == "Bearer " + options.api_key)
+        return httplib::Server::HandlerResponse::Unhandled;
+      rejected += 1;
+      send_json(res, 401, error_body("missing or wrong API key (Authorization: Bearer ...)", "authentication_error"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
     http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, {{"status", "ok"}});
     });
@@ -144,9 +153,16 @@ struct Server::Impl {
           throw RequestError(e.what(), "policy");
         }
       }
+      const SchedulerMetrics load = scheduler.metrics();
+      if (load.running >= engine.max_sequences() && load.waiting >= options.max_waiting)
+        throw RequestError("the server is busy: every sequence is in use and " + std::to_string(load.waiting) +
+                               " requests are waiting (--max-waiting " + std::to_string(options.max_waiting) +
+                               "); retry later",
+                           "", 503);
     } catch (const RequestError& e) {
-      bad_requests += 1;
-      send_json(res, e.status, error_body(e.what(), e.status == 404 ? "not_found_error" : "invalid_request_error", e.param));
+      rejected += 1;
+      const char* type = e.status == 404 ? "not_found_error" : e.status == 503 ? "server_busy" : "invalid_request_error";
+      send_json(res, e.status, error_body(e.what(), type, e.param));
       return;
     }
     const std::string id = std::string(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
@@ -224,7 +240,8 @@ struct Server::Impl {
     metric("requests_finished_total", "counter", "requests that finished (stop or length)", double(m.requests_finished));
     metric("requests_failed_total", "counter", "requests that failed in the engine", double(m.requests_failed));
     metric("requests_cancelled_total", "counter", "requests whose client went away", double(m.requests_cancelled));
-    metric("requests_rejected_total", "counter", "requests refused as invalid (4xx)", double(bad_requests.load()));
+    metric("requests_rejected_total", "counter", "requests refused before queueing (invalid, unauthorised, busy)",
+           double(rejected.load()));
     metric("prompt_tokens_total", "counter", "prompt tokens prefilled", double(m.prompt_tokens));
     metric("generated_tokens_total", "counter", "tokens generated", double(m.generated_tokens));
     metric("decode_steps_total", "counter", "batched decode steps", double(m.decode_steps));

@@ -22,6 +22,8 @@ struct ServerOptions {
   std::string model_name;        // what /v1/models lists and requests may name
   std::filesystem::path model_dir;  // its tokenizer_config.json gives the chat format
   int http_threads = 16;         // connections served at once (streams hold one each)
+  std::string api_key;           // when set, /v1/* needs "Authorization: Bearer <api_key>"
+  int max_waiting = 64;          // requests queued beyond --parallel; more are refused (503)
 };
 
 class Server {

@@ -334,6 +334,47 @@ TEST(Server, ModelsHealthAndMetrics) {
   EXPECT_GE(metric("requests_running"), 0);
 }
 
+// A second server with an API key and no queue (--parallel 1, --max-waiting 0).
+TEST(Server, ApiKeyAndBusyRefusals) {
+  EngineOptions o = demo_options();
+  o.max_sequences = 1;
+  Engine engine(o);
+  ServerOptions so;
+  so.port = 0;
+  so.model_name = "demo";
+  so.api_key = "sesame";
+  so.max_waiting = 0;
+  Server server(engine, so);
+  server.bind();
+  std::thread t([&] { server.listen(); });
+  httplib::Client c("127.0.0.1", server.bound_port());
+  c.set_read_timeout(120, 0);
+  const std::string body = greedy("def f(x):", 4).dump();
+  EXPECT_EQ(c.Get("/health")->status, 200);  // probes need no key
+  EXPECT_EQ(c.Post("/v1/completions", body, "application/json")->status, 401);
+  EXPECT_EQ(c.Post("/v1/completions", {{"Authorization", "Bearer nope"}}, body, "application/json")->status, 401);
+  const httplib::Headers key = {{"Authorization", "Bearer sesame"}};
+  EXPECT_EQ(c.Post("/v1/completions", key, body, "application/json")->status, 200);
+
+  // One long request holds the only sequence; another then finds no room and no queue.
+  auto long_one = std::async(std::launch::async, [&] {
+    httplib::Client c2("127.0.0.1", server.bound_port());
+    c2.set_read_timeout(120, 0);
+    return c2.Post("/v1/completions", key, greedy("def g(y):", 200).dump(), "application/json")->status;
+  });
+  std::string metrics;
+  for (int i = 0; i < 400 && metrics.find("\nskim_requests_running 1") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    metrics = c.Get("/metrics")->body;
+  }
+  auto busy = c.Post("/v1/completions", key, body, "application/json");
+  EXPECT_EQ(busy->status, 503) << busy->body;
+  EXPECT_EQ(json::parse(busy->body)["error"]["type"], "server_busy");
+  EXPECT_EQ(long_one.get(), 200);
+  server.stop();
+  t.join();
+}
+
 // parse_request alone: defaults and checks without a server.
 TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
   Served& s = served();

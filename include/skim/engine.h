@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/logprobs.h"
 #include "engine/sampler.h"
 
 namespace skim {
@@ -38,6 +39,10 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings; the text is cut before the match
   bool ignore_eos = false;
+  // Log-probabilities (the server, CPU engines): -1 none; n >= 0: each generated token's, with
+  // the n most likely alternatives. echo_logprobs: the prompt tokens' too (all but the first).
+  int logprobs = -1;
+  bool echo_logprobs = false;
 };
 
 struct GenerationStats {
@@ -53,6 +58,8 @@ struct GenerationResult {
   std::vector<int> tokens;
   std::string text;
   GenerationStats stats;
+  std::vector<TokenLogprob> logprobs;         // one per token of `tokens` (GenerationRequest::logprobs)
+  std::vector<TokenLogprob> prompt_logprobs;  // prompt tokens 1.. (echo_logprobs)
 };
 
 // Called with each piece of text as it becomes printable (complete UTF-8).
@@ -107,6 +114,7 @@ class Engine {
   int max_context() const;
   int max_sequences() const;
   int prefill_chunk() const;
+  bool on_gpu() const;
 
   uint64_t rectified_tokens() const;
   // KV bytes (keys, values and policy metadata, all layers) decode steps have read so far.

@@ -225,6 +225,7 @@ const std::string& Engine::policy_spec() const { return impl_->options.policy; }
 int Engine::max_context() const { return impl_->options.max_context; }
 int Engine::max_sequences() const { return impl_->options.max_sequences; }
 int Engine::prefill_chunk() const { return impl_->options.prefill_chunk; }
+bool Engine::on_gpu() const { return impl_->gpu; }
 
 void Engine::set_policy(const std::string& spec) {
   if (spec != impl_->options.policy) impl_->cpu_only("switching the policy of a running engine (set_policy)");

@@ -44,6 +44,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
     results[s.request].tokens = std::move(s.gen.result().tokens);
     results[s.request].text = std::move(s.gen.result().text);
     results[s.request].stats.finish_reason = s.gen.result().stats.finish_reason;
+    results[s.request].logprobs = std::move(s.gen.result().logprobs);
     close_sequence(s.seq);
   };
 
@@ -55,18 +56,28 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
     SKIM_REQUIRE(!ids.empty(), "request {}: empty prompt", i);
     GenerationResult& res = results[i];
     res.stats.prompt_tokens = int(ids.size());
+    SKIM_REQUIRE(rq.logprobs < 0 || !on_gpu(), "request {}: logprobs are computed on the CPU path only so far", i);
     int seq = open_sequence();
     double t0 = now_seconds();
-    int last = int(ids.size()) - 1;
-    std::vector<float> logits = append(seq, ids, std::span<const int>(&last, 1), on_progress);
+    // The last row's logits give the first token; echo_logprobs wants every row's.
+    const bool echo = rq.echo_logprobs && rq.logprobs >= 0;
+    std::vector<int> rows;
+    for (int r = echo ? 0 : int(ids.size()) - 1; r < int(ids.size()); ++r) rows.push_back(r);
+    std::vector<float> logits = append(seq, ids, rows, on_progress);
     res.stats.prefill_seconds = now_seconds() - t0;
+    if (echo) {
+      for (size_t r = 0; r + 1 < ids.size(); ++r)
+        res.prompt_logprobs.push_back(
+            token_logprob(std::span<const float>(logits.data() + r * size_t(vocab), size_t(vocab)), ids[r + 1], rq.logprobs));
+      logits.erase(logits.begin(), logits.end() - vocab);
+    }
     if (rq.max_tokens == 0) {
       res.stats.finish_reason = "length";
       close_sequence(seq);
       continue;
     }
     Live s{i, seq, Generation(rq, tok, c.eos_token_ids)};
-    int token = s.gen.sampler().sample(std::span<const float>(logits.data(), size_t(vocab)));
+    int token = s.gen.sample(std::span<const float>(logits.data(), size_t(vocab)));
     s.done = s.gen.accept(token);
     s.next_token = token;
     emit(s);
@@ -88,7 +99,14 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       tokens.push_back(s.next_token);
       samplers.push_back(&s.gen.sampler());
     }
-    std::vector<int> next = decode_sample(seqs, tokens, samplers);
+    std::vector<int> next;
+    if (on_gpu()) {
+      next = decode_sample(seqs, tokens, samplers);
+    } else {  // decode_sample's steps on the CPU, keeping the logits for logprobs
+      const std::vector<float> logits = decode(seqs, tokens);
+      for (size_t j = 0; j < live.size(); ++j)
+        next.push_back(live[j].gen.sample(std::span<const float>(logits.data() + j * size_t(vocab), size_t(vocab))));
+    }
     seq_steps += live.size();
     for (size_t j = 0; j < live.size(); ++j) {
       Live& s = live[j];

@@ -13,6 +13,13 @@ Generation::Generation(const GenerationRequest& request, const Tokenizer& tokeni
   for (const std::string& s : request_.stop) hold_ = std::max(hold_, s.size() > 0 ? s.size() - 1 : 0);
 }
 
+int Generation::sample(std::span<const float> logits) {
+  const int token = sampler_.sample(logits);
+  sampled_.reset();
+  if (request_.logprobs >= 0) sampled_ = token_logprob(logits, token, request_.logprobs);
+  return token;
+}
+
 bool Generation::accept(int token) {
   GenerationResult& res = result_;
   const bool eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
@@ -21,6 +28,8 @@ bool Generation::accept(int token) {
     return true;
   }
   res.tokens.push_back(token);
+  if (sampled_ && sampled_->token == token) res.logprobs.push_back(*sampled_);
+  sampled_.reset();
   const size_t before = res.text.size();
   res.text += tokenizer_->token_bytes(token);
   for (const std::string& stop : request_.stop) {

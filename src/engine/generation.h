@@ -3,6 +3,8 @@
 // and which bytes of the text are safe to stream.
 #pragma once
 
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +20,9 @@ class Generation {
  public:
   Generation(const GenerationRequest& request, const Tokenizer& tokenizer, std::vector<int> eos_ids);
 
+  // Samples the next token from host logits, noting its log-probability when the request
+  // asks for them (accept() records it with the token).
+  int sample(std::span<const float> logits);
   // Takes a sampled token; returns true when the generation is finished (then
   // result().stats.finish_reason says why).
   bool accept(int token);
@@ -38,6 +43,7 @@ class Generation {
   GenerationResult result_;
   size_t emitted_ = 0;  // bytes of the text already taken
   size_t hold_ = 0;     // longest stop string - 1
+  std::optional<TokenLogprob> sampled_;  // of the token sample() returned last
 };
 
 }  // namespace skim

@@ -30,6 +30,7 @@ struct Scheduler::Prefilling {
   size_t done = 0;  // prompt tokens in the cache
   double seconds = 0;
   bool cancelled = false;
+  std::vector<TokenLogprob> prompt_logprobs;  // echo_logprobs
 };
 
 struct Scheduler::Running {
@@ -173,11 +174,25 @@ void Scheduler::prefill_chunk() {
     size_t n = std::min(size_t(engine_.prefill_chunk()), left);
     if (left - n == 1) n = left;
     const bool last = f.done + n == ids.size();
-    const int at = int(n) - 1;
+    // Logits of the chunk's last row (the first token's) when the prompt is done; of every row
+    // when the request wants the prompt's log-probabilities.
+    const GenerationRequest& rq = f.p->request;
+    const bool echo = rq.echo_logprobs && rq.logprobs >= 0;
+    std::vector<int> rows;
+    if (echo)
+      for (int i = 0; i < int(n); ++i) rows.push_back(i);
+    else if (last)
+      rows.push_back(int(n) - 1);
     const double t0 = now_seconds();
-    logits = engine_.append(f.seq, std::span<const int>(ids.data() + f.done, n),
-                            last ? std::span<const int>(&at, 1) : std::span<const int>());
+    logits = engine_.append(f.seq, std::span<const int>(ids.data() + f.done, n), rows);
     f.seconds += now_seconds() - t0;
+    if (echo) {
+      const size_t vocab = size_t(engine_.config().vocab_size);
+      for (size_t i = 0; i < n && f.done + i + 1 < ids.size(); ++i)
+        f.prompt_logprobs.push_back(
+            token_logprob(std::span<const float>(logits.data() + i * vocab, vocab), ids[f.done + i + 1], rq.logprobs));
+      if (last) logits.erase(logits.begin(), logits.end() - std::ptrdiff_t(vocab));  // the last row's
+    }
     f.done += n;
     if (!last) return;
   } catch (const std::exception& e) {
@@ -202,13 +217,14 @@ void Scheduler::prefill_chunk() {
   GenerationStats& stats = r->gen.result().stats;
   stats.prompt_tokens = int(rq.prompt_ids.size());
   stats.prefill_seconds = done->seconds;
+  r->gen.result().prompt_logprobs = std::move(done->prompt_logprobs);
   if (rq.max_tokens == 0) {
     stats.finish_reason = "length";
     finish(*r);
     return;
   }
   const int vocab = engine_.config().vocab_size;
-  const int token = r->gen.sampler().sample(std::span<const float>(logits.data(), size_t(vocab)));
+  const int token = r->gen.sample(std::span<const float>(logits.data(), size_t(vocab)));
   r->done = r->gen.accept(token);
   r->next_token = token;
   const std::string piece = r->gen.take_text(r->done);
@@ -240,7 +256,14 @@ void Scheduler::step() {
   const double t0 = now_seconds(), bytes0 = engine_.decode_kv_bytes_read();
   std::vector<int> next;
   try {
-    next = engine_.decode_sample(seqs, tokens, samplers);
+    if (engine_.on_gpu()) {  // sampled on the device (no logprobs there: refused up front)
+      next = engine_.decode_sample(seqs, tokens, samplers);
+    } else {  // the same steps decode_sample takes on the CPU, keeping the logits for logprobs
+      const std::vector<float> logits = engine_.decode(seqs, tokens);
+      const size_t vocab = size_t(engine_.config().vocab_size);
+      for (size_t j = 0; j < running_.size(); ++j)
+        next.push_back(running_[j]->gen.sample(std::span<const float>(logits.data() + j * vocab, vocab)));
+    }
   } catch (const std::exception& e) {
     fail_running(e.what());
     return;

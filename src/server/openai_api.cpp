@@ -35,11 +35,6 @@ void refuse_unsupported(const json& body) {
   int n = 1;
   read(body, "n", n, [](int x) { return x == 1; }, "1 (skim returns one choice per request)");
   read(body, "best_of", n, [](int x) { return x == 1; }, "1");
-  bool echo = false;
-  read(body, "echo", echo, [](bool x) { return !x; }, "false (echo is not supported)");
-  if (body.contains("logprobs") && !body["logprobs"].is_null() && body["logprobs"] != false &&
-      body["logprobs"] != 0)
-    bad("logprobs", "not supported");
   for (const char* p : {"presence_penalty", "frequency_penalty"}) {
     double x = 0;
     read(body, p, x, [](double v) { return v == 0.0; }, "0 (penalties are not supported)");
@@ -55,7 +50,7 @@ std::vector<int> prompt_ids(const json& body, const ServedModel& m) {
   if (!body.contains("prompt")) bad("prompt", "required");
   json p = body["prompt"];
   if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
-  if (p.is_string()) return m.tokenizer->encode_prompt(p.get<std::string>());
+  if (p.is_string()) return m.tokenizer->encode_prompt(p.get<std::string>());  // (text kept by the caller)
   if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
     std::vector<int> ids;
     for (const json& x : p) {
@@ -128,6 +123,23 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
     s.seed = std::random_device{}();  // unseeded requests sample differently each time
   read(body, "ignore_eos", r.ignore_eos, [](bool) { return true; }, "true or false");
   read(body, "stream", out.stream, [](bool) { return true; }, "true or false");
+  // Log-probabilities: completions `logprobs` = n alternatives (and `echo` for the prompt's),
+  // chat `logprobs` = true with `top_logprobs` = n.
+  if (endpoint == Endpoint::kChat) {
+    bool want = false;
+    read(body, "logprobs", want, [](bool) { return true; }, "true or false");
+    int top = 0;
+    const bool has_top = read(body, "top_logprobs", top, [](int x) { return x >= 0 && x <= 20; }, "an integer in [0, 20]");
+    if (has_top && !want) bad("top_logprobs", "needs logprobs: true");
+    if (want) r.logprobs = top;
+  } else {
+    read(body, "logprobs", r.logprobs, [](int x) { return x >= 0 && x <= 20; }, "an integer in [0, 20]");
+    read(body, "echo", out.echo, [](bool) { return true; }, "true or false");
+    r.echo_logprobs = out.echo;
+  }
+  if (r.logprobs >= 0 && !m.logprobs)
+    bad("logprobs", "computed on the CPU path only so far (this server samples on the GPU)");
+  if (r.logprobs >= 0 && out.stream) bad("logprobs", "not supported with stream yet");
   read(body, "policy", out.policy, [](const std::string& p) { return !p.empty(); }, "a policy string");
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json& st = body["stop"];
@@ -141,6 +153,11 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
     }
   }
   r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m) : prompt_ids(body, m);
+  if (out.echo) {
+    const json& p = body["prompt"];
+    const json& one = p.is_array() && p.size() == 1 && p[0].is_string() ? p[0] : p;
+    out.prompt_text = one.is_string() ? one.get<std::string>() : m.tokenizer->decode(r.prompt_ids);
+  }
   if (r.prompt_ids.empty()) bad(endpoint == Endpoint::kChat ? "messages" : "prompt", "empty prompt");
   if (r.max_tokens < 0) r.max_tokens = std::max(0, m.max_context - int(r.prompt_ids.size()) + 1);
   if (int(r.prompt_ids.size()) > m.max_context)
@@ -150,14 +167,66 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
   return out;
 }
 
+namespace {
+
+json bytes_of(const std::string& t) {
+  json b = json::array();
+  for (unsigned char c : t) b.push_back(int(c));
+  return b;
+}
+
+// Completions' logprobs object: parallel lists over the (echoed prompt and) generated tokens.
+json completion_logprobs(const GenerationResult& res, const ParsedRequest& pr, const Tokenizer& tok) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = 0;
+  auto add = [&](int id, const TokenLogprob* lp) {
+    const std::string t = tok.token_bytes(id);
+    tokens.push_back(t);
+    lps.push_back(lp ? json(lp->logprob) : json());
+    json top = json::object();
+    if (lp)
+      for (const auto& [alt, v] : lp->top) top[tok.token_bytes(alt)] = v;
+    tops.push_back(lp && pr.request.logprobs > 0 ? top : json());
+    offsets.push_back(offset);
+    offset += t.size();
+  };
+  if (pr.echo) {
+    const std::vector<int>& ids = pr.request.prompt_ids;
+    for (size_t i = 0; i < ids.size(); ++i)
+      add(ids[i], i > 0 && i - 1 < res.prompt_logprobs.size() ? &res.prompt_logprobs[i - 1] : nullptr);
+  }
+  for (size_t i = 0; i < res.tokens.size(); ++i) add(res.tokens[i], i < res.logprobs.size() ? &res.logprobs[i] : nullptr);
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+// Chat's logprobs object: one entry per generated token.
+json chat_logprobs(const GenerationResult& res, const Tokenizer& tok) {
+  json content = json::array();
+  for (const TokenLogprob& lp : res.logprobs) {
+    const std::string t = tok.token_bytes(lp.token);
+    json top = json::array();
+    for (const auto& [alt, v] : lp.top) {
+      const std::string a = tok.token_bytes(alt);
+      top.push_back({{"token", a}, {"logprob", v}, {"bytes", bytes_of(a)}});
+    }
+    content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+}  // namespace
+
 json completion_response(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                         const GenerationResult& res, const std::string& policy) {
+                         const GenerationResult& res, const std::string& policy, const ParsedRequest& pr,
+                         const Tokenizer& tok) {
   const GenerationStats& s = res.stats;
   json choice = {{"index", 0}, {"finish_reason", s.finish_reason}, {"logprobs", nullptr}};
   if (endpoint == Endpoint::kChat)
     choice["message"] = {{"role", "assistant"}, {"content", res.text}};
   else
-    choice["text"] = res.text;
+    choice["text"] = pr.echo ? pr.prompt_text + res.text : res.text;
+  if (pr.request.logprobs >= 0)
+    choice["logprobs"] = endpoint == Endpoint::kChat ? chat_logprobs(res, tok) : completion_logprobs(res, pr, tok);
   return {{"id", id},
           {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
           {"created", created},

@@ -24,9 +24,11 @@ struct RequestError : std::runtime_error {
 enum class Endpoint { kCompletions, kChat };
 
 struct ParsedRequest {
-  GenerationRequest request;  // prompt_ids filled (tokenised here)
+  GenerationRequest request;  // prompt_ids filled (tokenised here); logprobs as asked
   std::string policy;         // "" = the server's
   bool stream = false;
+  bool echo = false;          // completions: the reply's text starts with the prompt's
+  std::string prompt_text;    // the prompt as given (echo)
 };
 
 // What a request is checked against.
@@ -35,6 +37,7 @@ struct ServedModel {
   const Tokenizer* tokenizer = nullptr;
   ChatFormat chat = ChatFormat::kNone;
   int max_context = 0;
+  bool logprobs = true;  // false on a GPU engine (it samples on the device)
 };
 
 // Throws RequestError on a field of the wrong type or range, a feature skim does not serve
@@ -42,10 +45,12 @@ struct ServedModel {
 // than the context.
 ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const ServedModel& model);
 
-// Response objects. `id` e.g. "cmpl-7"; `created` in Unix seconds.
+// Response objects. `id` e.g. "cmpl-7"; `created` in Unix seconds; `request` as parsed (echo,
+// logprobs); the tokenizer spells the tokens of logprobs.
 nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int64_t created,
                                    const std::string& model, const GenerationResult& result,
-                                   const std::string& policy);
+                                   const std::string& policy, const ParsedRequest& request,
+                                   const Tokenizer& tokenizer);
 // One stream chunk: a piece of text (finish_reason null), or the last chunk (text empty,
 // finish_reason set); for chat the first chunk carries the role.
 nlohmann::json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,

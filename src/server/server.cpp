@@ -81,6 +81,7 @@ struct Server::Impl {
     model.tokenizer = &e.tokenizer();
     model.chat = detect_chat_format(options.model_dir);
     model.max_context = e.max_context();
+    model.logprobs = !e.on_gpu();
     routes();
   }
 
@@ -180,10 +181,11 @@ struct Server::Impl {
     RequestCallbacks cb;
     cb.on_done = [done](const GenerationResult& r) { done->set_value({true, r, ""}); };
     cb.on_error = [done](const std::string& m) { done->set_value({false, {}, m}); };
-    scheduler.submit(std::move(pr.request), pr.policy, std::move(cb));
+    scheduler.submit(pr.request, pr.policy, std::move(cb));
     Outcome o = outcome.get();
     if (o.ok)
-      send_json(res, 200, completion_response(endpoint, id, unix_seconds(), model.name, o.result, policy));
+      send_json(res, 200,
+                completion_response(endpoint, id, unix_seconds(), model.name, o.result, policy, pr, *model.tokenizer));
     else
       send_json(res, 500, error_body(o.error, "server_error"));
   }
@@ -206,6 +208,10 @@ struct Server::Impl {
       q->push(sse(last) + "data: [DONE]\n\n", true);
     };
     cb.on_error = [=](const std::string& m) { q->push(sse(error_body(m, "server_error")), true); };
+    if (pr.echo) {  // the prompt first, as its own piece
+      q->push(sse(stream_chunk(endpoint, id, created, name, pr.prompt_text, "", true)), false);
+      *first = false;
+    }
     const uint64_t rid = scheduler.submit(std::move(pr.request), pr.policy, std::move(cb));
     Scheduler* sched = &scheduler;
     res.set_header("Cache-Control", "no-cache");

@@ -87,5 +87,26 @@ TEST(Generate, SeededSamplingRepeats) {
   EXPECT_NE(a[0].tokens, c[0].tokens);
 }
 
+TEST(Generate, LogprobsOfEveryTokenAndThePrompt) {
+  GenerationRequest r = request("def add(a, b):", 6);
+  r.logprobs = 3;
+  r.echo_logprobs = true;
+  auto out = demo().generate({r})[0];
+  ASSERT_EQ(out.logprobs.size(), out.tokens.size());
+  EXPECT_EQ(int(out.prompt_logprobs.size()), out.stats.prompt_tokens - 1);
+  for (size_t i = 0; i < out.tokens.size(); ++i) {
+    const TokenLogprob& lp = out.logprobs[i];
+    EXPECT_EQ(lp.token, out.tokens[i]);
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_EQ(lp.top[0].first, lp.token) << "greedy takes the most likely token";
+    EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+    EXPECT_LE(lp.logprob, 0.0f);
+  }
+  GenerationRequest plain = request("def add(a, b):", 6);
+  EXPECT_EQ(demo().generate({plain})[0].tokens, out.tokens);  // asking changes nothing else
+  EXPECT_TRUE(demo().generate({plain})[0].logprobs.empty());
+}
+
 }  // namespace
 }  // namespace skim

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <numeric>
 #include <thread>
 
 #include "model/config.h"
@@ -334,6 +335,54 @@ TEST(Server, ModelsHealthAndMetrics) {
   EXPECT_GE(metric("requests_running"), 0);
 }
 
+// Log-probabilities against the engine's own logits: the generated tokens' (greedy: the top
+// alternative), and with echo the prompt's, the first prompt token having none.
+TEST(Server, LogprobsFollowTheEngineLogits) {
+  const std::string prompt = "def area(r):";
+  json body = greedy(prompt, 4);
+  body["logprobs"] = 2;
+  body["echo"] = true;
+  Reply r = post("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& lp = r.body["choices"][0]["logprobs"];
+  const int n_prompt = r.body["usage"]["prompt_tokens"], n_gen = r.body["usage"]["completion_tokens"];
+  ASSERT_EQ(int(lp["tokens"].size()), n_prompt + n_gen);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_EQ(r.body["choices"][0]["text"].get<std::string>().rfind(prompt, 0), 0u);  // echoed
+
+  // The reference: the same prompt on the reference engine, all rows' logits.
+  Engine& e = served().reference;
+  const std::vector<int> ids = e.tokenizer().encode_prompt(prompt);
+  ASSERT_EQ(int(ids.size()), n_prompt);
+  std::vector<int> rows(ids.size());
+  std::iota(rows.begin(), rows.end(), 0);
+  const int seq = e.open_sequence();
+  const std::vector<float> logits = e.append(seq, ids, rows);
+  e.close_sequence(seq);
+  const size_t vocab = size_t(e.config().vocab_size);
+  for (int i = 1; i < n_prompt; ++i) {
+    const TokenLogprob want = token_logprob(std::span<const float>(logits.data() + size_t(i - 1) * vocab, vocab), ids[size_t(i)], 0);
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), want.logprob, 1e-4) << "prompt token " << i;
+  }
+  const TokenLogprob first = token_logprob(std::span<const float>(logits.data() + size_t(n_prompt - 1) * vocab, vocab),
+                                           argmax(std::span<const float>(logits.data() + size_t(n_prompt - 1) * vocab, vocab)), 2);
+  EXPECT_NEAR(lp["token_logprobs"][n_prompt].get<double>(), first.logprob, 1e-4);
+  for (int i = n_prompt; i < n_prompt + n_gen; ++i) {
+    const double got = lp["token_logprobs"][i];
+    EXPECT_LE(got, 0.0);
+    double best = -1e30;
+    for (auto& [tok, v] : lp["top_logprobs"][i].items()) best = std::max(best, v.get<double>());
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+    EXPECT_NEAR(best, got, 1e-6) << "greedy picks the most likely token";
+  }
+  json chat = {{"messages", {{{"role", "user"}, {"content", "x = 1"}}}}, {"max_tokens", 3}, {"temperature", 0},
+               {"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 1}};
+  Reply c = post("/v1/chat/completions", chat);
+  ASSERT_EQ(c.status, 200) << c.raw;
+  EXPECT_EQ(c.body["choices"][0]["logprobs"]["content"].size(), 3u);
+  EXPECT_EQ(c.body["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 1u);
+}
+
 // A second server with an API key and no queue (--parallel 1, --max-waiting 0).
 TEST(Server, ApiKeyAndBusyRefusals) {
   EngineOptions o = demo_options();
@@ -399,7 +448,15 @@ TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
   p = parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, Endpoint::kChat, chat);
   EXPECT_EQ(p.request.max_tokens, kCtx - int(p.request.prompt_ids.size()) + 1);  // chat: up to the context
   EXPECT_THROW(parse_request(json::array(), Endpoint::kCompletions, m), RequestError);
-  EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 3}}, Endpoint::kCompletions, m), RequestError);
+  EXPECT_EQ(parse_request({{"prompt", "x"}, {"logprobs", 3}}, Endpoint::kCompletions, m).request.logprobs, 3);
+  EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 30}}, Endpoint::kCompletions, m), RequestError);
+  EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 1}, {"stream", true}}, Endpoint::kCompletions, m),
+               RequestError);
+  EXPECT_THROW(parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, Endpoint::kChat, chat),
+               RequestError);  // top_logprobs without logprobs: true
+  ServedModel gpu = m;
+  gpu.logprobs = false;
+  EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 1}}, Endpoint::kCompletions, gpu), RequestError);
 }
 
 }  // namespace

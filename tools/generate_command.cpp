@@ -7,6 +7,7 @@
 #include "cli_common.h"
 #include "core/error.h"
 #include "commands.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace skim::cli {
@@ -17,6 +18,7 @@ struct GenerateArgs {
   GenerationRequest request;
   std::string prompt_file;
   bool json = false;
+  bool chat = false;
 };
 }  // namespace
 
@@ -35,6 +37,9 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
   app->add_option("--stop", r.stop, "stop string (repeatable)");
   app->add_flag("--ignore-eos", r.ignore_eos, "keep generating past end-of-text");
   app->add_flag("--json", args->json, "print one JSON object with the text and stats");
+  app->add_option("--logprobs", r.logprobs, "with --json: each generated token's log-probability and N alternatives (CPU)")
+      ->check(CLI::Range(0, 20));
+  app->add_flag("--chat", args->chat, "send the prompt as a user message in the model's chat format");
 
   app->callback([app, args, &run] {
     run = [args] {
@@ -45,6 +50,13 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
       if (a.engine.model_dir.empty()) a.engine.model_dir = default_model_dir();
       if (!a.prompt_file.empty()) a.request.prompt = read_text_file(a.prompt_file, "--prompt-file");
       SKIM_REQUIRE(!a.request.prompt.empty(), "give a prompt with --prompt or --prompt-file");
+      SKIM_REQUIRE(a.request.logprobs < 0 || a.json, "--logprobs needs --json (they are part of its output)");
+      if (a.chat) {
+        const ChatFormat format = detect_chat_format(a.engine.model_dir);
+        SKIM_REQUIRE(format != ChatFormat::kNone, "--chat: {} has no chat template (tokenizer_config.json chat_template)",
+                     a.engine.model_dir.string());
+        a.request.prompt = render_chat(format, {{"user", a.request.prompt}});
+      }
       Engine engine(a.engine);
       TextCallback stream;
       if (!a.json)
@@ -69,7 +81,16 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
                             {"prefill_tokens_per_s", prefill_tps},
                             {"decode_tokens_per_s", decode_tps},
                             {"kv_bytes_per_step", s.kv_bytes_per_step}};
-        std::cout << j.dump() << std::endl;
+        if (a.request.logprobs >= 0) {
+          nlohmann::json lps = nlohmann::json::array();
+          for (const TokenLogprob& lp : results[0].logprobs) {
+            nlohmann::json top = nlohmann::json::array();
+            for (const auto& [id, v] : lp.top) top.push_back({{"token", id}, {"logprob", v}});
+            lps.push_back({{"token", lp.token}, {"logprob", lp.logprob}, {"top", top}});
+          }
+          j["logprobs"] = lps;
+        }
+        std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
       } else {
         std::fprintf(stderr,
                      "\n\n[%s] prompt %d tokens, prefill %.1f tok/s | generated %d tokens (%s), "

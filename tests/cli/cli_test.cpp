@@ -68,6 +68,8 @@ TEST(Cli, BadFlags) {
   expect_user_error("generate -p x --policy quest:budgett=1", "budgett");
   expect_user_error("generate -p x --top-p 0", "--top-p");
   expect_user_error("generate -f /nonexistent/prompt.txt", "/nonexistent/prompt.txt");
+  expect_user_error("generate -p x --logprobs 2", "--json");
+  expect_user_error("generate -p x --chat", "chat template");
 }
 
 TEST(Cli, BadModels) {

@@ -43,6 +43,7 @@ struct Scheduler::Running {
   bool cancelled = false;
   double kv_bytes = 0;  // this request's share of the decode steps' KV reads
   int steps = 0;
+  size_t logprobs_sent = 0;  // entries of the result's logprobs passed to on_text
 };
 
 Scheduler::Scheduler(Engine& engine) : engine_(engine), default_policy_(engine.policy_spec()) {
@@ -227,8 +228,7 @@ void Scheduler::prefill_chunk() {
   const int token = r->gen.sample(std::span<const float>(logits.data(), size_t(vocab)));
   r->done = r->gen.accept(token);
   r->next_token = token;
-  const std::string piece = r->gen.take_text(r->done);
-  if (!piece.empty() && r->cb.on_text) r->cb.on_text(piece);
+  emit(*r);
   if (r->done)
     finish(*r);
   else
@@ -282,11 +282,19 @@ void Scheduler::step() {
     r.steps += 1;
     r.done = r.gen.accept(next[j]);
     r.next_token = next[j];
-    const std::string piece = r.gen.take_text(r.done);
-    if (!piece.empty() && r.cb.on_text) r.cb.on_text(piece);
+    emit(r);
     if (r.done) finish(r);
   }
   std::erase_if(running_, [](const auto& r) { return r->done; });
+}
+
+// Streams what the last accepted token made printable, and its log-probability.
+void Scheduler::emit(Running& r) {
+  const std::string piece = r.gen.take_text(r.done);
+  const std::vector<TokenLogprob>& lps = r.gen.result().logprobs;
+  const std::span<const TokenLogprob> fresh(lps.data() + r.logprobs_sent, lps.size() - r.logprobs_sent);
+  r.logprobs_sent = lps.size();
+  if ((!piece.empty() || !fresh.empty()) && r.cb.on_text) r.cb.on_text(piece, fresh);
 }
 
 void Scheduler::finish(Running& r) {

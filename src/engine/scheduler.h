@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -30,7 +31,9 @@
 namespace skim {
 
 struct RequestCallbacks {
-  std::function<void(std::string_view)> on_text;             // printable pieces, in order
+  // Printable pieces, in order, with the log-probabilities of the tokens accepted since the
+  // last call (when the request asks for them; a call may carry either alone).
+  std::function<void(std::string_view, std::span<const TokenLogprob>)> on_text;
   std::function<void(const GenerationResult&)> on_done;      // last call on success
   std::function<void(const std::string& message)> on_error;  // last call on failure
 };
@@ -74,6 +77,7 @@ class Scheduler {
   void fail_running(const std::string& message);
   void fail_all_running(const std::string& message);
   void finish(Running& r);
+  void emit(Running& r);
 
   Engine& engine_;
   std::string default_policy_;

@@ -139,7 +139,8 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
   }
   if (r.logprobs >= 0 && !m.logprobs)
     bad("logprobs", "computed on the CPU path only so far (this server samples on the GPU)");
-  if (r.logprobs >= 0 && out.stream) bad("logprobs", "not supported with stream yet");
+  if (r.echo_logprobs && r.logprobs >= 0 && out.stream)
+    bad("echo", "the prompt's log-probabilities are not streamed yet (drop stream, or echo)");
   read(body, "policy", out.policy, [](const std::string& p) { return !p.empty(); }, "a policy string");
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json& st = body["stop"];
@@ -175,42 +176,52 @@ json bytes_of(const std::string& t) {
   return b;
 }
 
-// Completions' logprobs object: parallel lists over the (echoed prompt and) generated tokens.
-json completion_logprobs(const GenerationResult& res, const ParsedRequest& pr, const Tokenizer& tok) {
+// Completions' logprobs: parallel lists; add() appends one token (lp null: none, the first
+// prompt token's).
+struct CompletionLogprobs {
   json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-  size_t offset = 0;
-  auto add = [&](int id, const TokenLogprob* lp) {
+  void add(int id, const TokenLogprob* lp, int top_n, const Tokenizer& tok, size_t& offset) {
     const std::string t = tok.token_bytes(id);
     tokens.push_back(t);
     lps.push_back(lp ? json(lp->logprob) : json());
     json top = json::object();
     if (lp)
       for (const auto& [alt, v] : lp->top) top[tok.token_bytes(alt)] = v;
-    tops.push_back(lp && pr.request.logprobs > 0 ? top : json());
+    tops.push_back(lp && top_n > 0 ? top : json());
     offsets.push_back(offset);
     offset += t.size();
-  };
+  }
+  json object() const { return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}}; }
+};
+
+json completion_logprobs(const GenerationResult& res, const ParsedRequest& pr, const Tokenizer& tok) {
+  CompletionLogprobs c;
+  size_t offset = 0;
+  const int top_n = pr.request.logprobs;
   if (pr.echo) {
     const std::vector<int>& ids = pr.request.prompt_ids;
     for (size_t i = 0; i < ids.size(); ++i)
-      add(ids[i], i > 0 && i - 1 < res.prompt_logprobs.size() ? &res.prompt_logprobs[i - 1] : nullptr);
+      c.add(ids[i], i > 0 && i - 1 < res.prompt_logprobs.size() ? &res.prompt_logprobs[i - 1] : nullptr, top_n, tok, offset);
   }
-  for (size_t i = 0; i < res.tokens.size(); ++i) add(res.tokens[i], i < res.logprobs.size() ? &res.logprobs[i] : nullptr);
-  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  for (size_t i = 0; i < res.tokens.size(); ++i)
+    c.add(res.tokens[i], i < res.logprobs.size() ? &res.logprobs[i] : nullptr, top_n, tok, offset);
+  return c.object();
+}
+
+json chat_logprob(const TokenLogprob& lp, const Tokenizer& tok) {
+  const std::string t = tok.token_bytes(lp.token);
+  json top = json::array();
+  for (const auto& [alt, v] : lp.top) {
+    const std::string a = tok.token_bytes(alt);
+    top.push_back({{"token", a}, {"logprob", v}, {"bytes", bytes_of(a)}});
+  }
+  return {{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}};
 }
 
 // Chat's logprobs object: one entry per generated token.
-json chat_logprobs(const GenerationResult& res, const Tokenizer& tok) {
+json chat_logprobs(std::span<const TokenLogprob> lps, const Tokenizer& tok) {
   json content = json::array();
-  for (const TokenLogprob& lp : res.logprobs) {
-    const std::string t = tok.token_bytes(lp.token);
-    json top = json::array();
-    for (const auto& [alt, v] : lp.top) {
-      const std::string a = tok.token_bytes(alt);
-      top.push_back({{"token", a}, {"logprob", v}, {"bytes", bytes_of(a)}});
-    }
-    content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
-  }
+  for (const TokenLogprob& lp : lps) content.push_back(chat_logprob(lp, tok));
   return {{"content", content}};
 }
 
@@ -226,7 +237,7 @@ json completion_response(Endpoint endpoint, const std::string& id, int64_t creat
   else
     choice["text"] = pr.echo ? pr.prompt_text + res.text : res.text;
   if (pr.request.logprobs >= 0)
-    choice["logprobs"] = endpoint == Endpoint::kChat ? chat_logprobs(res, tok) : completion_logprobs(res, pr, tok);
+    choice["logprobs"] = endpoint == Endpoint::kChat ? chat_logprobs(res.logprobs, tok) : completion_logprobs(res, pr, tok);
   return {{"id", id},
           {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
           {"created", created},
@@ -243,8 +254,16 @@ json completion_response(Endpoint endpoint, const std::string& id, int64_t creat
             {"kv_bytes_per_step", s.kv_bytes_per_step}}}};
 }
 
+json stream_logprobs(Endpoint endpoint, std::span<const TokenLogprob> tokens, int top_n, const Tokenizer& tok,
+                     size_t& offset) {
+  if (endpoint == Endpoint::kChat) return chat_logprobs(tokens, tok);
+  CompletionLogprobs c;
+  for (const TokenLogprob& lp : tokens) c.add(lp.token, &lp, top_n, tok, offset);
+  return c.object();
+}
+
 json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                  const std::string& text, const std::string& finish_reason, bool first) {
+                  const std::string& text, const std::string& finish_reason, bool first, const json& logprobs) {
   json choice = {{"index", 0}, {"finish_reason", finish_reason.empty() ? json() : json(finish_reason)}};
   if (endpoint == Endpoint::kChat) {
     json delta = json::object();
@@ -253,8 +272,8 @@ json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, con
     choice["delta"] = delta;
   } else {
     choice["text"] = text;
-    choice["logprobs"] = nullptr;
   }
+  choice["logprobs"] = logprobs;
   return {{"id", id},
           {"object", endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
           {"created", created},

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -53,8 +54,14 @@ nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int
                                    const Tokenizer& tokenizer);
 // One stream chunk: a piece of text (finish_reason null), or the last chunk (text empty,
 // finish_reason set); for chat the first chunk carries the role.
+// `logprobs` (may be null): the chunk's tokens' (stream_logprobs).
 nlohmann::json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                            const std::string& text, const std::string& finish_reason, bool first);
+                            const std::string& text, const std::string& finish_reason, bool first,
+                            const nlohmann::json& logprobs = nullptr);
+// The logprobs object of a stream chunk for `tokens`; `offset` (completions' text_offset)
+// advances over their text.
+nlohmann::json stream_logprobs(Endpoint endpoint, std::span<const TokenLogprob> tokens, int top_n,
+                               const Tokenizer& tokenizer, size_t& offset);
 nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param = "");
 
 }  // namespace skim::server

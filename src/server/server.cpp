@@ -196,8 +196,12 @@ struct Server::Impl {
     const std::string name = model.name;
     auto first = std::make_shared<bool>(true);  // worker thread only
     RequestCallbacks cb;
-    cb.on_text = [=](std::string_view text) {
-      q->push(sse(stream_chunk(endpoint, id, created, name, std::string(text), "", *first)), false);
+    const int top_n = pr.request.logprobs;
+    const Tokenizer* tok = model.tokenizer;
+    auto offset = std::make_shared<size_t>(pr.echo ? pr.prompt_text.size() : 0);  // worker thread only
+    cb.on_text = [=](std::string_view text, std::span<const TokenLogprob> lps) {
+      const json lp = top_n >= 0 ? stream_logprobs(endpoint, lps, top_n, *tok, *offset) : json();
+      q->push(sse(stream_chunk(endpoint, id, created, name, std::string(text), "", *first, lp)), false);
       *first = false;
     };
     cb.on_done = [=](const GenerationResult& r) {

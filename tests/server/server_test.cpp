@@ -375,6 +375,25 @@ TEST(Server, LogprobsFollowTheEngineLogits) {
     EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
     EXPECT_NEAR(best, got, 1e-6) << "greedy picks the most likely token";
   }
+  // Streamed, the chunks carry the same log-probabilities, token by token.
+  json streamed = greedy(prompt, 4);
+  streamed["logprobs"] = 2;
+  streamed["stream"] = true;
+  Reply st = post("/v1/completions", streamed);
+  ASSERT_EQ(st.status, 200);
+  std::vector<double> chunk_lps;
+  size_t at = 0;
+  while ((at = st.raw.find("data: {", at)) != std::string::npos) {
+    const size_t end = st.raw.find("\n\n", at);
+    json j = json::parse(st.raw.substr(at + 6, end - at - 6));
+    at = end;
+    const json& l = j["choices"][0]["logprobs"];
+    if (!l.is_null())
+      for (const json& v : l["token_logprobs"]) chunk_lps.push_back(v.get<double>());
+  }
+  ASSERT_EQ(int(chunk_lps.size()), n_gen);
+  for (int i = 0; i < n_gen; ++i) EXPECT_NEAR(chunk_lps[size_t(i)], lp["token_logprobs"][n_prompt + i].get<double>(), 1e-6);
+
   json chat = {{"messages", {{{"role", "user"}, {"content", "x = 1"}}}}, {"max_tokens", 3}, {"temperature", 0},
                {"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 1}};
   Reply c = post("/v1/chat/completions", chat);
@@ -450,7 +469,8 @@ TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
   EXPECT_THROW(parse_request(json::array(), Endpoint::kCompletions, m), RequestError);
   EXPECT_EQ(parse_request({{"prompt", "x"}, {"logprobs", 3}}, Endpoint::kCompletions, m).request.logprobs, 3);
   EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 30}}, Endpoint::kCompletions, m), RequestError);
-  EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 1}, {"stream", true}}, Endpoint::kCompletions, m),
+  EXPECT_EQ(parse_request({{"prompt", "x"}, {"logprobs", 1}, {"stream", true}}, Endpoint::kCompletions, m).request.logprobs, 1);
+  EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 1}, {"echo", true}, {"stream", true}}, Endpoint::kCompletions, m),
                RequestError);
   EXPECT_THROW(parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, Endpoint::kChat, chat),
                RequestError);  // top_logprobs without logprobs: true

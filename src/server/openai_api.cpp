@@ -33,7 +33,6 @@ bool read(const json& body, const char* name, T& out, Ok ok, const char* what) {
 // Fields with a meaning skim does not implement: refused unless they ask for the default.
 void refuse_unsupported(const json& body) {
   int n = 1;
-  read(body, "n", n, [](int x) { return x == 1; }, "1 (skim returns one choice per request)");
   read(body, "best_of", n, [](int x) { return x == 1; }, "1");
   for (const char* p : {"presence_penalty", "frequency_penalty"}) {
     double x = 0;
@@ -121,6 +120,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
     s.seed = uint64_t(seed);
   else
     s.seed = std::random_device{}();  // unseeded requests sample differently each time
+  read(body, "n", out.n, [](int x) { return x >= 1 && x <= 16; }, "an integer in [1, 16]");
   read(body, "ignore_eos", r.ignore_eos, [](bool) { return true; }, "true or false");
   read(body, "stream", out.stream, [](bool) { return true; }, "true or false");
   // Log-probabilities: completions `logprobs` = n alternatives (and `echo` for the prompt's),
@@ -228,25 +228,32 @@ json chat_logprobs(std::span<const TokenLogprob> lps, const Tokenizer& tok) {
 }  // namespace
 
 json completion_response(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                         const GenerationResult& res, const std::string& policy, const ParsedRequest& pr,
+                         std::span<const GenerationResult> results, const std::string& policy, const ParsedRequest& pr,
                          const Tokenizer& tok) {
-  const GenerationStats& s = res.stats;
-  json choice = {{"index", 0}, {"finish_reason", s.finish_reason}, {"logprobs", nullptr}};
-  if (endpoint == Endpoint::kChat)
-    choice["message"] = {{"role", "assistant"}, {"content", res.text}};
-  else
-    choice["text"] = pr.echo ? pr.prompt_text + res.text : res.text;
-  if (pr.request.logprobs >= 0)
-    choice["logprobs"] = endpoint == Endpoint::kChat ? chat_logprobs(res.logprobs, tok) : completion_logprobs(res, pr, tok);
+  json choices = json::array();
+  int generated = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const GenerationResult& res = results[i];
+    json choice = {{"index", i}, {"finish_reason", res.stats.finish_reason}, {"logprobs", nullptr}};
+    if (endpoint == Endpoint::kChat)
+      choice["message"] = {{"role", "assistant"}, {"content", res.text}};
+    else
+      choice["text"] = pr.echo ? pr.prompt_text + res.text : res.text;
+    if (pr.request.logprobs >= 0)
+      choice["logprobs"] = endpoint == Endpoint::kChat ? chat_logprobs(res.logprobs, tok) : completion_logprobs(res, pr, tok);
+    choices.push_back(choice);
+    generated += res.stats.generated_tokens;
+  }
+  const GenerationStats& s = results.front().stats;  // the timings of the first choice
   return {{"id", id},
           {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({choice})},
+          {"choices", choices},
           {"usage",
            {{"prompt_tokens", s.prompt_tokens},
-            {"completion_tokens", s.generated_tokens},
-            {"total_tokens", s.prompt_tokens + s.generated_tokens}}},
+            {"completion_tokens", generated},
+            {"total_tokens", s.prompt_tokens + generated}}},
           {"skim",
            {{"policy", policy},
             {"prefill_seconds", s.prefill_seconds},
@@ -263,8 +270,9 @@ json stream_logprobs(Endpoint endpoint, std::span<const TokenLogprob> tokens, in
 }
 
 json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                  const std::string& text, const std::string& finish_reason, bool first, const json& logprobs) {
-  json choice = {{"index", 0}, {"finish_reason", finish_reason.empty() ? json() : json(finish_reason)}};
+                  const std::string& text, const std::string& finish_reason, bool first, const json& logprobs,
+                  int index) {
+  json choice = {{"index", index}, {"finish_reason", finish_reason.empty() ? json() : json(finish_reason)}};
   if (endpoint == Endpoint::kChat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

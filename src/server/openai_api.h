@@ -30,6 +30,7 @@ struct ParsedRequest {
   bool stream = false;
   bool echo = false;          // completions: the reply's text starts with the prompt's
   std::string prompt_text;    // the prompt as given (echo)
+  int n = 1;                  // choices: n generations of the prompt, seeds seed, seed + 1, ...
 };
 
 // What a request is checked against.
@@ -49,7 +50,7 @@ ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const
 // Response objects. `id` e.g. "cmpl-7"; `created` in Unix seconds; `request` as parsed (echo,
 // logprobs); the tokenizer spells the tokens of logprobs.
 nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int64_t created,
-                                   const std::string& model, const GenerationResult& result,
+                                   const std::string& model, std::span<const GenerationResult> choices,
                                    const std::string& policy, const ParsedRequest& request,
                                    const Tokenizer& tokenizer);
 // One stream chunk: a piece of text (finish_reason null), or the last chunk (text empty,
@@ -57,7 +58,7 @@ nlohmann::json completion_response(Endpoint endpoint, const std::string& id, int
 // `logprobs` (may be null): the chunk's tokens' (stream_logprobs).
 nlohmann::json stream_chunk(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                             const std::string& text, const std::string& finish_reason, bool first,
-                            const nlohmann::json& logprobs = nullptr);
+                            const nlohmann::json& logprobs = nullptr, int index = 0);
 // The logprobs object of a stream chunk for `tokens`; `offset` (completions' text_offset)
 // advances over their text.
 nlohmann::json stream_logprobs(Endpoint endpoint, std::span<const TokenLogprob> tokens, int top_n,

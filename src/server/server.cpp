@@ -174,54 +174,83 @@ struct Server::Impl {
       complete(res, endpoint, id, std::move(pr), policy);
   }
 
-  void complete(httplib::Response& res, Endpoint endpoint, const std::string& id, ParsedRequest pr,
-                const std::string& policy) {
-    auto done = std::make_shared<std::promise<Outcome>>();
-    std::future<Outcome> outcome = done->get_future();
-    RequestCallbacks cb;
-    cb.on_done = [done](const GenerationResult& r) { done->set_value({true, r, ""}); };
-    cb.on_error = [done](const std::string& m) { done->set_value({false, {}, m}); };
-    scheduler.submit(pr.request, pr.policy, std::move(cb));
-    Outcome o = outcome.get();
-    if (o.ok)
-      send_json(res, 200,
-                completion_response(endpoint, id, unix_seconds(), model.name, o.result, policy, pr, *model.tokenizer));
-    else
-      send_json(res, 500, error_body(o.error, "server_error"));
+  // The n choices of a request: the same prompt, seeds seed + i.
+  GenerationRequest choice_request(const ParsedRequest& pr, int i) const {
+    GenerationRequest r = pr.request;
+    r.sampling.seed += uint64_t(i);
+    return r;
   }
 
+  void complete(httplib::Response& res, Endpoint endpoint, const std::string& id, ParsedRequest pr,
+                const std::string& policy) {
+    std::vector<std::future<Outcome>> outcomes;
+    for (int i = 0; i < pr.n; ++i) {
+      auto done = std::make_shared<std::promise<Outcome>>();
+      outcomes.push_back(done->get_future());
+      RequestCallbacks cb;
+      cb.on_done = [done](const GenerationResult& r) { done->set_value({true, r, ""}); };
+      cb.on_error = [done](const std::string& m) { done->set_value({false, {}, m}); };
+      scheduler.submit(choice_request(pr, i), pr.policy, std::move(cb));
+    }
+    std::vector<GenerationResult> results;
+    std::string error;
+    for (auto& f : outcomes) {
+      Outcome o = f.get();
+      if (!o.ok && error.empty()) error = o.error;
+      results.push_back(std::move(o.result));
+    }
+    if (error.empty())
+      send_json(res, 200,
+                completion_response(endpoint, id, unix_seconds(), model.name, results, policy, pr, *model.tokenizer));
+    else
+      send_json(res, 500, error_body(error, "server_error"));
+  }
+
+  // Every choice streams its chunks (choices[0].index tells them apart); the last choice to
+  // finish adds the usage of all and [DONE].
   void stream(httplib::Response& res, Endpoint endpoint, const std::string& id, ParsedRequest pr) {
     auto q = std::make_shared<EventQueue>();
     const int64_t created = unix_seconds();
     const std::string name = model.name;
-    auto first = std::make_shared<bool>(true);  // worker thread only
-    RequestCallbacks cb;
     const int top_n = pr.request.logprobs;
     const Tokenizer* tok = model.tokenizer;
-    auto offset = std::make_shared<size_t>(pr.echo ? pr.prompt_text.size() : 0);  // worker thread only
-    cb.on_text = [=](std::string_view text, std::span<const TokenLogprob> lps) {
-      const json lp = top_n >= 0 ? stream_logprobs(endpoint, lps, top_n, *tok, *offset) : json();
-      q->push(sse(stream_chunk(endpoint, id, created, name, std::string(text), "", *first, lp)), false);
-      *first = false;
+    struct Totals {  // worker thread only
+      int left = 0, generated = 0;
     };
-    cb.on_done = [=](const GenerationResult& r) {
-      json last = stream_chunk(endpoint, id, created, name, "", r.stats.finish_reason, *first);
-      last["usage"] = {{"prompt_tokens", r.stats.prompt_tokens},
-                       {"completion_tokens", r.stats.generated_tokens},
-                       {"total_tokens", r.stats.prompt_tokens + r.stats.generated_tokens}};
-      q->push(sse(last) + "data: [DONE]\n\n", true);
-    };
-    cb.on_error = [=](const std::string& m) { q->push(sse(error_body(m, "server_error")), true); };
-    if (pr.echo) {  // the prompt first, as its own piece
-      q->push(sse(stream_chunk(endpoint, id, created, name, pr.prompt_text, "", true)), false);
-      *first = false;
+    auto totals = std::make_shared<Totals>(Totals{pr.n, 0});
+    auto ids = std::make_shared<std::vector<uint64_t>>();
+    std::vector<RequestCallbacks> cbs;
+    for (int i = 0; i < pr.n; ++i) {
+      auto first = std::make_shared<bool>(true);  // worker thread only
+      auto offset = std::make_shared<size_t>(pr.echo ? pr.prompt_text.size() : 0);
+      if (pr.echo) {  // the prompt first, as its own piece
+        q->push(sse(stream_chunk(endpoint, id, created, name, pr.prompt_text, "", true, nullptr, i)), false);
+        *first = false;
+      }
+      RequestCallbacks cb;
+      cb.on_text = [=](std::string_view text, std::span<const TokenLogprob> lps) {
+        const json lp = top_n >= 0 ? stream_logprobs(endpoint, lps, top_n, *tok, *offset) : json();
+        q->push(sse(stream_chunk(endpoint, id, created, name, std::string(text), "", *first, lp, i)), false);
+        *first = false;
+      };
+      cb.on_done = [=](const GenerationResult& r) {
+        json last = stream_chunk(endpoint, id, created, name, "", r.stats.finish_reason, *first, nullptr, i);
+        totals->generated += r.stats.generated_tokens;
+        if (--totals->left > 0) return q->push(sse(last), false);
+        last["usage"] = {{"prompt_tokens", r.stats.prompt_tokens},
+                         {"completion_tokens", totals->generated},
+                         {"total_tokens", r.stats.prompt_tokens + totals->generated}};
+        q->push(sse(last) + "data: [DONE]\n\n", true);
+      };
+      cb.on_error = [=](const std::string& m) { q->push(sse(error_body(m, "server_error")), true); };
+      cbs.push_back(std::move(cb));
     }
-    const uint64_t rid = scheduler.submit(std::move(pr.request), pr.policy, std::move(cb));
+    for (int i = 0; i < pr.n; ++i) ids->push_back(scheduler.submit(choice_request(pr, i), pr.policy, std::move(cbs[size_t(i)])));
     Scheduler* sched = &scheduler;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [q, sched, rid](size_t, httplib::DataSink& sink) {
+        [q, sched, ids](size_t, httplib::DataSink& sink) {
           std::unique_lock<std::mutex> lk(q->mu);
           q->cv.wait(lk, [&] { return !q->events.empty() || q->finished; });
           std::deque<std::string> events;
@@ -230,14 +259,15 @@ struct Server::Impl {
           lk.unlock();
           for (const std::string& e : events)
             if (!sink.write(e.data(), e.size())) {  // the client went away
-              sched->cancel(rid);
+              for (uint64_t rid : *ids) sched->cancel(rid);
               return false;
             }
           if (finished) sink.done();
           return true;
         },
-        [sched, rid, q](bool success) {
-          if (!success) sched->cancel(rid);
+        [sched, ids, q](bool success) {
+          if (!success)
+            for (uint64_t rid : *ids) sched->cancel(rid);
         });
   }
 

@@ -204,6 +204,37 @@ TEST(Server, LongPromptsPrefillInChunksBetweenDecodeSteps) {
   EXPECT_GE(metric("decode_steps_total"), steps0 + 47);
 }
 
+// n choices: seeds seed, seed + 1, ... (each equals a request with that seed), streamed
+// with their index.
+TEST(Server, ChoicesAreRequestsWithConsecutiveSeeds) {
+  json body = {{"prompt", "def run():"}, {"max_tokens", 10}, {"temperature", 0.9}, {"seed", 5}, {"n", 3}};
+  Reply r = post("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  ASSERT_EQ(r.body["choices"].size(), 3u);
+  int total = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.body["choices"][i]["index"], i);
+    json one = body;
+    one["n"] = 1;
+    one["seed"] = 5 + i;
+    EXPECT_EQ(post("/v1/completions", one).body["choices"][0]["text"], r.body["choices"][i]["text"]) << i;
+    total += 10;
+  }
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], total);
+  body["stream"] = true;
+  Reply st = post("/v1/completions", body);
+  std::vector<std::string> texts(3);
+  size_t at = 0;
+  while ((at = st.raw.find("data: {", at)) != std::string::npos) {
+    const size_t end = st.raw.find("\n\n", at);
+    json j = json::parse(st.raw.substr(at + 6, end - at - 6));
+    at = end;
+    texts[j["choices"][0]["index"].get<size_t>()] += j["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_NE(st.raw.find("data: [DONE]"), std::string::npos);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(texts[size_t(i)], r.body["choices"][i]["text"]) << i;
+}
+
 TEST(Server, SeededSamplingRepeats) {
   json body = {{"prompt", "def parse(s):"}, {"max_tokens", 12}, {"temperature", 0.9}, {"seed", 7}};
   Reply a = post("/v1/completions", body), b = post("/v1/completions", body);
@@ -233,7 +264,8 @@ TEST(Server, BadRequestsGetJsonErrorsNamingTheField) {
   std::vector<int> long_prompt(kCtx + 10, 42);
   const std::vector<Case> cases = {
       {{{"prompt", 5}}, 400, "prompt"},
-      {{{"prompt", "x"}, {"n", 2}}, 400, "n"},
+      {{{"prompt", "x"}, {"n", 0}}, 400, "n"},
+      {{{"prompt", "x"}, {"best_of", 2}}, 400, "best_of"},
       {{{"prompt", "x"}, {"temperature", 3}}, 400, "temperature"},
       {{{"prompt", "x"}, {"max_tokens", -1}}, 400, "max_tokens"},
       {{{"prompt", "x"}, {"stop", {"a", "b", "c", "d", "e"}}}, 400, "stop"},

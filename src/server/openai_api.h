@@ -43,8 +43,8 @@ struct ServedModel {
 };
 
 // Throws RequestError on a field of the wrong type or range, a feature skim does not serve
-// (n > 1, logprobs, echo, penalties, logit_bias), another model's name, or a prompt longer
-// than the context.
+// (best_of > 1, penalties, logit_bias, suffix, tools; logprobs on a GPU engine), another
+// model's name, or a prompt longer than the context.
 ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const ServedModel& model);
 
 // Response objects. `id` e.g. "cmpl-7"; `created` in Unix seconds; `request` as parsed (echo,

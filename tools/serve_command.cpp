@@ -34,6 +34,7 @@ struct ServeArgs {
   std::string name;
   std::string api_key;
   int max_waiting = 64;
+  int prefix_cache = 0;
 };
 }  // namespace
 
@@ -51,6 +52,9 @@ void register_serve(CLI::App& root, std::function<void()>& run) {
   app->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $SKIM_API_KEY)");
   app->add_option("--max-waiting", args->max_waiting, "queued requests beyond --parallel before refusing (503)")
       ->capture_default_str();
+  app->add_option("--prefix-cache", args->prefix_cache,
+                  "finished prompts kept for reuse by prompts that start with them (each holds up to --ctx tokens of KV; CPU)")
+      ->capture_default_str();
   app->callback([args, &run] {
     run = [args] {
 #ifndef SKIM_HAVE_SERVER
@@ -60,6 +64,11 @@ void register_serve(CLI::App& root, std::function<void()>& run) {
       ServeArgs& a = *args;
       SKIM_REQUIRE(a.port >= 0 && a.port <= 65535, "--port must be in [0, 65535], got {}", a.port);
       SKIM_REQUIRE(a.max_waiting >= 0, "--max-waiting must be >= 0, got {}", a.max_waiting);
+      SKIM_REQUIRE(a.prefix_cache >= 0, "--prefix-cache must be >= 0, got {}", a.prefix_cache);
+      SKIM_REQUIRE(a.prefix_cache == 0 || a.engine.device == "cpu",
+                   "--prefix-cache: the GPU engine cannot copy sequences yet (drop it, or --device cpu)");
+      const int parallel = a.engine.max_sequences;
+      a.engine.max_sequences = parallel + a.prefix_cache;  // the cached prompts hold sequences too
       if (a.api_key.empty())
         if (const char* k = std::getenv("SKIM_API_KEY")) a.api_key = k;
       if (a.engine.model_dir.empty()) a.engine.model_dir = default_model_dir();
@@ -73,11 +82,13 @@ void register_serve(CLI::App& root, std::function<void()>& run) {
       so.http_threads = std::max(16, 2 * a.engine.max_sequences);
       so.api_key = a.api_key;
       so.max_waiting = a.max_waiting;
+      so.max_running = parallel;
+      so.prefix_cache = a.prefix_cache;
       server::Server server(engine, so);
       server.bind();
       std::fprintf(stderr, "skim serve: %s on http://%s:%d (policy %s, %d sequences x %d tokens, %s)\n",
                    so.model_name.c_str(), so.host.c_str(), server.bound_port(), a.engine.policy.c_str(),
-                   a.engine.max_sequences, a.engine.max_context, a.engine.device.c_str());
+                   parallel, a.engine.max_context, a.engine.device.c_str());
       SKIM_REQUIRE(pipe(stop_pipe) == 0, "skim serve: cannot create a pipe");
       struct sigaction sa = {};
       sa.sa_handler = on_stop_signal;

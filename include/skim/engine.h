@@ -101,6 +101,10 @@ class Engine {
   void set_policy(const std::string& spec);
   // A new sequence with a copy of `seq`'s cache and tokens: one dense prefill, several policies.
   int fork_sequence(int seq);
+  // Keeps the first `length` tokens of `seq` (a multiple of the page size, at most its
+  // length) and frees the rest; the policy forgets the sequence's state (MAC rings, CS tables,
+  // Retro outputs), so this suits policies that keep none (the server's prefix cache). CPU only.
+  void truncate_sequence(int seq, int length);
 
   // One decode step, then each sequence's next token from its sampler (sampled on the device
   // for the GPU, so only the tokens come back). What Engine::generate and the server's

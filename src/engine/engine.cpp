@@ -252,6 +252,16 @@ int Engine::fork_sequence(int seq) {
   return id;
 }
 
+void Engine::truncate_sequence(int seq, int length) {
+  impl_->cpu_only("truncate_sequence");
+  Sequence& s = impl_->sequence(seq);
+  impl_->cache->shrink(s.table, length);
+  s.tokens.resize(size_t(length));
+  s.decode_steps = 0;
+  s.retro_steps = 0;
+  impl_->policy->forget(&s.table);
+}
+
 uint64_t Engine::rectified_tokens() const { return impl_->rectified_tokens; }
 
 double Engine::decode_kv_bytes_read() {

@@ -11,6 +11,13 @@
 //
 // A request that fails (a prompt over the context, an engine error) gets on_error and its
 // sequence back; the worker and the other requests go on.
+//
+// Prefix cache (CPU engines, policies that keep no per-sequence state: dense, streaming,
+// quest, gbsa, resa). A finished request's sequence is kept, cut to its prompt rounded down to
+// a whole prefill chunk, in up to `cache_slots` entries (least recently used out first). A new
+// prompt that starts with the tokens of an entry starts from a copy of it and prefills only
+// the rest. Cut and resumed at chunk boundaries, the cache holds the bits a fresh prefill
+// would write, so the output equals the uncached one exactly.
 #pragma once
 
 #include <atomic>
@@ -39,8 +46,15 @@ struct RequestCallbacks {
 };
 
 // Totals since start (for /metrics).
+struct SchedulerOptions {
+  int max_running = 0;  // sequences decoding at once (0: the engine's max_sequences)
+  int cache_slots = 0;  // prefix cache entries (they hold sequences: the engine needs
+                        // max_running + cache_slots of them)
+};
+
 struct SchedulerMetrics {
   uint64_t requests_finished = 0, requests_failed = 0, requests_cancelled = 0;
+  uint64_t prefix_hits = 0, prefix_tokens_reused = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t decode_steps = 0, policy_switches = 0;
   double prefill_seconds = 0, decode_seconds = 0;
@@ -49,7 +63,7 @@ struct SchedulerMetrics {
 
 class Scheduler {
  public:
-  explicit Scheduler(Engine& engine);
+  explicit Scheduler(Engine& engine, SchedulerOptions options = {});
   ~Scheduler();  // finishes nothing: pending requests get on_error("server shutting down")
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -78,9 +92,24 @@ class Scheduler {
   void fail_all_running(const std::string& message);
   void finish(Running& r);
   void emit(Running& r);
+  // Prefix cache: keep a finished sequence's prompt; start a prompt from the best entry
+  // (returns its sequence and the tokens it already holds, or {-1, 0}).
+  void keep_prefix(int seq, const std::vector<int>& prompt);
+  std::pair<int, int> reuse_prefix(const std::vector<int>& prompt);
+  void clear_prefixes();
+
+  struct CachedPrefix {
+    int seq;
+    std::vector<int> tokens;  // what the sequence holds
+    uint64_t used;            // LRU clock
+  };
 
   Engine& engine_;
+  SchedulerOptions options_;
   std::string default_policy_;
+  bool prefix_ok_ = false;  // the running policy keeps no per-sequence state (CPU engine)
+  std::vector<CachedPrefix> prefixes_;  // worker thread only
+  uint64_t clock_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Pending>> waiting_;

@@ -26,6 +26,9 @@ class PagePool {
   std::vector<int32_t> reserve(PageTable& table, int new_length);
   // Returns the table's pages to the pool and empties it.
   void release(PageTable& table);
+  // Keeps the table's first `new_length` tokens (<= its length) and returns the pages past
+  // them to the pool.
+  void shrink(PageTable& table, int new_length);
 
  private:
   int page_size_;

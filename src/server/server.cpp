@@ -76,7 +76,8 @@ struct Server::Impl {
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> rejected{0};  // answered 4xx/503 before reaching the scheduler
 
-  Impl(Engine& e, ServerOptions o) : engine(e), options(std::move(o)), scheduler(e) {
+  Impl(Engine& e, ServerOptions o)
+      : engine(e), options(std::move(o)), scheduler(e, SchedulerOptions{options.max_running, options.prefix_cache}) {
     model.name = options.model_name;
     model.tokenizer = &e.tokenizer();
     model.chat = detect_chat_format(options.model_dir);
@@ -155,7 +156,8 @@ struct Server::Impl {
         }
       }
       const SchedulerMetrics load = scheduler.metrics();
-      if (load.running >= engine.max_sequences() && load.waiting >= options.max_waiting)
+      const int slots = options.max_running > 0 ? options.max_running : engine.max_sequences();
+      if (load.running >= slots && load.waiting >= options.max_waiting)
         throw RequestError("the server is busy: every sequence is in use and " + std::to_string(load.waiting) +
                                " requests are waiting (--max-waiting " + std::to_string(options.max_waiting) +
                                "); retry later",
@@ -288,6 +290,9 @@ struct Server::Impl {
     metric("policy_switches_total", "counter", "engine policy switches for per-request policies", double(m.policy_switches));
     metric("prefill_seconds_total", "counter", "time spent in prefill", m.prefill_seconds);
     metric("decode_seconds_total", "counter", "time spent in decode steps", m.decode_seconds);
+    metric("prefix_cache_hits_total", "counter", "prompts started from a cached prefix", double(m.prefix_hits));
+    metric("prefix_cache_tokens_total", "counter", "prompt tokens not prefilled thanks to the prefix cache",
+           double(m.prefix_tokens_reused));
     metric("requests_running", "gauge", "requests holding a sequence (prefilling or decoding)", double(m.running));
     metric("requests_waiting", "gauge", "requests queued for a free sequence", double(m.waiting));
     return out;

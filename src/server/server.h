@@ -24,6 +24,8 @@ struct ServerOptions {
   int http_threads = 16;         // connections served at once (streams hold one each)
   std::string api_key;           // when set, /v1/* needs "Authorization: Bearer <api_key>"
   int max_waiting = 64;          // requests queued beyond --parallel; more are refused (503)
+  int max_running = 0;           // sequences decoding at once (0: all the engine's)
+  int prefix_cache = 0;          // prompts kept for reuse (the engine needs max_running + these)
 };
 
 class Server {

@@ -94,5 +94,21 @@ TEST(PagedKVCache, FullPoolIsAClearError) {
   c.reserve(b, 8);
 }
 
+TEST(PagedKVCache, ShrinkReturnsWholePagesOnly) {
+  PagedKVCache c(small_shape());
+  PageTable a;
+  c.reserve(a, 14);  // 4 pages of 4
+  a.length = 14;
+  c.shrink(a, 8);
+  EXPECT_EQ(a.length, 8);
+  EXPECT_EQ(a.pages.size(), 2u);
+  EXPECT_EQ(c.free_pages(), 14);
+  EXPECT_THROW(c.shrink(a, 6), Error);   // not a page boundary: a digest would keep stale keys
+  EXPECT_THROW(c.shrink(a, 12), Error);  // longer than the table
+  c.shrink(a, 0);
+  EXPECT_TRUE(a.pages.empty());
+  EXPECT_EQ(c.free_pages(), 16);
+}
+
 }  // namespace
 }  // namespace skim

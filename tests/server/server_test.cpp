@@ -475,6 +475,47 @@ TEST(Server, ApiKeyAndBusyRefusals) {
   t.join();
 }
 
+// Prefix cache: a prompt that starts with a finished request's prompt resumes from a copy of
+// its cache (whole chunks only) and gives exactly what a fresh prefill gives.
+TEST(Server, PrefixCacheResumesAndEqualsAFreshPrefill) {
+  EngineOptions o = demo_options();
+  o.max_sequences = 3;  // 1 running + 2 cached
+  Engine engine(o);
+  ServerOptions so;
+  so.port = 0;
+  so.model_name = "demo";
+  so.max_running = 1;
+  so.prefix_cache = 2;
+  Server server(engine, so);
+  server.bind();
+  std::thread t([&] { server.listen(); });
+  httplib::Client c("127.0.0.1", server.bound_port());
+  c.set_read_timeout(120, 0);
+  auto ask = [&](const std::string& prompt) {
+    auto r = c.Post("/v1/completions", greedy(prompt, 8).dump(), "application/json");
+    return r && r->status == 200 ? json::parse(r->body)["choices"][0]["text"].get<std::string>() : std::string("ERROR");
+  };
+  auto metric_of = [&](const std::string& name) {
+    const std::string body = c.Get("/metrics")->body, key = "\nskim_" + name + " ";
+    const size_t at = body.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + key.size()));
+  };
+  std::string doc;
+  for (int i = 0; i < 30; ++i) doc += "def f" + std::to_string(i) + "(x):\n    return x * " + std::to_string(i) + "\n";
+  const std::string longer = doc + "def main():\n    print(f3(2))\n";
+  EXPECT_EQ(ask(doc), alone(doc, 8).text);
+  EXPECT_EQ(metric_of("prefix_cache_hits_total"), 0);
+  EXPECT_EQ(ask(longer), alone(longer, 8).text);  // resumes from doc's cached chunks
+  EXPECT_EQ(metric_of("prefix_cache_hits_total"), 1);
+  EXPECT_GE(metric_of("prefix_cache_tokens_total"), 128);
+  EXPECT_EQ(ask(doc), alone(doc, 8).text);  // the same prompt again: all but its last chunk
+  EXPECT_EQ(metric_of("prefix_cache_hits_total"), 2);
+  EXPECT_EQ(ask("import sys\n"), alone("import sys\n", 8).text);  // nothing in common
+  EXPECT_EQ(metric_of("prefix_cache_hits_total"), 2);
+  server.stop();
+  t.join();
+}
+
 // parse_request alone: defaults and checks without a server.
 TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
   Served& s = served();

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <exception>
 
-#include "attention/policy_spec.h"
 #include "core/error.h"
 #include "engine/generation.h"
 #include "model/config.h"
@@ -47,28 +46,14 @@ struct Scheduler::Running {
   size_t logprobs_sent = 0;  // entries of the result's logprobs passed to on_text
 };
 
-namespace {
-
-// Policies whose per-sequence state is only the cache itself: a copy of a prompt's pages is
-// all a request needs to resume from.
-bool prefix_reusable(const std::string& policy) {
-  for (const PolicyPart& p : parse_policy_spec(policy).parts)
-    if (p.name != "dense" && p.name != "streaming" && p.name != "quest" && p.name != "gbsa" && p.name != "resa" &&
-        p.name != "rectify")
-      return false;
-  return true;
-}
-
-}  // namespace
-
 Scheduler::Scheduler(Engine& engine, SchedulerOptions options)
-    : engine_(engine), options_(options), default_policy_(engine.policy_spec()) {
+    : engine_(engine), options_(options), default_policy_(engine.policy_spec()), prefixes_(engine, options.cache_slots) {
   if (options_.max_running <= 0) options_.max_running = engine.max_sequences();
   SKIM_REQUIRE(options_.cache_slots >= 0, "prefix cache slots must be >= 0");
   SKIM_REQUIRE(options_.max_running + options_.cache_slots <= engine.max_sequences(),
                "scheduler: {} running + {} cached sequences exceed the engine's {}", options_.max_running,
                options_.cache_slots, engine.max_sequences());
-  prefix_ok_ = options_.cache_slots > 0 && !engine.on_gpu() && prefix_reusable(default_policy_);
+  prefix_ok_ = prefixes_.usable(default_policy_);
   worker_ = std::thread([this] { loop(); });
 }
 
@@ -82,7 +67,7 @@ Scheduler::~Scheduler() {
   for (auto& p : waiting_)
     if (p->cb.on_error) p->cb.on_error("server shutting down");
   fail_all_running("server shutting down");
-  clear_prefixes();
+  prefixes_.clear();
 }
 
 uint64_t Scheduler::submit(GenerationRequest request, std::string policy, RequestCallbacks callbacks) {
@@ -171,17 +156,22 @@ void Scheduler::admit(std::vector<std::unique_ptr<Pending>>& batch) {
 void Scheduler::start(std::unique_ptr<Pending> p) {
   try {
     if (p->policy != engine_.policy_spec()) {
-      clear_prefixes();  // cached under another policy
+      prefixes_.clear();  // cached under another policy
       engine_.set_policy(p->policy);
-      prefix_ok_ = options_.cache_slots > 0 && !engine_.on_gpu() && prefix_reusable(p->policy);
+      prefix_ok_ = prefixes_.usable(p->policy);
       std::lock_guard<std::mutex> lk(mu_);
       metrics_.policy_switches += 1;
     }
     SKIM_REQUIRE(!p->request.prompt_ids.empty(), "empty prompt");
     // (A prompt whose own log-probabilities are asked for is prefilled whole.)
     const bool echo = p->request.echo_logprobs && p->request.logprobs >= 0;
-    auto [seq, reused] = echo ? std::pair<int, int>{-1, 0} : reuse_prefix(p->request.prompt_ids);
+    auto [seq, reused] = prefix_ok_ && !echo ? prefixes_.reuse(p->request.prompt_ids) : std::pair<int, int>{-1, 0};
     if (seq < 0) seq = engine_.open_sequence();
+    if (reused > 0) {
+      std::lock_guard<std::mutex> lk(mu_);
+      metrics_.prefix_hits = prefixes_.hits();
+      metrics_.prefix_tokens_reused = prefixes_.tokens_reused();
+    }
     auto f = std::make_unique<Prefilling>(Prefilling{std::move(p), seq});
     f->done = size_t(reused);
     prefilling_.push_back(std::move(f));
@@ -328,7 +318,10 @@ void Scheduler::emit(Running& r) {
 }
 
 void Scheduler::finish(Running& r) {
-  keep_prefix(r.seq, r.gen.request().prompt_ids);
+  if (prefix_ok_)
+    prefixes_.keep(r.seq, r.gen.request().prompt_ids);
+  else
+    engine_.close_sequence(r.seq);
   GenerationResult& res = r.gen.result();
   res.stats.generated_tokens = int(res.tokens.size());
   res.stats.kv_bytes_per_step = r.steps ? r.kv_bytes / r.steps : 0;
@@ -338,57 +331,6 @@ void Scheduler::finish(Running& r) {
     metrics_.generated_tokens += res.tokens.size();
   }
   if (r.cb.on_done) r.cb.on_done(res);
-}
-
-// Keeps the prompt part of a finished sequence, cut at a chunk boundary, unless the cache
-// holds it already; else closes it.
-void Scheduler::keep_prefix(int seq, const std::vector<int>& prompt) {
-  const int chunk = engine_.prefill_chunk();
-  const int keep = int(prompt.size()) / chunk * chunk;
-  bool covered = false;
-  for (const CachedPrefix& c : prefixes_)
-    covered = covered || (c.tokens.size() >= size_t(keep) && std::equal(prompt.begin(), prompt.begin() + keep, c.tokens.begin()));
-  if (!prefix_ok_ || keep == 0 || covered) {
-    engine_.close_sequence(seq);
-    return;
-  }
-  engine_.truncate_sequence(seq, keep);
-  prefixes_.push_back({seq, std::vector<int>(prompt.begin(), prompt.begin() + keep), ++clock_});
-  if (int(prefixes_.size()) > options_.cache_slots) {
-    auto lru = std::min_element(prefixes_.begin(), prefixes_.end(),
-                                [](const CachedPrefix& a, const CachedPrefix& b) { return a.used < b.used; });
-    engine_.close_sequence(lru->seq);
-    prefixes_.erase(lru);
-  }
-}
-
-// The entry sharing the most whole chunks with the prompt, copied and cut to them; at least
-// the prompt's last token is left to prefill (its logits give the first token).
-std::pair<int, int> Scheduler::reuse_prefix(const std::vector<int>& prompt) {
-  if (!prefix_ok_) return {-1, 0};
-  const int chunk = engine_.prefill_chunk();
-  CachedPrefix* best = nullptr;
-  int best_len = 0;
-  for (CachedPrefix& c : prefixes_) {
-    const size_t n = std::min(c.tokens.size(), prompt.size() - 1);
-    const size_t common = size_t(std::mismatch(c.tokens.begin(), c.tokens.begin() + std::ptrdiff_t(n), prompt.begin()).first -
-                                 c.tokens.begin());
-    const int usable = int(common) / chunk * chunk;
-    if (usable > best_len) best = &c, best_len = usable;
-  }
-  if (!best) return {-1, 0};
-  best->used = ++clock_;
-  const int seq = engine_.fork_sequence(best->seq);
-  if (best_len < int(best->tokens.size())) engine_.truncate_sequence(seq, best_len);
-  std::lock_guard<std::mutex> lk(mu_);
-  metrics_.prefix_hits += 1;
-  metrics_.prefix_tokens_reused += uint64_t(best_len);
-  return {seq, best_len};
-}
-
-void Scheduler::clear_prefixes() {
-  for (const CachedPrefix& c : prefixes_) engine_.close_sequence(c.seq);
-  prefixes_.clear();
 }
 
 // The decoding requests fail with `message` and give their sequences back.

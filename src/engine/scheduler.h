@@ -12,12 +12,8 @@
 // A request that fails (a prompt over the context, an engine error) gets on_error and its
 // sequence back; the worker and the other requests go on.
 //
-// Prefix cache (CPU engines, policies that keep no per-sequence state: dense, streaming,
-// quest, gbsa, resa). A finished request's sequence is kept, cut to its prompt rounded down to
-// a whole prefill chunk, in up to `cache_slots` entries (least recently used out first). A new
-// prompt that starts with the tokens of an entry starts from a copy of it and prefills only
-// the rest. Cut and resumed at chunk boundaries, the cache holds the bits a fresh prefill
-// would write, so the output equals the uncached one exactly.
+// With cache_slots > 0, finished prompts go to a PrefixCache (engine/prefix_cache.h) that new
+// prompts starting with them resume from.
 #pragma once
 
 #include <atomic>
@@ -33,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/prefix_cache.h"
 #include "skim/engine.h"
 
 namespace skim {
@@ -92,24 +89,12 @@ class Scheduler {
   void fail_all_running(const std::string& message);
   void finish(Running& r);
   void emit(Running& r);
-  // Prefix cache: keep a finished sequence's prompt; start a prompt from the best entry
-  // (returns its sequence and the tokens it already holds, or {-1, 0}).
-  void keep_prefix(int seq, const std::vector<int>& prompt);
-  std::pair<int, int> reuse_prefix(const std::vector<int>& prompt);
-  void clear_prefixes();
-
-  struct CachedPrefix {
-    int seq;
-    std::vector<int> tokens;  // what the sequence holds
-    uint64_t used;            // LRU clock
-  };
 
   Engine& engine_;
   SchedulerOptions options_;
   std::string default_policy_;
-  bool prefix_ok_ = false;  // the running policy keeps no per-sequence state (CPU engine)
-  std::vector<CachedPrefix> prefixes_;  // worker thread only
-  uint64_t clock_ = 0;
+  PrefixCache prefixes_;    // worker thread only
+  bool prefix_ok_ = false;  // prefixes_ usable under the running policy
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Pending>> waiting_;

@@ -1,0 +1,64 @@
+#include "engine/prefix_cache.h"
+
+#include <algorithm>
+
+#include "attention/policy_spec.h"
+#include "skim/engine.h"
+
+namespace skim {
+
+bool PrefixCache::usable(const std::string& policy) const {
+  if (slots_ <= 0 || engine_.on_gpu()) return false;
+  for (const PolicyPart& p : parse_policy_spec(policy).parts)
+    if (p.name != "dense" && p.name != "streaming" && p.name != "quest" && p.name != "gbsa" && p.name != "resa" &&
+        p.name != "rectify")
+      return false;
+  return true;
+}
+
+void PrefixCache::keep(int seq, const std::vector<int>& prompt) {
+  const int chunk = engine_.prefill_chunk();
+  const size_t whole = prompt.size() / size_t(chunk) * size_t(chunk);
+  const bool held = std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) {
+    return e.tokens.size() >= whole && std::equal(prompt.begin(), prompt.begin() + std::ptrdiff_t(whole), e.tokens.begin());
+  });
+  if (whole == 0 || held) {
+    engine_.close_sequence(seq);
+    return;
+  }
+  engine_.truncate_sequence(seq, int(whole));
+  entries_.push_back({seq, std::vector<int>(prompt.begin(), prompt.begin() + std::ptrdiff_t(whole)), ++clock_});
+  if (int(entries_.size()) > slots_) {
+    auto lru = std::min_element(entries_.begin(), entries_.end(),
+                                [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    engine_.close_sequence(lru->seq);
+    entries_.erase(lru);
+  }
+}
+
+std::pair<int, int> PrefixCache::reuse(const std::vector<int>& prompt) {
+  const int chunk = engine_.prefill_chunk();
+  Entry* best = nullptr;
+  int best_len = 0;
+  for (Entry& e : entries_) {
+    const size_t n = std::min(e.tokens.size(), prompt.size() - 1);
+    const size_t common = size_t(std::mismatch(e.tokens.begin(), e.tokens.begin() + std::ptrdiff_t(n), prompt.begin()).first -
+                                 e.tokens.begin());
+    const int usable = int(common) / chunk * chunk;
+    if (usable > best_len) best = &e, best_len = usable;
+  }
+  if (!best) return {-1, 0};
+  best->used = ++clock_;
+  const int seq = engine_.fork_sequence(best->seq);
+  if (best_len < int(best->tokens.size())) engine_.truncate_sequence(seq, best_len);
+  hits_ += 1;
+  tokens_reused_ += uint64_t(best_len);
+  return {seq, best_len};
+}
+
+void PrefixCache::clear() {
+  for (const Entry& e : entries_) engine_.close_sequence(e.seq);
+  entries_.clear();
+}
+
+}  // namespace skim

@@ -26,39 +26,47 @@ float dot(const float* a, const float* b, int dim) {
   return s;
 }
 
-// k-means++: the first seed uniformly, each next one with probability D^2 where D is the
-// cosine distance to the nearest seed so far.
+// Greedy k-means++: the first seed uniformly; each next one the best of a few candidates drawn
+// with probability D^2 (D the cosine distance to the nearest seed so far), best meaning the
+// smallest total D^2 after adding it. One candidate per step (plain k-means++) put two seeds
+// in one cluster now and then (1 run in 300 of the unit test's five clean clusters, seed
+// 3259876513; none in 500 since); 2 + log k candidates, as scikit-learn draws.
 void seed_plus_plus(const float* x, int n, int dim, int k, std::mt19937_64& rng, std::vector<float>& c) {
   std::vector<double> d2(size_t(n), 0.0);
-  int first = int(std::uniform_int_distribution<int>(0, n - 1)(rng));
+  auto distance2 = [&](int i, const float* seed) {
+    const double d = std::max(0.0, 1.0 - double(dot(x + size_t(i) * dim, seed, dim)));
+    return d * d;
+  };
+  const int first = int(std::uniform_int_distribution<int>(0, n - 1)(rng));
   std::copy_n(x + size_t(first) * dim, dim, c.data());
-  for (int i = 0; i < n; ++i) {
-    double d = 1.0 - dot(x + size_t(i) * dim, c.data(), dim);
-    d2[size_t(i)] = std::max(0.0, d) * std::max(0.0, d);
-  }
+  for (int i = 0; i < n; ++i) d2[size_t(i)] = distance2(i, c.data());
+  const int candidates = 2 + int(std::log(double(k)));
   for (int j = 1; j < k; ++j) {
     double total = 0;
     for (double v : d2) total += v;
-    int pick;
-    if (total <= 0) {  // every point coincides with a seed: repeat one
-      pick = int(std::uniform_int_distribution<int>(0, n - 1)(rng));
-    } else {
-      double r = std::uniform_real_distribution<double>(0, total)(rng);
-      pick = n - 1;
-      for (int i = 0; i < n; ++i) {
-        r -= d2[size_t(i)];
-        if (r <= 0) {
-          pick = i;
-          break;
+    int best = -1;
+    double best_total = 0;
+    for (int t = 0; t < candidates; ++t) {
+      int pick = n - 1;
+      if (total <= 0) {  // every point coincides with a seed: repeat one
+        pick = int(std::uniform_int_distribution<int>(0, n - 1)(rng));
+      } else {
+        double r = std::uniform_real_distribution<double>(0, total)(rng);
+        for (int i = 0; i < n; ++i) {
+          r -= d2[size_t(i)];
+          if (r <= 0) {
+            pick = i;
+            break;
+          }
         }
       }
+      double after = 0;
+      for (int i = 0; i < n; ++i) after += std::min(d2[size_t(i)], distance2(i, x + size_t(pick) * dim));
+      if (best < 0 || after < best_total) best = pick, best_total = after;
     }
     float* cj = c.data() + size_t(j) * dim;
-    std::copy_n(x + size_t(pick) * dim, dim, cj);
-    for (int i = 0; i < n; ++i) {
-      double d = std::max(0.0, 1.0 - double(dot(x + size_t(i) * dim, cj, dim)));
-      d2[size_t(i)] = std::min(d2[size_t(i)], d * d);
-    }
+    std::copy_n(x + size_t(best) * dim, dim, cj);
+    for (int i = 0; i < n; ++i) d2[size_t(i)] = std::min(d2[size_t(i)], distance2(i, cj));
   }
 }
 

@@ -172,7 +172,9 @@ void Scheduler::start(std::unique_ptr<Pending> p) {
       metrics_.prefix_hits = prefixes_.hits();
       metrics_.prefix_tokens_reused = prefixes_.tokens_reused();
     }
-    auto f = std::make_unique<Prefilling>(Prefilling{std::move(p), seq});
+    auto f = std::make_unique<Prefilling>();
+    f->p = std::move(p);
+    f->seq = seq;
     f->done = size_t(reused);
     prefilling_.push_back(std::move(f));
   } catch (const std::exception& e) {

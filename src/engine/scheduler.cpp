@@ -116,6 +116,10 @@ void Scheduler::loop() {
     try {
       drop_cancelled();
       for (auto& p : admitted) start(std::move(p));
+      if (!admitted.empty()) {  // published before any of them streams its first token
+        std::lock_guard<std::mutex> lk(mu_);
+        metrics_.running = int(running_.size() + prefilling_.size());
+      }
       if (!prefilling_.empty()) prefill_chunk();
       if (!running_.empty()) step();
     } catch (const std::exception& e) {  // nothing may end the worker: fail what is in flight
@@ -331,6 +335,9 @@ void Scheduler::finish(Running& r) {
     std::lock_guard<std::mutex> lk(mu_);
     metrics_.requests_finished += 1;
     metrics_.generated_tokens += res.tokens.size();
+    // Its sequence is free before the client hears of it (the loop recounts exactly after
+    // the step): a server checking for room never sees a finished request as running.
+    metrics_.running = std::max(0, metrics_.running - 1);
   }
   if (r.cb.on_done) r.cb.on_done(res);
 }

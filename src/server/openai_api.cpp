@@ -92,22 +92,14 @@ std::vector<int> chat_ids(const json& body, const ServedModel& m) {
   }
 }
 
-}  // namespace
-
-ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedModel& m) {
-  if (!body.is_object()) throw RequestError("the body must be a JSON object", "");
-  std::string model;
-  if (read(body, "model", model, [](const std::string&) { return true; }, "a string") && model != m.name)
-    throw RequestError("model '" + model + "' is not served here; this server serves '" + m.name + "'", "model", 404);
-  refuse_unsupported(body);
-
-  ParsedRequest out;
-  GenerationRequest& r = out.request;
+// max_tokens and the sampling fields, with OpenAI's defaults: completions stop at 16 tokens,
+// chat at the end of the context (-1 here, resolved once the prompt's length is known).
+void read_lengths_and_sampling(const json& body, Endpoint endpoint, GenerationRequest& r) {
   SamplingParams& s = r.sampling;
-  // OpenAI's defaults: completions stop at 16 tokens, chat at the end of the context (below).
   r.max_tokens = endpoint == Endpoint::kChat ? -1 : 16;
   s.temperature = 1.0f;
-  const char* max_field = endpoint == Endpoint::kChat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const char* max_field =
+      endpoint == Endpoint::kChat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   read(body, max_field, r.max_tokens, [](int x) { return x >= 0; }, "an integer >= 0");
   double t = s.temperature, top_p = s.top_p;
   read(body, "temperature", t, [](double x) { return x >= 0 && x <= 2; }, "a number in [0, 2]");
@@ -120,11 +112,12 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
     s.seed = uint64_t(seed);
   else
     s.seed = std::random_device{}();  // unseeded requests sample differently each time
-  read(body, "n", out.n, [](int x) { return x >= 1 && x <= 16; }, "an integer in [1, 16]");
-  read(body, "ignore_eos", r.ignore_eos, [](bool) { return true; }, "true or false");
-  read(body, "stream", out.stream, [](bool) { return true; }, "true or false");
-  // Log-probabilities: completions `logprobs` = n alternatives (and `echo` for the prompt's),
-  // chat `logprobs` = true with `top_logprobs` = n.
+}
+
+// Completions: `logprobs` = n alternatives, `echo` (the prompt's text, and its tokens'
+// log-probabilities with logprobs). Chat: `logprobs` = true with `top_logprobs` = n.
+void read_logprobs(const json& body, Endpoint endpoint, const ServedModel& m, ParsedRequest& out) {
+  GenerationRequest& r = out.request;
   if (endpoint == Endpoint::kChat) {
     bool want = false;
     read(body, "logprobs", want, [](bool) { return true; }, "true or false");
@@ -141,18 +134,39 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
     bad("logprobs", "computed on the CPU path only so far (this server samples on the GPU)");
   if (r.echo_logprobs && r.logprobs >= 0 && out.stream)
     bad("echo", "the prompt's log-probabilities are not streamed yet (drop stream, or echo)");
-  read(body, "policy", out.policy, [](const std::string& p) { return !p.empty(); }, "a policy string");
-  if (body.contains("stop") && !body["stop"].is_null()) {
-    const json& st = body["stop"];
-    if (st.is_string()) {
-      r.stop.push_back(st.get<std::string>());
-    } else if (st.is_array() && st.size() <= 4 &&
-               std::all_of(st.begin(), st.end(), [](const json& x) { return x.is_string(); })) {
-      for (const json& x : st) r.stop.push_back(x.get<std::string>());
-    } else {
-      bad("stop", "must be a string or a list of up to 4 strings");
-    }
+}
+
+void read_stop(const json& body, GenerationRequest& r) {
+  if (!body.contains("stop") || body["stop"].is_null()) return;
+  const json& st = body["stop"];
+  if (st.is_string()) {
+    r.stop.push_back(st.get<std::string>());
+  } else if (st.is_array() && st.size() <= 4 &&
+             std::all_of(st.begin(), st.end(), [](const json& x) { return x.is_string(); })) {
+    for (const json& x : st) r.stop.push_back(x.get<std::string>());
+  } else {
+    bad("stop", "must be a string or a list of up to 4 strings");
   }
+}
+
+}  // namespace
+
+ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedModel& m) {
+  if (!body.is_object()) throw RequestError("the body must be a JSON object", "");
+  std::string model;
+  if (read(body, "model", model, [](const std::string&) { return true; }, "a string") && model != m.name)
+    throw RequestError("model '" + model + "' is not served here; this server serves '" + m.name + "'", "model", 404);
+  refuse_unsupported(body);
+
+  ParsedRequest out;
+  GenerationRequest& r = out.request;
+  read_lengths_and_sampling(body, endpoint, r);
+  read(body, "n", out.n, [](int x) { return x >= 1 && x <= 16; }, "an integer in [1, 16]");
+  read(body, "ignore_eos", r.ignore_eos, [](bool) { return true; }, "true or false");
+  read(body, "stream", out.stream, [](bool) { return true; }, "true or false");
+  read_logprobs(body, endpoint, m, out);
+  read(body, "policy", out.policy, [](const std::string& p) { return !p.empty(); }, "a policy string");
+  read_stop(body, r);
   r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m) : prompt_ids(body, m);
   if (out.echo) {
     const json& p = body["prompt"];

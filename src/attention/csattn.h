@@ -67,6 +67,7 @@ class CsSelector : public Selector {
   void select(const SelectInput& in, Selection& out) override;
   void forget(const PageTable* table) override { seqs_.erase(table); }
   void fork(const PageTable* from, const PageTable* to) override;
+  bool keeps_sequence_state() const override { return true; }  // the centroid tables
   std::map<std::string, double> counters() const override;
 
   // Table bytes held now (centroids as fp32, list entries as int32 + fp16), all sequences.

@@ -40,6 +40,9 @@ class PipelinePolicy : public AttentionPolicy {
     if (config_.selector) config_.selector->fork(from, to);
     if (config_.mac) config_.mac->fork(from, to);  // a forked sequence keeps its MAC rings
   }
+  bool keeps_sequence_state() const override {
+    return config_.mac || (config_.selector && config_.selector->keeps_sequence_state());
+  }
   std::map<std::string, double> counters() const override;
   const MacReuse* mac() const { return config_.mac.get(); }
 

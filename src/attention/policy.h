@@ -66,6 +66,10 @@ class AttentionPolicy {
   virtual void forget(const PageTable* /*table*/) {}
   // `to` is a copy of `from` (Engine::fork_sequence): per-sequence state follows the copy.
   virtual void fork(const PageTable* /*from*/, const PageTable* /*to*/) {}
+  // Whether the policy keeps state per sequence beyond its cache (MAC rings, CS tables, Retro
+  // outputs). Without any, a copy of a sequence's first tokens is all a new sequence with
+  // those tokens needs (the server's prefix cache).
+  virtual bool keeps_sequence_state() const { return false; }
   // Method-specific counters for reports (name -> value): CS recall, Retro budget growth, ...
   virtual std::map<std::string, double> counters() const { return {}; }
   virtual EngineCorrections corrections() const { return {}; }

@@ -31,6 +31,7 @@ class RetroPolicy : public AttentionPolicy {
     seqs_.erase(table);
   }
   void fork(const PageTable* from, const PageTable* to) override;
+  bool keeps_sequence_state() const override { return true; }  // the past rows' outputs
   // retro_budget_growth: keys seen per query over its window (its own selection plus the
   // supplements), relative to its own selection, summed over selection units and layers;
   // retro_extra_rows_per_step: past rows run per decode step (extra linear-layer rows).

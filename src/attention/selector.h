@@ -40,6 +40,7 @@ class Selector {
   virtual void forget(const PageTable* /*table*/) {}
   // `to` is a copy of `from` (Engine::fork_sequence): copy the per-sequence state.
   virtual void fork(const PageTable* /*from*/, const PageTable* /*to*/) {}
+  virtual bool keeps_sequence_state() const { return false; }  // see AttentionPolicy
   // Method-specific counters for reports (name -> value), e.g. CSAttention's recall.
   virtual std::map<std::string, double> counters() const { return {}; }
 };

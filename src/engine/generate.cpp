@@ -66,9 +66,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
     std::vector<float> logits = append(seq, ids, rows, on_progress);
     res.stats.prefill_seconds = now_seconds() - t0;
     if (echo) {
-      for (size_t r = 0; r + 1 < ids.size(); ++r)
-        res.prompt_logprobs.push_back(
-            token_logprob(std::span<const float>(logits.data() + r * size_t(vocab), size_t(vocab)), ids[r + 1], rq.logprobs));
+      append_logprobs(logits, size_t(vocab), std::span<const int>(ids).subspan(1), rq.logprobs, res.prompt_logprobs);
       logits.erase(logits.begin(), logits.end() - vocab);
     }
     if (rq.max_tokens == 0) {
@@ -93,20 +91,13 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   double t0 = now_seconds();
   while (!live.empty()) {
     std::vector<int> seqs, tokens;
-    std::vector<Sampler*> samplers;
+    std::vector<Generation*> gens;
     for (Live& s : live) {
       seqs.push_back(s.seq);
       tokens.push_back(s.next_token);
-      samplers.push_back(&s.gen.sampler());
+      gens.push_back(&s.gen);
     }
-    std::vector<int> next;
-    if (on_gpu()) {
-      next = decode_sample(seqs, tokens, samplers);
-    } else {  // decode_sample's steps on the CPU, keeping the logits for logprobs
-      const std::vector<float> logits = decode(seqs, tokens);
-      for (size_t j = 0; j < live.size(); ++j)
-        next.push_back(live[j].gen.sample(std::span<const float>(logits.data() + j * size_t(vocab), size_t(vocab))));
-    }
+    const std::vector<int> next = decode_step(*this, seqs, tokens, gens);
     seq_steps += live.size();
     for (size_t j = 0; j < live.size(); ++j) {
       Live& s = live[j];

@@ -59,4 +59,19 @@ std::string Generation::take_text(bool final) {
   return final ? utf8_sanitize(piece) : piece;
 }
 
+std::vector<int> decode_step(Engine& engine, std::span<const int> seqs, std::span<const int> tokens,
+                             std::span<Generation* const> generations) {
+  std::vector<int> next;
+  if (engine.on_gpu()) {
+    std::vector<Sampler*> samplers;
+    for (Generation* g : generations) samplers.push_back(&g->sampler());
+    return engine.decode_sample(seqs, tokens, samplers);
+  }
+  const std::vector<float> logits = engine.decode(seqs, tokens);
+  const size_t vocab = logits.size() / std::max<size_t>(generations.size(), 1);
+  for (size_t j = 0; j < generations.size(); ++j)
+    next.push_back(generations[j]->sample(std::span<const float>(logits.data() + j * vocab, vocab)));
+  return next;
+}
+
 }  // namespace skim

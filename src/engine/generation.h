@@ -46,4 +46,10 @@ class Generation {
   std::optional<TokenLogprob> sampled_;  // of the token sample() returned last
 };
 
+// One decode step of `seqs` (fed `tokens`), each sequence's next token drawn for its
+// generation: on the GPU sampled on the device (only the tokens come back); on the CPU from the
+// host logits, which also gives the log-probabilities a generation asks for.
+std::vector<int> decode_step(Engine& engine, std::span<const int> seqs, std::span<const int> tokens,
+                             std::span<Generation* const> generations);
+
 }  // namespace skim

@@ -27,4 +27,9 @@ TokenLogprob token_logprob(std::span<const float> logits, int token, int top_n) 
   return out;
 }
 
+void append_logprobs(std::span<const float> logits, size_t vocab, std::span<const int> next, int top_n,
+                     std::vector<TokenLogprob>& out) {
+  for (size_t i = 0; i < next.size(); ++i) out.push_back(token_logprob(logits.subspan(i * vocab, vocab), next[i], top_n));
+}
+
 }  // namespace skim

@@ -2,18 +2,13 @@
 
 #include <algorithm>
 
-#include "attention/policy_spec.h"
+#include "attention/policy.h"
 #include "skim/engine.h"
 
 namespace skim {
 
-bool PrefixCache::usable(const std::string& policy) const {
-  if (slots_ <= 0 || engine_.on_gpu()) return false;
-  for (const PolicyPart& p : parse_policy_spec(policy).parts)
-    if (p.name != "dense" && p.name != "streaming" && p.name != "quest" && p.name != "gbsa" && p.name != "resa" &&
-        p.name != "rectify")
-      return false;
-  return true;
+bool PrefixCache::usable() const {
+  return slots_ > 0 && !engine_.on_gpu() && !engine_.policy().keeps_sequence_state();
 }
 
 void PrefixCache::keep(int seq, const std::vector<int>& prompt) {
@@ -44,8 +39,8 @@ std::pair<int, int> PrefixCache::reuse(const std::vector<int>& prompt) {
     const size_t n = std::min(e.tokens.size(), prompt.size() - 1);
     const size_t common = size_t(std::mismatch(e.tokens.begin(), e.tokens.begin() + std::ptrdiff_t(n), prompt.begin()).first -
                                  e.tokens.begin());
-    const int usable = int(common) / chunk * chunk;
-    if (usable > best_len) best = &e, best_len = usable;
+    const int whole = int(common) / chunk * chunk;
+    if (whole > best_len) best = &e, best_len = whole;
   }
   if (!best) return {-1, 0};
   best->used = ++clock_;

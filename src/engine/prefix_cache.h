@@ -4,12 +4,11 @@
 // Entries are cut to whole prefill chunks and reused only in whole chunks: the K/V there are
 // the bits a fresh prefill (chunked from position 0) writes, so a resumed request computes
 // exactly what an uncached one does. Only for CPU engines (sequence copies) and policies with
-// no per-sequence state besides the cache (dense, streaming, quest, gbsa, resa): MAC rings, CS
-// tables and Retro outputs would not follow a cut.
+// no per-sequence state besides the cache (AttentionPolicy::keeps_sequence_state: MAC rings,
+// CS tables and Retro outputs would not follow a cut).
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,8 +20,8 @@ class PrefixCache {
  public:
   PrefixCache(Engine& engine, int slots) : engine_(engine), slots_(slots) {}
 
-  // Whether entries may be kept and reused under `policy` (a policy string) on this engine.
-  bool usable(const std::string& policy) const;
+  // Whether entries may be kept and reused under the engine's current policy.
+  bool usable() const;
   // Takes a finished request's sequence: keeps its prompt's whole chunks (least recently
   // used entry out when full), or closes it when there is nothing new to keep.
   void keep(int seq, const std::vector<int>& prompt);

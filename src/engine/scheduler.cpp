@@ -53,7 +53,7 @@ Scheduler::Scheduler(Engine& engine, SchedulerOptions options)
   SKIM_REQUIRE(options_.max_running + options_.cache_slots <= engine.max_sequences(),
                "scheduler: {} running + {} cached sequences exceed the engine's {}", options_.max_running,
                options_.cache_slots, engine.max_sequences());
-  prefix_ok_ = prefixes_.usable(default_policy_);
+  prefix_ok_ = prefixes_.usable();
   worker_ = std::thread([this] { loop(); });
 }
 
@@ -162,7 +162,7 @@ void Scheduler::start(std::unique_ptr<Pending> p) {
     if (p->policy != engine_.policy_spec()) {
       prefixes_.clear();  // cached under another policy
       engine_.set_policy(p->policy);
-      prefix_ok_ = prefixes_.usable(p->policy);
+      prefix_ok_ = prefixes_.usable();
       std::lock_guard<std::mutex> lk(mu_);
       metrics_.policy_switches += 1;
     }
@@ -213,11 +213,11 @@ void Scheduler::prefill_chunk() {
     const double t0 = now_seconds();
     logits = engine_.append(f.seq, std::span<const int>(ids.data() + f.done, n), rows);
     f.seconds += now_seconds() - t0;
-    if (echo) {
+    if (echo) {  // rows of this chunk score the prompt's next tokens (the last row: none)
       const size_t vocab = size_t(engine_.config().vocab_size);
-      for (size_t i = 0; i < n && f.done + i + 1 < ids.size(); ++i)
-        f.prompt_logprobs.push_back(
-            token_logprob(std::span<const float>(logits.data() + i * vocab, vocab), ids[f.done + i + 1], rq.logprobs));
+      const size_t scored = std::min(n, ids.size() - 1 - f.done);
+      append_logprobs(logits, vocab, std::span<const int>(ids).subspan(f.done + 1, scored), rq.logprobs,
+                      f.prompt_logprobs);
       if (last) logits.erase(logits.begin(), logits.end() - std::ptrdiff_t(vocab));  // the last row's
     }
     f.done += n;
@@ -273,23 +273,16 @@ void Scheduler::step() {
   if (running_.empty()) return;
 
   std::vector<int> seqs, tokens;
-  std::vector<Sampler*> samplers;
+  std::vector<Generation*> gens;
   for (auto& r : running_) {
     seqs.push_back(r->seq);
     tokens.push_back(r->next_token);
-    samplers.push_back(&r->gen.sampler());
+    gens.push_back(&r->gen);
   }
   const double t0 = now_seconds(), bytes0 = engine_.decode_kv_bytes_read();
   std::vector<int> next;
   try {
-    if (engine_.on_gpu()) {  // sampled on the device (no logprobs there: refused up front)
-      next = engine_.decode_sample(seqs, tokens, samplers);
-    } else {  // the same steps decode_sample takes on the CPU, keeping the logits for logprobs
-      const std::vector<float> logits = engine_.decode(seqs, tokens);
-      const size_t vocab = size_t(engine_.config().vocab_size);
-      for (size_t j = 0; j < running_.size(); ++j)
-        next.push_back(running_[j]->gen.sample(std::span<const float>(logits.data() + j * vocab, vocab)));
-    }
+    next = decode_step(engine_, seqs, tokens, gens);  // (no logprobs on the GPU: refused up front)
   } catch (const std::exception& e) {
     fail_running(e.what());
     return;

@@ -38,6 +38,15 @@ TEST(PolicySpec, BuildsEveryKnownPolicy) {
   EXPECT_EQ(make_policy("gbsa")->corrections().rectify_every, 0);
 }
 
+// Which policies hold per-sequence state beyond the cache (the server's prefix cache may only
+// copy sequences for the others).
+TEST(PolicySpec, PoliciesSayWhetherTheyKeepSequenceState) {
+  for (const char* spec : {"dense", "streaming", "quest", "gbsa", "resa", "gbsa+rectify:f=8", "quest+art", "art"})
+    EXPECT_FALSE(make_policy(spec)->keeps_sequence_state()) << spec;
+  for (const char* spec : {"mac", "cs", "quest+retro", "quest+mac", "cs+art"})
+    EXPECT_TRUE(make_policy(spec)->keeps_sequence_state()) << spec;
+}
+
 TEST(PolicySpec, BadStringsNameTheirFault) {
   EXPECT_NE(error_of("").find("empty policy"), std::string::npos);
   EXPECT_NE(error_of("qest").find("unknown policy 'qest'"), std::string::npos);

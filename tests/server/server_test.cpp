@@ -148,6 +148,29 @@ double metric(const std::string& name) {
   return at == std::string::npos ? -1 : std::stod(r->body.substr(at + 1 + key.size()));
 }
 
+// A streamed POST /v1/completions on a raw socket (so the test can hang up mid-stream): returns
+// the socket once the first token's chunk has arrived, or -1.
+int open_stream(int port, const json& body, const std::string& extra_headers = "") {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return close(fd), -1;
+  const std::string b = body.dump();
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + extra_headers +
+                          "Content-Type: application/json\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+  if (write(fd, req.data(), req.size()) != ssize_t(req.size())) return close(fd), -1;
+  std::string got;
+  char buf[512];
+  while (got.find("data: ") == std::string::npos) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return close(fd), -1;
+    got.append(buf, size_t(n));
+  }
+  return fd;
+}
+
 TEST(Server, CompletionEqualsEngineGenerate) {
   Reply r = post("/v1/completions", greedy("def fibonacci(n):", 24));
   ASSERT_EQ(r.status, 200) << r.raw;
@@ -325,21 +348,11 @@ TEST(Server, ChatCompletionsUseTheChatFormat) {
 
 TEST(Server, ClientGoingAwayFreesItsSequence) {
   const double before = metric("requests_cancelled_total");
-  {  // a raw socket: send a long streamed request, read the first bytes, hang up
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(uint16_t(served().port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  {  // a long streamed request: read its first token, hang up
     json body = greedy("def loop():\n", 400);
     body["stream"] = true;
-    const std::string b = body.dump();
-    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
-    ASSERT_EQ(write(fd, req.data(), req.size()), ssize_t(req.size()));
-    char buf[256];
-    ASSERT_GT(read(fd, buf, sizeof buf), 0);
+    const int fd = open_stream(served().port, body);
+    ASSERT_GE(fd, 0);
     close(fd);
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -466,25 +479,10 @@ TEST(Server, ApiKeyAndBusyRefusals) {
 
   // One long streamed request holds the only sequence (its first bytes prove it runs);
   // another then finds no room and no queue.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(server.bound_port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   json long_body = greedy("def g(y):", 400);
   long_body["stream"] = true;
-  const std::string b = long_body.dump();
-  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sesame\r\n"
-                          "Content-Type: application/json\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
-  ASSERT_EQ(write(fd, req.data(), req.size()), ssize_t(req.size()));
-  std::string got;
-  char buf[512];
-  while (got.find("data: ") == std::string::npos) {  // a first token: it is decoding
-    const ssize_t n = read(fd, buf, sizeof buf);
-    ASSERT_GT(n, 0);
-    got.append(buf, size_t(n));
-  }
+  const int fd = open_stream(server.bound_port(), long_body, "Authorization: Bearer sesame\r\n");
+  ASSERT_GE(fd, 0);
   auto busy = c.Post("/v1/completions", key, body, "application/json");
   EXPECT_EQ(busy->status, 503) << busy->body;
   EXPECT_EQ(json::parse(busy->body)["error"]["type"], "server_busy");

@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "engine/field_checks.h"
 
 namespace skim::cli {
 
@@ -36,26 +40,65 @@ std::string read_text_file(const std::filesystem::path& path, const std::string&
   return ss.str();
 }
 
-ProgressCallback terminal_progress(const std::string& label) {
-  if (!isatty(fileno(stderr))) return {};
-  return [label](int done, int total) {
-    if (total < 2048) return;  // short prefills finish before a bar is worth drawing
-    const int width = 30;
-    int filled = int(double(done) / total * width);
-    std::fprintf(stderr, "\r%s [%s%s] %d/%d", label.c_str(), std::string(size_t(filled), '#').c_str(),
-                 std::string(size_t(width - filled), ' ').c_str(), done, total);
-    if (done == total) std::fprintf(stderr, "\r\033[K");
+ProgressCallback prefill_progress(const std::string& label) {
+  if (isatty(fileno(stderr)))
+    return [label](int done, int total) {
+      if (total < 2048) return;  // short prefills finish before a bar is worth drawing
+      const int width = 30;
+      int filled = int(double(done) / total * width);
+      std::fprintf(stderr, "\r%s [%s%s] %d/%d", label.c_str(), std::string(size_t(filled), '#').c_str(),
+                   std::string(size_t(width - filled), ' ').c_str(), done, total);
+      if (done == total) std::fprintf(stderr, "\r\033[K");
+      std::fflush(stderr);
+    };
+  using Clock = std::chrono::steady_clock;
+  auto start = std::make_shared<Clock::time_point>(Clock::now());
+  auto last = std::make_shared<Clock::time_point>(Clock::now());
+  return [label, start, last](int done, int total) {
+    const auto now = Clock::now();
+    if (done >= total || std::chrono::duration<double>(now - *last).count() < kLogProgressSeconds) return;
+    *last = now;
+    const double secs = std::chrono::duration<double>(now - *start).count();
+    const double rate = secs > 0 ? done / secs : 0;
+    std::fprintf(stderr, "%s: %d/%d tokens (%.0f%%), %.0f tok/s, ETA %.0f s\n", label.c_str(), done, total,
+                 100.0 * done / std::max(1, total), rate, rate > 0 ? (total - done) / rate : 0.0);
     std::fflush(stderr);
   };
 }
 
+void require_writable_file(const std::filesystem::path& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  SKIM_REQUIRE(fs::is_directory(dir), "{}: the folder '{}' does not exist", flag, dir.string());
+  SKIM_REQUIRE(access(dir.c_str(), W_OK) == 0, "{}: the folder '{}' is not writable", flag, dir.string());
+  SKIM_REQUIRE(!fs::is_directory(path), "{}: '{}' is a folder", flag, path.string());
+}
+
 void add_engine_flags(CLI::App& app, EngineOptions& o) {
   app.add_option("-m,--model", o.model_dir, "Hugging Face model directory (default: the demo model)");
-  app.add_option("--ctx", o.max_context, "context limit per sequence, tokens")->capture_default_str();
-  app.add_option("-t,--threads", o.threads, "CPU threads (0: all cores)")->capture_default_str();
+  app.add_option("-c,--ctx,--ctx-size", o.max_context, "context limit per sequence, tokens")->capture_default_str();
+  app.add_option("-t,--threads", o.threads, fmt::format("CPU threads (0: all cores; at most {})", max_threads()))
+      ->capture_default_str();
   app.add_option("--policy", o.policy, "attention policy, e.g. dense")->capture_default_str();
   app.add_option("--chunk", o.prefill_chunk, "prefill chunk, tokens")->capture_default_str();
   app.add_option("--device", o.device, "cpu, or cuda (policies dense, gbsa and resa so far)")->capture_default_str();
+}
+
+std::string flag_of_field(const std::string& field) {
+  static const std::map<std::string, std::string> flags = {
+      {"max_context", "--ctx"},       {"max_sequences", "--parallel"}, {"prefill_chunk", "--chunk"},
+      {"threads", "--threads"},       {"device", "--device"},          {"max_tokens", "--max-tokens"},
+      {"temperature", "--temperature"}, {"top_k", "--top-k"},         {"top_p", "--top-p"},
+      {"seed", "--seed"},             {"logprobs", "--logprobs"},      {"stop", "--stop"}};
+  auto it = flags.find(field);
+  return it != flags.end() ? it->second : field;
+}
+
+void add_seed_flag(CLI::App& app, uint64_t& seed, const std::string& help) {
+  auto value = std::make_shared<int64_t>(int64_t(seed));
+  app.add_option_function<int64_t>(
+         "--seed", [&seed, value](const int64_t& v) { seed = uint64_t(check_int(fields::kSeed, v)); }, help)
+      ->default_str(std::to_string(seed));
 }
 
 }  // namespace skim::cli

@@ -17,10 +17,24 @@ std::filesystem::path default_model_dir();
 
 std::string read_text_file(const std::filesystem::path& path, const std::string& flag);
 
-// A progress bar on stderr when it is a terminal; nothing otherwise.
-ProgressCallback terminal_progress(const std::string& label);
+// Seconds between progress lines when stderr is not a terminal (a log).
+inline constexpr double kLogProgressSeconds = 5.0;
 
-// --model, --ctx, --threads, --policy
+// Progress of a long prefill on stderr: a bar on a terminal; otherwise a line every few
+// seconds (tokens done, rate, time left), for the logs of batch jobs.
+ProgressCallback prefill_progress(const std::string& label);
+
+// Fails naming `flag` unless `path` can be created or overwritten (its folder exists and is
+// writable), so that a long job does not fail only at its end.
+void require_writable_file(const std::filesystem::path& path, const std::string& flag);
+
+// --model, --ctx (-c, --ctx-size), --threads, --policy, --chunk, --device
 void add_engine_flags(CLI::App& app, EngineOptions& options);
+
+// The flag a library field is set by (FieldError::field): "top_k" -> "--top-k".
+std::string flag_of_field(const std::string& field);
+
+// --seed as a signed integer (so that -1 is refused, not wrapped) into `seed`.
+void add_seed_flag(CLI::App& app, uint64_t& seed, const std::string& help);
 
 }  // namespace skim::cli

@@ -39,15 +39,19 @@ std::filesystem::path default_data_dir() {
   fail("--data not given and {} was not found; pass --data FILE_OR_DIR", rel.string());
 }
 
-// One status line, redrawn in place, at most five times a second; only on a terminal.
-eval::ProgressFn terminal_status() {
-  if (!isatty(fileno(stderr))) return {};
-  auto last = std::make_shared<double>(0);
-  return [last](const std::string& line) {
+// One status line: on a terminal redrawn in place at most five times a second; otherwise (a
+// log) a line every few seconds, so batch jobs show where they are.
+eval::ProgressFn status_lines() {
+  const bool tty = isatty(fileno(stderr));
+  auto last = std::make_shared<double>(eval::now_seconds());
+  return [last, tty](const std::string& line) {
     double now = eval::now_seconds();
-    if (now - *last < 0.2) return;
+    if (now - *last < (tty ? 0.2 : kLogProgressSeconds)) return;
     *last = now;
-    std::fprintf(stderr, "\r\033[K[eval] %s", line.c_str());
+    if (tty)
+      std::fprintf(stderr, "\r\033[K[eval] %s", line.c_str());
+    else
+      std::fprintf(stderr, "[eval] %s\n", line.c_str());
     std::fflush(stderr);
   };
 }
@@ -72,7 +76,10 @@ void run_eval_command(EvalArgs& a) {
     o.data.assign(a.data.begin(), a.data.end());
   }
   eval::validate(o);
-  if (!a.plot.empty()) SKIM_REQUIRE(o.has("ppl"), "--plot draws perplexity: add ppl to --tasks");
+  if (!a.plot.empty()) {
+    SKIM_REQUIRE(o.has("ppl"), "--plot draws perplexity: add ppl to --tasks");
+    require_writable_file(a.plot, "--plot");  // before the evaluation, not after it
+  }
   eval::Corpus corpus = eval::load_corpus(o.data, "--data");
 
   if (a.engine.model_dir.empty()) a.engine.model_dir = default_model_dir();
@@ -82,9 +89,8 @@ void run_eval_command(EvalArgs& a) {
   Engine engine(a.engine);
   if (o.has("passkey") || o.runs_windows()) engine.tokenizer();  // fails early without one
 
-  eval::ProgressFn status = terminal_status();
-  eval::EvalResults r = eval::run_eval(engine, corpus, o, status);
-  if (status) std::fprintf(stderr, "\r\033[K");
+  eval::EvalResults r = eval::run_eval(engine, corpus, o, status_lines());
+  if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");
   r.model = a.engine.model_dir.string();
   if (a.json) {
     std::cout << eval::to_json(r).dump() << std::endl;

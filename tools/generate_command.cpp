@@ -6,6 +6,7 @@
 
 #include "cli_common.h"
 #include "core/error.h"
+#include "engine/field_checks.h"
 #include "commands.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -33,7 +34,7 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
   app->add_option("--temperature", r.sampling.temperature, "0 = greedy")->capture_default_str();
   app->add_option("--top-k", r.sampling.top_k, "0 = off")->capture_default_str();
   app->add_option("--top-p", r.sampling.top_p, "nucleus mass")->capture_default_str();
-  app->add_option("--seed", r.sampling.seed, "sampling seed")->capture_default_str();
+  add_seed_flag(*app, r.sampling.seed, "sampling seed");
   app->add_option("--stop", r.stop, "stop string (repeatable)");
   app->add_flag("--ignore-eos", r.ignore_eos, "keep generating past end-of-text");
   app->add_flag("--json", args->json, "print one JSON object with the text and stats");
@@ -44,9 +45,7 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
   app->callback([app, args, &run] {
     run = [args] {
       GenerateArgs& a = *args;
-      SKIM_REQUIRE(a.request.sampling.temperature >= 0, "--temperature must be >= 0");
-      SKIM_REQUIRE(a.request.sampling.top_p > 0 && a.request.sampling.top_p <= 1,
-                   "--top-p must be in (0, 1]");
+      check_request(a.request);  // the checks the server and the library make, before loading
       if (a.engine.model_dir.empty()) a.engine.model_dir = default_model_dir();
       if (!a.prompt_file.empty()) a.request.prompt = read_text_file(a.prompt_file, "--prompt-file");
       SKIM_REQUIRE(!a.request.prompt.empty(), "give a prompt with --prompt or --prompt-file");
@@ -64,7 +63,7 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
           std::fwrite(t.data(), 1, t.size(), stdout);
           std::fflush(stdout);
         };
-      auto results = engine.generate({a.request}, stream, terminal_progress("prefill"));
+      auto results = engine.generate({a.request}, stream, prefill_progress("prefill"));
       const GenerationStats& s = results[0].stats;
       double prefill_tps = s.prefill_seconds > 0 ? s.prompt_tokens / s.prefill_seconds : 0;
       int decode_steps = std::max(0, s.generated_tokens - 1);  // the first token comes from prefill

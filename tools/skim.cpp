@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "commands.h"
+#include "cli_common.h"
 #include "core/error.h"
+#include "engine/field_checks.h"
 
 // libgomp reads OMP_WAIT_POLICY when it loads, before main. Its default spin-waiting at every
 // barrier turns into whole scheduler time slices when the machine has more runnable threads
@@ -22,23 +25,40 @@ static void prefer_passive_openmp_waits(char** argv) {
   execv("/proc/self/exe", argv);  // returns only on failure: then carry on as we are
 }
 
+// CLI11 says "A subcommand is required" for a misspelt one: name it instead.
+void check_subcommand(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return;
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == argv[1]) return;
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  skim::fail("unknown command '{}' (commands: {}; see skim --help)", argv[1], names);
+}
+
 int main(int argc, char** argv) {
   prefer_passive_openmp_waits(argv);
   CLI::App app{"skim: long-context LLM decoding that reads only the KV cache it needs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("skim ") + SKIM_VERSION);
   std::function<void()> run;
   skim::cli::register_generate(app, run);
   skim::cli::register_eval(app, run);
   skim::cli::register_bench(app, run);
   skim::cli::register_serve(app, run);
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
-  try {
+    check_subcommand(app, argc, argv);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+      std::fprintf(stderr, "skim: error: %s\nRun 'skim --help' (or 'skim COMMAND --help') for usage.\n", e.what());
+      return 2;
+    }
     if (run) run();
+  } catch (const skim::FieldError& e) {  // a library field: named by its flag
+    std::fprintf(stderr, "skim: error: %s: %s\n", skim::cli::flag_of_field(e.field).c_str(), e.detail.c_str());
+    return 2;
   } catch (const skim::Error& e) {
     std::fprintf(stderr, "skim: error: %s\n", e.what());
     return 2;

@@ -49,9 +49,9 @@ bool TopList::try_insert(int32_t index, float score) {
 void CsSelector::build(GroupTable& g, const SeqKV& kv, int group, int num_keys) {
   const int d = kv.layer.head_dim, M = p_.subspaces, C = p_.centroids, ds = d / M;
   SKIM_REQUIRE(g.num_queries > 0,
-               "--policy cs: a sequence reached decoding without prompt queries to build its tables "
+               "policy cs: a sequence reached decoding without prompt queries to build its tables "
                "from (cs indexes the prompt during prefill)");
-  SKIM_REQUIRE(num_keys > 0, "--policy cs: no prompt keys to index");
+  SKIM_REQUIRE(num_keys > 0, "policy cs: no prompt keys to index");
   const int capacity = p_.list <= 1.0 ? std::max(1, int(std::ceil(p_.list * num_keys))) : int(p_.list);
   // k-means on a strided sample of the (query, head) vectors when there are many.
   const int total = g.num_queries * group;
@@ -112,7 +112,7 @@ void CsSelector::insert_key(GroupTable& g, int32_t pos, const float* key, int d)
 void CsSelector::observe(const AttentionBatch& b) {
   if (b.layer < p_.dense_layers) return;
   const int group = b.num_heads / b.num_kv_heads, d = b.head_dim;
-  SKIM_REQUIRE(d % p_.subspaces == 0, "--policy: cs:subspaces={} does not divide head_dim {}", p_.subspaces, d);
+  SKIM_REQUIRE(d % p_.subspaces == 0, "policy: cs:subspaces={} does not divide head_dim {}", p_.subspaces, d);
   for (int r = 0; r < b.num_rows; ++r) {
     SeqState& st = seqs_[b.tables[r]];
     if (st.layers.size() <= size_t(b.layer)) st.layers.resize(size_t(b.layer) + 1);
@@ -184,7 +184,7 @@ void CsSelector::select(const SelectInput& in, Selection& out) {
   auto it = seqs_.find(b.tables[in.row]);
   SKIM_REQUIRE(it != seqs_.end() && it->second.layers.size() > size_t(b.layer) &&
                    it->second.layers[size_t(b.layer)][size_t(in.kv_head)].built,
-               "--policy cs: no tables for this sequence at layer {} (cs indexes the prompt during prefill)",
+               "policy cs: no tables for this sequence at layer {} (cs indexes the prompt during prefill)",
                b.layer);
   GroupTable& g = it->second.layers[size_t(b.layer)][size_t(in.kv_head)];
   const int ctx = in.context;

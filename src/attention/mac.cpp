@@ -55,7 +55,7 @@ MacHeadStats& MacReuse::stat(int layer, int head, int num_heads) {
 
 void MacReuse::observe_prefill(const AttentionBatch& b) {
   const size_t width = size_t(b.num_heads) * b.head_dim;
-  SKIM_REQUIRE(b.q_pre != nullptr, "--policy mac: the batch carries no pre-RoPE queries");
+  SKIM_REQUIRE(b.q_pre != nullptr, "policy mac: the batch carries no pre-RoPE queries");
   for (int r = 0; r < b.num_rows; ++r) {
     Ring& ring_r = ring(b, r);
     // Rows already in the ring (a re-run of earlier positions) would break its order: skip.

@@ -13,7 +13,7 @@ namespace skim {
 namespace {
 
 void require_range(const PolicyPart& p, const std::string& key, double v, double lo, double hi) {
-  SKIM_REQUIRE(v >= lo && v <= hi, "--policy: {}:{}={} is out of range [{}, {}]", p.name, key, v, lo, hi);
+  SKIM_REQUIRE(v >= lo && v <= hi, "policy: {}:{}={} is out of range [{}, {}]", p.name, key, v, lo, hi);
 }
 
 // CSAttention's parameters (DESIGN.md section 9 defaults).
@@ -31,16 +31,16 @@ std::unique_ptr<Selector> make_cs_selector(const PolicyPart& p, int& dense_layer
   c.recall = p.integer("recall", 0) != 0;
   c.dense_layers = dense_layers = p.integer("dense_layers", 0);
   const std::string pool = p.text("pool", "head");
-  SKIM_REQUIRE(pool == "head" || pool == "group", "--policy: cs:pool={} must be head or group", pool);
+  SKIM_REQUIRE(pool == "head" || pool == "group", "policy: cs:pool={} must be head or group", pool);
   c.pool_group = pool == "group";
   const std::string score = p.text("score", "cos");
-  SKIM_REQUIRE(score == "cos" || score == "dot", "--policy: cs:score={} must be cos or dot", score);
+  SKIM_REQUIRE(score == "cos" || score == "dot", "policy: cs:score={} must be cos or dot", score);
   c.score_dot = score == "dot";
   require_range(p, "subspaces", c.subspaces, 1, 1024);
   require_range(p, "centroids", c.centroids, 1, 65536);
   require_range(p, "iters", c.iters, 0, 1000);
-  SKIM_REQUIRE(c.list > 0, "--policy: cs:list={} must be > 0 (a fraction <= 1 of the prompt, or entries > 1)", c.list);
-  SKIM_REQUIRE(c.keep > 0 && c.keep <= 1, "--policy: cs:keep={} must be in (0, 1]", c.keep);
+  SKIM_REQUIRE(c.list > 0, "policy: cs:list={} must be > 0 (a fraction <= 1 of the prompt, or entries > 1)", c.list);
+  SKIM_REQUIRE(c.keep > 0 && c.keep <= 1, "policy: cs:keep={} must be in (0, 1]", c.keep);
   require_range(p, "window", c.window, 0, 1e9);
   require_range(p, "step", c.step, 1, 1e6);
   require_range(p, "backoff", c.backoff, -1, 1);
@@ -58,12 +58,12 @@ std::unique_ptr<AttentionPolicy> make_retro_policy(const std::string& text, cons
   require_range(r, "w", w, 1, 64);
   const std::string base = selector ? selector->name : "none";
   SKIM_REQUIRE(base == "quest" || base == "gbsa" || base == "resa",
-               "--policy '{}': retro updates past queries with pages selected now, so it needs a page "
+               "policy '{}': retro updates past queries with pages selected now, so it needs a page "
                "selector (quest, gbsa or resa), not {}",
                text, base);
   for (const PolicyPart& p : spec.parts)
     SKIM_REQUIRE(p.name == base || p.name == "retro" || p.name == "rectify",
-                 "--policy '{}': retro does not compose with '{}'", text, p.name);
+                 "policy '{}': retro does not compose with '{}'", text, p.name);
   return std::make_unique<RetroPolicy>(std::move(config), w);
 }
 
@@ -75,7 +75,7 @@ GroupBlockParams group_block_params(const PolicyPart& p, int& dense_layers) {
   g.n_min = p.integer("n_min", g.n_min);
   g.n_local = p.integer("n_local", g.n_local);
   dense_layers = p.integer("dense_layers", 0);  // ReSA sparsifies every layer
-  SKIM_REQUIRE(g.keep > 0 && g.keep <= 1, "--policy: {}:keep={} must be in (0, 1]", p.name, g.keep);
+  SKIM_REQUIRE(g.keep > 0 && g.keep <= 1, "policy: {}:keep={} must be in (0, 1]", p.name, g.keep);
   require_range(p, "n_min", g.n_min, 1, 1e9);
   require_range(p, "n_local", g.n_local, 0, 1e9);
   return g;
@@ -99,7 +99,7 @@ std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) 
     q.budget = p.number("budget", q.budget);
     q.min_tokens = p.integer("min", q.min_tokens);
     dense_layers = p.integer("dense_layers", 2);  // Quest's practice
-    SKIM_REQUIRE(q.budget > 0, "--policy: quest:budget={} must be > 0 (a fraction <= 1 or tokens > 1)", q.budget);
+    SKIM_REQUIRE(q.budget > 0, "policy: quest:budget={} must be > 0 (a fraction <= 1 or tokens > 1)", q.budget);
     require_range(p, "min", q.min_tokens, 0, 1e9);
     return std::make_unique<QuestSelector>(q);
   }
@@ -115,9 +115,9 @@ std::unique_ptr<MacReuse> make_mac(const std::string& text, const PolicySpec& sp
   m.tau = p.number("tau", m.tau);
   require_range(p, "window", m.window, 1, 1 << 20);
   require_range(p, "band", m.band, 0, 1e9);
-  SKIM_REQUIRE(m.tau >= 0 && m.tau < 1, "--policy: mac:tau={} must be in [0, 1)", m.tau);
+  SKIM_REQUIRE(m.tau >= 0 && m.tau < 1, "policy: mac:tau={} must be in [0, 1)", m.tau);
   SKIM_REQUIRE(!spec.find("rectify") && !spec.find("resa"),
-               "--policy '{}': mac caches prefix states of keys that rectification rewrites; use gbsa "
+               "policy '{}': mac caches prefix states of keys that rectification rewrites; use gbsa "
                "instead of resa, or drop rectify",
                text);
   return std::make_unique<MacReuse>(m);
@@ -137,11 +137,11 @@ ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPar
   require_range(p, "patience", a.patience, 1, 1e9);
   require_range(p, "block", a.block, 1, 1 << 20);
   const std::string o = p.text("order", "recent");
-  SKIM_REQUIRE(o == "recent" || o == "bound", "--policy: art:order={} must be recent or bound", o);
+  SKIM_REQUIRE(o == "recent" || o == "bound", "policy: art:order={} must be recent or bound", o);
   a.dense_order = o == "bound" ? ArtOrder::Bound : ArtOrder::Recent;
   const bool dense = !selector || selector->name == "dense";
   SKIM_REQUIRE(dense || !p.has("order"),
-               "--policy '{}': art:order chooses the order for a dense base; {} traverses in its own order", text,
+               "policy '{}': art:order chooses the order for a dense base; {} traverses in its own order", text,
                selector ? selector->name : "");
   order = dense ? a.dense_order : selector->name == "streaming" ? ArtOrder::Streaming : ArtOrder::Given;
   return a;
@@ -161,7 +161,7 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
   const PolicyPart* selector = nullptr;
   for (const PolicyPart& p : spec.parts) {
     if (!is_selector(p.name)) continue;
-    SKIM_REQUIRE(!selector, "--policy '{}': '{}' and '{}' both choose the keys; use one", text,
+    SKIM_REQUIRE(!selector, "policy '{}': '{}' and '{}' both choose the keys; use one", text,
                  selector ? selector->name : "", p.name);
     selector = &p;
   }
@@ -169,12 +169,13 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
   require_range(selector ? *selector : spec.parts[0], "dense_layers", config.dense_layers, 0, 1e6);
 
   int f = 0;
-  if (const PolicyPart* r = spec.find("rectify")) f = r->integer("f", 32);
-  if (selector && selector->name == "resa") f = selector->integer("f", 32);
-  if (f != 0 || spec.find("rectify")) {
-    SKIM_REQUIRE(f >= 1, "--policy '{}': rectify f={} must be >= 1", text, f);
+  const PolicyPart* rectifier = spec.find("rectify");
+  if (selector && selector->name == "resa") rectifier = selector;  // resa = gbsa + rectify
+  if (rectifier) f = rectifier->integer("f", 32);
+  if (rectifier) {
+    SKIM_REQUIRE(f >= 1, "policy '{}': rectify f={} must be >= 1", text, f);
     SKIM_REQUIRE(config.selector != nullptr,
-                 "--policy '{}': rectify repairs KV written under sparse attention; with dense "
+                 "policy '{}': rectify repairs KV written under sparse attention; with dense "
                  "attention there is nothing to rectify",
                  text);
     config.corrections.rectify_every = f;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <sstream>
 
 #include "core/error.h"
@@ -54,8 +55,8 @@ double PolicyPart::number(const std::string& key, double fallback) const {
   if (it == params.end()) return fallback;
   double v = 0;
   auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-  SKIM_REQUIRE(ec == std::errc() && end == it->second.data() + it->second.size(),
-               "--policy: {}:{}={} is not a number", name, key, it->second);
+  SKIM_REQUIRE(ec == std::errc() && end == it->second.data() + it->second.size() && std::isfinite(v),
+               "policy: {}:{}={} is not a finite number", name, key, it->second);
   return v;
 }
 
@@ -65,7 +66,7 @@ int PolicyPart::integer(const std::string& key, int fallback) const {
   int v = 0;
   auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
   SKIM_REQUIRE(ec == std::errc() && end == it->second.data() + it->second.size(),
-               "--policy: {}:{}={} is not an integer", name, key, it->second);
+               "policy: {}:{}={} is not an integer", name, key, it->second);
   return v;
 }
 
@@ -115,30 +116,30 @@ std::vector<std::string> split_policy_list(const std::string& text, const std::s
 PolicySpec parse_policy_spec(const std::string& text) {
   PolicySpec spec;
   spec.source = text;
-  SKIM_REQUIRE(!trim(text).empty(), "--policy: empty policy (available: {})", known_names());
+  SKIM_REQUIRE(!trim(text).empty(), "policy: empty policy (available: {})", known_names());
   for (const std::string& item : split(text, '+')) {
-    SKIM_REQUIRE(!item.empty(), "--policy '{}': empty part between '+'", text);
+    SKIM_REQUIRE(!item.empty(), "policy '{}': empty part between '+'", text);
     PolicyPart part;
     size_t colon = item.find(':');
     part.name = trim(item.substr(0, colon));
     auto known = policy_components().find(part.name);
-    SKIM_REQUIRE(known != policy_components().end(), "--policy '{}': unknown policy '{}' (available: {})",
+    SKIM_REQUIRE(known != policy_components().end(), "policy '{}': unknown policy '{}' (available: {})",
                  text, part.name, known_names());
-    SKIM_REQUIRE(!spec.find(part.name), "--policy '{}': '{}' appears twice", text, part.name);
+    SKIM_REQUIRE(!spec.find(part.name), "policy '{}': '{}' appears twice", text, part.name);
     if (colon != std::string::npos) {
       for (const std::string& kv : split(item.substr(colon + 1), ',')) {
         size_t eq = kv.find('=');
         SKIM_REQUIRE(eq != std::string::npos && eq > 0 && eq + 1 < kv.size(),
-                     "--policy '{}': '{}' is not key=value", text, kv);
+                     "policy '{}': '{}' is not key=value", text, kv);
         std::string key = trim(kv.substr(0, eq)), value = trim(kv.substr(eq + 1));
         const auto& keys = known->second;
         if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
           std::string allowed;
           for (auto& k : keys) allowed += (allowed.empty() ? "" : ", ") + k;
-          fail("--policy '{}': '{}' has no parameter '{}' (it takes: {})", text, part.name, key,
+          fail("policy '{}': '{}' has no parameter '{}' (it takes: {})", text, part.name, key,
                allowed.empty() ? "none" : allowed);
         }
-        SKIM_REQUIRE(!part.has(key), "--policy '{}': {}:{} given twice", text, part.name, key);
+        SKIM_REQUIRE(!part.has(key), "policy '{}': {}:{} given twice", text, part.name, key);
         part.params[key] = value;
       }
     }

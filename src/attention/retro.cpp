@@ -37,7 +37,7 @@ uint64_t count_keys(const std::vector<KeyRange>& r) {
 }  // namespace
 
 RetroPolicy::RetroPolicy(PipelineConfig config, int window) : config_(std::move(config)), window_(window) {
-  SKIM_REQUIRE(config_.selector != nullptr, "--policy '{}': retro needs a page selector", config_.spec);
+  SKIM_REQUIRE(config_.selector != nullptr, "policy '{}': retro needs a page selector", config_.spec);
 }
 
 EngineCorrections RetroPolicy::corrections() const {
@@ -72,7 +72,7 @@ void RetroPolicy::attend(const AttentionBatch& b) {
 }
 
 void RetroPolicy::attend_decode(const AttentionBatch& b) {
-  SKIM_REQUIRE(b.retro_step != nullptr, "--policy '{}': a decode batch without retro steps (run it through the engine)",
+  SKIM_REQUIRE(b.retro_step != nullptr, "policy '{}': a decode batch without retro steps (run it through the engine)",
                config_.spec);
   const int group = b.num_heads / b.num_kv_heads, d = b.head_dim, ps = b.kv.page_size;
   const bool sparse = b.layer >= config_.dense_layers;
@@ -99,7 +99,7 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
     for (int r = 0; r < b.num_rows; ++r)
       if (b.tables[r] == table && r != nr) {
         SKIM_REQUIRE(b.retro_step[r] < t && b.retro_step[r] > t - window_,
-                     "--policy '{}': row of step {} outside the window of step {}", config_.spec, b.retro_step[r], t);
+                     "policy '{}': row of step {} outside the window of step {}", config_.spec, b.retro_step[r], t);
         past.push_back(r);
       }
     past_rows_ += past.size();
@@ -156,7 +156,7 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
       if (b.tables[r] != table || r == nr) continue;
       auto it = std::find_if(ls.cache.begin(), ls.cache.end(),
                              [&](const CachedState& c) { return c.step == b.retro_step[r]; });
-      SKIM_REQUIRE(it != ls.cache.end(), "--policy '{}': no cached output for the token of step {}", config_.spec,
+      SKIM_REQUIRE(it != ls.cache.end(), "policy '{}': no cached output for the token of step {}", config_.spec,
                    b.retro_step[r]);
       float* out = b.out + size_t(r) * b.num_heads * d;
       if (sparse) {

@@ -13,6 +13,7 @@
 #include "attention/policy_spec.h"
 #include "attention/selectors.h"
 #include "core/error.h"
+#include "engine/field_checks.h"
 #include "kv/paged_kv_cache.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -39,7 +40,7 @@ cuda::GroupSparseOptions gpu_sparse_options(const std::string& policy, bool gpu)
   const bool group_sparse = base.name == "gbsa" || base.name == "resa";
   const bool rest_rectify = spec.parts.size() == 1 || (spec.parts.size() == 2 && spec.parts[1].name == "rectify");
   SKIM_REQUIRE(group_sparse && rest_rectify,
-               "--policy {}: with --device cuda only dense, gbsa and resa (gbsa+rectify) run so far "
+               "policy {}: with --device cuda only dense, gbsa and resa (gbsa+rectify) run so far "
                "(the other policies run on the CPU: drop --device cuda)",
                policy);
   g.enabled = true;
@@ -136,15 +137,12 @@ struct Engine::Impl {
 Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.options = o;
-  SKIM_REQUIRE(o.max_context > 0, "--ctx must be positive, got {}", o.max_context);
-  SKIM_REQUIRE(o.max_sequences > 0, "max_sequences must be positive, got {}", o.max_sequences);
-  SKIM_REQUIRE(o.prefill_chunk > 0, "prefill chunk must be positive, got {}", o.prefill_chunk);
+  check_engine_options(o);  // before anything is allocated or a thread started
   // One OpenMP pool drives every core; OpenBLAS runs single-threaded inside it (cpu::linear).
   if (o.threads > 0) omp_set_num_threads(o.threads);
 #ifdef SKIM_HAVE_BLAS
   openblas_set_num_threads(1);
 #endif
-  SKIM_REQUIRE(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '{}'", o.device);
   m.gpu = o.device == "cuda";
 #ifdef SKIM_HAVE_CUDA
   if (m.gpu) cuda::require_device("--device cuda");  // before the model loads: fail fast
@@ -161,6 +159,10 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   if (std::filesystem::exists(tok_path)) m.tokenizer = load_tokenizer(tok_path);
 
   const ModelConfig& c = m.model->config;
+#ifdef SKIM_HAVE_CUDA
+  if (m.gpu) check_kv_memory(c, o, 2, cuda::device_memory_bytes(), "GPU memory");
+#endif
+  if (!m.gpu) check_kv_memory(c, o, 4, physical_memory_bytes(), "this machine's memory");
   KVCacheShape shape;
   shape.num_layers = c.num_layers;
   shape.num_kv_heads = c.num_kv_heads;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "engine/field_checks.h"
 #include "engine/generation.h"
 #include "model/config.h"
 #include "skim/engine.h"
@@ -51,7 +52,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   // Prefill, one request at a time.
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerationRequest& rq = requests[i];
-    SKIM_REQUIRE(rq.max_tokens >= 0, "max_tokens must be >= 0, got {}", rq.max_tokens);
+    check_request(rq);
     std::vector<int> ids = rq.prompt_ids.empty() ? tok.encode_prompt(rq.prompt) : rq.prompt_ids;
     SKIM_REQUIRE(!ids.empty(), "request {}: empty prompt", i);
     GenerationResult& res = results[i];
@@ -90,6 +91,14 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   uint64_t seq_steps = 0;
   double t0 = now_seconds();
   while (!live.empty()) {
+    for (Live& s : live)  // the prompt and the generated tokens fill the context: it ends there
+      if (at_context_limit(*this, s.seq)) {
+        s.gen.result().stats.finish_reason = "length";
+        s.done = true;
+        finish(s);
+      }
+    std::erase_if(live, [](const Live& s) { return s.done; });
+    if (live.empty()) break;
     std::vector<int> seqs, tokens;
     std::vector<Generation*> gens;
     for (Live& s : live) {

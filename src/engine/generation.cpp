@@ -59,6 +59,8 @@ std::string Generation::take_text(bool final) {
   return final ? utf8_sanitize(piece) : piece;
 }
 
+bool at_context_limit(const Engine& engine, int seq) { return engine.sequence_length(seq) + 1 >= engine.max_context(); }
+
 std::vector<int> decode_step(Engine& engine, std::span<const int> seqs, std::span<const int> tokens,
                              std::span<Generation* const> generations) {
   std::vector<int> next;

@@ -46,6 +46,10 @@ class Generation {
   std::optional<TokenLogprob> sampled_;  // of the token sample() returned last
 };
 
+// Whether a sequence's prompt and generated tokens (those in the cache, and the sampled one
+// not yet fed) fill the engine's context: then it ends with finish_reason "length".
+bool at_context_limit(const Engine& engine, int seq);
+
 // One decode step of `seqs` (fed `tokens`), each sequence's next token drawn for its
 // generation: on the GPU sampled on the device (only the tokens come back); on the CPU from the
 // host logits, which also gives the log-probabilities a generation asks for.

@@ -86,6 +86,27 @@ void Scheduler::cancel(uint64_t id) {
   cv_.notify_all();
 }
 
+void Scheduler::end_all(const std::string& finish_reason) {
+  std::lock_guard<std::mutex> lk(mu_);
+  end_reason_ = finish_reason.empty() ? "abort" : finish_reason;
+  cv_.notify_all();
+}
+
+// Worker thread: what end_all() asked.
+void Scheduler::end_everything(const std::string& reason, std::deque<std::unique_ptr<Pending>> queued) {
+  for (auto& p : queued)
+    if (p->cb.on_error) p->cb.on_error("server shutting down");
+  for (auto& r : running_) {
+    r->gen.result().stats.finish_reason = reason;
+    r->done = true;
+    finish(*r);
+  }
+  running_.clear();
+  fail_all_running("server shutting down");  // (those still prefilling)
+  std::lock_guard<std::mutex> lk(mu_);
+  metrics_.running = 0;
+}
+
 SchedulerMetrics Scheduler::metrics() const {
   std::lock_guard<std::mutex> lk(mu_);
   return metrics_;
@@ -97,9 +118,20 @@ void Scheduler::loop() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] {
-        return stop_ || !waiting_.empty() || !prefilling_.empty() || !running_.empty() || !cancelled_.empty();
+        return stop_ || !waiting_.empty() || !prefilling_.empty() || !running_.empty() || !cancelled_.empty() ||
+               !end_reason_.empty();
       });
       if (stop_) return;
+      if (!end_reason_.empty()) {
+        std::string reason;
+        reason.swap(end_reason_);
+        std::deque<std::unique_ptr<Pending>> queued;
+        queued.swap(waiting_);
+        metrics_.waiting = 0;
+        lk.unlock();
+        end_everything(reason, std::move(queued));
+        continue;
+      }
       for (uint64_t id : cancelled_) {
         for (auto& r : running_)
           if (r->id == id) r->cancelled = true;
@@ -262,9 +294,8 @@ void Scheduler::prefill_chunk() {
 }
 
 void Scheduler::step() {
-  // A sequence at the context limit has no room for its next token's K/V: it ends there.
   for (auto& r : running_)
-    if (engine_.sequence_length(r->seq) >= engine_.max_context()) {
+    if (at_context_limit(engine_, r->seq)) {
       r->gen.result().stats.finish_reason = "length";
       r->done = true;
       finish(*r);

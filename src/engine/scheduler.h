@@ -72,6 +72,10 @@ class Scheduler {
   // The request stops at the next step; no further callbacks (a client that went away).
   void cancel(uint64_t id);
 
+  // Ends every request now: those decoding finish with `finish_reason` (their text so far),
+  // those queued or prefilling fail with "server shutting down". For a server that drains.
+  void end_all(const std::string& finish_reason);
+
   SchedulerMetrics metrics() const;
   const std::string& default_policy() const { return default_policy_; }
 
@@ -88,6 +92,7 @@ class Scheduler {
   void fail_running(const std::string& message);
   void fail_all_running(const std::string& message);
   void finish(Running& r);
+  void end_everything(const std::string& reason, std::deque<std::unique_ptr<Pending>> queued);
   void emit(Running& r);
 
   Engine& engine_;
@@ -99,6 +104,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Pending>> waiting_;
   std::vector<uint64_t> cancelled_;  // ids cancel() saw, taken by the worker
+  std::string end_reason_;           // end_all() asked, taken by the worker
   std::deque<std::unique_ptr<Prefilling>> prefilling_;  // worker thread only, in order
   std::vector<std::unique_ptr<Running>> running_;       // worker thread only
   SchedulerMetrics metrics_;  // under mu_

@@ -1,8 +1,12 @@
 #include "server/openai_api.h"
 
+#include <fmt/format.h>
+
+#include <limits>
 #include <random>
 
 #include "core/error.h"
+#include "engine/field_checks.h"
 #include "tokenizer/tokenizer.h"
 
 namespace skim::server {
@@ -15,52 +19,111 @@ namespace {
   throw RequestError(param + ": " + message, param);
 }
 
-// The field's value when present and not null, checked by `ok`.
-template <class T, class Ok>
-bool read(const json& body, const char* name, T& out, Ok ok, const char* what) {
-  if (!body.contains(name) || body[name].is_null()) return false;
+bool present(const json& body, const char* name) { return body.contains(name) && !body[name].is_null(); }
+
+// An integer field checked against its range (field_checks.h) in 64 bits, before it is
+// narrowed: 2^32 + 5 is out of range, never 5. `name` is the JSON field, which may differ from
+// the library's (max_completion_tokens is max_tokens).
+template <class T>
+bool read_int(const json& body, const char* name, const IntField& field, T& out) {
+  if (!present(body, name)) return false;
   const json& v = body[name];
-  bool typed = false;
-  if constexpr (std::is_same_v<T, bool>) typed = v.is_boolean();
-  else if constexpr (std::is_integral_v<T>) typed = v.is_number_integer();
-  else if constexpr (std::is_floating_point_v<T>) typed = v.is_number();
-  else typed = v.is_string();
-  if (!typed || !ok(v.get<T>())) bad(name, std::string("must be ") + what);
-  out = v.get<T>();
+  if (!v.is_number_integer()) bad(name, fmt::format("must be an integer in [{}, {}]", field.lo, field.hi));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    bad(name, fmt::format("must be an integer in [{}, {}], got {}", field.lo, field.hi, v.get<uint64_t>()));
+  try {
+    out = T(check_int(field, v.get<int64_t>()));
+  } catch (const FieldError& e) {
+    bad(name, e.detail);
+  }
   return true;
 }
 
-// Fields with a meaning skim does not implement: refused unless they ask for the default.
-void refuse_unsupported(const json& body) {
-  int n = 1;
-  read(body, "best_of", n, [](int x) { return x == 1; }, "1");
-  for (const char* p : {"presence_penalty", "frequency_penalty"}) {
-    double x = 0;
-    read(body, p, x, [](double v) { return v == 0.0; }, "0 (penalties are not supported)");
+bool read_real(const json& body, const char* name, const RealField& field, float& out) {
+  if (!present(body, name)) return false;
+  const json& v = body[name];
+  if (!v.is_number()) bad(name, "must be a number");
+  try {
+    out = float(check_real(field, v.get<double>()));
+  } catch (const FieldError& e) {
+    bad(name, e.detail);
   }
-  if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
+  return true;
+}
+
+bool read_bool(const json& body, const char* name, bool& out) {
+  if (!present(body, name)) return false;
+  if (!body[name].is_boolean()) bad(name, "must be true or false");
+  out = body[name].get<bool>();
+  return true;
+}
+
+bool read_string(const json& body, const char* name, std::string& out) {
+  if (!present(body, name)) return false;
+  if (!body[name].is_string()) bad(name, "must be a string");
+  out = body[name].get<std::string>();
+  return true;
+}
+
+// OpenAI fields skim does not implement: refused unless they ask for the default, so that a
+// client never gets an answer that silently ignored what it asked for.
+void refuse_unsupported(const json& body) {
+  int best_of = 1;
+  read_int(body, "best_of", IntField{"best_of", 1, 1}, best_of);
+  for (const char* p : {"presence_penalty", "frequency_penalty"}) {
+    float x = 0;
+    if (read_real(body, p, RealField{p, -2, 2}, x) && x != 0) bad(p, "must be 0 (penalties are not supported)");
+  }
+  if (present(body, "logit_bias") && !(body["logit_bias"].is_object() && body["logit_bias"].empty()))
     bad("logit_bias", "not supported");
-  if (body.contains("suffix") && !body["suffix"].is_null()) bad("suffix", "not supported");
-  if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].empty()) bad("tools", "not supported");
+  for (const char* p : {"suffix", "functions", "function_call", "audio", "prediction"})
+    if (present(body, p)) bad(p, "not supported");
+  if (present(body, "response_format")) {
+    const json& f = body["response_format"];
+    if (!f.is_object() || f.value("type", json()) != "text")
+      bad("response_format", "only {\"type\": \"text\"} is supported (no JSON mode or schemas)");
+  }
+  if (present(body, "modalities") && body["modalities"] != json::array({"text"}))
+    bad("modalities", "only [\"text\"] is supported");
+  if (present(body, "tool_choice")) {
+    const json& t = body["tool_choice"];
+    if (!(t.is_string() && (t == "none" || t == "auto")))
+      bad("tool_choice", "only \"none\" and \"auto\" are supported (skim does not force tool calls)");
+  }
+}
+
+// Fields that change nothing here but are type-checked, so a malformed one is an error.
+void check_passive_fields(const json& body) {
+  std::string text;
+  bool flag = false;
+  read_string(body, "user", text);
+  read_string(body, "service_tier", text);
+  read_bool(body, "store", flag);
+  read_bool(body, "parallel_tool_calls", flag);
+  if (present(body, "metadata") && !body["metadata"].is_object()) bad("metadata", "must be an object");
 }
 
 std::vector<int> prompt_ids(const json& body, const ServedModel& m) {
   SKIM_REQUIRE(m.tokenizer != nullptr, "the model has no tokenizer.json");
   if (!body.contains("prompt")) bad("prompt", "required");
-  json p = body["prompt"];
-  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
-  if (p.is_string()) return m.tokenizer->encode_prompt(p.get<std::string>());  // (text kept by the caller)
-  if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
-    std::vector<int> ids;
-    for (const json& x : p) {
-      const int id = x.get<int>();
-      if (id < 0 || id >= m.tokenizer->vocab_size())
-        bad("prompt", "token id " + std::to_string(id) + " outside the vocabulary");
-      ids.push_back(id);
-    }
-    return ids;
+  const json* p = &body["prompt"];
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) return encode_within_context(p->get_ref<const std::string&>(), m, "prompt");
+  const bool ids = p->is_array() && !p->empty() &&
+                   std::all_of(p->begin(), p->end(), [](const json& x) { return x.is_number_integer(); });
+  if (!ids) bad("prompt", "must be a string, a list of one string, or a list of token ids");
+  if (p->size() > size_t(m.max_context))
+    bad("prompt", fmt::format("{} token ids; this server's context is {} tokens", p->size(), m.max_context));
+  const IntField token{"token id", 0, int64_t(m.tokenizer->vocab_size()) - 1};
+  std::vector<int> out;
+  for (const json& x : *p) {
+    if (x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(token.hi))
+      bad("prompt", fmt::format("token id {} outside the vocabulary [0, {}]", x.get<uint64_t>(), token.hi));
+    const int64_t id = x.get<int64_t>();
+    if (id < token.lo || id > token.hi) bad("prompt", fmt::format("token id {} outside the vocabulary [0, {}]", id, token.hi));
+    out.push_back(int(id));
   }
-  bad("prompt", "must be a string, a list of one string, or a list of token ids");
+  return out;
 }
 
 std::vector<int> chat_ids(const json& body, const ServedModel& m) {
@@ -85,11 +148,13 @@ std::vector<int> chat_ids(const json& body, const ServedModel& m) {
   }
   if (m.chat == ChatFormat::kNone)
     bad("messages", "this model has no chat template (tokenizer_config.json chat_template): use /v1/completions");
+  std::string text;
   try {
-    return m.tokenizer->encode_prompt(render_chat(m.chat, msgs));
+    text = render_chat(m.chat, msgs);
   } catch (const Error& e) {
-    bad("messages", e.what());
+    throw RequestError(e.what(), "messages");
   }
+  return encode_within_context(text, m, "messages");
 }
 
 // max_tokens and the sampling fields, with OpenAI's defaults: completions stop at 16 tokens,
@@ -99,19 +164,12 @@ void read_lengths_and_sampling(const json& body, Endpoint endpoint, GenerationRe
   r.max_tokens = endpoint == Endpoint::kChat ? -1 : 16;
   s.temperature = 1.0f;
   const char* max_field =
-      endpoint == Endpoint::kChat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  read(body, max_field, r.max_tokens, [](int x) { return x >= 0; }, "an integer >= 0");
-  double t = s.temperature, top_p = s.top_p;
-  read(body, "temperature", t, [](double x) { return x >= 0 && x <= 2; }, "a number in [0, 2]");
-  read(body, "top_p", top_p, [](double x) { return x > 0 && x <= 1; }, "a number in (0, 1]");
-  s.temperature = float(t);
-  s.top_p = float(top_p);
-  read(body, "top_k", s.top_k, [](int x) { return x >= 0; }, "an integer >= 0");
-  int64_t seed = 0;
-  if (read(body, "seed", seed, [](int64_t) { return true; }, "an integer"))
-    s.seed = uint64_t(seed);
-  else
-    s.seed = std::random_device{}();  // unseeded requests sample differently each time
+      endpoint == Endpoint::kChat && present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  read_int(body, max_field, fields::kMaxTokens, r.max_tokens);
+  read_real(body, "temperature", fields::kTemperature, s.temperature);
+  read_real(body, "top_p", fields::kTopP, s.top_p);
+  read_int(body, "top_k", fields::kTopK, s.top_k);
+  if (!read_int(body, "seed", fields::kSeed, s.seed)) s.seed = std::random_device{}();  // differs each time
 }
 
 // Completions: `logprobs` = n alternatives, `echo` (the prompt's text, and its tokens'
@@ -120,14 +178,14 @@ void read_logprobs(const json& body, Endpoint endpoint, const ServedModel& m, Pa
   GenerationRequest& r = out.request;
   if (endpoint == Endpoint::kChat) {
     bool want = false;
-    read(body, "logprobs", want, [](bool) { return true; }, "true or false");
+    read_bool(body, "logprobs", want);
     int top = 0;
-    const bool has_top = read(body, "top_logprobs", top, [](int x) { return x >= 0 && x <= 20; }, "an integer in [0, 20]");
+    const bool has_top = read_int(body, "top_logprobs", fields::kLogprobs, top);
     if (has_top && !want) bad("top_logprobs", "needs logprobs: true");
     if (want) r.logprobs = top;
   } else {
-    read(body, "logprobs", r.logprobs, [](int x) { return x >= 0 && x <= 20; }, "an integer in [0, 20]");
-    read(body, "echo", out.echo, [](bool) { return true; }, "true or false");
+    read_int(body, "logprobs", fields::kLogprobs, r.logprobs);
+    read_bool(body, "echo", out.echo);
     r.echo_logprobs = out.echo;
   }
   if (r.logprobs >= 0 && !m.logprobs)
@@ -137,35 +195,93 @@ void read_logprobs(const json& body, Endpoint endpoint, const ServedModel& m, Pa
 }
 
 void read_stop(const json& body, GenerationRequest& r) {
-  if (!body.contains("stop") || body["stop"].is_null()) return;
+  if (!present(body, "stop")) return;
   const json& st = body["stop"];
-  if (st.is_string()) {
-    r.stop.push_back(st.get<std::string>());
-  } else if (st.is_array() && st.size() <= 4 &&
-             std::all_of(st.begin(), st.end(), [](const json& x) { return x.is_string(); })) {
+  const bool strings = st.is_string() || (st.is_array() && std::all_of(st.begin(), st.end(), [](const json& x) { return x.is_string(); }));
+  if (!strings) bad("stop", fmt::format("must be a string or a list of up to {} strings", fields::kMaxStops));
+  if (st.is_string()) r.stop.push_back(st.get<std::string>());
+  else
     for (const json& x : st) r.stop.push_back(x.get<std::string>());
-  } else {
-    bad("stop", "must be a string or a list of up to 4 strings");
+}
+
+void read_stream(const json& body, ParsedRequest& out) {
+  read_bool(body, "stream", out.stream);
+  if (!present(body, "stream_options")) return;
+  const json& o = body["stream_options"];
+  if (!o.is_object()) bad("stream_options", "must be an object such as {\"include_usage\": true}");
+  if (!out.stream) bad("stream_options", "only with stream: true");
+  for (const auto& [key, value] : o.items())
+    if (key != "include_usage") bad("stream_options", fmt::format("unknown option '{}' (include_usage is known)", key));
+  if (o.contains("include_usage") && !o["include_usage"].is_boolean())
+    bad("stream_options", "include_usage must be true or false");
+  out.include_usage = o.value("include_usage", false);
+}
+
+// The rest of a request once its prompt is known: max_tokens within the context left, and the
+// library's own checks (the same the CLI runs).
+void fit_to_context(ParsedRequest& out, Endpoint endpoint, const ServedModel& m) {
+  GenerationRequest& r = out.request;
+  const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  const int prompt = int(r.prompt_ids.size());
+  if (prompt == 0) bad(prompt_field, "empty prompt");
+  if (prompt >= m.max_context)
+    throw RequestError(fmt::format("{}: the prompt has {} tokens; this server's context is {} tokens, and at least "
+                                   "one must be left to generate",
+                                   prompt_field, prompt, m.max_context),
+                       prompt_field);
+  const int room = m.max_context - prompt;
+  if (r.max_tokens < 0) r.max_tokens = room;  // chat's default: the rest of the context
+  if (r.max_tokens > room)
+    bad("max_tokens", fmt::format("{} tokens asked for, but the prompt's {} tokens leave {} of this server's context of {}",
+                    r.max_tokens, prompt, room, m.max_context));
+  try {
+    check_request(r);
+  } catch (const FieldError& e) {
+    bad(e.field, e.detail);
   }
 }
 
 }  // namespace
 
+std::vector<int> encode_within_context(const std::string& text, const ServedModel& m, const char* field) {
+  // Every token spells at most max_token_bytes bytes, so a text longer than the context times
+  // that cannot fit: refused before tokenising it (which costs time and memory).
+  if (m.max_token_bytes > 0 && text.size() > size_t(m.max_context) * size_t(m.max_token_bytes))
+    bad(field, fmt::format("{} bytes of text cannot fit this server's context of {} tokens", text.size(), m.max_context));
+  return m.tokenizer->encode_prompt(text);
+}
+
+json parse_body(std::string_view text) {
+  // The parser is iterative, but a deeply nested document would later be walked recursively
+  // (copies, dumps): nesting is refused while parsing, before anything deep is built.
+  bool too_deep = false;
+  json::parser_callback_t limit_depth = [&too_deep](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= kMaxJsonDepth)
+      too_deep = true;
+    return !too_deep;
+  };
+  json body = json::parse(text, limit_depth, false);
+  if (too_deep) throw RequestError(fmt::format("the body nests deeper than {} levels", kMaxJsonDepth), "");
+  if (body.is_discarded()) throw RequestError("the body is not valid JSON", "");
+  return body;
+}
+
 ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedModel& m) {
   if (!body.is_object()) throw RequestError("the body must be a JSON object", "");
   std::string model;
-  if (read(body, "model", model, [](const std::string&) { return true; }, "a string") && model != m.name)
+  if (read_string(body, "model", model) && model != m.name)
     throw RequestError("model '" + model + "' is not served here; this server serves '" + m.name + "'", "model", 404);
   refuse_unsupported(body);
+  check_passive_fields(body);
 
   ParsedRequest out;
   GenerationRequest& r = out.request;
   read_lengths_and_sampling(body, endpoint, r);
-  read(body, "n", out.n, [](int x) { return x >= 1 && x <= 16; }, "an integer in [1, 16]");
-  read(body, "ignore_eos", r.ignore_eos, [](bool) { return true; }, "true or false");
-  read(body, "stream", out.stream, [](bool) { return true; }, "true or false");
+  read_int(body, "n", fields::kChoices, out.n);
+  read_bool(body, "ignore_eos", r.ignore_eos);
+  read_stream(body, out);
   read_logprobs(body, endpoint, m, out);
-  read(body, "policy", out.policy, [](const std::string& p) { return !p.empty(); }, "a policy string");
+  if (read_string(body, "policy", out.policy) && out.policy.empty()) bad("policy", "must be a policy string such as dense");
   read_stop(body, r);
   r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m) : prompt_ids(body, m);
   if (out.echo) {
@@ -173,12 +289,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
     const json& one = p.is_array() && p.size() == 1 && p[0].is_string() ? p[0] : p;
     out.prompt_text = one.is_string() ? one.get<std::string>() : m.tokenizer->decode(r.prompt_ids);
   }
-  if (r.prompt_ids.empty()) bad(endpoint == Endpoint::kChat ? "messages" : "prompt", "empty prompt");
-  if (r.max_tokens < 0) r.max_tokens = std::max(0, m.max_context - int(r.prompt_ids.size()) + 1);
-  if (int(r.prompt_ids.size()) > m.max_context)
-    throw RequestError("the prompt has " + std::to_string(r.prompt_ids.size()) + " tokens; this server's context is " +
-                           std::to_string(m.max_context) + " tokens (skim serve --ctx)",
-                       endpoint == Endpoint::kChat ? "messages" : "prompt");
+  fit_to_context(out, endpoint, m);
   return out;
 }
 

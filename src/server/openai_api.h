@@ -9,6 +9,8 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "skim/engine.h"
 #include "tokenizer/chat_template.h"
@@ -31,7 +33,11 @@ struct ParsedRequest {
   bool echo = false;          // completions: the reply's text starts with the prompt's
   std::string prompt_text;    // the prompt as given (echo)
   int n = 1;                  // choices: n generations of the prompt, seeds seed, seed + 1, ...
+  bool include_usage = false; // stream_options.include_usage: a last chunk with the usage
 };
+
+// Request bodies may nest JSON this deep, no deeper.
+inline constexpr int kMaxJsonDepth = 64;
 
 // What a request is checked against.
 struct ServedModel {
@@ -40,7 +46,14 @@ struct ServedModel {
   ChatFormat chat = ChatFormat::kNone;
   int max_context = 0;
   bool logprobs = true;  // false on a GPU engine (it samples on the device)
+  int max_token_bytes = 0;  // the longest token's bytes (0: unknown): bounds a prompt's text
 };
+
+// The body as JSON; RequestError when it is not JSON or nests deeper than kMaxJsonDepth.
+nlohmann::json parse_body(std::string_view text);
+// A prompt's text tokenised; refused (RequestError naming `field`) without tokenising when its
+// bytes cannot fit the context.
+std::vector<int> encode_within_context(const std::string& text, const ServedModel& model, const char* field);
 
 // Throws RequestError on a field of the wrong type or range, a feature skim does not serve
 // (best_of > 1, penalties, logit_bias, suffix, tools; logprobs on a GPU engine), another

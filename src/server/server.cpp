@@ -1,18 +1,23 @@
 #include "server/server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <map>
 #include <mutex>
+#include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "engine/scheduler.h"
 #include "model/config.h"
+#include "server/http_guard.h"
 #include "server/openai_api.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -37,7 +42,36 @@ void send_json(httplib::Response& res, int status, const json& j) {
   res.set_content(dump(j), "application/json");
 }
 
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "") {
+  const char* type = status == 401   ? "authentication_error"
+                     : status == 404 ? "not_found_error"
+                     : status == 503 ? "server_busy"
+                     : status >= 500 ? "server_error"
+                                     : "invalid_request_error";
+  if (status == 503) res.set_header("Retry-After", "1");
+  send_json(res, status, error_body(message, type, param));
+}
+
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+const std::string kDone = "data: [DONE]\n\n";
+
+// Ids unique across restarts too ("cmpl-" and 24 hex digits), as OpenAI's are.
+std::string new_id(const char* prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lk(mu);
+  const uint64_t a = rng(), b = rng();
+  return fmt::format("{}{:016x}{:08x}", prefix, a, uint32_t(b));
+}
+
+// The "Bearer" scheme is case-insensitive (RFC 7235); the key is not.
+bool bearer_matches(const std::string& header, const std::string& key) {
+  constexpr std::string_view scheme = "bearer ";
+  if (header.size() != scheme.size() + key.size()) return false;
+  for (size_t i = 0; i < scheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(header[i])) != scheme[i]) return false;
+  return header.compare(scheme.size(), std::string::npos, key) == 0;
+}
 
 // Server-sent events of one streamed request: the scheduler's worker pushes, the HTTP thread
 // that holds the connection drains.
@@ -64,6 +98,38 @@ struct Outcome {
   std::string error;
 };
 
+// How often a handler waiting on the engine looks whether its client is still there.
+constexpr auto kClientCheck = std::chrono::milliseconds(100);
+
+// The methods each route answers, for 405's Allow header.
+const std::map<std::string, std::string>& route_methods() {
+  static const std::map<std::string, std::string> m = {
+      {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"},
+      {"/v1/models", "GET"},       {"/health", "GET"},                {"/metrics", "GET"}};
+  return m;
+}
+
+std::string allowed_methods(const std::string& path) {
+  if (auto it = route_methods().find(path); it != route_methods().end()) return it->second;
+  if (path.rfind("/v1/models/", 0) == 0) return "GET";
+  return "";
+}
+
+// The message of an error httplib answered on its own (no handler ran).
+std::string transport_error(int status, const httplib::Request& req, size_t max_body) {
+  switch (status) {
+    case 400: return "malformed HTTP request";
+    case 413: return fmt::format("the body exceeds {} bytes (skim serve --max-body)", max_body);
+    case 414: return "the request target is too long";
+    case 415: return "unsupported Content-Encoding or Content-Type; send the JSON uncompressed as application/json";
+    case 431: return "the request headers are too large";
+    default:
+      return fmt::format("no route {} {} (see GET /v1/models, POST /v1/completions, POST /v1/chat/completions, "
+                         "POST /tokenize, POST /detokenize, GET /health, GET /metrics)",
+                         req.method, req.path);
+  }
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -71,45 +137,75 @@ struct Server::Impl {
   ServerOptions options;
   ServedModel model;
   Scheduler scheduler;
-  httplib::Server http;
+  GuardedHttpServer http;
+  const int64_t started = unix_seconds();
   int port = -1;
-  std::atomic<uint64_t> next_id{1};
-  std::atomic<uint64_t> rejected{0};  // answered 4xx/503 before reaching the scheduler
+  std::atomic<uint64_t> rejected{0};   // answered 4xx/503 before reaching the scheduler
+  std::atomic<uint64_t> abandoned{0};  // non-streamed requests whose client hung up
+  std::atomic<int> in_flight{0};       // generation requests not yet answered in full
+  std::atomic<bool> draining{false};
+
+  static GuardLimits limits_of(const ServerOptions& o, const Engine& e) {
+    GuardLimits l;
+    l.max_body = o.max_body;
+    l.request_timeout = o.request_timeout;
+    const int running = o.max_running > 0 ? o.max_running : e.max_sequences();
+    l.threads = o.http_threads > 0 ? o.http_threads : running + o.max_waiting + 16;
+    l.max_queued = o.max_queued_connections;
+    return l;
+  }
 
   Impl(Engine& e, ServerOptions o)
-      : engine(e), options(std::move(o)), scheduler(e, SchedulerOptions{options.max_running, options.prefix_cache}) {
+      : engine(e),
+        options(std::move(o)),
+        scheduler(e, SchedulerOptions{options.max_running, options.prefix_cache}),
+        http(limits_of(options, e)) {
     model.name = options.model_name;
     model.tokenizer = &e.tokenizer();
     model.chat = detect_chat_format(options.model_dir);
     model.max_context = e.max_context();
     model.logprobs = !e.on_gpu();
+    for (int id = 0; id < model.tokenizer->vocab_size(); ++id)
+      model.max_token_bytes = std::max(model.max_token_bytes, int(model.tokenizer->token_bytes(id).size()));
     routes();
   }
 
-  void routes() {
-    http.new_task_queue = [n = options.http_threads] { return new httplib::ThreadPool(size_t(n)); };
-    // An API key guards /v1/* (health and metrics stay open, for probes and scrapers).
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-      if (req.get_header_value("Authorization") == "Bearer " + options.api_key)
-        return httplib::Server::HandlerResponse::Unhandled;
-      rejected += 1;
-      send_json(res, 401, error_body("missing or wrong API key (Authorization: Bearer ...)", "authentication_error"));
+  json model_object() const {
+    return {{"id", model.name},
+            {"object", "model"},
+            {"created", started},
+            {"owned_by", "skim"},
+            {"max_context", model.max_context},
+            {"policy", scheduler.default_policy()},
+            {"chat_format", chat_format_name(model.chat)}};
+  }
+
+  // Runs first for every request once httplib has read it whole: the request is in (its
+  // deadline stops), the server may be draining, and /v1/* may need the API key.
+  httplib::Server::HandlerResponse pre_route(const httplib::Request& req, httplib::Response& res) {
+    GuardedHttpServer::request_received();
+    const bool api = req.path.rfind("/v1/", 0) == 0;
+    if (draining && (api || req.path == "/tokenize" || req.path == "/detokenize" || req.path == "/health")) {
+      send_error(res, 503, "the server is shutting down");
       return httplib::Server::HandlerResponse::Handled;
-    });
-    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      send_json(res, 200, {{"status", "ok"}});
-    });
+    }
+    if (options.api_key.empty() || !api || bearer_matches(req.get_header_value("Authorization"), options.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    rejected += 1;
+    send_error(res, 401, "missing or wrong API key (Authorization: Bearer ...)");
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  void routes() {
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) { return pre_route(req, res); });
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      send_json(res, 200,
-                {{"object", "list"},
-                 {"data", json::array({{{"id", model.name},
-                                        {"object", "model"},
-                                        {"created", 0},
-                                        {"owned_by", "skim"},
-                                        {"max_context", model.max_context},
-                                        {"policy", scheduler.default_policy()},
-                                        {"chat_format", chat_format_name(model.chat)}}})}});
+      send_json(res, 200, {{"object", "list"}, {"data", json::array({model_object()})}});
+    });
+    http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.matches[1] == model.name) return send_json(res, 200, model_object());
+      send_error(res, 404, fmt::format("model '{}' is not served here; this server serves '{}'", std::string(req.matches[1]), model.name),
+                 "model");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_text(), "text/plain; version=0.0.4");
@@ -120,14 +216,21 @@ struct Server::Impl {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       handle(req, res, Endpoint::kChat);
     });
-    // Unknown routes get an OpenAI-style error body too (handlers fill their own errors).
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (res.body.empty())
-        send_json(res, res.status,
-                  error_body(fmt::format("no route {} {} (see GET /v1/models, POST /v1/completions, "
-                                         "POST /v1/chat/completions, GET /health, GET /metrics)",
-                                         req.method, req.path),
-                             res.status == 404 ? "not_found_error" : "invalid_request_error"));
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { answer(res, [&] { return tokenize(req); }); });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { answer(res, [&] { return detokenize(req); }); });
+    // Errors httplib answered itself (no handler ran), and unknown routes or methods: an
+    // OpenAI-style body that says what happened.
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (GuardedHttpServer::request_timed_out())
+        return send_error(res, 408, fmt::format("the request did not arrive within {} ms (skim serve --request-timeout)",
+                                                options.request_timeout.count()));
+      if (res.status == 404)
+        if (const std::string allow = allowed_methods(req.path); !allow.empty()) {
+          res.set_header("Allow", allow);
+          return send_error(res, 405, fmt::format("{} {}: method not allowed (use {})", req.method, req.path, allow));
+        }
+      send_error(res, res.status, transport_error(res.status, req, options.max_body));
     });
     // Anything that escapes a handler is the server's fault; it answers 500 and goes on.
     http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -138,37 +241,78 @@ struct Server::Impl {
         what = e.what();
       } catch (...) {
       }
-      send_json(res, 500, error_body(what, "server_error"));
+      send_error(res, 500, what);
     });
+  }
+
+  // A handler whose request errors are RequestErrors.
+  template <class F>
+  void answer(httplib::Response& res, F&& make) {
+    try {
+      send_json(res, 200, make());
+    } catch (const RequestError& e) {
+      rejected += 1;
+      send_error(res, e.status, e.what(), e.param);
+    }
+  }
+
+  // llama.cpp's /tokenize: {"content": text, "add_special": false, "with_pieces": false}.
+  json tokenize(const httplib::Request& req) {
+    const json body = parse_body(req.body);
+    if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
+      throw RequestError("content: required, a string", "content");
+    const json& add = body.contains("add_special") ? body["add_special"] : json(false);
+    const json& pieces = body.contains("with_pieces") ? body["with_pieces"] : json(false);
+    if (!add.is_boolean()) throw RequestError("add_special: must be true or false", "add_special");
+    if (!pieces.is_boolean()) throw RequestError("with_pieces: must be true or false", "with_pieces");
+    const std::string& text = body["content"].get_ref<const std::string&>();
+    const std::vector<int> ids = add.get<bool>() ? model.tokenizer->encode_prompt(text) : model.tokenizer->encode(text);
+    json tokens = json::array();
+    for (int id : ids)
+      tokens.push_back(pieces.get<bool>() ? json{{"id", id}, {"piece", model.tokenizer->token_bytes(id)}} : json(id));
+    return {{"tokens", tokens}};
+  }
+
+  // llama.cpp's /detokenize: {"tokens": [ids]} -> {"content": text}.
+  json detokenize(const httplib::Request& req) {
+    const json body = parse_body(req.body);
+    if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+      throw RequestError("tokens: required, a list of token ids", "tokens");
+    const int64_t vocab = model.tokenizer->vocab_size();
+    std::vector<int> ids;
+    for (const json& x : body["tokens"]) {
+      const bool ok = x.is_number_integer() && !(x.is_number_unsigned() && x.get<uint64_t>() >= uint64_t(vocab)) &&
+                      x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab;
+      if (!ok) throw RequestError(fmt::format("tokens: each must be a token id in [0, {}]", vocab - 1), "tokens");
+      ids.push_back(x.get<int>());
+    }
+    return {{"content", model.tokenizer->decode(ids)}};
   }
 
   void handle(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
     ParsedRequest pr;
     try {
-      json body = json::parse(req.body, nullptr, false);
-      if (body.is_discarded()) throw RequestError("the body is not valid JSON", "");
-      pr = parse_request(body, endpoint, model);
+      pr = parse_request(parse_body(req.body), endpoint, model);
       if (!pr.policy.empty()) {
         try {
           engine.check_policy(pr.policy);
         } catch (const Error& e) {
-          throw RequestError(e.what(), "policy");
+          throw RequestError(std::string("policy: ") + e.what(), "policy");
         }
       }
       const SchedulerMetrics load = scheduler.metrics();
       const int slots = options.max_running > 0 ? options.max_running : engine.max_sequences();
       if (load.running >= slots && load.waiting >= options.max_waiting)
-        throw RequestError("the server is busy: every sequence is in use and " + std::to_string(load.waiting) +
-                               " requests are waiting (--max-waiting " + std::to_string(options.max_waiting) +
-                               "); retry later",
+        throw RequestError(fmt::format("the server is busy: every sequence is in use and {} requests are waiting; "
+                                       "retry later",
+                                       load.waiting),
                            "", 503);
     } catch (const RequestError& e) {
       rejected += 1;
-      const char* type = e.status == 404 ? "not_found_error" : e.status == 503 ? "server_busy" : "invalid_request_error";
-      send_json(res, e.status, error_body(e.what(), type, e.param));
+      send_error(res, e.status, e.what(), e.param);
       return;
     }
-    const std::string id = std::string(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    const std::string id = new_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
     const std::string policy = pr.policy.empty() ? scheduler.default_policy() : pr.policy;
     if (pr.stream)
       stream(res, endpoint, id, std::move(pr));
@@ -183,38 +327,51 @@ struct Server::Impl {
     return r;
   }
 
+  // Waits for every choice; a client that hangs up meanwhile (queued or decoding) cancels them.
   void complete(httplib::Response& res, Endpoint endpoint, const std::string& id, ParsedRequest pr,
                 const std::string& policy) {
+    in_flight += 1;
     std::vector<std::future<Outcome>> outcomes;
+    std::vector<uint64_t> ids;
     for (int i = 0; i < pr.n; ++i) {
       auto done = std::make_shared<std::promise<Outcome>>();
       outcomes.push_back(done->get_future());
       RequestCallbacks cb;
       cb.on_done = [done](const GenerationResult& r) { done->set_value({true, r, ""}); };
       cb.on_error = [done](const std::string& m) { done->set_value({false, {}, m}); };
-      scheduler.submit(choice_request(pr, i), pr.policy, std::move(cb));
+      ids.push_back(scheduler.submit(choice_request(pr, i), pr.policy, std::move(cb)));
     }
     std::vector<GenerationResult> results;
     std::string error;
+    bool gone = false;
     for (auto& f : outcomes) {
+      while (!gone && f.wait_for(kClientCheck) != std::future_status::ready) gone = GuardedHttpServer::client_gone();
+      if (gone) break;
       Outcome o = f.get();
       if (!o.ok && error.empty()) error = o.error;
       results.push_back(std::move(o.result));
     }
-    if (error.empty())
-      send_json(res, 200,
-                completion_response(endpoint, id, unix_seconds(), model.name, results, policy, pr, *model.tokenizer));
-    else
-      send_json(res, 500, error_body(error, "server_error"));
+    if (gone) {  // nobody will read the answer
+      for (uint64_t rid : ids) scheduler.cancel(rid);
+      abandoned += 1;
+    } else if (!error.empty()) {
+      send_error(res, draining ? 503 : 500, draining ? "the server is shutting down" : error);
+    } else {
+      send_json(res, 200, completion_response(endpoint, id, unix_seconds(), model.name, results, policy, pr, *model.tokenizer));
+    }
+    in_flight -= 1;
   }
 
   // Every choice streams its chunks (choices[0].index tells them apart); the last choice to
-  // finish adds the usage of all and [DONE].
+  // finish ends the stream: its usage (a chunk of its own with stream_options.include_usage)
+  // and [DONE].
   void stream(httplib::Response& res, Endpoint endpoint, const std::string& id, ParsedRequest pr) {
+    in_flight += 1;
     auto q = std::make_shared<EventQueue>();
     const int64_t created = unix_seconds();
     const std::string name = model.name;
     const int top_n = pr.request.logprobs;
+    const bool include_usage = pr.include_usage;
     const Tokenizer* tok = model.tokenizer;
     struct Totals {  // worker thread only
       int left = 0, generated = 0;
@@ -236,25 +393,38 @@ struct Server::Impl {
         *first = false;
       };
       cb.on_done = [=](const GenerationResult& r) {
-        json last = stream_chunk(endpoint, id, created, name, "", r.stats.finish_reason, *first, nullptr, i);
+        std::string out = sse(stream_chunk(endpoint, id, created, name, "", r.stats.finish_reason, *first, nullptr, i));
         totals->generated += r.stats.generated_tokens;
-        if (--totals->left > 0) return q->push(sse(last), false);
-        last["usage"] = {{"prompt_tokens", r.stats.prompt_tokens},
-                         {"completion_tokens", totals->generated},
-                         {"total_tokens", r.stats.prompt_tokens + totals->generated}};
-        q->push(sse(last) + "data: [DONE]\n\n", true);
+        if (--totals->left > 0) return q->push(out, false);
+        if (include_usage) {
+          json usage = stream_chunk(endpoint, id, created, name, "", "", false, nullptr, 0);
+          usage["choices"] = json::array();
+          usage["usage"] = {{"prompt_tokens", r.stats.prompt_tokens},
+                            {"completion_tokens", totals->generated},
+                            {"total_tokens", r.stats.prompt_tokens + totals->generated}};
+          out += sse(usage);
+        }
+        q->push(out + kDone, true);
       };
-      cb.on_error = [=](const std::string& m) { q->push(sse(error_body(m, "server_error")), true); };
+      cb.on_error = [=](const std::string& m) { q->push(sse(error_body(m, "server_error")) + kDone, true); };
       cbs.push_back(std::move(cb));
     }
     for (int i = 0; i < pr.n; ++i) ids->push_back(scheduler.submit(choice_request(pr, i), pr.policy, std::move(cbs[size_t(i)])));
     Scheduler* sched = &scheduler;
+    std::atomic<int>* flight = &in_flight;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
         [q, sched, ids](size_t, httplib::DataSink& sink) {
           std::unique_lock<std::mutex> lk(q->mu);
-          q->cv.wait(lk, [&] { return !q->events.empty() || q->finished; });
+          // Waits for events, looking now and then whether the client is still there (a long
+          // prefill or a queue sends nothing for a while).
+          while (!q->cv.wait_for(lk, kClientCheck, [&] { return !q->events.empty() || q->finished; }))
+            if (GuardedHttpServer::client_gone()) {
+              lk.unlock();
+              for (uint64_t rid : *ids) sched->cancel(rid);
+              return false;
+            }
           std::deque<std::string> events;
           events.swap(q->events);
           const bool finished = q->finished;
@@ -267,9 +437,10 @@ struct Server::Impl {
           if (finished) sink.done();
           return true;
         },
-        [sched, ids, q](bool success) {
+        [sched, ids, flight](bool success) {
           if (!success)
             for (uint64_t rid : *ids) sched->cancel(rid);
+          *flight -= 1;
         });
   }
 
@@ -281,9 +452,16 @@ struct Server::Impl {
     };
     metric("requests_finished_total", "counter", "requests that finished (stop or length)", double(m.requests_finished));
     metric("requests_failed_total", "counter", "requests that failed in the engine", double(m.requests_failed));
-    metric("requests_cancelled_total", "counter", "requests whose client went away", double(m.requests_cancelled));
+    metric("requests_cancelled_total", "counter", "generations cancelled because their client went away (streamed or not)",
+           double(m.requests_cancelled));
+    metric("requests_abandoned_total", "counter", "non-streamed requests whose client hung up before the answer",
+           double(abandoned.load()));
     metric("requests_rejected_total", "counter", "requests refused before queueing (invalid, unauthorised, busy)",
            double(rejected.load()));
+    metric("connections_cut_total", "counter", "connections cut for sending their request too slowly, or to make room",
+           double(http.connections_cut()));
+    metric("connections_refused_total", "counter", "connections refused at the HTTP layer (limits, malformed, full)",
+           double(http.connections_refused()));
     metric("prompt_tokens_total", "counter", "prompt tokens prefilled", double(m.prompt_tokens));
     metric("generated_tokens_total", "counter", "tokens generated", double(m.generated_tokens));
     metric("decode_steps_total", "counter", "batched decode steps", double(m.decode_steps));
@@ -295,7 +473,17 @@ struct Server::Impl {
            double(m.prefix_tokens_reused));
     metric("requests_running", "gauge", "requests holding a sequence (prefilling or decoding)", double(m.running));
     metric("requests_waiting", "gauge", "requests queued for a free sequence", double(m.waiting));
+    metric("draining", "gauge", "1 while the server finishes its requests before exiting", draining ? 1.0 : 0.0);
     return out;
+  }
+
+  // Waits until no generation request is in flight, or the deadline.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline) const {
+    while (in_flight.load() > 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
   }
 };
 
@@ -321,5 +509,16 @@ void Server::listen() {
 }
 
 void Server::stop() { impl_->http.stop(); }
+
+void Server::drain(std::chrono::milliseconds grace) {
+  Impl& m = *impl_;
+  m.draining = true;
+  const auto now = std::chrono::steady_clock::now();
+  if (!m.wait_idle(now + grace)) {
+    m.scheduler.end_all("abort");
+    m.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  }
+  stop();
+}
 
 }  // namespace skim::server

@@ -52,7 +52,11 @@ TEST(PolicySpec, BadStringsNameTheirFault) {
   EXPECT_NE(error_of("qest").find("unknown policy 'qest'"), std::string::npos);
   EXPECT_NE(error_of("quest:budgett=0.1").find("no parameter 'budgett'"), std::string::npos);
   EXPECT_NE(error_of("quest:budget").find("not key=value"), std::string::npos);
-  EXPECT_NE(error_of("quest:budget=abc").find("is not a number"), std::string::npos);
+  EXPECT_NE(error_of("quest:budget=abc").find("is not a finite number"), std::string::npos);
+  EXPECT_NE(error_of("quest:budget=inf").find("is not a finite number"), std::string::npos);
+  EXPECT_NE(error_of("quest:budget=nan").find("is not a finite number"), std::string::npos);
+  EXPECT_NE(error_of("resa:f=0").find("must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of("gbsa+rectify:f=0").find("must be >= 1"), std::string::npos);
   EXPECT_NE(error_of("quest:budget=-1").find("must be > 0"), std::string::npos);
   EXPECT_NE(error_of("gbsa:keep=1.5").find("(0, 1]"), std::string::npos);
   EXPECT_NE(error_of("quest+gbsa").find("both choose the keys"), std::string::npos);

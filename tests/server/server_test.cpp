@@ -113,7 +113,8 @@ json greedy(const std::string& prompt, int n) {
 // The text pieces and the last chunk of a server-sent-event body.
 struct Stream {
   std::string text;
-  json last;
+  json last;   // the last chunk with a choice
+  json usage;  // the usage chunk (stream_options.include_usage), if any
   bool done = false;
   int chunks = 0;
 };
@@ -129,8 +130,12 @@ Stream parse_stream(const std::string& raw, const char* field = "text") {
       continue;
     }
     json j = json::parse(data);
-    s.last = j;
     ++s.chunks;
+    if (j["choices"].empty()) {  // the usage chunk
+      s.usage = j["usage"];
+      continue;
+    }
+    s.last = j;
     const json& ch = j["choices"][0];
     if (std::string(field) == "text")
       s.text += ch["text"].get<std::string>();
@@ -194,7 +199,13 @@ TEST(Server, StreamCarriesTheSameText) {
   EXPECT_GT(s.chunks, 2);
   EXPECT_EQ(s.text, alone("class Stack:\n", 20).text);
   EXPECT_EQ(s.last["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(s.last["usage"]["completion_tokens"], 20);
+  EXPECT_TRUE(s.usage.is_null());  // only when asked for
+  // stream_options.include_usage: a last chunk with no choices and the usage (OpenAI's shape).
+  body["stream_options"] = {{"include_usage", true}};
+  s = parse_stream(post("/v1/completions", body).raw);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.usage["completion_tokens"], 20);
+  EXPECT_EQ(s.usage["total_tokens"], s.usage["prompt_tokens"].get<int>() + 20);
 }
 
 TEST(Server, RequestsBeyondParallelQueueAndMatchAlone) {
@@ -310,7 +321,8 @@ TEST(Server, BadRequestsGetJsonErrorsNamingTheField) {
   ASSERT_TRUE(bad_json);
   EXPECT_EQ(bad_json->status, 400);
   Reply over = post("/v1/completions", {{"prompt", long_prompt}});
-  EXPECT_NE(over.body["error"]["message"].get<std::string>().find("--ctx"), std::string::npos);
+  EXPECT_NE(over.body["error"]["message"].get<std::string>().find("context is 512 tokens"), std::string::npos);
+  EXPECT_EQ(over.body["error"]["message"].get<std::string>().find("--"), std::string::npos);  // no CLI flags
   EXPECT_EQ(client().Get("/health")->status, 200);  // the server goes on
   EXPECT_EQ(post("/v1/completions", greedy("import re\n", 4)).status, 200);
 }
@@ -319,10 +331,20 @@ TEST(Server, ContextLimitEndsWithLength) {
   const int prompt = kCtx - 8;
   std::vector<int> ids(size_t(prompt), 0);
   for (int i = 0; i < prompt; ++i) ids[size_t(i)] = 100 + i % 50;
+  // More than the context leaves: refused up front, naming what is left.
   Reply r = post("/v1/completions", {{"prompt", ids}, {"max_tokens", 100}, {"temperature", 0}, {"ignore_eos", true}});
+  EXPECT_EQ(r.status, 400) << r.raw;
+  EXPECT_EQ(r.body["error"]["param"], "max_tokens");
+  // Exactly what is left: prompt + generated fill the context, never one more.
+  r = post("/v1/completions", {{"prompt", ids}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}});
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(r.body["usage"]["completion_tokens"], kCtx - prompt + 1);  // the last needs no K/V slot
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], kCtx - prompt);
+  // Chat's default max_tokens is the rest of the context, and the total stays within it.
+  r = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", std::string(900, 'a')}}}},
+                                    {"temperature", 0}, {"ignore_eos", true}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["usage"]["total_tokens"], kCtx);
 }
 
 TEST(Server, ChatCompletionsUseTheChatFormat) {
@@ -558,7 +580,7 @@ TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
   ServedModel chat = m;
   chat.chat = ChatFormat::kChatML;
   p = parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, Endpoint::kChat, chat);
-  EXPECT_EQ(p.request.max_tokens, kCtx - int(p.request.prompt_ids.size()) + 1);  // chat: up to the context
+  EXPECT_EQ(p.request.max_tokens, kCtx - int(p.request.prompt_ids.size()));  // chat: up to the context
   EXPECT_THROW(parse_request(json::array(), Endpoint::kCompletions, m), RequestError);
   EXPECT_EQ(parse_request({{"prompt", "x"}, {"logprobs", 3}}, Endpoint::kCompletions, m).request.logprobs, 3);
   EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 30}}, Endpoint::kCompletions, m), RequestError);

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "core/error.h"
@@ -26,6 +27,13 @@ inline void require_device(const char* what) {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0)
     fail("{}: no CUDA device is available ({})", what, e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+}
+
+// The device's total memory, bytes (what the KV cache is checked against before allocation).
+inline int64_t device_memory_bytes() {
+  size_t free_bytes = 0, total = 0;
+  check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  return int64_t(total);
 }
 
 // Elements of T on the device, freed with the buffer. Allocation happens at construction or

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <fstream>
@@ -54,9 +55,10 @@ ProgressCallback prefill_progress(const std::string& label) {
   using Clock = std::chrono::steady_clock;
   auto start = std::make_shared<Clock::time_point>(Clock::now());
   auto last = std::make_shared<Clock::time_point>(Clock::now());
-  return [label, start, last](int done, int total) {
+  const double interval = progress_interval_seconds();
+  return [label, start, last, interval](int done, int total) {
     const auto now = Clock::now();
-    if (done >= total || std::chrono::duration<double>(now - *last).count() < kLogProgressSeconds) return;
+    if (done >= total || std::chrono::duration<double>(now - *last).count() < interval) return;
     *last = now;
     const double secs = std::chrono::duration<double>(now - *start).count();
     const double rate = secs > 0 ? done / secs : 0;
@@ -64,6 +66,15 @@ ProgressCallback prefill_progress(const std::string& label) {
                  100.0 * done / std::max(1, total), rate, rate > 0 ? (total - done) / rate : 0.0);
     std::fflush(stderr);
   };
+}
+
+double progress_interval_seconds() {
+  if (const char* v = std::getenv("SKIM_PROGRESS_INTERVAL")) {
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    if (end != v && *end == '\0' && s >= 0 && s <= 3600) return s;
+  }
+  return kLogProgressSeconds;
 }
 
 void require_writable_file(const std::filesystem::path& path, const std::string& flag) {

@@ -17,8 +17,10 @@ std::filesystem::path default_model_dir();
 
 std::string read_text_file(const std::filesystem::path& path, const std::string& flag);
 
-// Seconds between progress lines when stderr is not a terminal (a log).
+// Seconds between progress lines when stderr is not a terminal (a log): 5, or
+// $SKIM_PROGRESS_INTERVAL.
 inline constexpr double kLogProgressSeconds = 5.0;
+double progress_interval_seconds();
 
 // Progress of a long prefill on stderr: a bar on a terminal; otherwise a line every few
 // seconds (tokens done, rate, time left), for the logs of batch jobs.

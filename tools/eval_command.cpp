@@ -44,9 +44,10 @@ std::filesystem::path default_data_dir() {
 eval::ProgressFn status_lines() {
   const bool tty = isatty(fileno(stderr));
   auto last = std::make_shared<double>(eval::now_seconds());
-  return [last, tty](const std::string& line) {
+  const double interval = tty ? 0.2 : progress_interval_seconds();
+  return [last, tty, interval](const std::string& line) {
     double now = eval::now_seconds();
-    if (now - *last < (tty ? 0.2 : kLogProgressSeconds)) return;
+    if (now - *last < interval) return;
     *last = now;
     if (tty)
       std::fprintf(stderr, "\r\033[K[eval] %s", line.c_str());

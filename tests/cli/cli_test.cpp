@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -99,6 +100,62 @@ TEST(Cli, ServeRefusesBadFlagsAndAddresses) {
   expect_user_error("serve --policy qest --port 0", "unknown policy 'qest'");
   expect_user_error("serve -m /nonexistent/model --port 0", "/nonexistent/model");
   expect_user_error("serve --host 203.0.113.1 --port 8089", "--host");  // not an address of this machine
+}
+
+// Flags past what the machine or the library can take: exit 2 naming the flag and the limit,
+// never a crash, libgomp's failure or std::bad_alloc.
+TEST(Cli, LimitsNameTheFlag) {
+  expect_user_error("generate -p x -t 100000", "--threads");
+  expect_user_error("generate -p x -t 50000", "at most 8 per core");
+  expect_user_error("generate -p x -t -1", "--threads");
+  expect_user_error("generate -p x --ctx 2147483647", "--ctx: must be an integer in [1, 16777216]");
+  expect_user_error("generate -p x --ctx 10000000", "GiB of KV cache");  // fits the range, not memory
+  expect_user_error("serve --parallel 1000000 --port 0", "--parallel");
+  expect_user_error("serve --parallel 4000 --ctx 100000 --port 0", "GiB of KV cache");
+  expect_user_error("generate -p x --top-k -3", "--top-k");
+  expect_user_error("generate -p x --seed -1", "--seed");
+  expect_user_error("generate -p x --temperature 5", "--temperature");
+  expect_user_error("generate -p x --policy resa:f=0", "must be >= 1");
+  expect_user_error("generate -p x --policy quest:budget=inf", "not a finite number");
+  expect_user_error("serve --max-body 10 --port 0", "--max-body");
+  expect_user_error("serve --request-timeout 0 --port 0", "--request-timeout");
+}
+
+TEST(Cli, ErrorsSayWhatAUserDid) {
+  expect_user_error("frobnicate", "unknown command 'frobnicate'");
+  Result r = run("generate --bogus 1 -p x");
+  EXPECT_EQ(r.output.rfind("skim: error: ", 0), 0u) << r.output;  // CLI11's errors carry the prefix too
+  // --plot's folder is checked before the evaluation runs, not after it.
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_user_error("eval --tasks ppl --plot /nonexistent/x.png", "/nonexistent");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output.rfind("skim ", 0), 0u) << r.output;
+}
+
+TEST(Cli, ContextAliasesAndProgressLinesInLogs) {
+  // -c / --ctx-size are --ctx (llama.cpp's and vLLM's names); stderr that is no terminal gets
+  // progress lines (SKIM_PROGRESS_INTERVAL seconds apart; 5 by default).
+  std::string prompt;
+  for (int i = 0; i < 300; ++i) prompt += "x = " + std::to_string(i) + "\n";
+  const fs::path file = fs::temp_directory_path() / ("skim-cli-progress-" + std::to_string(::getpid()) + ".py");
+  std::ofstream(file) << prompt;
+  Result r = run("generate -c 4096 --chunk 128 -n 1 -f " + file.string() + " --json 2>&1 >/dev/null");
+  EXPECT_EQ(r.status, 0) << r.output;
+  r = run("generate --ctx-size 4096 --chunk 128 -n 1 -f " + file.string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  r = Result{};
+  const std::string cmd = "SKIM_PROGRESS_INTERVAL=0 " + kSkim.string() + " generate --chunk 128 -n 1 -f " + file.string() +
+                          " 2>&1 >/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  pclose(p);
+  EXPECT_NE(r.output.find("prefill: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" tok/s, ETA "), std::string::npos) << r.output;
+  fs::remove(file);
 }
 
 TEST(Cli, PromptOverTheContextLimit) {

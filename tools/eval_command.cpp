@@ -21,7 +21,7 @@ struct EvalArgs {
   EngineOptions engine;
   std::string policies = "dense,quest,resa";
   std::string tasks = "ppl,error,passkey,agree";
-  std::string lengths, depths = "0.1,0.3,0.5,0.7,0.9", keys = "1,4";
+  std::string lengths, depths = "0.1,0.3,0.5,0.7,0.9", keys = "1,4", needles = "number,word,code";
   std::vector<std::string> data;
   std::string plot;
   bool json = false;
@@ -71,6 +71,7 @@ void run_eval_command(EvalArgs& a) {
   }
   o.depths = eval::parse_double_list(a.depths, "--depths");
   o.keys = eval::parse_int_list(a.keys, "--keys");
+  o.needles = eval::parse_name_list(a.needles, "--needles");
   if (a.data.empty()) {
     o.data = {default_data_dir()};
   } else {
@@ -85,10 +86,10 @@ void run_eval_command(EvalArgs& a) {
 
   if (a.engine.model_dir.empty()) a.engine.model_dir = default_model_dir();
   a.engine.policy = "dense";
-  a.engine.max_context = o.ctx + o.answer_tokens + 8;  // a passkey answer may run past --ctx
+  a.engine.max_context = o.ctx + std::max(o.answer_tokens, o.needle_tokens) + 8;  // answers may run past --ctx
   a.engine.max_sequences = 2;                          // the dense prefill and one fork
   Engine engine(a.engine);
-  if (o.has("passkey") || o.runs_windows()) engine.tokenizer();  // fails early without one
+  if (o.has("passkey") || o.has("needle") || o.runs_windows()) engine.tokenizer();  // fails early without one
 
   eval::EvalResults r = eval::run_eval(engine, corpus, o, status_lines());
   if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");
@@ -113,7 +114,7 @@ void register_eval(CLI::App& root, std::function<void()>& run) {
   app->add_option("-m,--model", a.engine.model_dir, "Hugging Face model directory (default: the demo model)");
   app->add_option("--policy", a.policies, "comma-separated policies; dense is always run as the baseline")
       ->capture_default_str();
-  app->add_option("--tasks", a.tasks, "ppl, error, passkey, agree (comma-separated, or all)")->capture_default_str();
+  app->add_option("--tasks", a.tasks, "ppl, error, passkey, needle, agree (comma-separated, or all)")->capture_default_str();
   app->add_option("--ctx", o.ctx, "tokens of the ppl / error / agree window (prefill + decode)")->capture_default_str();
   app->add_option("--decode-tokens", o.decode_tokens, "teacher-forced decode steps for ppl and error")
       ->capture_default_str();
@@ -124,6 +125,10 @@ void register_eval(CLI::App& root, std::function<void()>& run) {
   app->add_option("--depths", a.depths, "depths of the asked key, fractions of the prompt, cycled over prompts")
       ->capture_default_str();
   app->add_option("--keys", a.keys, "passkey variants: definition lines per prompt")->capture_default_str();
+  app->add_option("--needles", a.needles, "needle kinds for the needle task: number, word, code (comma-separated)")
+      ->capture_default_str();
+  app->add_option("--needle-tokens", o.needle_tokens, "greedy tokens at most for a needle answer (EOS ends it)")
+      ->capture_default_str();
   app->add_option("--answer-tokens", o.answer_tokens, "greedy tokens generated for a passkey answer")
       ->capture_default_str();
   app->add_option("--agree-tokens", o.agree_tokens, "greedy tokens compared with dense")->capture_default_str();

@@ -6,11 +6,12 @@
 #include "attention/policy.h"
 #include "attention/policy_spec.h"
 #include "core/error.h"
+#include "eval/needle.h"
 
 namespace skim::eval {
 
 const std::vector<std::string>& known_tasks() {
-  static const std::vector<std::string> tasks = {"ppl", "error", "passkey", "agree"};
+  static const std::vector<std::string> tasks = {"ppl", "error", "passkey", "needle", "agree"};
   return tasks;
 }
 
@@ -62,6 +63,10 @@ std::set<std::string> parse_tasks(const std::string& list) {
   return tasks;
 }
 
+std::vector<std::string> parse_name_list(const std::string& list, const std::string& flag) {
+  return split_list(list, flag);
+}
+
 std::vector<int> parse_int_list(const std::string& list, const std::string& flag) {
   std::vector<int> v;
   for (const std::string& s : split_list(list, flag)) v.push_back(parse_number<int>(s, flag, list));
@@ -100,15 +105,26 @@ void validate(const EvalOptions& o) {
     SKIM_REQUIRE(o.agree_tokens >= 1 && o.agree_tokens < o.ctx,
                  "--agree-tokens must be in [1, --ctx - 1] = [1, {}], got {}", o.ctx - 1, o.agree_tokens);
   if (o.runs_windows()) SKIM_REQUIRE(o.docs >= 1, "--docs must be >= 1, got {}", o.docs);
-  if (o.has("passkey")) {
+  if (o.has("passkey") || o.has("needle")) {  // the retrieval tasks share lengths, prompts and depths
     SKIM_REQUIRE(!o.lengths.empty(), "--lengths: no length given");
+    const int shortest = o.has("needle") ? 192 : 64;
     for (int l : o.lengths) {
-      SKIM_REQUIRE(l >= 64, "--lengths: {} is too short for a passkey prompt (at least 64 tokens)", l);
+      SKIM_REQUIRE(l >= shortest, "--lengths: {} is too short for a retrieval prompt (at least {} tokens)", l, shortest);
       SKIM_REQUIRE(l <= o.ctx, "--lengths: {} is over --ctx {}", l, o.ctx);
     }
     SKIM_REQUIRE(o.prompts >= 1, "--prompts must be >= 1, got {}", o.prompts);
     SKIM_REQUIRE(!o.depths.empty(), "--depths: no depth given");
     for (double d : o.depths) SKIM_REQUIRE(d >= 0 && d <= 1, "--depths: {} is outside [0, 1]", d);
+  }
+  if (o.has("needle")) {
+    SKIM_REQUIRE(!o.needles.empty(), "--needles: no needle kind given");
+    for (const std::string& k : o.needles)
+      SKIM_REQUIRE(std::find(needle_kinds().begin(), needle_kinds().end(), k) != needle_kinds().end(),
+                   "--needles: unknown kind '{}' (kinds: number, word, code)", k);
+    SKIM_REQUIRE(o.needle_tokens >= 1 && o.needle_tokens <= 256, "--needle-tokens must be in [1, 256], got {}",
+                 o.needle_tokens);
+  }
+  if (o.has("passkey")) {
     SKIM_REQUIRE(!o.keys.empty(), "--keys: no key count given");
     for (int k : o.keys) SKIM_REQUIRE(k >= 1 && k <= 20, "--keys: {} is outside [1, 20]", k);
     SKIM_REQUIRE(o.answer_tokens >= 1 && o.answer_tokens <= 64, "--answer-tokens must be in [1, 64], got {}",

@@ -21,6 +21,8 @@ struct EvalOptions {
   std::vector<double> depths = {0.1, 0.3, 0.5, 0.7, 0.9};
   std::vector<int> keys = {1, 4};  // passkey variants: definition lines per prompt
   int answer_tokens = 6;        // greedy tokens generated for a passkey answer
+  std::vector<std::string> needles = {"number", "word", "code"};  // needle task: kinds
+  int needle_tokens = 32;       // greedy tokens at most for a needle answer (EOS ends it)
   int agree_tokens = 256;       // greedy tokens compared with dense
   int docs = 1;                 // text windows for ppl / error / agree
   uint64_t seed = 0;
@@ -33,6 +35,7 @@ struct EvalOptions {
 const std::vector<std::string>& known_tasks();
 std::set<std::string> parse_tasks(const std::string& list);  // "ppl,passkey"; "all"
 std::vector<int> parse_int_list(const std::string& list, const std::string& flag);
+std::vector<std::string> parse_name_list(const std::string& list, const std::string& flag);
 std::vector<double> parse_double_list(const std::string& list, const std::string& flag);
 // Policy list with dense moved or added to the front; each policy string is checked.
 std::vector<std::string> parse_policies(const std::string& list);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 #include "attention/policy.h"
@@ -31,8 +32,8 @@ struct ScopedSequence {
 
 class Runner {
  public:
-  Runner(Engine& engine, const Corpus& corpus, const EvalOptions& o, const ProgressFn& progress)
-      : engine_(engine), corpus_(corpus), o_(o), progress_(progress) {}
+  Runner(Engine& engine, const Corpus& corpus, const EvalOptions& o, const ProgressFn& progress, const ChatRender* chat)
+      : engine_(engine), corpus_(corpus), o_(o), progress_(progress), chat_(chat) {}
 
   EvalResults run() {
     double t0 = now_seconds();
@@ -56,6 +57,13 @@ class Runner {
       for (int keys : o_.keys)
         for (int length : o_.lengths)
           for (int i = 0; i < o_.prompts; ++i) run_passkey(keys, length, i);
+    }
+    if (o_.has("needle")) {
+      SKIM_REQUIRE(chat_ != nullptr, "the needle task asks through the model's chat template, and {} has none",
+                   "this model");
+      for (size_t k = 0; k < o_.needles.size(); ++k)
+        for (int length : o_.lengths)
+          for (int i = 0; i < o_.prompts; ++i) run_needle(int(k), length, i);
     }
     engine_.set_policy("dense");
     r.seconds = now_seconds() - t0;
@@ -137,40 +145,78 @@ class Runner {
 
     engine_.set_policy("dense");
     ScopedSequence base(engine_, engine_.open_sequence());
+    prefill(base.id, std::span<const int>(t.ids.data(), t.question_start), where);
+
+    for (PolicyResult& pr : *results_) {
+      const std::string text = answer_under_policy(pr, base.id, t.ids, t.question_start, o_.answer_tokens, where,
+                                                   [&](const std::string& a, int) { return a.size() >= t.prompt.answer.size(); });
+      pr.retrieval.add(keys, length, c.depth, answer_matches(text, t.prompt.answer));
+    }
+  }
+
+  // One needle prompt (eval/needle.h): the rendered chat up to the question prefilled densely;
+  // per policy the question and the template's tail decoded, the answer generated greedily
+  // until EOS or needle_tokens.
+  void run_needle(int kind, int length, int index) {
+    NeedleCase c;
+    c.kind = o_.needles[size_t(kind)];
+    c.depth = o_.depths[size_t(index) % o_.depths.size()];
+    c.seed = mix_seed(o_.seed, 3, uint64_t(kind) << 32 | uint64_t(length), uint64_t(index));
+    TokenizedNeedle t = tokenize_needle(corpus_, c, size_t(length), engine_.tokenizer(), *chat_);
+    const std::string where = fmt::format("needle {} {} tokens, prompt {}/{}", c.kind, length, index + 1, o_.prompts);
+    engine_.set_policy("dense");
+    ScopedSequence base(engine_, engine_.open_sequence());
+    prefill(base.id, std::span<const int>(t.ids.data(), t.question_start), where);
+    const std::vector<int>& eos = engine_.config().eos_token_ids;
+    for (PolicyResult& pr : *results_) {
+      const std::string text =
+          answer_under_policy(pr, base.id, t.ids, t.question_start, o_.needle_tokens, where, [&](const std::string&, int token) {
+            return std::find(eos.begin(), eos.end(), token) != eos.end();
+          });
+      pr.needle.add(kind, length, c.depth, needle_found(text, c.kind, t.prompt.value));
+    }
+  }
+
+  void prefill(int seq, std::span<const int> ids, const std::string& where) {
     ProgressCallback on_prefill;
     if (progress_)
       on_prefill = [&](int done, int total) { say(fmt::format("{}: dense prefill {}/{}", where, done, total)); };
-    engine_.append(base.id, std::span<const int>(t.ids.data(), t.question_start), {}, on_prefill);
+    engine_.append(seq, ids, {}, on_prefill);
+  }
 
-    for (PolicyResult& pr : *results_) {
-      say(fmt::format("{}: {}", where, pr.policy));
-      engine_.set_policy(pr.policy);
-      ScopedSequence fork(engine_, engine_.fork_sequence(base.id));
-      DecodeWorkMeter meter(engine_, fork.id);
-      std::vector<float> logits;
-      for (size_t i = t.question_start; i < t.ids.size(); ++i) {
-        logits = engine_.decode(std::span<const int>(&fork.id, 1), std::span<const int>(&t.ids[i], 1));
-        meter.step_done();
-      }
-      std::vector<int> answer;
-      std::string text;
-      while (true) {
-        answer.push_back(argmax(logits));
-        text = tok.decode(answer);
-        if (text.size() >= t.prompt.answer.size() || int(answer.size()) >= o_.answer_tokens) break;
-        logits = engine_.decode(std::span<const int>(&fork.id, 1), std::span<const int>(&answer.back(), 1));
-        meter.step_done();
-      }
-      pr.retrieval_work.add(meter.finish());
-      pr.add_counters(engine_.policy().counters());
-      pr.retrieval.add(keys, length, c.depth, answer_matches(text, t.prompt.answer));
+  // On a fork of the prefilled `base`, under the policy: ids[from..] fed as decode steps (so
+  // the policy, not the dense prefill, reads the question), then greedy tokens until
+  // `done(text, token)` or `max_tokens`. Returns the answer's text; records work and counters.
+  std::string answer_under_policy(PolicyResult& pr, int base, const std::vector<int>& ids, size_t from, int max_tokens,
+                                  const std::string& where, const std::function<bool(const std::string&, int)>& done) {
+    say(fmt::format("{}: {}", where, pr.policy));
+    engine_.set_policy(pr.policy);
+    ScopedSequence fork(engine_, engine_.fork_sequence(base));
+    DecodeWorkMeter meter(engine_, fork.id);
+    std::vector<float> logits;
+    for (size_t i = from; i < ids.size(); ++i) {
+      logits = engine_.decode(std::span<const int>(&fork.id, 1), std::span<const int>(&ids[i], 1));
+      meter.step_done();
     }
+    std::vector<int> answer;
+    std::string text;
+    while (true) {
+      answer.push_back(argmax(logits));
+      text = engine_.tokenizer().decode(answer);
+      if (done(text, answer.back()) || int(answer.size()) >= max_tokens) break;
+      logits = engine_.decode(std::span<const int>(&fork.id, 1), std::span<const int>(&answer.back(), 1));
+      meter.step_done();
+    }
+    pr.retrieval_work.add(meter.finish());
+    pr.add_counters(engine_.policy().counters());
+    return text;
   }
 
   Engine& engine_;
   const Corpus& corpus_;
   const EvalOptions& o_;
   const ProgressFn& progress_;
+  const ChatRender* chat_;  // null: the model has no chat template
   std::vector<PolicyResult>* results_ = nullptr;
 };
 
@@ -213,9 +259,10 @@ std::vector<int> text_window(const Corpus& corpus, const Tokenizer& tok, size_t 
   }
 }
 
-EvalResults run_eval(Engine& engine, const Corpus& corpus, const EvalOptions& options, const ProgressFn& progress) {
+EvalResults run_eval(Engine& engine, const Corpus& corpus, const EvalOptions& options, const ProgressFn& progress,
+                     const ChatRender& chat) {
   validate(options);
-  return Runner(engine, corpus, options, progress).run();
+  return Runner(engine, corpus, options, progress, chat ? &chat : nullptr).run();
 }
 
 }  // namespace skim::eval

@@ -12,6 +12,7 @@
 #include "eval/agreement.h"
 #include "eval/corpus.h"
 #include "eval/eval_options.h"
+#include "eval/needle.h"
 #include "eval/output_error.h"
 #include "eval/perplexity.h"
 #include "eval/retrieval.h"
@@ -28,9 +29,10 @@ struct PolicyResult {
   std::optional<BucketedNll> nll;             // task ppl
   std::optional<OutputErrorMeter> error;      // task error
   std::optional<AgreementTally> agreement;    // task agree
-  RetrievalTally retrieval;                   // task passkey
+  RetrievalTally retrieval;                   // task passkey: keys -> length
+  RetrievalTally needle;                      // task needle: kind (index into needles) -> length
   DecodeWork window_work;     // decode steps on the ctx-long windows (ppl, error, agree)
-  DecodeWork retrieval_work;  // decode steps of passkey questions and answers
+  DecodeWork retrieval_work;  // decode steps of passkey and needle questions and answers
   // The policy's method counters (AttentionPolicy::counters: CS recall, Retro budget growth),
   // averaged over the runs (each run is a fresh policy instance): name -> (sum, runs).
   std::map<std::string, std::pair<double, int>> counters;
@@ -59,8 +61,9 @@ using ProgressFn = std::function<void(const std::string& line)>;
 
 // The engine needs max_sequences >= 2 (the prefilled base and one fork) and a context of at
 // least ctx + answer_tokens; tasks on text need the model's tokenizer.
+// `chat` renders a user turn through the model's chat template (the needle task needs it).
 EvalResults run_eval(Engine& engine, const Corpus& corpus, const EvalOptions& options,
-                     const ProgressFn& progress = {});
+                     const ProgressFn& progress = {}, const ChatRender& chat = {});
 
 // Token ids of `count` consecutive tokens of corpus text from a seeded line (BOS first when
 // the tokenizer adds one), running into the next documents when needed.

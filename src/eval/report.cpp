@@ -23,6 +23,31 @@ nlohmann::json work_json(const DecodeWork& w, int head_dim) {
           {"decode_tokens_per_s", s.tokens_per_second}};
 }
 
+// A retrieval tally as JSON: name(key) -> length -> accuracy, with the detail by depth.
+template <class Name>
+nlohmann::json tally_json(const RetrievalTally& t, Name name) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, by_length] : t.cells)
+    for (const auto& [length, cell] : by_length) {
+      nlohmann::json depths = nlohmann::json::object();
+      for (const auto& [d, ct] : cell.by_depth) depths[depth_key(d)] = {{"correct", ct.first}, {"total", ct.second}};
+      out[name(key)][std::to_string(length)] = {
+          {"correct", cell.correct}, {"total", cell.total}, {"accuracy", cell.accuracy()}, {"by_depth", depths}};
+    }
+  return out;
+}
+
+// Accuracies of one tally row (one key) over the lengths: "0.90/0.75/-".
+std::string accuracy_row(const RetrievalTally& t, int key, const std::vector<int>& lengths) {
+  std::vector<std::string> acc;
+  for (int l : lengths) {
+    auto it = t.cells.find(key);
+    const RetrievalCell* c = it != t.cells.end() && it->second.count(l) ? &it->second.at(l) : nullptr;
+    acc.push_back(c ? fmt::format("{:.2f}", c->accuracy()) : "-");
+  }
+  return fmt::format("{}", fmt::join(acc, "/"));
+}
+
 nlohmann::json policy_json(const PolicyResult& p, const EvalResults& r) {
   nlohmann::json j = {{"policy", p.policy}};
   if (p.nll) j["perplexity"] = {{"buckets", p.nll->perplexity()}, {"overall", p.nll->overall()}};
@@ -32,18 +57,10 @@ nlohmann::json policy_json(const PolicyResult& p, const EvalResults& r) {
       layers.push_back({{"mean", l.mean}, {"p90", l.p90}, {"samples", l.samples}});
     j["output_error"] = {{"mean", p.error->mean()}, {"layers", layers}};
   }
-  if (!p.retrieval.cells.empty()) {
-    nlohmann::json pk = nlohmann::json::object();
-    for (const auto& [keys, by_length] : p.retrieval.cells)
-      for (const auto& [length, cell] : by_length) {
-        nlohmann::json depths = nlohmann::json::object();
-        for (const auto& [d, ct] : cell.by_depth)
-          depths[depth_key(d)] = {{"correct", ct.first}, {"total", ct.second}};
-        pk[std::to_string(keys)][std::to_string(length)] = {
-            {"correct", cell.correct}, {"total", cell.total}, {"accuracy", cell.accuracy()}, {"by_depth", depths}};
-      }
-    j["passkey"] = pk;  // keys -> length -> accuracy
-  }
+  if (!p.retrieval.cells.empty())
+    j["passkey"] = tally_json(p.retrieval, [](int keys) { return std::to_string(keys); });  // keys -> length
+  if (!p.needle.cells.empty())  // kind -> length
+    j["needle"] = tally_json(p.needle, [&](int kind) { return r.options.needles[size_t(kind)]; });
   if (p.agreement)
     j["agreement"] = {{"tokens", p.agreement->tokens},
                       {"runs", p.agreement->runs},
@@ -77,6 +94,8 @@ nlohmann::json to_json(const EvalResults& r) {
                       {"prompts", o.prompts},
                       {"depths", o.depths},
                       {"keys", o.keys},
+                      {"needles", o.needles},
+                      {"needle_tokens", o.needle_tokens},
                       {"agree_tokens", o.agree_tokens},
                       {"seed", o.seed},
                       {"data", data},
@@ -99,6 +118,8 @@ std::string format_table(const EvalResults& r) {
   for (int l : o.lengths) lens.push_back(k_tokens(l));
   if (o.has("passkey"))
     for (int k : o.keys) header.push_back(fmt::format("{}-key {}", k, fmt::join(lens, "/")));
+  if (o.has("needle"))
+    for (const std::string& k : o.needles) header.push_back(fmt::format("needle {} {}", k, fmt::join(lens, "/")));
   if (o.has("agree")) header.push_back(fmt::format("agree {} (div, sim)", o.agree_tokens));
   header.push_back("KV read");
   header.push_back("tok/s");
@@ -112,16 +133,9 @@ std::string format_table(const EvalResults& r) {
     }
     if (p.error) row.push_back(fmt::format("{:.4f}", p.error->mean()));
     if (o.has("passkey"))
-      for (int k : o.keys) {
-        std::vector<std::string> acc;
-        for (int l : o.lengths) {
-          auto it = p.retrieval.cells.find(k);
-          const RetrievalCell* c = nullptr;
-          if (it != p.retrieval.cells.end() && it->second.count(l)) c = &it->second.at(l);
-          acc.push_back(c ? fmt::format("{:.2f}", c->accuracy()) : "-");
-        }
-        row.push_back(fmt::format("{}", fmt::join(acc, "/")));
-      }
+      for (int k : o.keys) row.push_back(accuracy_row(p.retrieval, k, o.lengths));
+    if (o.has("needle"))
+      for (size_t k = 0; k < o.needles.size(); ++k) row.push_back(accuracy_row(p.needle, int(k), o.lengths));
     if (p.agreement)
       row.push_back(fmt::format("{:.0f}, {:.3f}", p.agreement->mean_first_divergence(), p.agreement->mean_similarity()));
     WorkSummary s = summarize(p.work(), r.head_dim);

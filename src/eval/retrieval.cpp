@@ -23,7 +23,8 @@ std::string upper(std::string s) {
   return s;
 }
 
-// Lines of corpus text from a seeded start, wrapping into the following documents.
+}  // namespace
+
 std::vector<std::string> haystack_lines(const Corpus& corpus, std::mt19937_64& rng, size_t tokens,
                                         const TokenCounter& count, std::vector<size_t>& line_tokens) {
   const size_t docs = corpus.documents.size();
@@ -50,7 +51,19 @@ std::vector<std::string> haystack_lines(const Corpus& corpus, std::mt19937_64& r
   return out;
 }
 
-}  // namespace
+size_t line_at_depth(const std::vector<size_t>& cumulative, double depth) {
+  const double target = depth * double(cumulative.back());
+  size_t at = size_t(std::lower_bound(cumulative.begin(), cumulative.end(), size_t(std::llround(target))) -
+                     cumulative.begin());
+  if (at > 0 && target - double(cumulative[at - 1]) < double(cumulative[at]) - target) --at;
+  return std::min(at, cumulative.size() - 1);
+}
+
+std::vector<size_t> cumulative_tokens(const std::vector<size_t>& line_tokens) {
+  std::vector<size_t> c(line_tokens.size() + 1, 0);
+  for (size_t i = 0; i < line_tokens.size(); ++i) c[i + 1] = c[i] + line_tokens[i];
+  return c;
+}
 
 PasskeyPrompt build_passkey_prompt(const Corpus& corpus, const PasskeyCase& c, size_t haystack_tokens,
                                    const TokenCounter& count) {
@@ -72,17 +85,11 @@ PasskeyPrompt build_passkey_prompt(const Corpus& corpus, const PasskeyCase& c, s
     size_t line;
     bool asked;
   };
-  std::vector<size_t> cumulative(lines.size() + 1, 0);  // tokens before line i
-  for (size_t i = 0; i < lines.size(); ++i) cumulative[i + 1] = cumulative[i] + line_tokens[i];
+  const std::vector<size_t> cumulative = cumulative_tokens(line_tokens);  // tokens before line i
   const size_t total = cumulative.back();
   std::vector<Placed> placed;
   for (int k = 0; k < c.keys; ++k) {
-    double depth = k == 0 ? c.depth : other_depth(rng);
-    // The line boundary whose token count before it is nearest to depth * total.
-    double target = depth * double(total);
-    size_t at = size_t(std::lower_bound(cumulative.begin(), cumulative.end(), size_t(std::llround(target))) -
-                       cumulative.begin());
-    if (at > 0 && target - double(cumulative[at - 1]) < double(cumulative[at]) - target) --at;
+    const size_t at = line_at_depth(cumulative, k == 0 ? c.depth : other_depth(rng));
     Needle n;
     n.name = "SECRET_" + upper(names[size_t(k)]);
     n.value = std::to_string(value(rng));

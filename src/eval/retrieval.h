@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,16 @@ struct PasskeyPrompt {
 };
 
 using TokenCounter = std::function<size_t(std::string_view)>;
+
+// Lines of corpus text (each ending with '\n') from a start drawn from `rng`, running on into
+// the next documents, until they hold at least `tokens` tokens as `count` measures them; each
+// line's count goes to line_tokens.
+std::vector<std::string> haystack_lines(const Corpus& corpus, std::mt19937_64& rng, size_t tokens,
+                                        const TokenCounter& count, std::vector<size_t>& line_tokens);
+// cumulative[i]: tokens before line i (one more entry than lines).
+std::vector<size_t> cumulative_tokens(const std::vector<size_t>& line_tokens);
+// The line boundary whose tokens before it are nearest to depth x all tokens.
+size_t line_at_depth(const std::vector<size_t>& cumulative, double depth);
 
 // Builds a prompt whose haystack holds at least `haystack_tokens` tokens (as `count` measures
 // lines) of corpus text, starting at a line chosen by the seed and running on into the next

@@ -186,7 +186,11 @@ def tokenizer_from(reader):
         "additional_special_tokens": [name("bos"), name("eos")],
         "clean_up_tokenization_spaces": False,
         "model_max_length": int(field(reader, "llama.context_length")),
-        "tokenizer_class": "GPT2Tokenizer",
+        # The original says GPT2Tokenizer; transformers 5's GPT2Tokenizer rebuilds the pipeline
+        # with a plain ByteLevel pre-tokenizer, dropping the digit split of tokenizer.json
+        # (non-ASCII numerals such as "٣٤٥" then tokenize differently from transformers 4 and
+        # the tokenizers library). This class loads tokenizer.json as it is, in both versions.
+        "tokenizer_class": "PreTrainedTokenizerFast",
         "chat_template": template,
     }
     return tok_json, tok_config, template

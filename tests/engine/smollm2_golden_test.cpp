@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../real_model.h"
+#include "model/config.h"
 #include "model/safetensors.h"
 #include "skim/engine.h"
 #include "tokenizer/tokenizer.h"

@@ -127,8 +127,9 @@ TEST_P(SmolLM2Golden, LogitsMatchTransformers) {
     for (int j = 0; j < k; ++j) d = std::max(d, std::fabs(step[int(top_ids[i * k + j])] - top_logits[i * k + j]));
     worst_decode = std::max(worst_decode, d);
     EXPECT_LT(d, kLogitTol) << "decode step " << i;
-    if (margins[i] > 2 * kLogitTol)
+    if (margins[i] > 2 * kLogitTol) {
       EXPECT_EQ(argmax_of(step.data(), vocab), greedy[i]) << "greedy token at decode step " << i;
+    }
   }
   RecordProperty("max_abs_logit_diff_prefill", std::to_string(worst_prefill));
   RecordProperty("max_abs_logit_diff_decode", std::to_string(worst_decode));

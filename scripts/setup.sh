@@ -6,7 +6,8 @@
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev libfmt-dev
-      libopenblas-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libpng-dev python3)
+      libopenblas-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libpng-dev python3
+      python3-venv)  # python3-venv: scripts/models/smollm2.sh makes a venv (pip without touching the system)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,6 +21,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ "${1:-}" = "--fixtures" ]; then
-  python3 -m pip install -q torch transformers safetensors tokenizers numpy matplotlib
+  python3 -m pip install -q torch transformers safetensors tokenizers numpy matplotlib accelerate gguf
 fi
 echo "setup: ok"

@@ -150,8 +150,10 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const JsonAt& spec) {
   }
   if (type == "Digits") {
     const bool individual = spec.boolean("individual_digits", false);
+    // HF's Digits splits on Rust's char::is_numeric: general categories Nd, Nl and No, i.e.
+    // \p{N} ("٣", "Ⅷ", "½", "²" too), not only ASCII 0-9.
     return std::make_unique<SplitPreTokenizer>(
-        std::make_unique<Regex>(individual ? "[0-9]" : "[0-9]+", false, field(spec, "type")),
+        std::make_unique<Regex>(individual ? R"(\p{N})" : R"(\p{N}+)", false, field(spec, "type")),
         individual ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, false);
   }
   if (type == "Whitespace") {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../real_model.h"
 #include "fixture_paths.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -49,10 +50,8 @@ Golden load_golden(const std::string& name) {
   return golden;
 }
 
-class GoldenTokenizer : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GoldenTokenizer, EncodeMatchesHuggingFace) {
-  Golden golden = load_golden(GetParam());
+void expect_encode_matches(const std::string& name) {
+  Golden golden = load_golden(name);
   auto tok = load_tokenizer(golden.tokenizer_path);
   ASSERT_GT(golden.cases.size(), 20u);
   for (const GoldenCase& c : golden.cases) {
@@ -63,8 +62,8 @@ TEST_P(GoldenTokenizer, EncodeMatchesHuggingFace) {
   }
 }
 
-TEST_P(GoldenTokenizer, DecodeMatchesHuggingFace) {
-  Golden golden = load_golden(GetParam());
+void expect_decode_matches(const std::string& name) {
+  Golden golden = load_golden(name);
   auto tok = load_tokenizer(golden.tokenizer_path);
   for (const GoldenCase& c : golden.cases) {
     SCOPED_TRACE(c.name);
@@ -72,6 +71,12 @@ TEST_P(GoldenTokenizer, DecodeMatchesHuggingFace) {
     EXPECT_EQ(tok::utf8_replace_invalid(tok->decode(c.ids)), c.decoded);
   }
 }
+
+class GoldenTokenizer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenTokenizer, EncodeMatchesHuggingFace) { expect_encode_matches(GetParam()); }
+
+TEST_P(GoldenTokenizer, DecodeMatchesHuggingFace) { expect_decode_matches(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTokenizer,
                          ::testing::Values("demo", "llama3-style", "qwen2-style", "gpt2-style", "llama2-style",
@@ -82,6 +87,18 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTokenizer,
                              if (ch == '-') ch = '_';
                            return name;
                          });
+
+// The real model's tokenizer (models/smollm2-135m-instruct/tokenizer.json, built from GGUF
+// metadata by scripts/models/smollm2.sh): digits split one by one, then GPT-2's byte-level split.
+TEST(GoldenTokenizer, SmolLM2EncodeMatchesHuggingFace) {
+  SKIM_REQUIRE_SMOLLM2();
+  expect_encode_matches("smollm2");
+}
+
+TEST(GoldenTokenizer, SmolLM2DecodeMatchesHuggingFace) {
+  SKIM_REQUIRE_SMOLLM2();
+  expect_decode_matches("smollm2");
+}
 
 // The demo tokenizer is byte-level with no normalizer: decoding gives back the exact text.
 TEST(GoldenTokenizer, DemoRoundTripsValidText) {

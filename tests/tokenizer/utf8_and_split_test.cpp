@@ -1,6 +1,9 @@
 // The building blocks: UTF-8 repair as Python does it, split behaviors, normalizers.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/split.h"
 #include "tokenizer/unicode_normalize.h"
 #include "tokenizer/utf8.h"
@@ -52,6 +55,24 @@ TEST(Regex, OnigurumaWhitespaceIncludesNel) {
   EXPECT_EQ(oniguruma_compatible(R"(\s+(?!\S)|[^\s\p{L}])"), R"([\s\x{85}]+(?![^\s\x{85}])|[^\s\x{85}\p{L}])");
   Regex spaces(R"(\s+)", false, "test");
   EXPECT_EQ(spaces.find_all("a\xC2\x85 b"), (std::vector<Span>{{1, 4}}));
+}
+
+// Like HF tokenizers' Digits (Rust char::is_numeric): every Unicode number (Nd, Nl, No), not
+// only ASCII digits; SmolLM2's tokenizer depends on it.
+TEST(PreTokenizer, DigitsSplitsEveryUnicodeNumber) {
+  auto split = [](bool individual, const std::string& text) {
+    nlohmann::json spec = {{"type", "Digits"}, {"individual_digits", individual}};
+    auto pre = parse_pre_tokenizer(JsonAt(spec, "test", "pre_tokenizer"));
+    std::vector<Piece> pieces{{text, true}};
+    pre->apply(pieces);
+    std::vector<std::string> out;
+    for (const Piece& p : pieces) out.push_back(p.text);
+    return out;
+  };
+  EXPECT_EQ(split(true, "a12 \u0663\u0664x\u2177\u00bd\u00b2"),
+            (std::vector<std::string>{"a", "1", "2", " ", "\u0663", "\u0664", "x", "\u2177", "\u00bd", "\u00b2"}));
+  EXPECT_EQ(split(false, "a12 \u0663\u0664x\u2177\u00bd"),
+            (std::vector<std::string>{"a", "12", " ", "\u0663\u0664", "x", "\u2177\u00bd"}));
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ struct ServeArgs {
   std::string api_key;
   int max_waiting = 64;
   int prefix_cache = 0;
+  std::string chat_template;
 };
 }  // namespace
 
@@ -55,6 +56,8 @@ void register_serve(CLI::App& root, std::function<void()>& run) {
   app->add_option("--prefix-cache", args->prefix_cache,
                   "finished prompts kept for reuse by prompts that start with them (each holds up to --ctx tokens of KV; CPU)")
       ->capture_default_str();
+  app->add_option("--chat-template", args->chat_template, "a Jinja chat template file instead of the model's")
+      ->check(CLI::ExistingFile);
   app->callback([args, &run] {
     run = [args] {
 #ifndef SKIM_HAVE_SERVER
@@ -77,6 +80,7 @@ void register_serve(CLI::App& root, std::function<void()>& run) {
       so.host = a.host;
       so.port = a.port;
       so.model_dir = a.engine.model_dir;
+      so.chat_template_file = a.chat_template;
       so.model_name = a.name.empty() ? std::filesystem::absolute(a.engine.model_dir).filename().string() : a.name;
       if (so.model_name.empty()) so.model_name = "skim";
       so.http_threads = std::max(16, 2 * a.engine.max_sequences);

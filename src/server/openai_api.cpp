@@ -41,7 +41,6 @@ void refuse_unsupported(const json& body) {
   if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
     bad("logit_bias", "not supported");
   if (body.contains("suffix") && !body["suffix"].is_null()) bad("suffix", "not supported");
-  if (body.contains("tools") && !body["tools"].is_null() && !body["tools"].empty()) bad("tools", "not supported");
 }
 
 std::vector<int> prompt_ids(const json& body, const ServedModel& m) {
@@ -63,30 +62,39 @@ std::vector<int> prompt_ids(const json& body, const ServedModel& m) {
   bad("prompt", "must be a string, a list of one string, or a list of token ids");
 }
 
+// A field passed to the chat template as JSON (object key order: the parsed body's).
+nlohmann::ordered_json to_template(const json& j) { return nlohmann::ordered_json::parse(j.dump()); }
+
+// The prompt of a chat request: the model's chat template over `messages` (as transformers
+// receives them: content strings or content-part lists, tool messages; "developer" read as
+// "system"), `tools`, vLLM's `chat_template_kwargs` and `add_generation_prompt`; tokenized
+// as apply_chat_template does (the template writes any BOS).
 std::vector<int> chat_ids(const json& body, const ServedModel& m) {
-  if (!body.contains("messages") || !body["messages"].is_array()) bad("messages", "required, a list");
-  std::vector<ChatMessage> msgs;
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+    bad("messages", "required, a non-empty list");
+  ChatTemplateInputs in;
   for (const json& x : body["messages"]) {
     if (!x.is_object() || !x.contains("role") || !x["role"].is_string()) bad("messages", "each needs a string role");
-    ChatMessage cm{x["role"].get<std::string>(), ""};
-    const json& c = x.contains("content") ? x["content"] : json();
-    if (c.is_string()) {
-      cm.content = c.get<std::string>();
-    } else if (c.is_array()) {  // content parts: text only
-      for (const json& part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          bad("messages", "content parts must be of type text");
-        cm.content += part["text"].get<std::string>();
-      }
-    } else if (!c.is_null()) {
-      bad("messages", "content must be a string or a list of text parts");
-    }
-    msgs.push_back(std::move(cm));
+    const json c = x.contains("content") ? x["content"] : json();
+    if (!c.is_string() && !c.is_array() && !c.is_null()) bad("messages", "content must be a string or a list of parts");
+    nlohmann::ordered_json msg = to_template(x);
+    if (msg["role"] == "developer") msg["role"] = "system";
+    in.messages.push_back(std::move(msg));
   }
-  if (m.chat == ChatFormat::kNone)
-    bad("messages", "this model has no chat template (tokenizer_config.json chat_template): use /v1/completions");
+  if (body.contains("tools") && !body["tools"].is_null()) {
+    if (!body["tools"].is_array()) bad("tools", "must be a list");
+    in.tools = to_template(body["tools"]);
+  }
+  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+    if (!body["chat_template_kwargs"].is_object()) bad("chat_template_kwargs", "must be an object");
+    in.extra = to_template(body["chat_template_kwargs"]);
+  }
+  read(body, "add_generation_prompt", in.add_generation_prompt, [](bool) { return true; }, "true or false");
+  if (!m.chat)
+    bad("messages", "this model has no chat template (chat_template.jinja or tokenizer_config.json chat_template; "
+                    "skim serve --chat-template FILE): use /v1/completions");
   try {
-    return m.tokenizer->encode_prompt(render_chat(m.chat, msgs));
+    return m.tokenizer->encode(m.chat->render(in), true);
   } catch (const Error& e) {
     bad("messages", e.what());
   }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -37,13 +38,13 @@ struct ParsedRequest {
 struct ServedModel {
   std::string name;  // the "model" a request may name (absent: any)
   const Tokenizer* tokenizer = nullptr;
-  ChatFormat chat = ChatFormat::kNone;
+  std::shared_ptr<const ChatTemplate> chat;  // null: no chat template (completions only)
   int max_context = 0;
   bool logprobs = true;  // false on a GPU engine (it samples on the device)
 };
 
 // Throws RequestError on a field of the wrong type or range, a feature skim does not serve
-// (best_of > 1, penalties, logit_bias, suffix, tools; logprobs on a GPU engine), another
+// (best_of > 1, penalties, logit_bias, suffix; logprobs on a GPU engine), another
 // model's name, or a prompt longer than the context.
 ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const ServedModel& model);
 

@@ -80,7 +80,10 @@ struct Server::Impl {
       : engine(e), options(std::move(o)), scheduler(e, SchedulerOptions{options.max_running, options.prefix_cache}) {
     model.name = options.model_name;
     model.tokenizer = &e.tokenizer();
-    model.chat = detect_chat_format(options.model_dir);
+    if (!options.chat_template_file.empty())
+      model.chat = std::make_shared<const ChatTemplate>(ChatTemplate::from_file(options.chat_template_file, options.model_dir));
+    else if (auto t = ChatTemplate::from_model_dir(options.model_dir))
+      model.chat = std::make_shared<const ChatTemplate>(std::move(*t));
     model.max_context = e.max_context();
     model.logprobs = !e.on_gpu();
     routes();
@@ -109,7 +112,7 @@ struct Server::Impl {
                                         {"owned_by", "skim"},
                                         {"max_context", model.max_context},
                                         {"policy", scheduler.default_policy()},
-                                        {"chat_format", chat_format_name(model.chat)}}})}});
+                                        {"chat_template", model.chat ? json(model.chat->source()) : json()}}})}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_text(), "text/plain; version=0.0.4");

@@ -20,7 +20,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;               // 0: any free port (see bound_port)
   std::string model_name;        // what /v1/models lists and requests may name
-  std::filesystem::path model_dir;  // its tokenizer_config.json gives the chat format
+  std::filesystem::path model_dir;  // its chat template (chat_template.jinja, tokenizer_config.json)
+  std::filesystem::path chat_template_file;  // a Jinja chat template instead of the model's
   int http_threads = 16;         // connections served at once (streams hold one each)
   std::string api_key;           // when set, /v1/* needs "Authorization: Bearer <api_key>"
   int max_waiting = 64;          // requests queued beyond --parallel; more are refused (503)

@@ -144,6 +144,7 @@ std::string repr_string(const std::string& s) {
 
 std::string py_repr(const Value& v) {
   if (v.is_string()) return repr_string(v.as_string());
+  if (v.is_undefined()) return "Undefined";
   if (v.is_list()) {
     std::string out = "[";
     for (size_t i = 0; i < v.as_list().size(); ++i) {

@@ -151,5 +151,26 @@ TEST(ChatTemplate, StrftimeNowFormatsTheGivenTime) {
   EXPECT_EQ(t.render(in).size(), std::string("26 Jul 2026|2026-07-26").size());
 }
 
+// SmolLM2-135M-Instruct's own directory (when present) renders as the fixture of its real
+// template (smollm2_135m_instruct.jinja) does.
+TEST(ChatTemplate, SmolLM2ModelDirectoryMatchesItsFixture) {
+  const fs::path dir = test::repo_path("models/smollm2-135m-instruct");
+  if (!fs::exists(dir / "tokenizer_config.json") && !fs::exists(dir / "chat_template.jinja"))
+    GTEST_SKIP() << dir << " is not there";
+  const auto t = ChatTemplate::from_model_dir(dir);
+  ASSERT_TRUE(t.has_value());
+  const ojson cases = read_json(chat_fixture("cases.json"));
+  int checked = 0;
+  for (const ojson& e : read_json(chat_fixture("expected.json"))) {
+    if (e["template"] != "smollm2_135m_instruct.jinja" || e.contains("error")) continue;
+    for (const ojson& c : cases["conversations"])
+      if (c["name"] == e["case"]) {
+        EXPECT_EQ(t->render(inputs_of(c)), e["text"].get<std::string>()) << e["case"];
+        ++checked;
+      }
+  }
+  EXPECT_GT(checked, 5);
+}
+
 }  // namespace
 }  // namespace skim

@@ -32,25 +32,8 @@ void check_size(size_t n);
 class Value;
 using List = std::vector<Value>;
 
-// Insertion-ordered string-keyed map (JSON objects, dict literals, namespaces, loop).
-class Dict {
- public:
-  const Value* find(const std::string& key) const;
-  void set(const std::string& key, Value v);
-  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  size_t size() const { return items_.size(); }
-  bool is_namespace = false;  // `{% set ns.x = ... %}` may assign its attributes
-
- private:
-  std::vector<std::pair<std::string, Value>> items_;
-};
-
-struct CallArgs {
-  std::vector<Value> positional;
-  std::vector<std::pair<std::string, Value>> keyword;
-  // Positional i or keyword `name`, or nullptr.
-  const Value* get(size_t i, const char* name) const;
-};
+class Dict;
+struct CallArgs;
 
 struct Function {
   std::string name;
@@ -108,6 +91,26 @@ class Value {
 
  private:
   Data data_;
+};
+
+// Insertion-ordered string-keyed map (JSON objects, dict literals, namespaces, loop).
+class Dict {
+ public:
+  const Value* find(const std::string& key) const;
+  void set(const std::string& key, Value v);
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+  size_t size() const { return items_.size(); }
+  bool is_namespace = false;  // `{% set ns.x = ... %}` may assign its attributes
+
+ private:
+  std::vector<std::pair<std::string, Value>> items_;
+};
+
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+  // Positional i or keyword `name`, or nullptr.
+  const Value* get(size_t i, const char* name) const;
 };
 
 Value make_dict();  // an empty dict

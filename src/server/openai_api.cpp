@@ -1,5 +1,6 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <random>
 
 #include "core/error.h"
@@ -62,8 +63,18 @@ std::vector<int> prompt_ids(const json& body, const ServedModel& m) {
   bad("prompt", "must be a string, a list of one string, or a list of token ids");
 }
 
-// A field passed to the chat template as JSON (object key order: the parsed body's).
-nlohmann::ordered_json to_template(const json& j) { return nlohmann::ordered_json::parse(j.dump()); }
+bool deeper_than(const json& j, int limit) {
+  if (!j.is_structured()) return false;
+  if (limit == 0) return true;
+  return std::any_of(j.begin(), j.end(), [&](const json& x) { return deeper_than(x, limit - 1); });
+}
+
+// A field passed to the chat template as JSON (object key order: the parsed body's). Deep
+// nesting is refused first: copying it would recurse as deep.
+nlohmann::ordered_json to_template(const json& j, const char* field) {
+  if (deeper_than(j, 64)) bad(field, "nested deeper than 64 levels");
+  return nlohmann::ordered_json::parse(j.dump());
+}
 
 // The prompt of a chat request: the model's chat template over `messages` (as transformers
 // receives them: content strings or content-part lists, tool messages; "developer" read as
@@ -77,17 +88,17 @@ std::vector<int> chat_ids(const json& body, const ServedModel& m) {
     if (!x.is_object() || !x.contains("role") || !x["role"].is_string()) bad("messages", "each needs a string role");
     const json c = x.contains("content") ? x["content"] : json();
     if (!c.is_string() && !c.is_array() && !c.is_null()) bad("messages", "content must be a string or a list of parts");
-    nlohmann::ordered_json msg = to_template(x);
+    nlohmann::ordered_json msg = to_template(x, "messages");
     if (msg["role"] == "developer") msg["role"] = "system";
     in.messages.push_back(std::move(msg));
   }
   if (body.contains("tools") && !body["tools"].is_null()) {
     if (!body["tools"].is_array()) bad("tools", "must be a list");
-    in.tools = to_template(body["tools"]);
+    in.tools = to_template(body["tools"], "tools");
   }
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) bad("chat_template_kwargs", "must be an object");
-    in.extra = to_template(body["chat_template_kwargs"]);
+    in.extra = to_template(body["chat_template_kwargs"], "chat_template_kwargs");
   }
   read(body, "add_generation_prompt", in.add_generation_prompt, [](bool) { return true; }, "true or false");
   if (!m.chat)

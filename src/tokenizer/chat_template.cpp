@@ -118,6 +118,14 @@ ChatTemplate ChatTemplate::from_file(const fs::path& file, const fs::path& model
 }
 
 std::string ChatTemplate::render(const ChatTemplateInputs& in) const {
+  try {
+    return render_inputs(in);
+  } catch (const jinja::RenderError& e) {  // inputs the template cannot be given
+    fail("{}: {}", source_, e.what());
+  }
+}
+
+std::string ChatTemplate::render_inputs(const ChatTemplateInputs& in) const {
   jinja::Dict vars;
   vars.set("messages", jinja::from_json(alias_reasoning(in.messages)));
   vars.set("tools", jinja::from_json(in.tools));

@@ -50,6 +50,8 @@ class ChatTemplate {
   const std::string& source() const { return source_; }
 
  private:
+  std::string render_inputs(const ChatTemplateInputs& in) const;
+
   std::string source_;
   std::shared_ptr<const jinja::Template> default_, tool_use_;
   nlohmann::ordered_json special_tokens_;

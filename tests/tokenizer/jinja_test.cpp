@@ -20,6 +20,8 @@ std::string error_of(const std::string& src, const char* vars = "{}", Limits lim
     render(src, vars, limits);
   } catch (const Error& e) {
     return e.what();
+  } catch (const RenderError& e) {  // from_json, before the template runs
+    return e.what();
   }
   return "";
 }
@@ -139,6 +141,12 @@ TEST(Jinja, HostileTemplatesHitLimits) {
   std::string ifs;
   for (int i = 0; i < 500; ++i) ifs += "{% if true %}";
   EXPECT_NE(error_of(ifs).find("too deeply"), std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}")
+                .find("nested deeper"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ x }}", (std::string(1000, '[') + std::string(1000, ']')).insert(0, "{\"x\": ").append("}").c_str())
+                .find("nested deeper"),
+            std::string::npos);
   EXPECT_NE(error_of("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "{}", small)
                 .find("limit"),
             std::string::npos);

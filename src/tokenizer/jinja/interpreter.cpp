@@ -203,7 +203,13 @@ class Interpreter {
     return Flow::kNormal;
   }
 
+  // Assigned values are what can grow across iterations (ns.x = [ns.x]): keep them shallow.
+  static void check_nesting(const Value& v) {
+    if (nests_deeper_than(v, kMaxNesting)) render_fail("a value nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  }
+
   void assign(Scope& scope, const std::vector<std::string>& targets, const Value& v) {
+    check_nesting(v);
     if (targets.size() == 1) {
       scope.vars[targets[0]] = v;
       return;
@@ -221,6 +227,7 @@ class Interpreter {
     if (!ns || !ns->is_dict() || !ns->as_dict().is_namespace)
       render_fail("cannot assign attribute on non-namespace object '" + s.targets[0] + "'");
     if (s.attribute[0] == '_') render_fail("a namespace's attribute may not start with '_'");
+    check_nesting(v);
     ns->as_dict().set(s.attribute, std::move(v));
   }
 

@@ -44,7 +44,8 @@ const Value* CallArgs::get(size_t i, const char* name) const {
 
 Value make_dict() { return Value(std::make_shared<Dict>()); }
 
-Value from_json(const nlohmann::ordered_json& j) {
+Value from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxNesting) render_fail("JSON nested deeper than " + std::to_string(kMaxNesting) + " levels");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value(None{});
     case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
@@ -56,16 +57,29 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List l;
-      for (const auto& x : j) l.push_back(from_json(x));
+      for (const auto& x : j) l.push_back(from_json(x, depth + 1));
       return Value(std::move(l));
     }
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<Dict>();
-      for (const auto& [k, x] : j.items()) d->set(k, from_json(x));
+      for (const auto& [k, x] : j.items()) d->set(k, from_json(x, depth + 1));
       return Value(std::move(d));
     }
     default: return Value(None{});  // binary, discarded: not JSON a request can carry
   }
+}
+
+bool nests_deeper_than(const Value& v, int limit) {
+  if (!v.is_list() && !v.is_dict()) return false;
+  if (limit <= 0) return true;
+  if (v.is_list()) {
+    for (const Value& x : v.as_list())
+      if (nests_deeper_than(x, limit - 1)) return true;
+    return false;
+  }
+  for (const auto& [k, x] : v.as_dict().items())
+    if (nests_deeper_than(x, limit - 1)) return true;
+  return false;
 }
 
 bool truthy(const Value& v) {

@@ -114,7 +114,13 @@ struct CallArgs {
 };
 
 Value make_dict();  // an empty dict
-Value from_json(const nlohmann::ordered_json& j);
+// Throws a RenderError for JSON nested deeper than kMaxNesting.
+Value from_json(const nlohmann::ordered_json& j, int depth = 0);
+// Values nest at most this deep (lists and dicts in lists and dicts): deeper ones would make
+// printing, comparing and freeing them recurse without bound.
+inline constexpr int kMaxNesting = 200;
+// Whether v nests deeper than `limit`; visits at most the nodes above that depth.
+bool nests_deeper_than(const Value& v, int limit);
 
 // Python's truth value, str() and repr() of the value (Undefined: false, "").
 bool truthy(const Value& v);

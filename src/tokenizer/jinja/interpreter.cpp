@@ -135,8 +135,7 @@ bool compare(const std::string& op, const Value& a, const Value& b) {
 
 class Interpreter {
  public:
-  Interpreter(const std::string& source, const Limits& limits, const Scope& root)
-      : source_(source), limits_(limits), root_(root) {}
+  Interpreter(const Limits& limits, const Scope& root) : limits_(limits), root_(root) {}
 
   int line() const { return line_; }
 
@@ -401,7 +400,6 @@ class Interpreter {
     return r;
   }
 
-  const std::string& source_;
   const Limits& limits_;
   const Scope& root_;
   int line_ = 0;
@@ -481,7 +479,7 @@ std::string Template::render(const Dict& variables) const {
   Scope root{{}, &builtins};
   for (const auto& [k, v] : variables.items()) root.vars[k] = v;
   Scope top{{}, &root};  // the template's own top-level names; macros see them at call time
-  Interpreter in(source_, limits_, top);
+  Interpreter in(limits_, top);
   std::string out;
   try {
     in.exec(*body_, top, out);

@@ -82,6 +82,33 @@ TEST(ChatTemplate, MatchesTransformersOnEveryFixture) {
   EXPECT_GE(errors, 3);
 }
 
+// Small templates probing one corner each (printing, arithmetic, filters, methods, scoping,
+// whitespace), as jinja2 renders them over the tool_calls conversation.
+TEST(ChatTemplate, MatchesJinja2OnEverySnippet) {
+  const ojson cases = read_json(chat_fixture("cases.json"));
+  ojson conversation;
+  for (const ojson& c : cases["conversations"])
+    if (c["name"] == "tool_calls") conversation = c;
+  int n = 0;
+  for (const ojson& e : read_json(chat_fixture("expected_snippets.json"))) {
+    const std::string snippet = e["snippet"];
+    SCOPED_TRACE(snippet);
+    ++n;
+    try {
+      const std::string text = ChatTemplate(snippet, "snippet", cases["special_tokens"]).render(inputs_of(conversation));
+      if (e.contains("error")) ADD_FAILURE() << "expected " << e["error_type"] << ": " << e["error"] << "; got " << text;
+      else EXPECT_EQ(text, e["text"].get<std::string>());
+    } catch (const Error& err) {
+      if (!e.contains("error")) {
+        ADD_FAILURE() << err.what();
+      } else if (e["error_type"] == "TemplateError") {
+        EXPECT_NE(std::string(err.what()).find(e["error"].get<std::string>()), std::string::npos) << err.what();
+      }
+    }
+  }
+  EXPECT_GT(n, 60);
+}
+
 struct TempDir {
   fs::path path = fs::temp_directory_path() / ("skim_chat_template_" + std::to_string(::getpid()));
   TempDir() { fs::create_directories(path); }

@@ -16,7 +16,7 @@ struct Expr {
   enum Kind {
     kLiteral,   // value
     kName,      // name
-    kList,      // args
+    kList,      // args (negated: a tuple)
     kDict,      // args: key, value, key, value...
     kAttr,      // args[0].name
     kItem,      // args[0][args[1]]

@@ -54,7 +54,18 @@ std::string str_of(const Value& v) { return py_str(v); }
 Value f_trim(const Value& v, const CallArgs& a) { return Value(py_strip(str_of(v), opt(a, 0, "chars"), true, true)); }
 Value f_upper(const Value& v, const CallArgs&) { return Value(py_upper(str_of(v))); }
 Value f_lower(const Value& v, const CallArgs&) { return Value(py_lower(str_of(v))); }
-Value f_title(const Value& v, const CallArgs&) { return Value(py_title(str_of(v))); }
+// Jinja2's title filter (not str.title): a word starts after whitespace, '-', or an opening
+// bracket, so "they're" stays "They're".
+Value f_title(const Value& v, const CallArgs&) {
+  std::string s = str_of(v);
+  bool start = true;
+  for (char& c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    c = char(start ? std::toupper(u) : std::tolower(u));
+    start = std::isspace(u) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+  }
+  return Value(std::move(s));
+}
 Value f_capitalize(const Value& v, const CallArgs&) { return Value(py_capitalize(str_of(v))); }
 Value f_string(const Value& v, const CallArgs&) { return Value(str_of(v)); }
 Value f_safe(const Value& v, const CallArgs&) { return v; }
@@ -109,7 +120,7 @@ Value f_items(const Value& v, const CallArgs&) {
   if (v.is_undefined()) return Value(List{});
   if (!v.is_dict()) render_fail(std::string("items: expected a mapping, got ") + type_name(v));
   List out;
-  for (const auto& [k, x] : v.as_dict().items()) out.push_back(Value(List{Value(k), x}));
+  for (const auto& [k, x] : v.as_dict().items()) out.push_back(Value::tuple(List{Value(k), x}));
   return Value(std::move(out));
 }
 
@@ -175,6 +186,24 @@ Value f_map(const Value& v, const CallArgs& a) {
   return Value(std::move(out));
 }
 
+// A number's text as Python's int() and float() read it: surrounding whitespace, '_' between
+// digits; no hexadecimal (which strtod would take). "" when it is not one.
+std::string python_number_text(const std::string& raw) {
+  const std::string s = py_strip(raw, nullptr, true, true);
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == 'x' || s[i] == 'X' || s[i] == 'p' || s[i] == 'P') return "";
+    if (s[i] == '_') {
+      if (i == 0 || i + 1 == s.size() || !std::isdigit(static_cast<unsigned char>(s[i - 1])) ||
+          !std::isdigit(static_cast<unsigned char>(s[i + 1])))
+        return "";
+      continue;
+    }
+    out += s[i];
+  }
+  return out;
+}
+
 Value f_int(const Value& v, const CallArgs& a) {
   const Value* dflt = a.get(0, "default");
   const Value fallback = dflt ? *dflt : Value(int64_t(0));
@@ -185,7 +214,8 @@ Value f_int(const Value& v, const CallArgs& a) {
     return Value(int64_t(f));
   }
   if (!v.is_string()) return fallback;
-  const std::string s = py_strip(v.as_string(), nullptr, true, true);
+  const std::string s = python_number_text(v.as_string());
+  if (s.empty()) return fallback;
   char* end = nullptr;
   errno = 0;
   const long long i = std::strtoll(s.c_str(), &end, 10);
@@ -200,7 +230,8 @@ Value f_float(const Value& v, const CallArgs& a) {
   const Value fallback = dflt ? *dflt : Value(0.0);
   if (v.is_number()) return Value(v.as_number());
   if (!v.is_string()) return fallback;
-  const std::string s = py_strip(v.as_string(), nullptr, true, true);
+  const std::string s = python_number_text(v.as_string());
+  if (s.empty()) return fallback;
   char* end = nullptr;
   const double f = std::strtod(s.c_str(), &end);
   return !s.empty() && *end == 0 ? Value(f) : fallback;
@@ -219,6 +250,7 @@ Value f_round(const Value& v, const CallArgs& a) {
   const Value* m = opt(a, 1, "method");
   const int digits = p ? int(std::clamp<int64_t>(p->as_int(), -300, 300)) : 0;
   const std::string method = m ? str_of(*m) : "common";
+  if (method == "common" && v.is_int()) return Value(v.as_int());  // Python's round(int, n) is the int
   if (method == "common" && digits >= 0 && std::isfinite(v.as_number())) {
     // Python's round() rounds the exact binary value half to even, as printf does.
     char buf[400];
@@ -345,6 +377,10 @@ Value f_batch(const Value& v, const CallArgs& a) {
 Value f_attr(const Value& v, const CallArgs& a) {
   const Value* n = a.get(0, "name");
   if (!n || !n->is_string()) render_fail("attr needs a name");
+  if (v.is_dict() && !v.as_dict().is_namespace) {  // getattr only: a dict's methods, not its keys
+    Value m = bound_method(v, n->as_string());
+    return m.is_undefined() ? Value::undefined(n->as_string()) : m;
+  }
   return get_attr(v, n->as_string());
 }
 

@@ -324,7 +324,7 @@ class Interpreter {
       case Expr::kList: {
         List l;
         for (const auto& x : e.args) l.push_back(eval(*x, scope));
-        return Value(std::move(l));
+        return e.negated ? Value::tuple(std::move(l)) : Value(std::move(l));
       }
       case Expr::kDict: {
         Value d = make_dict();

@@ -116,7 +116,7 @@ Value dict_method(const Value& d, const std::string& name, const CallArgs& a) {
   if (name == "items" || name == "keys" || name == "values") {
     List out;
     for (const auto& [k, v] : dict.items()) {
-      if (name == "items") out.push_back(Value(List{Value(k), v}));
+      if (name == "items") out.push_back(Value::tuple(List{Value(k), v}));
       else out.push_back(name == "keys" ? Value(k) : v);
     }
     return Value(std::move(out));

@@ -61,6 +61,7 @@ class ExprParser {
     ExprPtr first = with_condition ? expression() : or_expr();
     if (!is_op(",")) return first;
     ExprPtr list = node(Expr::kList, line);
+    list->negated = true;  // a tuple
     list->args.push_back(std::move(first));
     while (skip_op(",")) {
       if (at_end() || is_op(")") || is_name("if")) break;
@@ -191,7 +192,11 @@ class ExprParser {
     }
     if (tk.kind == Token::kInt || tk.kind == Token::kFloat) return number();
     if (skip_op("(")) {
-      if (skip_op(")")) return node(Expr::kList, line);  // ()
+      if (skip_op(")")) {  // ()
+        ExprPtr empty = node(Expr::kList, line);
+        empty->negated = true;
+        return empty;
+      }
       ExprPtr e = tuple();
       expect_op(")");
       return e;

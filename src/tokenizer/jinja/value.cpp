@@ -160,11 +160,12 @@ std::string py_repr(const Value& v) {
   if (v.is_string()) return repr_string(v.as_string());
   if (v.is_undefined()) return "Undefined";
   if (v.is_list()) {
-    std::string out = "[";
+    std::string out = v.is_tuple() ? "(" : "[";
     for (size_t i = 0; i < v.as_list().size(); ++i) {
       out += (i ? ", " : "") + py_repr(v.as_list()[i]);
       check_size(out.size());
     }
+    if (v.is_tuple()) return out + (v.as_list().size() == 1 ? ",)" : ")");
     return out + "]";
   }
   if (v.is_dict() && !v.as_dict().is_namespace) {

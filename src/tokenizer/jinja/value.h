@@ -60,6 +60,13 @@ class Value {
   Value(List l) : data_(std::make_shared<const List>(std::move(l))) {}
   Value(std::shared_ptr<Dict> d) : data_(std::move(d)) {}
   Value(Function f) : data_(std::make_shared<const Function>(std::move(f))) {}
+  // A Python tuple: a list that prints as (a, b) (dict.items(), tuple literals).
+  static Value tuple(List l) {
+    Value v(std::move(l));
+    v.tuple_ = true;
+    return v;
+  }
+  bool is_tuple() const { return tuple_ && is_list(); }
   static Value undefined(std::string name) {
     Value v;
     v.data_ = Undefined{std::move(name)};
@@ -91,6 +98,7 @@ class Value {
 
  private:
   Data data_;
+  bool tuple_ = false;
 };
 
 // Insertion-ordered string-keyed map (JSON objects, dict literals, namespaces, loop).

@@ -55,6 +55,7 @@ struct Stmt {
   std::vector<Body> bodies;            // if: a body per condition, then else; for: body, else
   std::vector<std::string> targets;    // for/set: names (several: unpacked); set: name, attribute
   ExprPtr filter;                      // for ... if filter
+  bool uses_loop = true;               // for: the body names `loop` (else no loop object is built)
   std::string attribute;               // set ns.attribute
   // macro: name in targets[0], parameter names in params, defaults (null: none)
   std::vector<std::string> params;

@@ -64,7 +64,7 @@ Value repeat(const Value& seq, int64_t n) {
     return Value(std::move(out));
   }
   const List& l = seq.as_list();
-  check_size(l.size() * size_t(std::min<int64_t>(n, int64_t(1) << 40)));
+  check_list_size(l.size() * size_t(std::min<int64_t>(n, int64_t(1) << 40)));
   List out;
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), l.begin(), l.end());
   return Value(std::move(out));
@@ -81,7 +81,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     return Value(a.as_string() + b.as_string());
   }
   if (op == "+" && a.is_list() && b.is_list()) {
-    check_size(a.as_list().size() + b.as_list().size());
+    check_list_size(a.as_list().size() + b.as_list().size());
     List l = a.as_list();
     l.insert(l.end(), b.as_list().begin(), b.as_list().end());
     return Value(std::move(l));
@@ -247,18 +247,18 @@ class Interpreter {
   Value loop_object(const List& items, size_t i) {
     auto loop = std::make_shared<Dict>();
     const auto n = int64_t(items.size()), k = int64_t(i);
-    loop->set("index", Value(k + 1));
-    loop->set("index0", Value(k));
-    loop->set("revindex", Value(n - k));
-    loop->set("revindex0", Value(n - k - 1));
-    loop->set("first", Value(k == 0));
-    loop->set("last", Value(k == n - 1));
-    loop->set("length", Value(n));
-    loop->set("depth", Value(1));
-    loop->set("depth0", Value(0));
-    loop->set("previtem", i > 0 ? items[i - 1] : Value::undefined("previtem"));
-    loop->set("nextitem", i + 1 < items.size() ? items[i + 1] : Value::undefined("nextitem"));
-    loop->set("cycle", Value(Function{"cycle", [k](CallArgs& a) {
+    loop->append_new("index", Value(k + 1));
+    loop->append_new("index0", Value(k));
+    loop->append_new("revindex", Value(n - k));
+    loop->append_new("revindex0", Value(n - k - 1));
+    loop->append_new("first", Value(k == 0));
+    loop->append_new("last", Value(k == n - 1));
+    loop->append_new("length", Value(n));
+    loop->append_new("depth", Value(1));
+    loop->append_new("depth0", Value(0));
+    loop->append_new("previtem", i > 0 ? items[i - 1] : Value::undefined("previtem"));
+    loop->append_new("nextitem", i + 1 < items.size() ? items[i + 1] : Value::undefined("nextitem"));
+    loop->append_new("cycle", Value(Function{"cycle", [k](CallArgs& a) {
                                         if (a.positional.empty()) render_fail("loop.cycle needs at least one value");
                                         return a.positional[size_t(k) % a.positional.size()];
                                       }}));
@@ -267,10 +267,11 @@ class Interpreter {
 
   void exec_for(const Stmt& s, Scope& scope, std::string& out) {
     const List items = loop_items(s, scope);
+    Scope body{{}, &scope};
     for (size_t i = 0; i < items.size(); ++i) {
       step(1);
-      Scope body{{}, &scope};  // fresh each iteration, as Jinja2's
-      body.vars["loop"] = loop_object(items, i);
+      body.vars.clear();  // fresh each iteration, as Jinja2's
+      if (s.uses_loop) body.vars["loop"] = loop_object(items, i);
       assign(body, s.targets, items[i]);
       if (exec(s.bodies[0], body, out) == Flow::kBreak) break;
     }
@@ -419,7 +420,7 @@ Value builtin_range(CallArgs& a) {
   if (step == 0) render_fail("range() arg 3 must not be zero");
   List l;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    check_size(l.size() + 1);
+    check_list_size(l.size() + 1);
     l.push_back(Value(i));
     if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
   }

@@ -50,7 +50,12 @@ Value get_item(const Value& obj, const Value& key) {
     return i < 0 ? Value::undefined(bracketed(py_str(key))) : obj.as_list()[size_t(i)];
   }
   if (obj.is_string() && key.is_int()) {
-    const std::vector<std::string> cps = code_points(obj.as_string());
+    const std::string& s = obj.as_string();
+    if (code_point_count(s) == s.size()) {  // ASCII: index the bytes
+      const int64_t i = index_of(key, s.size());
+      return i < 0 ? Value::undefined(bracketed(py_str(key))) : Value(std::string(1, s[size_t(i)]));
+    }
+    const std::vector<std::string> cps = code_points(s);
     const int64_t i = index_of(key, cps.size());
     return i < 0 ? Value::undefined(bracketed(py_str(key))) : Value(cps[size_t(i)]);
   }
@@ -61,7 +66,9 @@ Value get_item(const Value& obj, const Value& key) {
 namespace {
 
 // Python's slice.indices(n) and the positions it selects.
-std::vector<size_t> slice_positions(size_t n, const Value& start, const Value& stop, const Value& step) {
+// (bounds_only: just {begin, end} of a forward slice, or {} when it is empty.)
+std::vector<size_t> slice_positions(size_t n, const Value& start, const Value& stop, const Value& step,
+                                    bool bounds_only = false) {
   auto integer = [](const Value& v, const char* what) {
     if (!v.is_int()) render_fail(std::string("slice ") + what + " must be an integer or none");
     return v.as_int();
@@ -76,6 +83,7 @@ std::vector<size_t> slice_positions(size_t n, const Value& start, const Value& s
     return std::min<int64_t>(i, st < 0 ? len - 1 : len);
   };
   const int64_t b = clamp(start, st < 0 ? len - 1 : 0), e = clamp(stop, st < 0 ? -1 : len);
+  if (bounds_only) return b < e ? std::vector<size_t>{size_t(b), size_t(e)} : std::vector<size_t>{};
   std::vector<size_t> out;
   for (int64_t i = b; st > 0 ? i < e : i > e; i += st) out.push_back(size_t(i));
   return out;
@@ -85,8 +93,17 @@ std::vector<size_t> slice_positions(size_t n, const Value& start, const Value& s
 
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   if (obj.is_string()) {
-    const std::vector<std::string> cps = code_points(obj.as_string());
+    const std::string& s = obj.as_string();
     std::string out;
+    if (code_point_count(s) == s.size()) {  // ASCII: slice the bytes
+      if (step.is_none() || (step.is_int() && step.as_int() == 1)) {
+        const std::vector<size_t> ends = slice_positions(s.size(), start, stop, Value(None{}), true);
+        return Value(ends.empty() ? std::string() : s.substr(ends[0], ends[1] - ends[0]));
+      }
+      for (size_t i : slice_positions(s.size(), start, stop, step)) out += s[i];
+      return Value(std::move(out));
+    }
+    const std::vector<std::string> cps = code_points(s);
     for (size_t i : slice_positions(cps.size(), start, stop, step)) out += cps[i];
     return Value(std::move(out));
   }

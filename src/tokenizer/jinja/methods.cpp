@@ -64,6 +64,7 @@ Value string_method(const std::string& s, const std::string& name, const CallArg
     for (size_t i = 0; i < s.size(); ++i)
       if (s[i] == '\n' || s[i] == '\r') {
         out.push_back(Value(s.substr(from, i - from)));
+        check_list_size(out.size());
         if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
         from = i + 1;
       }
@@ -235,6 +236,7 @@ List py_split(const std::string& s, const Value* sep, int64_t maxsplit) {
       const size_t at = s.find(d, pos);
       if (at == std::string::npos) break;
       out.push_back(Value(s.substr(pos, at - pos)));
+      check_list_size(out.size());
       pos = at + d.size();
     }
     out.push_back(Value(s.substr(pos)));
@@ -260,6 +262,7 @@ List py_split(const std::string& s, const Value* sep, int64_t maxsplit) {
     const size_t from = i;
     while (i < s.size() && !py_space(cp_at(s, i, &n))) i += n;
     out.push_back(Value(s.substr(from, i - from)));
+    check_list_size(out.size());
     ++splits;
   }
   return out;

@@ -511,7 +511,9 @@ class StmtParser {
     if (tag.p.is_name("recursive")) tag.p.error("recursive loops are not supported");
     tag.p.expect_end();
     ++loops_;
+    const size_t first_segment = i_;
     s->bodies.push_back(parse_body({"else", "endfor"}));
+    s->uses_loop = mentions_loop(first_segment, i_);
     --loops_;
     Tag next = close({"else", "endfor"}, "for", tag.line);
     next.p.expect_end();
@@ -520,6 +522,16 @@ class StmtParser {
       close({"endfor"}, "for", tag.line).p.expect_end();
     }
     return s;
+  }
+
+  // Whether the code of segments [from, to) names `loop` (a cheap, conservative check).
+  bool mentions_loop(size_t from, size_t to) const {
+    for (size_t k = from; k < to && k < segs_.size(); ++k) {
+      if (segs_[k].kind == Segment::kText) continue;
+      for (const Token& t : tokenize(segs_[k].text, segs_[k].line, source_))
+        if (t.kind == Token::kName && t.text == "loop") return true;
+    }
+    return false;
   }
 
   std::unique_ptr<Stmt> set_stmt(Tag& tag) {

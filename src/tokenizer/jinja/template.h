@@ -16,8 +16,8 @@ namespace skim::jinja {
 struct Limits {
   int max_depth = 64;                 // parser nesting (blocks, parentheses)
   int max_eval_depth = 400;           // evaluation nesting, macro calls included
-  uint64_t max_steps = 20'000'000;    // evaluation steps, loop iterations, bytes/64 of strings built
-  size_t max_size = size_t(32) << 20; // bytes of output or of any string; elements of any list
+  uint64_t max_steps = 10'000'000;    // evaluation steps, loop iterations, bytes/64 of strings built
+  size_t max_size = size_t(32) << 20; // bytes of output or of any string; a 32nd as many list elements
 };
 
 class Template {

@@ -16,6 +16,9 @@ thread_local size_t size_limit = size_t(32) << 20;
 }
 
 void set_size_limit(size_t n) { size_limit = n; }
+void check_list_size(size_t n) {
+  if (n > size_limit / 32) render_fail("a list of " + std::to_string(n) + " elements exceeds the template limit of " + std::to_string(size_limit / 32));
+}
 void check_size(size_t n) {
   if (n > size_limit) render_fail("a string or list of " + std::to_string(n) + " exceeds the template limit of " + std::to_string(size_limit));
 }
@@ -62,7 +65,7 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
     }
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<Dict>();
-      for (const auto& [k, x] : j.items()) d->set(k, from_json(x, depth + 1));
+      for (const auto& [k, x] : j.items()) d->append_new(k, from_json(x, depth + 1));  // JSON keys are unique
       return Value(std::move(d));
     }
     default: return Value(None{});  // binary, discarded: not JSON a request can carry
@@ -373,6 +376,7 @@ std::string to_json(const Value& v, int indent, const std::string& item_sep, con
 }
 
 std::vector<std::string> code_points(const std::string& s) {
+  check_list_size(code_point_count(s));
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
     const size_t n = std::max<size_t>(1, tok::utf8_step(s, i).length);

@@ -26,8 +26,10 @@ struct RenderError : std::runtime_error {
 
 // The largest string (bytes) or list (elements) a render may build; set by the interpreter
 // for the render running on this thread. check_size throws a RenderError beyond it.
+// Lists may hold a 32nd as many elements (an element takes tens of bytes).
 void set_size_limit(size_t n);
 void check_size(size_t n);
+void check_list_size(size_t n);
 
 class Value;
 using List = std::vector<Value>;
@@ -106,6 +108,7 @@ class Dict {
  public:
   const Value* find(const std::string& key) const;
   void set(const std::string& key, Value v);
+  void append_new(std::string key, Value v) { items_.emplace_back(std::move(key), std::move(v)); }  // key not present
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
   size_t size() const { return items_.size(); }
   bool is_namespace = false;  // `{% set ns.x = ... %}` may assign its attributes

@@ -76,9 +76,23 @@ nlohmann::ordered_json to_template(const json& j, const char* field) {
   return nlohmann::ordered_json::parse(j.dump());
 }
 
+// OpenAI sends a tool call's arguments as a JSON string; templates expect the object (as
+// transformers' callers pass it, and as vLLM converts it), e.g. Llama 3.1's `arguments | tojson`.
+void parse_tool_call_arguments(nlohmann::ordered_json& msg) {
+  if (!msg.contains("tool_calls") || !msg["tool_calls"].is_array()) return;
+  for (auto& call : msg["tool_calls"]) {
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+    auto& f = call["function"];
+    if (!f.contains("arguments") || !f["arguments"].is_string()) continue;
+    auto parsed = nlohmann::ordered_json::parse(f["arguments"].get<std::string>(), nullptr, false);
+    if (!parsed.is_discarded() && parsed.is_object()) f["arguments"] = std::move(parsed);
+  }
+}
+
 // The prompt of a chat request: the model's chat template over `messages` (as transformers
-// receives them: content strings or content-part lists, tool messages; "developer" read as
-// "system"), `tools`, vLLM's `chat_template_kwargs` and `add_generation_prompt`; tokenized
+// receives them: content strings or content-part lists, tool messages, tool-call arguments as
+// objects; "developer" read as "system"), `tools`, vLLM's `chat_template_kwargs` and
+// `add_generation_prompt`; tokenized
 // as apply_chat_template does (the template writes any BOS).
 std::vector<int> chat_ids(const json& body, const ServedModel& m) {
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
@@ -90,6 +104,7 @@ std::vector<int> chat_ids(const json& body, const ServedModel& m) {
     if (!c.is_string() && !c.is_array() && !c.is_null()) bad("messages", "content must be a string or a list of parts");
     nlohmann::ordered_json msg = to_template(x, "messages");
     if (msg["role"] == "developer") msg["role"] = "system";
+    parse_tool_call_arguments(msg);
     in.messages.push_back(std::move(msg));
   }
   if (body.contains("tools") && !body["tools"].is_null()) {

@@ -589,6 +589,13 @@ TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
   EXPECT_EQ(s.reference.tokenizer().decode(p.request.prompt_ids), "system:be brief;user:ab;tool:42;f|True");
   EXPECT_THROW(parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"chat_template_kwargs", 1}}, Endpoint::kChat, echo),
                RequestError);
+  // A tool call's arguments arrive as a JSON string; the template gets the object.
+  ServedModel calls = m;
+  calls.chat = std::make_shared<const ChatTemplate>("{{ messages[0].tool_calls[0].function.arguments | tojson }}", "calls");
+  p = parse_request({{"messages", {{{"role", "assistant"}, {"content", nullptr},
+                                    {"tool_calls", {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", R"({"b": 1, "a": [2]})"}}}}}}}}}},
+                    Endpoint::kChat, calls);
+  EXPECT_EQ(s.reference.tokenizer().decode(p.request.prompt_ids), R"({"b": 1, "a": [2]})");
   try {
     parse_request({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}, Endpoint::kChat, chat);
     FAIL() << "expected an error";

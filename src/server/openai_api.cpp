@@ -69,11 +69,22 @@ bool deeper_than(const json& j, int limit) {
   return std::any_of(j.begin(), j.end(), [&](const json& x) { return deeper_than(x, limit - 1); });
 }
 
-// A field passed to the chat template as JSON (object key order: the parsed body's). Deep
-// nesting is refused first: copying it would recurse as deep.
-nlohmann::ordered_json to_template(const json& j, const char* field) {
+// A field passed to the chat template as JSON: `as_written` (the same field of the raw body,
+// object keys in the request's order, as transformers' callers' dicts keep them) when given,
+// else the parsed field re-serialised (keys sorted). Deep nesting is refused first: copying
+// it would recurse as deep.
+nlohmann::ordered_json to_template(const json& j, const char* field, const nlohmann::ordered_json* as_written) {
   if (deeper_than(j, 64)) bad(field, "nested deeper than 64 levels");
+  if (as_written) return *as_written;
   return nlohmann::ordered_json::parse(j.dump());
+}
+
+// body[name] (and [index]) of the raw body, or null when it is not there.
+const nlohmann::ordered_json* written(const nlohmann::ordered_json& raw, const char* name, int index = -1) {
+  if (!raw.is_object() || !raw.contains(name)) return nullptr;
+  const nlohmann::ordered_json& v = raw[name];
+  if (index < 0) return &v;
+  return v.is_array() && size_t(index) < v.size() ? &v[size_t(index)] : nullptr;
 }
 
 // OpenAI sends a tool call's arguments as a JSON string; templates expect the object (as
@@ -94,26 +105,29 @@ void parse_tool_call_arguments(nlohmann::ordered_json& msg) {
 // objects; "developer" read as "system"), `tools`, vLLM's `chat_template_kwargs` and
 // `add_generation_prompt`; tokenized
 // as apply_chat_template does (the template writes any BOS).
-std::vector<int> chat_ids(const json& body, const ServedModel& m) {
+std::vector<int> chat_ids(const json& body, const ServedModel& m, const std::string& raw_body) {
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
     bad("messages", "required, a non-empty list");
+  const nlohmann::ordered_json raw =
+      raw_body.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(raw_body, nullptr, false);
   ChatTemplateInputs in;
+  int i = 0;
   for (const json& x : body["messages"]) {
     if (!x.is_object() || !x.contains("role") || !x["role"].is_string()) bad("messages", "each needs a string role");
     const json c = x.contains("content") ? x["content"] : json();
     if (!c.is_string() && !c.is_array() && !c.is_null()) bad("messages", "content must be a string or a list of parts");
-    nlohmann::ordered_json msg = to_template(x, "messages");
+    nlohmann::ordered_json msg = to_template(x, "messages", written(raw, "messages", i++));
     if (msg["role"] == "developer") msg["role"] = "system";
     parse_tool_call_arguments(msg);
     in.messages.push_back(std::move(msg));
   }
   if (body.contains("tools") && !body["tools"].is_null()) {
     if (!body["tools"].is_array()) bad("tools", "must be a list");
-    in.tools = to_template(body["tools"], "tools");
+    in.tools = to_template(body["tools"], "tools", written(raw, "tools"));
   }
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) bad("chat_template_kwargs", "must be an object");
-    in.extra = to_template(body["chat_template_kwargs"], "chat_template_kwargs");
+    in.extra = to_template(body["chat_template_kwargs"], "chat_template_kwargs", written(raw, "chat_template_kwargs"));
   }
   read(body, "add_generation_prompt", in.add_generation_prompt, [](bool) { return true; }, "true or false");
   if (!m.chat)
@@ -185,7 +199,7 @@ void read_stop(const json& body, GenerationRequest& r) {
 
 }  // namespace
 
-ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedModel& m) {
+ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedModel& m, const std::string& raw_body) {
   if (!body.is_object()) throw RequestError("the body must be a JSON object", "");
   std::string model;
   if (read(body, "model", model, [](const std::string&) { return true; }, "a string") && model != m.name)
@@ -201,7 +215,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
   read_logprobs(body, endpoint, m, out);
   read(body, "policy", out.policy, [](const std::string& p) { return !p.empty(); }, "a policy string");
   read_stop(body, r);
-  r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m) : prompt_ids(body, m);
+  r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m, raw_body) : prompt_ids(body, m);
   if (out.echo) {
     const json& p = body["prompt"];
     const json& one = p.is_array() && p.size() == 1 && p[0].is_string() ? p[0] : p;

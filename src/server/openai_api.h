@@ -46,7 +46,10 @@ struct ServedModel {
 // Throws RequestError on a field of the wrong type or range, a feature skim does not serve
 // (best_of > 1, penalties, logit_bias, suffix; logprobs on a GPU engine), another
 // model's name, or a prompt longer than the context.
-ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const ServedModel& model);
+// `raw_body`: the body's text, when at hand: chat templates then see messages and tools with
+// their keys in the request's order (else sorted, as `body` holds them).
+ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const ServedModel& model,
+                            const std::string& raw_body = "");
 
 // Response objects. `id` e.g. "cmpl-7"; `created` in Unix seconds; `request` as parsed (echo,
 // logprobs); the tokenizer spells the tokens of logprobs.

@@ -150,7 +150,7 @@ struct Server::Impl {
     try {
       json body = json::parse(req.body, nullptr, false);
       if (body.is_discarded()) throw RequestError("the body is not valid JSON", "");
-      pr = parse_request(body, endpoint, model);
+      pr = parse_request(body, endpoint, model, req.body);
       if (!pr.policy.empty()) {
         try {
           engine.check_policy(pr.policy);

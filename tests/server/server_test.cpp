@@ -596,6 +596,14 @@ TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
                                     {"tool_calls", {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", R"({"b": 1, "a": [2]})"}}}}}}}}}},
                     Endpoint::kChat, calls);
   EXPECT_EQ(s.reference.tokenizer().decode(p.request.prompt_ids), R"({"b": 1, "a": [2]})");
+  // With the body's text, the template sees keys in the request's order (else sorted).
+  ServedModel dump = m;
+  dump.chat = std::make_shared<const ChatTemplate>("{{ tools | tojson }}", "dump");
+  const std::string raw = R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]})";
+  p = parse_request(json::parse(raw), Endpoint::kChat, dump, raw);
+  EXPECT_EQ(s.reference.tokenizer().decode(p.request.prompt_ids), R"([{"type": "function", "function": {"name": "f"}}])");
+  p = parse_request(json::parse(raw), Endpoint::kChat, dump);
+  EXPECT_EQ(s.reference.tokenizer().decode(p.request.prompt_ids), R"([{"function": {"name": "f"}, "type": "function"}])");
   try {
     parse_request({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}, Endpoint::kChat, chat);
     FAIL() << "expected an error";

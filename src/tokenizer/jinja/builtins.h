@@ -8,6 +8,14 @@
 
 namespace skim::jinja {
 
+// raise_exception(message) from the template: its message is the error.
+struct Raised : RenderError {
+  using RenderError::RenderError;
+};
+
+// range, dict, namespace, raise_exception.
+Dict global_functions();
+
 bool is_filter(const std::string& name);
 bool is_test(const std::string& name);
 Value apply_filter(const std::string& name, const Value& input, const CallArgs& args);

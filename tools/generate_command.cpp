@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "cli_common.h"
 #include "core/error.h"
@@ -20,7 +21,21 @@ struct GenerateArgs {
   std::string prompt_file;
   bool json = false;
   bool chat = false;
+  std::string chat_template;  // a Jinja file instead of the model's template
 };
+
+// --chat: the prompt as one user message through the chat template (rendered before the
+// model loads, so that a template error comes first).
+std::string chat_prompt(const GenerateArgs& a) {
+  std::optional<ChatTemplate> t;
+  if (!a.chat_template.empty()) t = ChatTemplate::from_file(a.chat_template, a.engine.model_dir);
+  else t = ChatTemplate::from_model_dir(a.engine.model_dir);
+  SKIM_REQUIRE(t.has_value(), "--chat: {} has no chat template (chat_template.jinja or tokenizer_config.json "
+               "chat_template); give one with --chat-template FILE", a.engine.model_dir.string());
+  ChatTemplateInputs in;
+  in.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", a.request.prompt}}});
+  return t->render(in);
+}
 }  // namespace
 
 void register_generate(CLI::App& root, std::function<void()>& run) {
@@ -40,7 +55,9 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
   app->add_flag("--json", args->json, "print one JSON object with the text and stats");
   app->add_option("--logprobs", r.logprobs, "with --json: each generated token's log-probability and N alternatives (CPU)")
       ->check(CLI::Range(0, 20));
-  app->add_flag("--chat", args->chat, "send the prompt as a user message in the model's chat format");
+  app->add_flag("--chat", args->chat, "send the prompt as a user message through the model's chat template");
+  app->add_option("--chat-template", args->chat_template, "with --chat: a Jinja chat template file instead of the model's")
+      ->check(CLI::ExistingFile);
 
   app->callback([app, args, &run] {
     run = [args] {
@@ -50,13 +67,12 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
       if (!a.prompt_file.empty()) a.request.prompt = read_text_file(a.prompt_file, "--prompt-file");
       SKIM_REQUIRE(!a.request.prompt.empty(), "give a prompt with --prompt or --prompt-file");
       SKIM_REQUIRE(a.request.logprobs < 0 || a.json, "--logprobs needs --json (they are part of its output)");
-      if (a.chat) {
-        const ChatFormat format = detect_chat_format(a.engine.model_dir);
-        SKIM_REQUIRE(format != ChatFormat::kNone, "--chat: {} has no chat template (tokenizer_config.json chat_template)",
-                     a.engine.model_dir.string());
-        a.request.prompt = render_chat(format, {{"user", a.request.prompt}});
-      }
+      SKIM_REQUIRE(a.chat || a.chat_template.empty(), "--chat-template needs --chat");
+      const std::string chat_text = a.chat ? chat_prompt(a) : "";
       Engine engine(a.engine);
+      // Tokenized as transformers' apply_chat_template does: the template writes the BOS, so
+      // no post-processor's is added.
+      if (a.chat) a.request.prompt_ids = engine.tokenizer().encode(chat_text, true);
       TextCallback stream;
       if (!a.json)
         stream = [](size_t, std::string_view t) {

@@ -46,6 +46,7 @@ struct ServeArgs {
   double request_timeout = 30;
   double drain_timeout = 30;
   int64_t http_threads = 0;
+  std::string chat_template;
 };
 
 #ifdef SKIM_HAVE_SERVER
@@ -77,6 +78,7 @@ void serve(ServeArgs& a) {
   so.host = a.host;
   so.port = a.port;
   so.model_dir = a.engine.model_dir;
+  so.chat_template_file = a.chat_template;
   so.model_name = a.name.empty() ? std::filesystem::absolute(a.engine.model_dir).filename().string() : a.name;
   if (so.model_name.empty()) so.model_name = "skim";
   so.http_threads = int(a.http_threads);
@@ -143,6 +145,8 @@ void register_serve(CLI::App& root, std::function<void()>& run) {
   app->add_option("--http-threads", args->http_threads,
                   "connections served at once (0: --parallel + --max-waiting + 16)")
       ->capture_default_str();
+  app->add_option("--chat-template", args->chat_template, "a Jinja chat template file instead of the model's")
+      ->check(CLI::ExistingFile);
   app->callback([args, &run] {
     run = [args] {
 #ifndef SKIM_HAVE_SERVER

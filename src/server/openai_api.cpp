@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 #include <random>
 
@@ -126,35 +127,85 @@ std::vector<int> prompt_ids(const json& body, const ServedModel& m) {
   return out;
 }
 
-std::vector<int> chat_ids(const json& body, const ServedModel& m) {
-  if (!body.contains("messages") || !body["messages"].is_array()) bad("messages", "required, a list");
-  std::vector<ChatMessage> msgs;
+bool deeper_than(const json& j, int limit) {
+  if (!j.is_structured()) return false;
+  if (limit == 0) return true;
+  return std::any_of(j.begin(), j.end(), [&](const json& x) { return deeper_than(x, limit - 1); });
+}
+
+// A field passed to the chat template as JSON: `as_written` (the same field of the raw body,
+// object keys in the request's order, as transformers' callers' dicts keep them) when given,
+// else the parsed field re-serialised (keys sorted). Deep nesting is refused first: copying
+// it would recurse as deep.
+nlohmann::ordered_json to_template(const json& j, const char* field, const nlohmann::ordered_json* as_written) {
+  if (deeper_than(j, 64)) bad(field, "nested deeper than 64 levels");
+  if (as_written) return *as_written;
+  return nlohmann::ordered_json::parse(j.dump());
+}
+
+// body[name] (and [index]) of the raw body, or null when it is not there.
+const nlohmann::ordered_json* written(const nlohmann::ordered_json& raw, const char* name, int index = -1) {
+  if (!raw.is_object() || !raw.contains(name)) return nullptr;
+  const nlohmann::ordered_json& v = raw[name];
+  if (index < 0) return &v;
+  return v.is_array() && size_t(index) < v.size() ? &v[size_t(index)] : nullptr;
+}
+
+// OpenAI sends a tool call's arguments as a JSON string; templates expect the object (as
+// transformers' callers pass it, and as vLLM converts it), e.g. Llama 3.1's `arguments | tojson`.
+void parse_tool_call_arguments(nlohmann::ordered_json& msg) {
+  if (!msg.contains("tool_calls") || !msg["tool_calls"].is_array()) return;
+  for (auto& call : msg["tool_calls"]) {
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+    auto& f = call["function"];
+    if (!f.contains("arguments") || !f["arguments"].is_string()) continue;
+    auto parsed = nlohmann::ordered_json::parse(f["arguments"].get<std::string>(), nullptr, false);
+    if (!parsed.is_discarded() && parsed.is_object()) f["arguments"] = std::move(parsed);
+  }
+}
+
+// The prompt of a chat request: the model's chat template over `messages` (as transformers
+// receives them: content strings or content-part lists, tool messages, tool-call arguments as
+// objects; "developer" read as "system"), `tools`, vLLM's `chat_template_kwargs` and
+// `add_generation_prompt`; tokenized
+// as apply_chat_template does (the template writes any BOS).
+std::vector<int> chat_ids(const json& body, const ServedModel& m, const std::string& raw_body) {
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+    bad("messages", "required, a non-empty list");
+  const nlohmann::ordered_json raw =
+      raw_body.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(raw_body, nullptr, false);
+  ChatTemplateInputs in;
+  int i = 0;
   for (const json& x : body["messages"]) {
     if (!x.is_object() || !x.contains("role") || !x["role"].is_string()) bad("messages", "each needs a string role");
-    ChatMessage cm{x["role"].get<std::string>(), ""};
-    const json& c = x.contains("content") ? x["content"] : json();
-    if (c.is_string()) {
-      cm.content = c.get<std::string>();
-    } else if (c.is_array()) {  // content parts: text only
-      for (const json& part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          bad("messages", "content parts must be of type text");
-        cm.content += part["text"].get<std::string>();
-      }
-    } else if (!c.is_null()) {
-      bad("messages", "content must be a string or a list of text parts");
-    }
-    msgs.push_back(std::move(cm));
+    const json c = x.contains("content") ? x["content"] : json();
+    if (!c.is_string() && !c.is_array() && !c.is_null()) bad("messages", "content must be a string or a list of parts");
+    nlohmann::ordered_json msg = to_template(x, "messages", written(raw, "messages", i++));
+    if (msg["role"] == "developer") msg["role"] = "system";
+    parse_tool_call_arguments(msg);
+    in.messages.push_back(std::move(msg));
   }
-  if (m.chat == ChatFormat::kNone)
-    bad("messages", "this model has no chat template (tokenizer_config.json chat_template): use /v1/completions");
+  if (body.contains("tools") && !body["tools"].is_null()) {
+    if (!body["tools"].is_array()) bad("tools", "must be a list");
+    in.tools = to_template(body["tools"], "tools", written(raw, "tools"));
+  }
+  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+    if (!body["chat_template_kwargs"].is_object()) bad("chat_template_kwargs", "must be an object");
+    in.extra = to_template(body["chat_template_kwargs"], "chat_template_kwargs", written(raw, "chat_template_kwargs"));
+  }
+  read_bool(body, "add_generation_prompt", in.add_generation_prompt);
+  if (!m.chat)
+    bad("messages", "this model has no chat template (chat_template.jinja or tokenizer_config.json chat_template; "
+                    "skim serve --chat-template FILE): use /v1/completions");
   std::string text;
   try {
-    text = render_chat(m.chat, msgs);
+    text = m.chat->render(in);
   } catch (const Error& e) {
     throw RequestError(e.what(), "messages");
   }
-  return encode_within_context(text, m, "messages");
+  // The rendered chat carries its own special tokens (and BOS, where the template writes one):
+  // tokenised as transformers does, adding none.
+  return encode_within_context(text, m, "messages", /*rendered_chat=*/true);
 }
 
 // max_tokens and the sampling fields, with OpenAI's defaults: completions stop at 16 tokens,
@@ -243,12 +294,13 @@ void fit_to_context(ParsedRequest& out, Endpoint endpoint, const ServedModel& m)
 
 }  // namespace
 
-std::vector<int> encode_within_context(const std::string& text, const ServedModel& m, const char* field) {
+std::vector<int> encode_within_context(const std::string& text, const ServedModel& m, const char* field,
+                                       bool rendered_chat) {
   // Every token spells at most max_token_bytes bytes, so a text longer than the context times
   // that cannot fit: refused before tokenising it (which costs time and memory).
   if (m.max_token_bytes > 0 && text.size() > size_t(m.max_context) * size_t(m.max_token_bytes))
     bad(field, fmt::format("{} bytes of text cannot fit this server's context of {} tokens", text.size(), m.max_context));
-  return m.tokenizer->encode_prompt(text);
+  return rendered_chat ? m.tokenizer->encode(text, true) : m.tokenizer->encode_prompt(text);
 }
 
 json parse_body(std::string_view text) {
@@ -266,7 +318,7 @@ json parse_body(std::string_view text) {
   return body;
 }
 
-ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedModel& m) {
+ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedModel& m, const std::string& raw_body) {
   if (!body.is_object()) throw RequestError("the body must be a JSON object", "");
   std::string model;
   if (read_string(body, "model", model) && model != m.name)
@@ -283,7 +335,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
   read_logprobs(body, endpoint, m, out);
   if (read_string(body, "policy", out.policy) && out.policy.empty()) bad("policy", "must be a policy string such as dense");
   read_stop(body, r);
-  r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m) : prompt_ids(body, m);
+  r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m, raw_body) : prompt_ids(body, m);
   if (out.echo) {
     const json& p = body["prompt"];
     const json& one = p.is_array() && p.size() == 1 && p[0].is_string() ? p[0] : p;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -43,7 +44,7 @@ inline constexpr int kMaxJsonDepth = 64;
 struct ServedModel {
   std::string name;  // the "model" a request may name (absent: any)
   const Tokenizer* tokenizer = nullptr;
-  ChatFormat chat = ChatFormat::kNone;
+  std::shared_ptr<const ChatTemplate> chat;  // null: no chat template (completions only)
   int max_context = 0;
   bool logprobs = true;  // false on a GPU engine (it samples on the device)
   int max_token_bytes = 0;  // the longest token's bytes (0: unknown): bounds a prompt's text
@@ -53,12 +54,18 @@ struct ServedModel {
 nlohmann::json parse_body(std::string_view text);
 // A prompt's text tokenised; refused (RequestError naming `field`) without tokenising when its
 // bytes cannot fit the context.
-std::vector<int> encode_within_context(const std::string& text, const ServedModel& model, const char* field);
+// A rendered chat (rendered_chat) is tokenised as transformers tokenises one: special tokens
+// recognised, none added; a plain prompt gets the tokenizer's BOS.
+std::vector<int> encode_within_context(const std::string& text, const ServedModel& model, const char* field,
+                                       bool rendered_chat = false);
 
 // Throws RequestError on a field of the wrong type or range, a feature skim does not serve
-// (best_of > 1, penalties, logit_bias, suffix, tools; logprobs on a GPU engine), another
+// (best_of > 1, penalties, logit_bias, suffix; logprobs on a GPU engine), another
 // model's name, or a prompt longer than the context.
-ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const ServedModel& model);
+// `raw_body`: the body's text, when at hand: chat templates then see messages and tools with
+// their keys in the request's order (else sorted, as `body` holds them).
+ParsedRequest parse_request(const nlohmann::json& body, Endpoint endpoint, const ServedModel& model,
+                            const std::string& raw_body = "");
 
 // Response objects. `id` e.g. "cmpl-7"; `created` in Unix seconds; `request` as parsed (echo,
 // logprobs); the tokenizer spells the tokens of logprobs.

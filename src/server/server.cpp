@@ -162,7 +162,10 @@ struct Server::Impl {
         http(limits_of(options, e)) {
     model.name = options.model_name;
     model.tokenizer = &e.tokenizer();
-    model.chat = detect_chat_format(options.model_dir);
+    if (!options.chat_template_file.empty())
+      model.chat = std::make_shared<const ChatTemplate>(ChatTemplate::from_file(options.chat_template_file, options.model_dir));
+    else if (auto t = ChatTemplate::from_model_dir(options.model_dir))
+      model.chat = std::make_shared<const ChatTemplate>(std::move(*t));
     model.max_context = e.max_context();
     model.logprobs = !e.on_gpu();
     for (int id = 0; id < model.tokenizer->vocab_size(); ++id)
@@ -177,7 +180,7 @@ struct Server::Impl {
             {"owned_by", "skim"},
             {"max_context", model.max_context},
             {"policy", scheduler.default_policy()},
-            {"chat_format", chat_format_name(model.chat)}};
+            {"chat_template", model.chat ? json(model.chat->source()) : json()}};
   }
 
   // Runs first for every request once httplib has read it whole: the request is in (its
@@ -292,7 +295,7 @@ struct Server::Impl {
   void handle(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
     ParsedRequest pr;
     try {
-      pr = parse_request(parse_body(req.body), endpoint, model);
+      pr = parse_request(parse_body(req.body), endpoint, model, req.body);
       if (!pr.policy.empty()) {
         try {
           engine.check_policy(pr.policy);

@@ -25,7 +25,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;               // 0: any free port (see bound_port)
   std::string model_name;        // what /v1/models lists and requests may name
-  std::filesystem::path model_dir;  // its tokenizer_config.json gives the chat format
+  std::filesystem::path model_dir;  // its chat template (chat_template.jinja, tokenizer_config.json)
+  std::filesystem::path chat_template_file;  // a Jinja chat template instead of the model's
   int http_threads = 0;          // connections served at once (0: running + waiting + 16, so
                                  // that requests in flight never hold every worker)
   int max_queued_connections = 256;  // accepted connections waiting for a worker (more: 503)

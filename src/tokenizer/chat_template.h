@@ -1,37 +1,60 @@
-// Chat prompts for /v1/chat/completions. A Hugging Face model carries its chat format as a
-// Jinja template (tokenizer_config.json "chat_template"); skim does not run Jinja: it
-// recognises the three formats its model families use by their marker tokens and renders
-// them itself. A template it does not recognise, or none, is an error naming the file.
+// Chat prompts: the model's own Jinja chat template, rendered as transformers'
+// apply_chat_template renders it (src/tokenizer/jinja). The template comes, in transformers'
+// order, from chat_template.jinja in the model directory, else tokenizer_config.json's
+// "chat_template" (a string, or a list of {name, template}: "default", and "tool_use" when
+// tools are given); or from a file the user names (--chat-template). The special tokens'
+// strings (bos_token, eos_token, ...) come from tokenizer_config.json.
+//
+// The rendered text carries the BOS itself when the template writes {{ bos_token }}:
+// tokenize it with Tokenizer::encode (no post-processor BOS), as transformers does with
+// add_special_tokens=False.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
+#include <ctime>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
-#include <vector>
 
 namespace skim {
 
-enum class ChatFormat {
-  kNone,     // no chat template: completions only
-  kChatML,   // Qwen2/2.5/3: <|im_start|>role\ncontent<|im_end|>\n
-  kLlama3,   // Llama 3/3.1: <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
-  kMistral,  // Mistral/Llama 2: [INST] user [/INST] assistant</s>
+namespace jinja {
+class Template;
+}
+
+struct ChatTemplateInputs {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{role, content, ...}]
+  nlohmann::ordered_json tools;      // null: none (the template sees None)
+  nlohmann::ordered_json documents;  // null: none
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // more variables (enable_thinking, ...)
+  bool add_generation_prompt = true;
+  std::optional<std::tm> now;  // what strftime_now formats (unset: the local time now)
 };
 
-struct ChatMessage {
-  std::string role;  // system, user, assistant
-  std::string content;
+class ChatTemplate {
+ public:
+  // nullopt when the directory has no chat template. Throws skim::Error naming the file on a
+  // template that does not parse or a malformed tokenizer_config.json.
+  static std::optional<ChatTemplate> from_model_dir(const std::filesystem::path& dir);
+  // A template file of the user's; special tokens still come from model_dir.
+  static ChatTemplate from_file(const std::filesystem::path& file, const std::filesystem::path& model_dir);
+  // A template given as text; `special_tokens` an object of name -> string.
+  ChatTemplate(const std::string& text, const std::string& source,
+               nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object(),
+               const std::string& tool_use_text = "");
+
+  // Throws skim::Error "source:line: message" (raise_exception's message included).
+  std::string render(const ChatTemplateInputs& in) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string render_inputs(const ChatTemplateInputs& in) const;
+
+  std::string source_;
+  std::shared_ptr<const jinja::Template> default_, tool_use_;
+  nlohmann::ordered_json special_tokens_;
 };
-
-// Reads tokenizer_config.json in model_dir (absent: kNone). Throws skim::Error when it has a
-// chat_template of no known format.
-ChatFormat detect_chat_format(const std::filesystem::path& model_dir);
-ChatFormat chat_format_of_template(const std::string& jinja, const std::string& source);
-
-// The prompt for the assistant's next message (the BOS, when the model uses one, comes from
-// the tokenizer's encode_prompt). Throws skim::Error on an unknown role or (Mistral) a
-// conversation that does not alternate user/assistant.
-std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages);
-
-const char* chat_format_name(ChatFormat format);
 
 }  // namespace skim

@@ -60,6 +60,22 @@ TEST(Cli, GeneratesFromTheDemoModel) {
   EXPECT_GT(j["kv_bytes_per_step"].get<double>(), 0);
 }
 
+// --chat with --chat-template: the prompt goes through the given template (the demo model has
+// none); a template that raises is a user error naming the file and line.
+TEST(Cli, ChatWithATemplateFile) {
+  const fs::path dir = fs::temp_directory_path() / ("skim-cli-chat-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "ok.jinja") << "{% for m in messages %}# {{ m.role }}: {{ m.content }}\n{% endfor %}";
+  std::ofstream(dir / "bad.jinja") << "\n{{ raise_exception('no ' ~ messages[0].role ~ ' here') }}";
+  Result r = run("generate -p 'x = 1' -n 2 --ignore-eos --json --chat --chat-template " + (dir / "ok.jinja").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_GT(j["prompt_tokens"].get<int>(), 5);
+  expect_user_error("generate -p x --chat --chat-template " + (dir / "bad.jinja").string(), "bad.jinja:2: raise_exception: no user here");
+  expect_user_error("generate -p x --chat-template " + (dir / "ok.jinja").string(), "--chat-template needs --chat");
+  fs::remove_all(dir);
+}
+
 TEST(Cli, BadFlags) {
   expect_user_error("generate --bogus 1 -p x", "--bogus");
   expect_user_error("", "subcommand");

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Seed corpora for the model-loading fuzzers: small valid safetensors files and config.json
-variants (every family and all three RoPE spellings). Usage: make_seeds.py OUT_DIR"""
+"""Seed corpora for the fuzzers: small valid safetensors files and config.json variants (every
+family and all three RoPE spellings); chat templates (the fixtures of
+tests/fixtures/chat_templates, alone and followed by a NUL and a conversation's messages).
+Usage: make_seeds.py OUT_DIR"""
 import json
 import struct
 import sys
@@ -50,6 +52,19 @@ def main(out):
     (cfg / "qwen2_window").write_text(json.dumps(dict(base, model_type="qwen2", use_sliding_window=True,
                                                       sliding_window=64, max_window_layers=0,
                                                       eos_token_id=[1, 2])))
+
+    chat_seeds(Path(out) / "chat_template")
+
+
+def chat_seeds(out):
+    out.mkdir(parents=True, exist_ok=True)
+    fixtures = ROOT / "tests/fixtures/chat_templates"
+    conversations = json.loads((fixtures / "cases.json").read_text())["conversations"]
+    for t in sorted((fixtures / "templates").glob("*.jinja")):
+        text = t.read_bytes()
+        (out / t.stem).write_bytes(text)
+        for c in conversations[::3]:
+            (out / f"{t.stem}-{c['name']}").write_bytes(text + b"\0" + json.dumps(c["messages"]).encode())
 
 
 if __name__ == "__main__":

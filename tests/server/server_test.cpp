@@ -40,7 +40,14 @@ EngineOptions demo_options() {
   return o;
 }
 
-// One server for the whole binary; its chat format comes from a temporary directory holding a
+// A ChatML template that refuses roles it does not know, as a real one would.
+const char* kChatML =
+    "{% for m in messages %}{% if m.role not in ['system', 'user', 'assistant', 'tool'] %}"
+    "{{ raise_exception('unknown role ' ~ m.role) }}{% endif %}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+// One server for the whole binary; its chat template comes from a temporary directory holding a
 // ChatML tokenizer_config.json (the demo model has no chat template).
 struct Served {
   Engine engine{demo_options()};
@@ -52,7 +59,7 @@ struct Served {
 
   Served() {
     fs::create_directories(chat_dir);
-    std::ofstream(chat_dir / "tokenizer_config.json") << R"({"chat_template": "<|im_start|>"})";
+    std::ofstream(chat_dir / "tokenizer_config.json") << json{{"chat_template", kChatML}}.dump();
     ServerOptions so;
     so.port = 0;
     so.model_name = "demo";
@@ -392,7 +399,7 @@ TEST(Server, ModelsHealthAndMetrics) {
   json j = json::parse(m->body);
   EXPECT_EQ(j["data"][0]["id"], "demo");
   EXPECT_EQ(j["data"][0]["max_context"], kCtx);
-  EXPECT_EQ(j["data"][0]["chat_format"], "chatml");
+  EXPECT_EQ(j["data"][0]["chat_template"], (served().chat_dir / "tokenizer_config.json").string());
   EXPECT_EQ(json::parse(c.Get("/health")->body)["status"], "ok");
   auto none = c.Get("/v1/nothing");
   ASSERT_TRUE(none);
@@ -561,7 +568,7 @@ TEST(Server, PrefixCacheResumesAndEqualsAFreshPrefill) {
 // parse_request alone: defaults and checks without a server.
 TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
   Served& s = served();
-  ServedModel m{"demo", &s.reference.tokenizer(), ChatFormat::kNone, kCtx};
+  ServedModel m{"demo", &s.reference.tokenizer(), nullptr, kCtx};
   ParsedRequest p = parse_request({{"prompt", "x"}}, Endpoint::kCompletions, m);
   EXPECT_EQ(p.request.max_tokens, 16);
   EXPECT_FLOAT_EQ(p.request.sampling.temperature, 1.0f);
@@ -578,7 +585,7 @@ TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
     EXPECT_NE(std::string(e.what()).find("/v1/completions"), std::string::npos);
   }
   ServedModel chat = m;
-  chat.chat = ChatFormat::kChatML;
+  chat.chat = std::make_shared<const ChatTemplate>(kChatML, "chatml");
   p = parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, Endpoint::kChat, chat);
   EXPECT_EQ(p.request.max_tokens, kCtx - int(p.request.prompt_ids.size()));  // chat: up to the context
   EXPECT_THROW(parse_request(json::array(), Endpoint::kCompletions, m), RequestError);
@@ -589,6 +596,43 @@ TEST(OpenAiApi, DefaultsFollowOpenAiAndChecksNameTheField) {
                RequestError);
   EXPECT_THROW(parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, Endpoint::kChat, chat),
                RequestError);  // top_logprobs without logprobs: true
+  // The chat template sees messages as sent (developer read as system), tools and
+  // chat_template_kwargs; its errors name messages.
+  ServedModel echo = m;
+  echo.chat = std::make_shared<const ChatTemplate>(
+      "{% for m in messages %}{{ m.role }}:{{ m.content if m.content is string else m.content | map(attribute='text') | join }};"
+      "{% endfor %}{{ tools | map(attribute='function.name') | join(',') if tools }}|{{ flag }}", "echo");
+  p = parse_request({{"messages", {{{"role", "developer"}, {"content", "be brief"}},
+                                   {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
+                                   {{"role", "tool"}, {"content", "42"}}}},
+                     {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}},
+                     {"chat_template_kwargs", {{"flag", true}}}},
+                    Endpoint::kChat, echo);
+  EXPECT_EQ(s.reference.tokenizer().decode(p.request.prompt_ids), "system:be brief;user:ab;tool:42;f|True");
+  EXPECT_THROW(parse_request({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"chat_template_kwargs", 1}}, Endpoint::kChat, echo),
+               RequestError);
+  // A tool call's arguments arrive as a JSON string; the template gets the object.
+  ServedModel calls = m;
+  calls.chat = std::make_shared<const ChatTemplate>("{{ messages[0].tool_calls[0].function.arguments | tojson }}", "calls");
+  p = parse_request({{"messages", {{{"role", "assistant"}, {"content", nullptr},
+                                    {"tool_calls", {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", R"({"b": 1, "a": [2]})"}}}}}}}}}},
+                    Endpoint::kChat, calls);
+  EXPECT_EQ(s.reference.tokenizer().decode(p.request.prompt_ids), R"({"b": 1, "a": [2]})");
+  // With the body's text, the template sees keys in the request's order (else sorted).
+  ServedModel dump = m;
+  dump.chat = std::make_shared<const ChatTemplate>("{{ tools | tojson }}", "dump");
+  const std::string raw = R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]})";
+  p = parse_request(json::parse(raw), Endpoint::kChat, dump, raw);
+  EXPECT_EQ(s.reference.tokenizer().decode(p.request.prompt_ids), R"([{"type": "function", "function": {"name": "f"}}])");
+  p = parse_request(json::parse(raw), Endpoint::kChat, dump);
+  EXPECT_EQ(s.reference.tokenizer().decode(p.request.prompt_ids), R"([{"function": {"name": "f"}, "type": "function"}])");
+  try {
+    parse_request({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}, Endpoint::kChat, chat);
+    FAIL() << "expected an error";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.param, "messages");
+    EXPECT_NE(std::string(e.what()).find("unknown role robot"), std::string::npos) << e.what();
+  }
   ServedModel gpu = m;
   gpu.logprobs = false;
   EXPECT_THROW(parse_request({{"prompt", "x"}, {"logprobs", 1}}, Endpoint::kCompletions, gpu), RequestError);

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -12,6 +13,7 @@
 #include "eval/eval_runner.h"
 #include "eval/ppl_plot.h"
 #include "eval/report.h"
+#include "tokenizer/chat_template.h"
 
 namespace skim::cli {
 
@@ -57,6 +59,20 @@ eval::ProgressFn status_lines() {
   };
 }
 
+// The needle task's prompts: one user message through the model's chat template, the
+// assistant's turn opened (none without a template: the task then says so).
+eval::ChatRender user_turn_renderer(const std::filesystem::path& model_dir, const eval::EvalOptions& o) {
+  if (!o.has("needle")) return {};
+  std::optional<ChatTemplate> t = ChatTemplate::from_model_dir(model_dir);
+  SKIM_REQUIRE(t.has_value(), "--tasks needle asks through the model's chat template, and {} has none "
+               "(chat_template.jinja or tokenizer_config.json chat_template)", model_dir.string());
+  return [t = std::move(*t)](const std::string& user) {
+    ChatTemplateInputs in;
+    in.messages.push_back({{"role", "user"}, {"content", user}});
+    return t.render(in);
+  };
+}
+
 void run_eval_command(EvalArgs& a) {
   eval::EvalOptions& o = a.options;
   o.policies = eval::parse_policies(a.policies);
@@ -91,7 +107,7 @@ void run_eval_command(EvalArgs& a) {
   Engine engine(a.engine);
   if (o.has("passkey") || o.has("needle") || o.runs_windows()) engine.tokenizer();  // fails early without one
 
-  eval::EvalResults r = eval::run_eval(engine, corpus, o, status_lines());
+  eval::EvalResults r = eval::run_eval(engine, corpus, o, status_lines(), user_turn_renderer(a.engine.model_dir, o));
   if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");
   r.model = a.engine.model_dir.string();
   if (a.json) {

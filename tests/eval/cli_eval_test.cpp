@@ -6,6 +6,9 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "../real_model.h"
 
 namespace {
 
@@ -33,6 +36,8 @@ TEST(EvalCommand, BadFlagsNameTheFlag) {
       {"--policy budget=0.1,quest", "comes before any policy name"},
       {"--tasks agree --plot /tmp/x.png", "--plot"},
       {"--buckets 0 --tasks ppl", "--buckets"},
+      {"--tasks needle --needles number,colour", "--needles: unknown kind 'colour'"},
+      {"--tasks needle --lengths 4096", "chat template"},  // the demo model has none
   };
   for (const auto& [args, message] : cases) {
     auto [status, out] = run(args);
@@ -40,6 +45,21 @@ TEST(EvalCommand, BadFlagsNameTheFlag) {
     EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
     EXPECT_EQ(out.find("internal error"), std::string::npos) << out;
   }
+}
+
+// The needle task end to end on the real model, through its own chat template: dense finds a
+// number hidden in 600 tokens of code.
+TEST(EvalCommand, NeedleTaskRunsThroughTheChatTemplate) {
+  if (!std::filesystem::exists(kSkim)) GTEST_SKIP() << kSkim << " not built";
+  SKIM_REQUIRE_SMOLLM2();
+  auto [status, out] = run("-m " + skim::test::smollm2_dir().string() +
+                           " --tasks needle --needles number --policy dense --ctx 640 --lengths 640 --prompts 1"
+                           " --depths 0.5 --json");
+  ASSERT_EQ(status, 0) << out;
+  const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+  const auto& cell = j["policies"][0]["needle"]["number"]["640"];
+  EXPECT_EQ(cell["total"], 1) << out;
+  EXPECT_EQ(cell["correct"], 1) << out;  // measured: the answer is the number
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "golden_fixture.h"
 #include "model/safetensors.h"
 #include "skim/engine.h"
 
@@ -17,22 +18,8 @@ namespace {
 
 const std::filesystem::path kRoot = SKIM_SOURCE_DIR;
 
-struct Golden {
-  nlohmann::json meta;
-  std::unique_ptr<SafetensorsFile> tensors;
-  const float* rows(const char* name) const {
-    return static_cast<const float*>(tensors->tensors().at(name).data);
-  }
-};
-
-Golden load_golden(const std::string& name) {
-  auto dir = kRoot / "tests/fixtures/golden" / name;
-  std::ifstream in(dir / "golden.json");
-  Golden g;
-  g.meta = nlohmann::json::parse(in);
-  g.tensors = std::make_unique<SafetensorsFile>(dir / "golden.safetensors");
-  return g;
-}
+using Golden = test::GoldenCase;
+Golden load_golden(const std::string& name) { return test::load_golden_case(name); }
 
 // fp32 on both sides, different summation orders: measured differences are about 1e-5 (4K
 // tokens of the demo model), bf16 compute would be about 0.3. The bound is absolute on logits

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../real_model.h"
+#include "golden_fixture.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "skim/engine.h"
@@ -31,23 +32,8 @@ const std::filesystem::path kRoot = SKIM_SOURCE_DIR;
 // bound, so every argmax is asserted and free-running greedy must give the same tokens.
 constexpr float kLogitTol = 1e-3f;
 
-struct Case {
-  nlohmann::json meta;
-  std::unique_ptr<SafetensorsFile> tensors;
-  template <class T>
-  const T* rows(const char* name) const {
-    return static_cast<const T*>(tensors->tensors().at(name).data);
-  }
-};
-
-Case load_case(const std::string& name) {
-  auto dir = kRoot / "tests/fixtures/golden" / name;
-  std::ifstream in(dir / "golden.json");
-  Case c;
-  c.meta = nlohmann::json::parse(in);
-  c.tensors = std::make_unique<SafetensorsFile>(dir / "golden.safetensors");
-  return c;
-}
+using Case = test::GoldenCase;
+Case load_case(const std::string& name) { return test::load_golden_case(name); }
 
 float logsumexp(const float* x, int n) {
   const float m = *std::max_element(x, x + n);

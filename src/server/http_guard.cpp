@@ -338,8 +338,8 @@ thread_local bool tl_refuse = false;  // the pool is full: answer 503 without se
 
 }  // namespace
 
-// Workers serving connections, a bounded queue in front of them. httplib hands each accepted
-// connection to enqueue() on its listening thread.
+// Workers serving connections, a bounded queue in front of them, served newest first. httplib
+// hands each accepted connection to enqueue() on its listening thread.
 class GuardedHttpServer::Pool : public httplib::TaskQueue {
  public:
   Pool(int threads, int max_queued, std::shared_ptr<Registry> registry)
@@ -380,8 +380,10 @@ class GuardedHttpServer::Pool : public httplib::TaskQueue {
         cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
         --idle_;
         if (jobs_.empty()) return;  // stopping, and nothing left to serve
-        fn = std::move(jobs_.front());
-        jobs_.pop_front();
+        // Newest first: a connection that just arrived (a probe, a fresh request) is served
+        // before older ones still queued behind slow clients, which their deadline ends anyway.
+        fn = std::move(jobs_.back());
+        jobs_.pop_back();
       }
       fn();
     }

@@ -10,9 +10,10 @@
 //     Transfer-Encoding (400), a body over --max-body (413), a compressed body (415), a form
 //     body over the HTTP layer's 8 KB form limit (415, naming the JSON content type);
 //   - the whole request (head and body) must arrive within the request timeout (408);
-//   - a bounded pool of workers serves connections; when every worker is busy, the connection
-//     that has been reading its request longest is cut (a slow client yields to a new one),
-//     and when even the queue is full a new connection gets 503 at once;
+//   - a bounded pool of workers serves connections, newest first; when every worker is busy,
+//     the connection that has been reading its request longest is cut (a slow client yields
+//     to a new one, which takes its worker), and when even the queue is full a new connection
+//     gets 503 at once;
 //   - a handler can ask whether its client has hung up (client_gone), to cancel work nobody
 //     will read.
 #pragma once

@@ -77,7 +77,7 @@ def main(out, md):
         name, family = os.path.basename(path)[:-5].rsplit("-", 1)
         pieces.setdefault(name, {})[family] = json.load(open(path))
     L = ["<!-- frontier:begin -->", "## The quality/bytes frontier", "",
-         "Written by `bench/frontier.sh` / `bench/frontier_report.py` from `bench/results/frontier/`."
+         f"Written by `bench/frontier.sh` / `bench/frontier_report.py` from `{out}/`."
          " Perplexity: teacher-forced decode after a dense prefill (DESIGN.md section 7), relative to dense"
          " on the same windows; retrieval: the needle task (SmolLM2, through its chat template) or the"
          " passkey task (demo model), all kinds and lengths together; KV read: bytes per decode step"

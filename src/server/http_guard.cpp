@@ -53,7 +53,6 @@ const char* reason(int status) {
     case 415: return "Unsupported Media Type";
     case 431: return "Request Header Fields Too Large";
     case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
     default: return "Error";
   }
 }
@@ -190,14 +189,14 @@ void send_all(int fd, std::string_view data) {
 // Answers with `r` (when it has a status) and closes. The client may still be sending: its
 // bytes are read and dropped for a moment, since closing a socket with unread bytes resets the
 // connection and the client could lose the answer.
-void reply_and_close(int fd, const Refusal& r, const char* extra_headers = "") {
+void reply_and_close(int fd, const Refusal& r) {
   if (r.status != 0) {
     timeval tv{1, 0};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     const std::string body = error_json(r.message, r.type);
     send_all(fd, fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
-                             "Connection: close\r\n{}\r\n{}",
-                             r.status, reason(r.status), body.size(), extra_headers, body));
+                             "Connection: close\r\n\r\n{}",
+                             r.status, reason(r.status), body.size(), body));
     shutdown(fd, SHUT_WR);
     char sink[16384];
     const auto until = Clock::now() + std::chrono::milliseconds(250);
@@ -334,7 +333,6 @@ class DeadlineStream final : public httplib::Stream {
 thread_local GuardedHttpServer::Registry* tl_registry = nullptr;
 thread_local std::list<GuardedHttpServer::Registry::Conn>::iterator tl_conn;
 thread_local DeadlineStream* tl_stream = nullptr;
-thread_local bool tl_refuse = false;  // the pool is full: answer 503 without serving
 
 }  // namespace
 
@@ -342,19 +340,11 @@ thread_local bool tl_refuse = false;  // the pool is full: answer 503 without se
 // hands each accepted connection to enqueue() on its listening thread.
 class GuardedHttpServer::Pool : public httplib::TaskQueue {
  public:
-  Pool(int threads, int max_queued, std::shared_ptr<Registry> registry)
-      : max_queued_(size_t(std::max(1, max_queued))), registry_(std::move(registry)) {
+  Pool(int threads, std::shared_ptr<Registry> registry) : registry_(std::move(registry)) {
     for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { work(); });
   }
   void enqueue(std::function<void()> fn) override {
     std::unique_lock<std::mutex> lk(mu_);
-    if (jobs_.size() >= max_queued_) {  // run here, refusing: the connection gets its 503 now
-      lk.unlock();
-      tl_refuse = true;
-      fn();
-      tl_refuse = false;
-      return;
-    }
     jobs_.push_back(std::move(fn));
     const bool starved = idle_ < jobs_.size();
     lk.unlock();
@@ -389,7 +379,6 @@ class GuardedHttpServer::Pool : public httplib::TaskQueue {
     }
   }
 
-  size_t max_queued_;
   std::shared_ptr<Registry> registry_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -401,7 +390,7 @@ class GuardedHttpServer::Pool : public httplib::TaskQueue {
 
 GuardedHttpServer::GuardedHttpServer(const GuardLimits& limits)
     : limits_(limits), registry_(std::make_shared<Registry>()) {
-  new_task_queue = [l = limits_, r = registry_] { return new Pool(l.threads, l.max_queued, r); };
+  new_task_queue = [l = limits_, r = registry_] { return new Pool(l.threads, r); };
   set_payload_max_length(limits_.max_body);  // chunked bodies (the gate checks Content-Length)
 }
 
@@ -429,12 +418,6 @@ uint64_t GuardedHttpServer::connections_refused() const { return registry_->refu
 
 // Replaces httplib's own: the gate first, then one request over a DeadlineStream, then close.
 bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
-  if (tl_refuse) {
-    registry_->refused += 1;
-    reply_and_close(sock, Refusal{503, "the server is at its connection limit; retry shortly", "server_busy"},
-                    "Retry-After: 1\r\n");
-    return false;
-  }
   auto conn = registry_->add(sock);
   const auto deadline = conn->since + limits_.request_timeout;
   if (std::optional<Refusal> r = gate(sock, limits_, deadline)) {

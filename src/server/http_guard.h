@@ -12,8 +12,7 @@
 //   - the whole request (head and body) must arrive within the request timeout (408);
 //   - a bounded pool of workers serves connections, newest first; when every worker is busy,
 //     the connection that has been reading its request longest is cut (a slow client yields
-//     to a new one, which takes its worker), and when even the queue is full a new connection
-//     gets 503 at once;
+//     to a new one, which takes its worker);
 //   - a handler can ask whether its client has hung up (client_gone), to cancel work nobody
 //     will read.
 #pragma once
@@ -33,7 +32,6 @@ struct GuardLimits {
   size_t max_uri = 8192;               // the request target
   std::chrono::milliseconds request_timeout{30000};  // to receive a whole request
   int threads = 64;                    // workers: connections served at once
-  int max_queued = 256;                // connections waiting for a worker; more get 503
 };
 
 // The JSON error body the server answers with (OpenAI's shape); shared with the handlers.
@@ -56,7 +54,7 @@ class GuardedHttpServer : public httplib::Server {
 
   const GuardLimits& limits() const { return limits_; }
   uint64_t connections_cut() const;    // slow or evicted readers
-  uint64_t connections_refused() const;  // gate refusals and 503s for a full queue
+  uint64_t connections_refused() const;  // gate refusals
 
   struct Registry;  // (the live connections; in the .cpp)
   class Pool;

@@ -151,7 +151,6 @@ struct Server::Impl {
     l.request_timeout = o.request_timeout;
     const int running = o.max_running > 0 ? o.max_running : e.max_sequences();
     l.threads = o.http_threads > 0 ? o.http_threads : running + o.max_waiting + 16;
-    l.max_queued = o.max_queued_connections;
     return l;
   }
 

@@ -29,7 +29,6 @@ struct ServerOptions {
   std::filesystem::path chat_template_file;  // a Jinja chat template instead of the model's
   int http_threads = 0;          // connections served at once (0: running + waiting + 16, so
                                  // that requests in flight never hold every worker)
-  int max_queued_connections = 256;  // accepted connections waiting for a worker (more: 503)
   size_t max_body = size_t(8) << 20;  // request body bytes (413 beyond)
   std::chrono::milliseconds request_timeout{30000};  // to receive a whole request
   std::string api_key;           // when set, /v1/* needs "Authorization: Bearer <api_key>"

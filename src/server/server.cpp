@@ -462,7 +462,7 @@ struct Server::Impl {
            double(rejected.load()));
     metric("connections_cut_total", "counter", "connections cut for sending their request too slowly, or to make room",
            double(http.connections_cut()));
-    metric("connections_refused_total", "counter", "connections refused at the HTTP layer (limits, malformed, full)",
+    metric("connections_refused_total", "counter", "connections refused at the HTTP layer (limits, malformed, timed out)",
            double(http.connections_refused()));
     metric("prompt_tokens_total", "counter", "prompt tokens prefilled", double(m.prompt_tokens));
     metric("generated_tokens_total", "counter", "tokens generated", double(m.generated_tokens));

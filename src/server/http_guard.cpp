@@ -41,7 +41,6 @@ constexpr size_t kMaxHeaders = 100;
 struct Refusal {
   int status = 0;  // 0: close without an answer (the client left, or sent nothing)
   std::string message;
-  std::string type = "invalid_request_error";
 };
 
 const char* reason(int status) {
@@ -193,7 +192,7 @@ void reply_and_close(int fd, const Refusal& r) {
   if (r.status != 0) {
     timeval tv{1, 0};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    const std::string body = error_json(r.message, r.type);
+    const std::string body = error_json(r.message, "invalid_request_error");
     send_all(fd, fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
                              "Connection: close\r\n\r\n{}",
                              r.status, reason(r.status), body.size(), body));

@@ -167,7 +167,6 @@ TEST(HostileClients, SlowClientsDoNotLockOthersOut) {
   std::vector<int> slow;
   for (int i = 0; i < 16; ++i) slow.push_back(connect_to(s.port));
   std::thread trickler([&] {
-    send_all(slow[0], "");  // (the connections are open; now trickle)
     for (int line = 0; !stop; ++line) {
       for (int fd : slow) send_all(fd, line == 0 ? std::string("POST /v1/completions HTTP/1.1\r\n") : "X-Slow: 1\r\n");
       std::this_thread::sleep_for(std::chrono::milliseconds(250));

@@ -25,7 +25,7 @@ struct EvalArgs {
   std::string tasks = "ppl,error,passkey,agree";
   std::string lengths, depths = "0.1,0.3,0.5,0.7,0.9", keys = "1,4", needles = "number,word,code";
   std::vector<std::string> data;
-  std::string plot;
+  std::string plot, question = "policy";
   bool json = false;
   eval::EvalOptions options;
 };
@@ -88,6 +88,7 @@ void run_eval_command(EvalArgs& a) {
   o.depths = eval::parse_double_list(a.depths, "--depths");
   o.keys = eval::parse_int_list(a.keys, "--keys");
   o.needles = eval::parse_name_list(a.needles, "--needles");
+  o.question_dense = a.question == "dense";
   if (a.data.empty()) {
     o.data = {default_data_dir()};
   } else {
@@ -145,6 +146,14 @@ void register_eval(CLI::App& root, std::function<void()>& run) {
       ->capture_default_str();
   app->add_option("--needle-tokens", o.needle_tokens, "greedy tokens at most for a needle answer (EOS ends it)")
       ->capture_default_str();
+  app->add_option("--question", a.question,
+                  "retrieval question: policy (decoded under the policy) or dense (prefilled with the "
+                  "haystack, as a server does; the last prompt token and the answer under the policy)")
+      ->check(CLI::IsMember({"policy", "dense"}))
+      ->capture_default_str();
+  app->add_flag("--coverage", o.coverage,
+               "needle task: per layer, the dense attention mass on the needle and the part of it in the "
+               "keys the policy chose (a dense scoring pass per head and step: slow)");
   app->add_option("--answer-tokens", o.answer_tokens, "greedy tokens generated for a passkey answer")
       ->capture_default_str();
   app->add_option("--agree-tokens", o.agree_tokens, "greedy tokens compared with dense")->capture_default_str();

@@ -105,6 +105,7 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
       sel.heads.clear();
       sel.metadata_bytes = 0;
       selector.select(SelectInput{b, r, h, ctx}, sel);
+      if (sparse) notify_selection(b, r, h, sel.heads);
       keys += union_size(sel);
       meta += sel.metadata_bytes;
       context += uint64_t(ctx);

@@ -96,6 +96,7 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
       sel.heads.clear();
       sel.metadata_bytes = 0;
       selector.select(SelectInput{b, r, h, ctx}, sel);
+      if (sparse) notify_selection(b, r, h, sel.heads);
       meta += sel.metadata_bytes;
       context += uint64_t(ctx);
       if (art && order == ArtOrder::Bound) meta += uint64_t((ctx + b.kv.page_size - 1) / b.kv.page_size) * 2 * d * sizeof(float);

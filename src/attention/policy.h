@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attend.h"
 #include "kv/paged_kv_cache.h"
 
 namespace skim {
@@ -81,13 +82,24 @@ class AttentionPolicy {
   // Sees every batch after attention wrote batch.out (evaluation: output error vs dense).
   using Observer = std::function<void(const AttentionBatch&)>;
   void set_observer(Observer o) { observer_ = std::move(o); }
+  // Sees every choice of keys a sparse selector makes in a decode step, before attention:
+  // per (row, KV head) one key list per unit (one shared by the group, or one per query head).
+  // Layers read densely make none (evaluation: skim eval's needle coverage).
+  using SelectionObserver =
+      std::function<void(const AttentionBatch&, int row, int kv_head, const std::vector<std::vector<KeyRange>>&)>;
+  void set_selection_observer(SelectionObserver o) { selection_observer_ = std::move(o); }
 
  protected:
   void notify(const AttentionBatch& b) const {
     if (observer_) observer_(b);
   }
+  void notify_selection(const AttentionBatch& b, int row, int kv_head,
+                        const std::vector<std::vector<KeyRange>>& heads) const {
+    if (selection_observer_) selection_observer_(b, row, kv_head, heads);
+  }
   AttentionStats stats_;
   Observer observer_;
+  SelectionObserver selection_observer_;
 };
 
 // Dense attention of every row of `batch` over all its visible keys, into `out`

@@ -114,6 +114,7 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
       sel.heads.clear();
       sel.metadata_bytes = 0;
       config_.selector->select(SelectInput{b, nr, h, ctx}, sel);
+      notify_selection(b, nr, h, sel.heads);
       meta += sel.metadata_bytes;
       const int units = int(sel.heads.size());
       std::vector<KeyRange> all;

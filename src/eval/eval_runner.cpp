@@ -145,10 +145,11 @@ class Runner {
 
     engine_.set_policy("dense");
     ScopedSequence base(engine_, engine_.open_sequence());
-    prefill(base.id, std::span<const int>(t.ids.data(), t.question_start), where);
+    const size_t from = policy_reads_from(t.ids.size(), t.question_start);
+    prefill(base.id, std::span<const int>(t.ids.data(), from), where);
 
     for (PolicyResult& pr : *results_) {
-      const std::string text = answer_under_policy(pr, base.id, t.ids, t.question_start, o_.answer_tokens, where,
+      const std::string text = answer_under_policy(pr, base.id, t.ids, from, o_.answer_tokens, where,
                                                    [&](const std::string& a, int) { return a.size() >= t.prompt.answer.size(); });
       pr.retrieval.add(keys, length, c.depth, answer_matches(text, t.prompt.answer));
     }
@@ -166,15 +167,30 @@ class Runner {
     const std::string where = fmt::format("needle {} {} tokens, prompt {}/{}", c.kind, length, index + 1, o_.prompts);
     engine_.set_policy("dense");
     ScopedSequence base(engine_, engine_.open_sequence());
-    prefill(base.id, std::span<const int>(t.ids.data(), t.question_start), where);
+    const size_t from = policy_reads_from(t.ids.size(), t.question_start);
+    prefill(base.id, std::span<const int>(t.ids.data(), from), where);
     const std::vector<int>& eos = engine_.config().eos_token_ids;
+    const TokenSpan needle{int(t.needle_begin), int(t.needle_end)};
     for (PolicyResult& pr : *results_) {
-      const std::string text =
-          answer_under_policy(pr, base.id, t.ids, t.question_start, o_.needle_tokens, where, [&](const std::string&, int token) {
-            return std::find(eos.begin(), eos.end(), token) != eos.end();
-          });
-      pr.needle.add(kind, length, c.depth, needle_found(text, c.kind, t.prompt.value));
+      std::optional<NeedleCoverageMeter> coverage;
+      if (o_.coverage) coverage.emplace();
+      const std::string text = answer_under_policy(
+          pr, base.id, t.ids, from, o_.needle_tokens, where,
+          [&](const std::string&, int token) { return std::find(eos.begin(), eos.end(), token) != eos.end(); },
+          coverage ? &*coverage : nullptr, needle);
+      const bool found = needle_found(text, c.kind, t.prompt.value);
+      pr.needle.add(kind, length, c.depth, found);
+      if (coverage) {
+        std::optional<NeedleCoverageMeter>& into = found ? pr.coverage_found : pr.coverage_lost;
+        if (!into) into.emplace();
+        into->merge(*coverage);
+      }
     }
+  }
+
+  // The first prompt token decoded under the policy (EvalOptions::question_dense).
+  size_t policy_reads_from(size_t prompt_tokens, size_t question_start) const {
+    return o_.question_dense ? prompt_tokens - 1 : question_start;
   }
 
   void prefill(int seq, std::span<const int> ids, const std::string& where) {
@@ -187,14 +203,18 @@ class Runner {
   // On a fork of the prefilled `base`, under the policy: ids[from..] fed as decode steps (so
   // the policy, not the dense prefill, reads the question), then greedy tokens until
   // `done(text, token)` or `max_tokens`. Returns the answer's text; records work and counters.
+  // `coverage`, when given, observes the steps whose logits make the answer (the last prompt
+  // token's and the answer's own) for the needle at `needle`.
   std::string answer_under_policy(PolicyResult& pr, int base, const std::vector<int>& ids, size_t from, int max_tokens,
-                                  const std::string& where, const std::function<bool(const std::string&, int)>& done) {
+                                  const std::string& where, const std::function<bool(const std::string&, int)>& done,
+                                  NeedleCoverageMeter* coverage = nullptr, TokenSpan needle = {}) {
     say(fmt::format("{}: {}", where, pr.policy));
     engine_.set_policy(pr.policy);
     ScopedSequence fork(engine_, engine_.fork_sequence(base));
     DecodeWorkMeter meter(engine_, fork.id);
     std::vector<float> logits;
     for (size_t i = from; i < ids.size(); ++i) {
+      if (coverage && i + 1 == ids.size()) coverage->attach(engine_.policy(), needle);
       logits = engine_.decode(std::span<const int>(&fork.id, 1), std::span<const int>(&ids[i], 1));
       meter.step_done();
     }
@@ -207,6 +227,7 @@ class Runner {
       logits = engine_.decode(std::span<const int>(&fork.id, 1), std::span<const int>(&answer.back(), 1));
       meter.step_done();
     }
+    if (coverage) NeedleCoverageMeter::detach(engine_.policy());
     pr.retrieval_work.add(meter.finish());
     pr.add_counters(engine_.policy().counters());
     return text;

@@ -13,6 +13,7 @@
 #include "eval/corpus.h"
 #include "eval/eval_options.h"
 #include "eval/needle.h"
+#include "eval/needle_coverage.h"
 #include "eval/output_error.h"
 #include "eval/perplexity.h"
 #include "eval/retrieval.h"
@@ -31,6 +32,8 @@ struct PolicyResult {
   std::optional<AgreementTally> agreement;    // task agree
   RetrievalTally retrieval;                   // task passkey: keys -> length
   RetrievalTally needle;                      // task needle: kind (index into needles) -> length
+  // --coverage: where the needle's attention mass went, over the answers found and lost.
+  std::optional<NeedleCoverageMeter> coverage_found, coverage_lost;
   DecodeWork window_work;     // decode steps on the ctx-long windows (ppl, error, agree)
   DecodeWork retrieval_work;  // decode steps of passkey and needle questions and answers
   // The policy's method counters (AttentionPolicy::counters: CS recall, Retro budget growth),

@@ -80,6 +80,9 @@ NeedlePrompt build_needle_prompt(const Corpus& corpus, const NeedleCase& c, size
   p.question = n.question;
   p.depth = cumulative.back() ? double(cumulative[at]) / double(cumulative.back()) : 0;
   p.text = chat("Read this file.\n\n" + document + "\n" + n.question);
+  p.needle_offset = p.text.find(n.line);
+  p.needle_bytes = n.line.size();
+  SKIM_REQUIRE(p.needle_offset != std::string::npos, "the chat template changed the needle line");
   const size_t q = p.text.rfind(n.question);
   SKIM_REQUIRE(q != std::string::npos, "the chat template dropped the question from the user turn");
   p.question_bytes = p.text.size() - q;
@@ -100,6 +103,9 @@ TokenizedNeedle tokenize_needle(const Corpus& corpus, const NeedleCase& c, size_
     const size_t n = t.ids.size();
     if (n <= length) {
       t.question_start = suffix_token_start(tok, t.ids, t.prompt.question_bytes);
+      const size_t size = t.prompt.text.size(), after = t.prompt.needle_offset + t.prompt.needle_bytes;
+      t.needle_begin = suffix_token_start(tok, t.ids, size - t.prompt.needle_offset);
+      t.needle_end = std::min(t.ids.size(), suffix_token_start(tok, t.ids, size - after) + 1);
       if (!best || n > best->ids.size()) best = std::move(t);
       if (length - n <= close_enough) break;
       haystack += length - n;

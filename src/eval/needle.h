@@ -42,6 +42,8 @@ struct NeedlePrompt {
   std::string value;     // what a right answer contains
   std::string question;  // the user turn's last part; the text's suffix from it is decoded
   size_t question_bytes = 0;  // bytes of text from the question to the end (template's tail too)
+  size_t needle_offset = 0;   // the needle line's first byte in text
+  size_t needle_bytes = 0;    // and its length
   double depth = 0;           // as placed
 };
 
@@ -54,6 +56,7 @@ struct TokenizedNeedle {
   NeedlePrompt prompt;
   std::vector<int> ids;
   size_t question_start = 0;  // ids[question_start..] spell at least the question and the tail
+  size_t needle_begin = 0, needle_end = 0;  // tokens [begin, end) spell at least the needle line
 };
 TokenizedNeedle tokenize_needle(const Corpus& corpus, const NeedleCase& c, size_t length, const Tokenizer& tok,
                                 const ChatRender& chat);

@@ -48,6 +48,21 @@ std::string accuracy_row(const RetrievalTally& t, int key, const std::vector<int
   return fmt::format("{}", fmt::join(acc, "/"));
 }
 
+// Per layer means of a needle coverage meter.
+nlohmann::json coverage_json(const NeedleCoverageMeter& m) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerCoverage& l : m.layers()) {
+    const double n = double(std::max<uint64_t>(l.samples, 1)), steps = double(std::max<uint64_t>(l.steps, 1));
+    layers.push_back({{"needle_mass", l.needle_mass / n},
+                      {"needle_kept", l.needle_mass > 0 ? l.kept_needle / l.needle_mass : 1.0},
+                      {"mass_kept", l.kept_mass / n},
+                      {"top_head_needle_mass", l.top_needle / steps},
+                      {"top_head_needle_kept", l.top_kept / steps},
+                      {"steps", l.steps}});
+  }
+  return layers;
+}
+
 nlohmann::json policy_json(const PolicyResult& p, const EvalResults& r) {
   nlohmann::json j = {{"policy", p.policy}};
   if (p.nll) j["perplexity"] = {{"buckets", p.nll->perplexity()}, {"overall", p.nll->overall()}};
@@ -61,6 +76,9 @@ nlohmann::json policy_json(const PolicyResult& p, const EvalResults& r) {
     j["passkey"] = tally_json(p.retrieval, [](int keys) { return std::to_string(keys); });  // keys -> length
   if (!p.needle.cells.empty())  // kind -> length
     j["needle"] = tally_json(p.needle, [&](int kind) { return r.options.needles[size_t(kind)]; });
+  if (p.coverage_found || p.coverage_lost)
+    j["needle_coverage"] = {{"found", p.coverage_found ? coverage_json(*p.coverage_found) : nlohmann::json::array()},
+                            {"lost", p.coverage_lost ? coverage_json(*p.coverage_lost) : nlohmann::json::array()}};
   if (p.agreement)
     j["agreement"] = {{"tokens", p.agreement->tokens},
                       {"runs", p.agreement->runs},
@@ -96,6 +114,8 @@ nlohmann::json to_json(const EvalResults& r) {
                       {"keys", o.keys},
                       {"needles", o.needles},
                       {"needle_tokens", o.needle_tokens},
+                      {"question", o.question_dense ? "dense" : "policy"},
+                      {"coverage", o.coverage},
                       {"agree_tokens", o.agree_tokens},
                       {"seed", o.seed},
                       {"data", data},

@@ -50,6 +50,11 @@ TEST(Needle, SitsAtItsDepthInsideTheUserTurnAndFitsTheLength) {
       EXPECT_NE(tail.find("<|im_start|>assistant\n"), std::string::npos);
       EXPECT_LT(tail.size(), t.prompt.question.size() + 80);
       EXPECT_EQ(tok->decode(t.ids), text);  // nothing added: the template writes any BOS itself
+      // The needle's token span spells its line, with at most a token of context either side.
+      std::string span;
+      for (size_t i = t.needle_begin; i < t.needle_end; ++i) span += tok->token_bytes(t.ids[i]);
+      EXPECT_NE(span.find(t.prompt.value), std::string::npos) << kind;
+      EXPECT_LT(span.size(), t.prompt.needle_bytes + 40) << kind;
     }
   // Deterministic for a seed; another seed moves the value.
   EXPECT_EQ(tokenize_needle(corpus, {"number", 0.5, 7}, 600, *tok, chatml).ids,

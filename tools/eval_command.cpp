@@ -25,7 +25,7 @@ struct EvalArgs {
   std::string tasks = "ppl,error,passkey,agree";
   std::string lengths, depths = "0.1,0.3,0.5,0.7,0.9", keys = "1,4", needles = "number,word,code";
   std::vector<std::string> data;
-  std::string plot, question = "policy";
+  std::string plot, question = "dense";
   bool json = false;
   eval::EvalOptions options;
 };
@@ -147,8 +147,8 @@ void register_eval(CLI::App& root, std::function<void()>& run) {
   app->add_option("--needle-tokens", o.needle_tokens, "greedy tokens at most for a needle answer (EOS ends it)")
       ->capture_default_str();
   app->add_option("--question", a.question,
-                  "retrieval question: policy (decoded under the policy) or dense (prefilled with the "
-                  "haystack, as a server does; the last prompt token and the answer under the policy)")
+                  "retrieval question: dense (prefilled with the haystack, as a server does; the last "
+                  "prompt token and the answer decoded under the policy) or policy (decoded under it too)")
       ->check(CLI::IsMember({"policy", "dense"}))
       ->capture_default_str();
   app->add_flag("--coverage", o.coverage,

@@ -24,11 +24,12 @@ struct EvalOptions {
   std::vector<std::string> needles = {"number", "word", "code"};  // needle task: kinds
   int needle_tokens = 32;       // greedy tokens at most for a needle answer (EOS ends it)
   int agree_tokens = 256;       // greedy tokens compared with dense
-  // How a retrieval prompt's question reaches the model. false: its tokens are decode steps
-  // under the policy (the policy reads the haystack for the question too: the stricter test);
-  // true: prefilled densely with the haystack, as a server does, and only the prompt's last
-  // token and the answer are decoded under the policy.
-  bool question_dense = false;
+  // How a retrieval prompt's question reaches the model. true: prefilled densely with the
+  // haystack, as a server does (skim prefills densely whatever the policy), and only the
+  // prompt's last token and the answer are decoded under the policy, so every answer token
+  // comes from the policy; false: its tokens are decode steps under the policy too (the
+  // policy also reads the haystack for the question: a stricter test than serving).
+  bool question_dense = true;
   bool coverage = false;  // needle task: measure where the needle's attention mass went (slow)
   int docs = 1;                 // text windows for ppl / error / agree
   uint64_t seed = 0;

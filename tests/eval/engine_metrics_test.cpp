@@ -153,5 +153,31 @@ TEST(EngineMetrics, WholeEvaluationOnTheDemoModel) {
   EXPECT_NE(table.find("resa:keep=0.25,n_min=2,f=8"), std::string::npos) << table;
 }
 
+TEST(EngineMetrics, TheRetrievalQuestionIsPrefilledOrDecodedAsAsked) {
+  EngineOptions eo;
+  eo.model_dir = kRoot / "models/demo-code-28m";
+  eo.max_context = 256;
+  eo.max_sequences = 2;
+  eo.threads = 1;
+  Engine engine(eo);
+  Corpus corpus = load_corpus({kRoot / "data/heldout-python"});
+  EvalOptions o;
+  o.tasks = {"passkey"};
+  o.ctx = 200;
+  o.lengths = {200};
+  o.prompts = 1;
+  o.keys = {1};
+  uint64_t steps[2];
+  for (bool dense : {true, false}) {
+    o.question_dense = dense;
+    EvalResults r = run_eval(engine, corpus, o);
+    steps[dense] = r.policies[0].retrieval_work.steps;
+  }
+  // Prefilled up to its last token: one prompt step, then at most answer_tokens - 1 answer steps.
+  EXPECT_LE(steps[true], uint64_t(o.answer_tokens));
+  // Decoded: the question line's tokens (more than one) are decode steps too, the answer the same.
+  EXPECT_GT(steps[false], steps[true]);
+}
+
 }  // namespace
 }  // namespace skim::eval

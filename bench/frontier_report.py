@@ -26,6 +26,15 @@ def retrieval(p):
     return c, t
 
 
+def family_of(policy):
+    """The line a policy point belongs to: its selector, or the stage that defines it."""
+    parts = [x.split(":")[0] for x in policy.split("+")]
+    for stage in ("retro", "art", "mac"):
+        if stage in parts:
+            return stage if parts == [stage] or stage != "art" else f"{parts[0]}+art"
+    return parts[0]
+
+
 def rows_of(piece):
     dense = piece["policies"][0]
     base_ppl = dense["perplexity"]["overall"]
@@ -84,9 +93,11 @@ def main(out, md):
          " (keys, values and metadata) relative to dense.", ""]
     for name, fams in pieces.items():
         families, dense = {}, None
-        for family, piece in fams.items():
-            dense, rows = rows_of(piece)
-            families[family] = rows
+        for _, piece in sorted(fams.items()):
+            d, rows = rows_of(piece)
+            dense = dense or d  # every group's dense is the same model, windows and prompts
+            for r in rows:
+                families.setdefault(family_of(r["policy"]), []).append(r)
         first = next(iter(fams.values()))
         L += [f"### {name} ({first['model']}, ctx {first['ctx']})", "",
               f"Dense: perplexity {dense['ppl']:.3f}, retrieval {dense['ret_n']}, {dense['tps']:.1f} tok/s.", "",

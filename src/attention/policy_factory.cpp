@@ -103,6 +103,15 @@ std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) 
     require_range(p, "min", q.min_tokens, 0, 1e9);
     return std::make_unique<QuestSelector>(q);
   }
+  if (p.name == "oracle") {  // evaluation: the exact top keys per head
+    QuestParams q;
+    q.budget = p.number("budget", q.budget);
+    q.min_tokens = p.integer("min", 0);
+    dense_layers = p.integer("dense_layers", 0);
+    SKIM_REQUIRE(q.budget > 0, "policy: oracle:budget={} must be > 0 (a fraction <= 1 or tokens > 1)", q.budget);
+    require_range(p, "min", q.min_tokens, 0, 1e9);
+    return std::make_unique<OracleSelector>(q);
+  }
   return std::make_unique<GroupBlockSelector>(group_block_params(p, dense_layers));  // gbsa, resa
 }
 
@@ -148,8 +157,8 @@ ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPar
 }
 
 bool is_selector(const std::string& name) {
-  return name == "dense" || name == "streaming" || name == "quest" || name == "gbsa" || name == "resa" ||
-         name == "cs";
+  return name == "dense" || name == "streaming" || name == "quest" || name == "oracle" || name == "gbsa" ||
+         name == "resa" || name == "cs";
 }
 
 }  // namespace

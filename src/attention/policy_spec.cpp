@@ -14,6 +14,7 @@ const std::map<std::string, std::vector<std::string>>& policy_components() {
       {"dense", {}},
       {"streaming", {"sink", "window"}},
       {"quest", {"budget", "min", "dense_layers"}},
+      {"oracle", {"budget", "min", "dense_layers"}},
       {"gbsa", {"keep", "n_min", "n_local", "dense_layers"}},
       {"rectify", {"f"}},
       {"resa", {"keep", "n_min", "n_local", "dense_layers", "f"}},

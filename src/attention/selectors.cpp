@@ -44,6 +44,31 @@ void QuestSelector::select(const SelectInput& in, Selection& out) {
   out.metadata_bytes = uint64_t(num_pages) * 2 * d * sizeof(float);
 }
 
+void OracleSelector::select(const SelectInput& in, Selection& out) {
+  const AttentionBatch& b = in.batch;
+  const int d = b.head_dim, group = b.num_heads / b.num_kv_heads;
+  const int n = std::max(1, budget_tokens(p_.budget, p_.min_tokens, in.context));
+  const SeqKV kv{b.kv, b.tables[in.row]->pages.data(), in.kv_head};
+  std::vector<float> scores(static_cast<size_t>(in.context));
+  std::vector<int> order(static_cast<size_t>(in.context));
+  out.heads.assign(size_t(group), {});
+  for (int h = 0; h < group; ++h) {
+    const float* q = b.q + (size_t(in.row) * b.num_heads + size_t(in.kv_head) * group + h) * d;
+    for (int t = 0; t < in.context; ++t) {
+      const float* k = kv.key(t);
+      float s = 0;
+      for (int i = 0; i < d; ++i) s += q[i] * k[i];
+      scores[size_t(t)] = s;
+      order[size_t(t)] = t;
+    }
+    // The n best in descending score order (the order a traversal follows).
+    std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                      [&](int x, int y) { return scores[size_t(x)] > scores[size_t(y)] || (scores[size_t(x)] == scores[size_t(y)] && x < y); });
+    for (int i = 0; i < n; ++i) out.heads[size_t(h)].push_back({order[size_t(i)], order[size_t(i)] + 1});
+  }
+  out.metadata_bytes = 0;  // counted as the keys it attends: the envelope, not a method's cost
+}
+
 void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
   const AttentionBatch& b = in.batch;
   const KVLayerView& kv = b.kv;

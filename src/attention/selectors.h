@@ -49,6 +49,20 @@ class QuestSelector : public Selector {
   QuestParams p_;
 };
 
+// The oracle (evaluation only, not a method): per query head the `budget` keys of largest
+// q . k, found by scoring every key. It reads all keys to choose, so it saves nothing; it is
+// the upper envelope of any selector reading that many keys per head: a selector far below it
+// chooses badly, one close to it is at the model's own limit.
+class OracleSelector : public Selector {
+ public:
+  explicit OracleSelector(QuestParams p) : p_(p) {}
+  std::string name() const override { return "oracle"; }
+  void select(const SelectInput& in, Selection& out) override;
+
+ private:
+  QuestParams p_;  // budget and floor, as Quest's
+};
+
 struct GroupBlockParams {
   double keep = 0.1;  // fraction of blocks (the paper's sparsity 0.9)
   int n_min = 16;     // at least this many blocks

@@ -113,6 +113,39 @@ TEST(QuestSelector, TopPagesPerHeadByTheDigestBound) {
   }
 }
 
+TEST(OracleSelector, TheBudgetKeysOfLargestScorePerHeadInDescendingOrder) {
+  for (int trial = 0; trial < 5; ++trial) {
+    int len = test::random_int(50, 800), kv_heads = 2, group = 3, d = 16;
+    RandomCache rc(len, kv_heads, group, d);
+    AttentionBatch b = rc.batch(kv_heads, group, d);
+    QuestParams p;
+    p.budget = 0.1;
+    p.min_tokens = 8;
+    OracleSelector sel(p);
+    const int n = budget_tokens(p.budget, p.min_tokens, len);
+    for (int h = 0; h < kv_heads; ++h) {
+      Selection s;
+      sel.select(SelectInput{b, 0, h, len}, s);
+      ASSERT_EQ(s.heads.size(), size_t(group));
+      for (int g = 0; g < group; ++g) {
+        const float* qh = rc.q.data() + size_t(h * group + g) * d;
+        std::vector<std::pair<double, int>> all;  // (-score, position): the definition, by full sort
+        for (int t = 0; t < len; ++t) {
+          double x = 0;
+          for (int i = 0; i < d; ++i) x += double(qh[i]) * rc.cache.key(0, rc.table, t, h)[i];
+          all.push_back({-x, t});
+        }
+        std::sort(all.begin(), all.end());
+        ASSERT_EQ(s.heads[g].size(), size_t(n));
+        for (int i = 0; i < n; ++i) {
+          EXPECT_EQ(s.heads[g][i].begin, all[size_t(i)].second) << "rank " << i;
+          EXPECT_EQ(s.heads[g][i].end, all[size_t(i)].second + 1);
+        }
+      }
+    }
+  }
+}
+
 TEST(QuestSelector, BudgetIsRelativeWithAFloorOrAbsolute) {
   EXPECT_EQ(budget_tokens(0.15, 256, 10000), 1500);
   EXPECT_EQ(budget_tokens(0.15, 256, 1000), 256);

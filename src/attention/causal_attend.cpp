@@ -34,6 +34,27 @@ void score_tile(const float* const* q, int nq, const float* kt, int d, float s[k
       for (int l = 0; l < kLanes; ++l) s[a][v * kLanes + l] = acc[a][v][l];
 }
 
+// The state over the keys before a tile (running max m, sum l, unnormalised acc) and the tile's
+// first n keys (scaled scores s, n >= 1), into (o, lse); the running state is left as it is.
+void prefix_state(const float* acc, float m, float l, const float* s, int n, const float* const* vrows, int d,
+                  float* o, float& lse) {
+  float nm = m;
+  for (int j = 0; j < n; ++j) nm = std::max(nm, s[j]);
+  const float corr = std::exp(m - nm);  // 0 when no key came before the tile
+  float sum = l * corr;
+  for (int i = 0; i < d; ++i) o[i] = acc[i] * corr;
+  for (int j = 0; j < n; ++j) {
+    const float p = std::exp(s[j] - nm);
+    sum += p;
+    const float* vr = vrows[j];
+#pragma omp simd
+    for (int i = 0; i < d; ++i) o[i] += p * vr[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < d; ++i) o[i] *= inv;
+  lse = nm + std::log(sum);
+}
+
 }  // namespace
 
 void attend_causal(const CausalRun& run, const SeqKV& kv, float scale) {
@@ -46,6 +67,19 @@ void attend_causal(const CausalRun& run, const SeqKV& kv, float scale) {
   std::vector<float> kt(size_t(d) * kKeys);
   std::vector<const float*> vrows(kKeys);
   float s[kQueries][kKeys];
+  // A prefix that ends before the first key is the empty state; the others are written in the
+  // tile where they end.
+  auto prefix_at = [&](int vec, float*& o, float*& lse) {
+    const int r = vec / run.group, g = vec % run.group;
+    o = run.prefix_o + size_t(r) * run.row_stride + size_t(g) * d;
+    lse = run.prefix_lse + size_t(r) * run.lse_stride + g;
+  };
+  if (run.prefix_o)
+    for (int vec = 0; vec < nvec; ++vec) {
+      float *o, *lse;
+      prefix_at(vec, o, lse);
+      clear_state(o, *lse, d);
+    }
 
   for (int k0 = 0; k0 <= last_pos; k0 += kKeys) {
     const int nk = std::min(kKeys, last_pos + 1 - k0);
@@ -69,6 +103,13 @@ void attend_causal(const CausalRun& run, const SeqKV& kv, float scale) {
         const int visible = std::min(nk, pos - k0 + 1);  // causal mask inside the tile
         float bm = kEmptyLse;
         for (int j = 0; j < visible; ++j) bm = std::max(bm, s[a][j] *= scale);
+        const int prefix_keys = pos + 1 - run.prefix_band - k0;  // of this tile, when it ends here
+        if (run.prefix_o && prefix_keys > 0 && prefix_keys <= nk) {
+          float *o, *lse;
+          prefix_at(vec, o, lse);
+          prefix_state(acc.data() + size_t(vec) * d, m[size_t(vec)], l[size_t(vec)], s[a], prefix_keys, vrows.data(), d,
+                       o, *lse);
+        }
         const float nm = std::max(m[size_t(vec)], bm);
         const float corr = std::exp(m[size_t(vec)] - nm);
         float sum = 0.0f;

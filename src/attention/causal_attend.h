@@ -2,6 +2,11 @@
 // query heads of one KV head: flash attention on the CPU. Query tiles and key tiles are
 // multiplied as small matrices in registers, so prefill runs at arithmetic speed rather than
 // one dot product at a time. The result equals `attend` over [0, position + 1) for each row.
+//
+// MAC's ring rows also need each row's state over a prefix of its keys, [0, position + 1 - band)
+// (mac.h). The prefix ends inside one key tile of the row: there the running state (the keys
+// before the tile) is merged with the tile's keys below the prefix end into a copy, so the
+// prefix costs no extra key reads and the row's own output keeps its bits.
 #pragma once
 
 #include "attention/attend.h"
@@ -15,6 +20,12 @@ struct CausalRun {
   int rows = 0;         // consecutive positions first_pos .. first_pos + rows - 1
   int group = 0;        // query heads of this KV head
   int first_pos = 0;
+  // Optional prefix states: row r, head g at prefix_o + r * row_stride + g * head_dim and
+  // prefix_lse[r * lse_stride + g]; null: none.
+  int prefix_band = 0;
+  float* prefix_o = nullptr;
+  float* prefix_lse = nullptr;
+  int lse_stride = 0;
 };
 
 void attend_causal(const CausalRun& run, const SeqKV& kv, float scale);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "attention/attend.h"
 #include "attention/attention_state.h"
 #include "core/error.h"
 
@@ -29,16 +28,44 @@ double quantile(const std::vector<uint64_t>& h, double q) {
 MacReuse::Ring& MacReuse::ring(const AttentionBatch& b, int row) {
   SeqRings& s = seqs_[b.tables[row]];
   if (s.size() <= size_t(b.layer)) s.resize(size_t(b.layer) + 1);
-  return s[size_t(b.layer)];
+  Ring& r = s[size_t(b.layer)];
+  if (r.width == 0) {
+    r.heads = b.num_heads;
+    r.width = b.num_heads * b.head_dim;
+    reserve(r);
+  }
+  return r;
 }
 
 const MacReuse::Ring& MacReuse::ring(const AttentionBatch& b, int row) const {
   return seqs_.at(b.tables[row])[size_t(b.layer)];
 }
 
-void MacReuse::push_slot(Ring& r, Slot s) {
-  r.push_back(std::move(s));
-  while (r.size() > size_t(p_.window)) r.pop_front();
+void MacReuse::reserve(Ring& r) const {
+  const size_t K = size_t(p_.window);
+  r.pos.reserve(K);
+  r.q_pre.reserve(K * size_t(r.width));
+  r.o.reserve(K * size_t(r.width));
+  r.lse.reserve(K * size_t(r.heads));
+}
+
+void MacReuse::push_entry(Ring& r, int pos, const float* q_pre, const float* o, const float* lse) {
+  const size_t w = size_t(r.width);
+  size_t slot;
+  if (r.size() < p_.window) {  // filling: append within the reserved capacity
+    slot = size_t(r.size());
+    r.pos.push_back(pos);
+    r.q_pre.resize(r.q_pre.size() + w);
+    r.o.resize(r.o.size() + w);
+    r.lse.resize(r.lse.size() + size_t(r.heads));
+  } else {  // full: the oldest entry makes room
+    slot = size_t(r.first);
+    r.first = (r.first + 1) % p_.window;
+    r.pos[slot] = pos;
+  }
+  std::copy_n(q_pre, w, r.q_pre.data() + slot * w);
+  std::copy_n(o, w, r.o.data() + slot * w);
+  std::copy_n(lse, r.heads, r.lse.data() + slot * size_t(r.heads));
 }
 
 MacHeadStats& MacReuse::stat(int layer, int head, int num_heads) {
@@ -53,96 +80,66 @@ MacHeadStats& MacReuse::stat(int layer, int head, int num_heads) {
   return stats_[size_t(layer)][size_t(head)];
 }
 
-void MacReuse::observe_prefill(const AttentionBatch& b) {
+void MacReuse::observe_prefill(const AttentionBatch& b, const float* prefix_o, const float* prefix_lse) {
   const size_t width = size_t(b.num_heads) * b.head_dim;
   SKIM_REQUIRE(b.q_pre != nullptr, "policy mac: the batch carries no pre-RoPE queries");
   for (int r = 0; r < b.num_rows; ++r) {
     Ring& ring_r = ring(b, r);
     // Rows already in the ring (a re-run of earlier positions) would break its order: skip.
-    if (!ring_r.empty() && b.positions[r] <= ring_r.back().pos) continue;
-    Slot s;
-    s.pos = b.positions[r];
-    s.pending = true;
-    s.q_pre.assign(b.q_pre + r * width, b.q_pre + (r + 1) * width);
-    s.q.assign(b.q + r * width, b.q + (r + 1) * width);
-    push_slot(ring_r, std::move(s));
+    if (ring_r.size() > 0 && b.positions[r] <= ring_r.pos[size_t(ring_r.slot(ring_r.size() - 1))]) continue;
+    push_entry(ring_r, b.positions[r], b.q_pre + r * width, prefix_o + r * width, prefix_lse + size_t(r) * b.num_heads);
   }
 }
 
-void MacReuse::resolve_pending(const AttentionBatch& b) {
-  const int d = b.head_dim, group = b.num_heads / b.num_kv_heads;
-  struct Job {
-    Slot* slot;
-    int row, kv_head;
-  };
-  std::vector<Job> jobs;
-  std::vector<const PageTable*> done;
-  for (int r = 0; r < b.num_rows; ++r) {
-    if (std::find(done.begin(), done.end(), b.tables[r]) != done.end()) continue;
-    done.push_back(b.tables[r]);
-    for (Slot& s : ring(b, r)) {
-      if (!s.pending) continue;
-      s.o.assign(size_t(b.num_heads) * d, 0.0f);
-      s.lse.assign(size_t(b.num_heads), kEmptyLse);
-      for (int h = 0; h < b.num_kv_heads; ++h) jobs.push_back({&s, r, h});
-    }
-  }
-  // A prefill row's state over [0, p+1-r) with its post-RoPE query: the keys are those the
-  // prefill wrote, unchanged since (decode only appends).
-#pragma omp parallel for schedule(dynamic)
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Job& j = jobs[i];
-    const int end = std::max(0, j.slot->pos + 1 - p_.band);
-    KeyRange range{0, end};
-    SeqKV kv{b.kv, b.tables[j.row]->pages.data(), j.kv_head};
-    const size_t q0 = size_t(j.kv_head) * group;
-    attend(j.slot->q.data() + q0 * d, group, kv, std::span<const KeyRange>(&range, end > 0 ? 1 : 0), b.scale,
-           j.slot->o.data() + q0 * d, j.slot->lse.data() + q0);
-  }
-  for (const Job& j : jobs) {
-    j.slot->pending = false;
-    j.slot->q.clear();
-    j.slot->q.shrink_to_fit();
-  }
-}
-
-MacReuse::Match MacReuse::match(const AttentionBatch& b, int row, int head) {
-  const int d = b.head_dim;
-  const float* q = b.q_pre + (size_t(row) * b.num_heads + head) * d;
-  Match m;
-  float best = INFINITY;
+void MacReuse::match(const AttentionBatch& b, int row, Match* out) {
+  const int d = b.head_dim, H = b.num_heads;
+  const float* q = b.q_pre + size_t(row) * H * d;
   const Ring& r = ring(b, row);
-  for (size_t i = 0; i < r.size(); ++i) {
-    const float* p = r[i].q_pre.data() + size_t(head) * d;
-    float s = 0;
+  std::vector<float>& best = best_;  // per head; reused so that a decode step allocates nothing
+  best.assign(size_t(H), INFINITY);
+  for (int h = 0; h < H; ++h) out[h] = Match{};
+  // Oldest to newest, each entry's heads together (one contiguous read of the ring).
+  for (int i = 0; i < r.size(); ++i) {
+    const int slot = r.slot(i);
+    const float* e = r.q_pre.data() + size_t(slot) * r.width;
+    for (int h = 0; h < H; ++h) {
+      const float* qh = q + size_t(h) * d;
+      const float* eh = e + size_t(h) * d;
+      float s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int k = 0; k < d; ++k) s += (q[k] - p[k]) * (q[k] - p[k]);
-    if (s <= best) {  // ties: the most recent entry (a shorter band+tail)
-      best = s;
-      m.slot = int(i);
+      for (int k = 0; k < d; ++k) s += (qh[k] - eh[k]) * (qh[k] - eh[k]);
+      if (s <= best[size_t(h)]) {  // ties: the most recent entry (a shorter band+tail)
+        best[size_t(h)] = s;
+        out[h].slot = slot;
+      }
     }
   }
-  float qn = 0;
-  for (int k = 0; k < d; ++k) qn += q[k] * q[k];
-  MacHeadStats& st = stat(b.layer, head, b.num_heads);
-  st.qnorm += std::sqrt(qn / float(d));
-  if (m.slot < 0) return m;
-  m.dist = std::sqrt(best);
-  m.pos = r[size_t(m.slot)].pos;
   const float norm = std::sqrt(2.0f * float(d));
-  m.hit = m.dist < norm * float(1.0 - p_.tau);
-  const double x = m.dist / norm;
-  st.dist += x;
-  hist_[size_t(b.layer)][size_t(std::clamp(int(x / 0.01), 0, kDistBins - 1))] += 1;
-  return m;
+  for (int h = 0; h < H; ++h) {
+    const float* qh = q + size_t(h) * d;
+    float qn = 0;
+    for (int k = 0; k < d; ++k) qn += qh[k] * qh[k];
+    MacHeadStats& st = stat(b.layer, h, H);
+    st.qnorm += std::sqrt(qn / float(d));
+    Match& m = out[h];
+    if (m.slot < 0) continue;
+    m.dist = std::sqrt(best[size_t(h)]);
+    m.pos = r.pos[size_t(m.slot)];
+    m.hit = m.dist < norm * float(1.0 - p_.tau);
+    const double x = m.dist / norm;
+    st.dist += x;
+    hist_[size_t(b.layer)][size_t(std::clamp(int(x / 0.01), 0, kDistBins - 1))] += 1;
+  }
 }
 
 const float* MacReuse::cached_o(const AttentionBatch& b, int row, int slot, int head) const {
-  return ring(b, row)[size_t(slot)].o.data() + size_t(head) * b.head_dim;
+  const Ring& r = ring(b, row);
+  return r.o.data() + size_t(slot) * r.width + size_t(head) * b.head_dim;
 }
 
 float MacReuse::cached_lse(const AttentionBatch& b, int row, int slot, int head) const {
-  return ring(b, row)[size_t(slot)].lse[size_t(head)];
+  const Ring& r = ring(b, row);
+  return r.lse[size_t(slot) * r.heads + head];
 }
 
 void MacReuse::record(int layer, int head, const Match& m, int pos, int num_heads) {
@@ -157,28 +154,27 @@ void MacReuse::record(int layer, int head, const Match& m, int pos, int num_head
 
 void MacReuse::push(const AttentionBatch& b, int row, const float* o, const float* lse) {
   const size_t width = size_t(b.num_heads) * b.head_dim;
-  Slot s;
-  s.pos = b.positions[row];
-  s.q_pre.assign(b.q_pre + row * width, b.q_pre + (row + 1) * width);
-  s.o.assign(o, o + width);
-  s.lse.assign(lse, lse + b.num_heads);
-  push_slot(ring(b, row), std::move(s));
+  push_entry(ring(b, row), b.positions[row], b.q_pre + row * width, o, lse);
 }
 
-MacReuse::EntryView MacReuse::newest(const PageTable* t, int layer, int head, int head_dim) const {
+MacReuse::EntryView MacReuse::entry(const PageTable* t, int layer, int i, int head, int head_dim) const {
   const Ring& r = seqs_.at(t).at(size_t(layer));
-  SKIM_REQUIRE(!r.empty() && !r.back().pending, "mac: no computed ring entry");
-  return {r.back().pos, r.back().o.data() + size_t(head) * head_dim, r.back().lse[size_t(head)]};
+  SKIM_REQUIRE(i >= 0 && i < r.size(), "mac: no ring entry {}", i);
+  const size_t slot = size_t(r.slot(i));
+  return {r.pos[slot], r.o.data() + slot * r.width + size_t(head) * head_dim, r.lse[slot * r.heads + head]};
 }
 
 int MacReuse::ring_size(const PageTable* t, int layer) const {
   auto it = seqs_.find(t);
-  return it == seqs_.end() || it->second.size() <= size_t(layer) ? 0 : int(it->second[size_t(layer)].size());
+  return it == seqs_.end() || it->second.size() <= size_t(layer) ? 0 : it->second[size_t(layer)].size();
 }
 
 void MacReuse::fork(const PageTable* from, const PageTable* to) {
   auto it = seqs_.find(from);
-  if (it != seqs_.end()) seqs_[to] = it->second;
+  if (it == seqs_.end()) return;
+  SeqRings& copy = seqs_[to] = it->second;
+  for (Ring& r : copy)  // a copy holds only the entries: reserve the rest of its K again
+    if (r.width > 0) reserve(r);
 }
 
 void MacReuse::add_counters(std::map<std::string, double>& c) const {

@@ -9,13 +9,15 @@
 // [0, m+1-r) and is built by merging (reused prefix or nothing) with a partial computed over
 // the keys below m+1-r that were read for m: nothing is ever subtracted.
 //
-// The ring is filled from prefill rows too (their pre- and post-RoPE queries are kept and
-// their prefix states computed lazily at the sequence's first decode step in each layer, when
-// the whole prompt is in the cache), so decode can hit from its first step.
+// The ring is filled from prefill rows too: the prefill's causal attention computes each row's
+// prefix state beside its output (causal_attend.h), so decode can hit from its first step.
+//
+// A ring holds its K entries in preallocated arrays (reserved at its first entry; memory pages
+// are touched only as entries arrive), overwriting the oldest once full: a decode step
+// allocates nothing.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -47,10 +49,9 @@ class MacReuse {
   explicit MacReuse(MacParams p) : p_(p) {}
   const MacParams& params() const { return p_; }
 
-  // A prefill batch: keep the rows' queries as pending ring entries.
-  void observe_prefill(const AttentionBatch& b);
-  // Computes the prefix states of pending entries of the batch's sequences in this layer.
-  void resolve_pending(const AttentionBatch& b);
+  // A prefill batch: its rows become ring entries, with their states over [0, p+1-r) computed
+  // by the prefill's attention (prefix_o [num_rows][num_heads][d], prefix_lse [num_rows][num_heads]).
+  void observe_prefill(const AttentionBatch& b, const float* prefix_o, const float* prefix_lse);
 
   struct Match {
     int slot = -1;       // ring slot of the nearest entry; -1 for an empty ring
@@ -58,8 +59,9 @@ class MacReuse {
     bool hit = false;
     int pos = -1;        // its position p
   };
-  // Nearest entry for (row, head) of a decode batch; records the distance statistics.
-  Match match(const AttentionBatch& b, int row, int head);
+  // Nearest entry for each query head of a decode batch's row (out: [num_heads]), in one pass
+  // over the ring; records the distance statistics.
+  void match(const AttentionBatch& b, int row, Match* out);
   // The cached state (o, lse) of the slot's entry for `head`.
   const float* cached_o(const AttentionBatch& b, int row, int slot, int head) const;
   float cached_lse(const AttentionBatch& b, int row, int slot, int head) const;
@@ -68,13 +70,17 @@ class MacReuse {
   // Appends the decode row's entry: its pre-RoPE queries and per-head states over [0, m+1-r).
   void push(const AttentionBatch& b, int row, const float* o, const float* lse);
 
-  // The newest ring entry of a sequence in a layer (tests): its position and state of `head`.
+  // A ring entry of a sequence in a layer (tests): its position and state of `head`; `i`
+  // counts from the oldest entry.
   struct EntryView {
     int pos = -1;
     const float* o = nullptr;
     float lse = 0;
   };
-  EntryView newest(const PageTable* t, int layer, int head, int head_dim) const;
+  EntryView entry(const PageTable* t, int layer, int i, int head, int head_dim) const;
+  EntryView newest(const PageTable* t, int layer, int head, int head_dim) const {
+    return entry(t, layer, ring_size(t, layer) - 1, head, head_dim);
+  }
   int ring_size(const PageTable* t, int layer) const;
 
   void forget(const PageTable* t) { seqs_.erase(t); }
@@ -87,25 +93,30 @@ class MacReuse {
   void add_counters(std::map<std::string, double>& c) const;
 
  private:
-  struct Slot {
-    int pos = 0;
-    bool pending = false;      // state not computed yet (a prefill row)
-    std::vector<float> q_pre;  // [num_heads][d]
-    std::vector<float> q;      // post-RoPE, kept only while pending
-    std::vector<float> o;      // [num_heads][d]
-    std::vector<float> lse;    // [num_heads]
+  // Entries in slots [0, size()), the oldest at `first` (0 until the ring is full).
+  struct Ring {
+    int first = 0;
+    int heads = 0, width = 0;  // num_heads; num_heads * head_dim
+    std::vector<int> pos;      // [K]
+    std::vector<float> q_pre;  // [K][num_heads][d]
+    std::vector<float> o;      // [K][num_heads][d]: state over [0, pos+1-r)
+    std::vector<float> lse;    // [K][num_heads]
+    int size() const { return int(pos.size()); }
+    int slot(int i) const { return (first + i) % size(); }  // of the i-th oldest entry
   };
-  using Ring = std::deque<Slot>;                    // oldest first, at most K
-  using SeqRings = std::vector<Ring>;               // per layer
+  using SeqRings = std::vector<Ring>;  // per layer
   Ring& ring(const AttentionBatch& b, int row);
   const Ring& ring(const AttentionBatch& b, int row) const;
-  void push_slot(Ring& r, Slot s);
+  void reserve(Ring& r) const;  // K entries of r.heads, r.width
+  // Writes one entry (its pre-RoPE queries [num_heads][d], states, position) over the oldest.
+  void push_entry(Ring& r, int pos, const float* q_pre, const float* o, const float* lse);
   MacHeadStats& stat(int layer, int head, int num_heads);
 
   MacParams p_;
   std::unordered_map<const PageTable*, SeqRings> seqs_;
   std::vector<std::vector<MacHeadStats>> stats_;               // [layer][head]
   std::vector<std::vector<uint64_t>> hist_;                    // [layer][bin]
+  std::vector<float> best_;  // match's nearest squared distance per head, kept to allocate once
 };
 
 }  // namespace skim

@@ -35,7 +35,7 @@ void attend_dense(const AttentionBatch& b, float* out) {
 PipelinePolicy::PipelinePolicy(PipelineConfig config)
     : config_(std::move(config)), dense_(std::make_unique<DenseSelector>()) {}
 
-void attend_prefill(const AttentionBatch& b) {
+void attend_prefill(const AttentionBatch& b, const PrefixStates* prefix) {
   constexpr int kRowsPerTask = 32;  // small enough to balance the causal triangle over threads
   const int group = b.num_heads / b.num_kv_heads, d = b.head_dim;
   struct Task {
@@ -61,6 +61,12 @@ void attend_prefill(const AttentionBatch& b) {
     run.rows = t.rows;
     run.group = group;
     run.first_pos = b.positions[t.row];
+    if (prefix) {
+      run.prefix_band = prefix->band;
+      run.prefix_o = prefix->o + offset;
+      run.prefix_lse = prefix->lse + size_t(t.row) * b.num_heads + size_t(t.kv_head) * group;
+      run.lse_stride = b.num_heads;
+    }
     attend_causal(run, SeqKV{b.kv, b.tables[t.row]->pages.data(), t.kv_head}, b.scale);
   }
 }
@@ -81,8 +87,14 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
   const int group = b.num_heads / b.num_kv_heads;
   if (config_.selector) config_.selector->observe(b);
   if (!b.decode) {  // prefill is dense for every policy
-    attend_prefill(b);
-    if (config_.mac) config_.mac->observe_prefill(b);  // the prompt's last K tokens fill the rings
+    if (config_.mac) {  // the prompt's last K tokens fill the rings, their states from this pass
+      std::vector<float> prefix_o(size_t(b.num_rows) * b.num_heads * b.head_dim), prefix_lse(size_t(b.num_rows) * b.num_heads);
+      PrefixStates prefix{config_.mac->params().band, prefix_o.data(), prefix_lse.data()};
+      attend_prefill(b, &prefix);
+      config_.mac->observe_prefill(b, prefix_o.data(), prefix_lse.data());
+    } else {
+      attend_prefill(b);
+    }
     uint64_t keys = 0;
     for (int r = 0; r < b.num_rows; ++r) keys += uint64_t(b.positions[r] + 1) * b.num_kv_heads;
     stats_.keys_read += keys;

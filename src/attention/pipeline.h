@@ -25,8 +25,17 @@ struct PipelineConfig {
   ArtOrder art_order = ArtOrder::Given;  // the block order for the selector's layers
 };
 
-// Dense causal attention of a prefill batch (rows of consecutive positions per sequence).
-void attend_prefill(const AttentionBatch& batch);
+// MAC's ring rows: each row's state over its keys [0, position + 1 - band), written by the
+// prefill's attention beside the row's output.
+struct PrefixStates {
+  int band = 0;
+  float* o = nullptr;    // [num_rows][num_heads][head_dim]
+  float* lse = nullptr;  // [num_rows][num_heads]
+};
+
+// Dense causal attention of a prefill batch (rows of consecutive positions per sequence), and
+// the rows' prefix states when `prefix` is given.
+void attend_prefill(const AttentionBatch& batch, const PrefixStates* prefix = nullptr);
 
 class PipelinePolicy : public AttentionPolicy {
  public:

@@ -1,6 +1,8 @@
 // Decode through the reuse (MAC) and traverse (ART) stages, one query head at a time
 // (DESIGN.md section 3): select -> MAC match -> ART or exhaustive attention -> merge -> ring
-// update. Hit or miss is decided per query head, so attention runs per head (q_count = 1).
+// update. Hit or miss is decided per query head, so each head has its own keys; exhaustive
+// attention still reads each key once for all the heads of its KV group that need it
+// (attend_shared_keys), ART traverses per head.
 //
 // Per head, the keys read for the output are the band+tail [p+1-r, m+1) on a MAC hit and the
 // base selection on a miss (or with no MAC). With MAC they are read as two disjoint parts, below
@@ -76,7 +78,6 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
   // ART runs where the base's own selection applies (or everywhere for a dense base).
   const bool art = config_.art.has_value() && (sparse || !config_.selector);
   const ArtOrder order = config_.selector ? config_.art_order : (config_.art ? config_.art->dense_order : ArtOrder::Given);
-  if (mac) mac->resolve_pending(b);
 
   struct Head {
     int row = 0, head = 0;
@@ -89,9 +90,14 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
   std::vector<Head> heads;
   heads.reserve(size_t(b.num_rows) * H);
   Selection sel;
+  std::vector<MacReuse::Match> matches(static_cast<size_t>(H));
   uint64_t meta = 0, context = 0;
   for (int r = 0; r < b.num_rows; ++r) {
     const int ctx = b.positions[r] + 1;
+    if (mac) {
+      mac->match(b, r, matches.data());
+      meta += uint64_t(mac->ring_size(b.tables[r], b.layer)) * H * d * sizeof(float);  // the queries matched
+    }
     for (int h = 0; h < b.num_kv_heads; ++h) {
       sel.heads.clear();
       sel.metadata_bytes = 0;
@@ -108,9 +114,10 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
         x.order = order;
         if (mac) {
           x.split = std::max(0, ctx - mac->params().band);
-          x.match = mac->match(b, r, x.head);
+          x.match = matches[size_t(x.head)];
           mac->record(b.layer, x.head, x.match, b.positions[r], H);
-          if (x.match.hit) {  // the band+tail, most recent first
+          if (x.match.hit) {  // the band+tail, most recent first; the cached state is read
+            meta += uint64_t(d + 1) * sizeof(float);
             x.ranges = {KeyRange{std::max(0, x.match.pos + 1 - mac->params().band), ctx}};
             x.order = ArtOrder::Recent;
           }
@@ -157,30 +164,29 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
     }
     for (const ArtResult& r : results) art_stats_.add(r);
   } else {
-    // Exhaustive: the part below the split and the part from it, as two task lists.
-    std::vector<AttendTask> below, above;
+    // Exhaustive: per head the part below the split (entry 2i) and the part from it (2i+1),
+    // each key read once for the heads of a group that need it.
+    std::vector<HeadKeys> parts;
+    parts.reserve(2 * heads.size());
     for (Head& x : heads) {
-      const int kv_head = x.head / group, ctx = b.positions[x.row] + 1;
-      below.push_back({x.row, kv_head, x.head, 1, coalesce_ranges(clip(x.ranges, 0, x.split))});
-      above.push_back({x.row, kv_head, x.head, 1, coalesce_ranges(clip(x.ranges, x.split, ctx))});
-      x.read = below.back().ranges;
-      x.read.insert(x.read.end(), above.back().ranges.begin(), above.back().ranges.end());
+      const int ctx = b.positions[x.row] + 1;
+      parts.push_back({x.row, x.head, coalesce_ranges(clip(x.ranges, 0, x.split))});
+      parts.push_back({x.row, x.head, coalesce_ranges(clip(x.ranges, x.split, ctx))});
+      x.read = parts[parts.size() - 2].ranges;
+      x.read.insert(x.read.end(), parts.back().ranges.begin(), parts.back().ranges.end());
     }
-    std::vector<float> part_o(size_t(b.num_rows) * H * d), part_lse(size_t(b.num_rows) * H, kEmptyLse);
-    AttentionBatch tmp = b;
-    tmp.out = part_o.data();
-    if (mac) attend_tasks(tmp, below, part_lse.data());
-    std::vector<float> tail_lse(size_t(b.num_rows) * H, kEmptyLse);
-    attend_tasks(b, above, tail_lse.data());
-    for (const Head& x : heads) {
+    std::vector<float> part_o(parts.size() * d), part_lse(parts.size());
+    attend_shared_keys(b, parts, part_o.data(), part_lse.data());
+    for (size_t i = 0; i < heads.size(); ++i) {
+      const Head& x = heads[i];
       const size_t s = size_t(x.row) * H + x.head;
       float* co = cache_o.data() + s * d;
-      if (mac) merge_state(co, cache_lse[s], part_o.data() + s * d, part_lse[s], d);
-      // output = (cached state) merged with the part from the split; b.out holds the latter.
+      merge_state(co, cache_lse[s], part_o.data() + 2 * i * d, part_lse[2 * i], d);
+      // output = (cached state) merged with the part from the split.
+      float* o = b.out + s * d;
       float lse = cache_lse[s];
-      std::vector<float> o(co, co + d);
-      merge_state(o.data(), lse, b.out + s * d, tail_lse[s], d);
-      std::copy(o.begin(), o.end(), b.out + s * d);
+      std::copy_n(co, d, o);
+      merge_state(o, lse, part_o.data() + (2 * i + 1) * d, part_lse[2 * i + 1], d);
     }
   }
 

@@ -20,4 +20,17 @@ struct AttendTask {
 void attend_tasks(const AttentionBatch& batch, const std::vector<AttendTask>& tasks,
                   float* lse = nullptr);
 
+// The key ranges (disjoint, sorted) of one query head of one row.
+struct HeadKeys {
+  int row = 0, head = 0;
+  std::vector<KeyRange> ranges;
+};
+
+// The state of each entry over its ranges: o [entries][head_dim], lse [entries]. Entries of the
+// same (row, KV head) may list different ranges (MAC's per-head bands, a per-head selection)
+// yet read each key once for all the entries that hold it, as a GQA kernel loads it: the keys
+// are cut where the set of entries holding them changes and each part is attended by that set
+// at once. Parts are cut further to keep every thread busy.
+void attend_shared_keys(const AttentionBatch& batch, const std::vector<HeadKeys>& entries, float* o, float* lse);
+
 }  // namespace skim

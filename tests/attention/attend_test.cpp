@@ -150,6 +150,54 @@ TEST(AttendRows, SplitKVEqualsOnePass) {
   }
 }
 
+// Heads of a group with different, overlapping ranges (MAC's bands, per-head selections) and
+// two entries per head, as MAC's below/above parts: each entry's state is its own.
+TEST(AttendRows, SharedKeysEqualReferencePerEntry) {
+  for (int trial = 0; trial < 6; ++trial) {
+    const int len = test::random_int(1, 3000), kv_heads = test::random_int(1, 3), group = test::random_int(1, 4), d = 64;
+    Fixture f(len, kv_heads, d);
+    AttentionBatch b;
+    b.num_rows = 1;
+    b.num_heads = kv_heads * group;
+    b.num_kv_heads = kv_heads;
+    b.head_dim = d;
+    b.scale = 0.125f;
+    b.decode = true;
+    b.kv = f.cache.layer(0);
+    int pos = len - 1;
+    b.positions = &pos;
+    const PageTable* tp = &f.table;
+    b.tables = &tp;
+    auto q = test::random_vector(size_t(b.num_heads) * d, 0.5f);
+    b.q = q.data();
+    std::vector<HeadKeys> entries;
+    for (int h = 0; h < b.num_heads; ++h)
+      for (int part = 0; part < 2; ++part) {
+        std::vector<KeyRange> ranges;
+        const int n = test::random_int(0, 4);
+        for (int i = 0; i < n; ++i) {
+          const int a = test::random_int(0, len), e = test::random_int(0, len);
+          ranges.push_back({std::min(a, e), std::max(a, e)});
+        }
+        entries.push_back({0, h, coalesce_ranges(ranges)});
+      }
+    std::vector<float> o(entries.size() * d), lse(entries.size());
+    attend_shared_keys(b, entries, o.data(), lse.data());
+    std::vector<float> ref(static_cast<size_t>(d)), ref_lse(1);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const HeadKeys& e = entries[i];
+      attend_reference(q.data() + size_t(e.head) * d, 1, f.seq(e.head / group), e.ranges, 0.125f, ref.data(), ref_lse.data());
+      std::vector<float> got(o.begin() + long(i * d), o.begin() + long((i + 1) * d));
+      expect_close(got, ref, 1e-5f);
+      if (e.ranges.empty()) {
+        EXPECT_EQ(lse[i], kEmptyLse);
+      } else {
+        EXPECT_NEAR(lse[i], ref_lse[0], 1e-4f);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace skim
 
@@ -171,6 +219,47 @@ TEST(AttendCausal, EqualsAttendPerRow) {
                        ref.data() + size_t(r) * group * d, lse.data());
     }
     expect_close(out, ref, 2e-5f);
+  }
+}
+
+// MAC's ring rows: the prefix state each row gets beside its output is the plain state over
+// [0, position + 1 - band), and the output keeps the bits it has without prefixes.
+TEST(AttendCausal, PrefixStatesEqualReference) {
+  for (int trial = 0; trial < 12; ++trial) {
+    const int len = test::random_int(1, 400), group = test::random_int(1, 5), d = trial % 2 ? 64 : 128;
+    const int rows = test::random_int(1, std::min(len, 100)), first = len - rows;
+    // Bands that end prefixes before the first key, inside tiles and on tile edges (64 keys).
+    const int band = trial % 3 == 0 ? test::random_int(0, len + 8) : 64 * test::random_int(0, 4) + (trial % 3 == 1);
+    Fixture f(len, 1, d);
+    auto q = test::random_vector(size_t(rows) * group * d, 0.5f);
+    std::vector<float> plain(q.size()), out(q.size()), prefix_o(q.size()), prefix_lse(size_t(rows) * group);
+    CausalRun run{q.data(), plain.data(), group * d, rows, group, first};
+    attend_causal(run, f.seq(0), 0.1f);
+    run.out = out.data();
+    run.prefix_band = band;
+    run.prefix_o = prefix_o.data();
+    run.prefix_lse = prefix_lse.data();
+    run.lse_stride = group;
+    attend_causal(run, f.seq(0), 0.1f);
+    EXPECT_EQ(out, plain) << "trial " << trial;
+    std::vector<float> ref(size_t(group) * d), ref_lse(group);
+    for (int r = 0; r < rows; ++r) {
+      const int end = first + r + 1 - band;
+      std::vector<KeyRange> ranges;
+      if (end > 0) ranges.push_back({0, end});
+      attend_reference(q.data() + size_t(r) * group * d, group, f.seq(0), ranges, 0.1f, ref.data(), ref_lse.data());
+      for (int g = 0; g < group; ++g) {
+        const float lse = prefix_lse[size_t(r) * group + g];
+        if (end <= 0) {
+          EXPECT_EQ(lse, kEmptyLse) << "trial " << trial << " row " << r;
+        } else {
+          EXPECT_NEAR(lse, ref_lse[size_t(g)], 1e-4f) << "trial " << trial << " row " << r;
+        }
+        for (int i = 0; i < d; ++i)
+          EXPECT_NEAR(prefix_o[(size_t(r) * group + g) * d + i], ref[size_t(g) * d + i], 2e-5f)
+              << "trial " << trial << " row " << r << " band " << band;
+      }
+    }
   }
 }
 

@@ -70,6 +70,38 @@ TEST(Mac, MissCachesStateOverPrefix) {
   }
 }
 
+// The ring entries of prompt rows get their states from the prefill's own attention, in
+// whatever chunks the prompt comes: each must be the state of the row's post-RoPE query over
+// [0, p+1-r) by the definition.
+TEST(Mac, PrefillStatesEqualBruteForce) {
+  const int band = test::random_int(1, 90), window = test::random_int(20, 120), prompt = test::random_int(150, 300);
+  auto policy = make_policy("mac:window=" + std::to_string(window) + ",band=" + std::to_string(band));
+  DecodeHarness h(400, 2, 3, 32);
+  for (int i = 0; i < prompt; ++i) h.add_token();
+  for (int first = 0; first < prompt;) {  // chunks of random length
+    const int n = std::min(prompt - first, test::random_int(1, 100));
+    AttentionBatch b = h.batch(first, n, false);
+    policy->attend(b);
+    first += n;
+  }
+  const MacReuse& mac = mac_of(*policy);
+  ASSERT_EQ(mac.ring_size(&h.table, 0), std::min(window, prompt));
+  for (int i = 0; i < mac.ring_size(&h.table, 0); ++i)
+    for (int head = 0; head < h.heads; ++head) {
+      auto e = mac.entry(&h.table, 0, i, head, h.d);
+      EXPECT_EQ(e.pos, prompt - mac.ring_size(&h.table, 0) + i);
+      std::vector<double> o;
+      double lse;
+      h.brute_state(h.q[size_t(e.pos)].data() + head * h.d, head / h.group, 0, e.pos + 1 - band, o, lse);
+      if (e.pos + 1 - band <= 0) {
+        EXPECT_EQ(e.lse, kEmptyLse);
+        continue;
+      }
+      EXPECT_NEAR(e.lse, lse, 1e-4) << "entry " << i << " head " << head;
+      for (int k = 0; k < h.d; ++k) EXPECT_NEAR(e.o[k], o[size_t(k)], 1e-5) << "entry " << i << " head " << head;
+    }
+}
+
 // Decode queries whose pre-RoPE query repeats a ring entry's exactly: every head hits it.
 TEST(Mac, HitEqualsEquation7) {
   const int band = test::random_int(4, 40), window = 64, prompt = test::random_int(120, 250);

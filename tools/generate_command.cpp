@@ -93,6 +93,7 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
                             {"finish_reason", s.finish_reason},
                             {"prefill_seconds", s.prefill_seconds},
                             {"decode_seconds", s.decode_seconds},
+                            {"first_step_seconds", s.first_step_seconds},
                             {"prefill_tokens_per_s", prefill_tps},
                             {"decode_tokens_per_s", decode_tps},
                             {"kv_bytes_per_step", s.kv_bytes_per_step}};

@@ -50,6 +50,9 @@ struct GenerationStats {
   int generated_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  // The first decode step alone (within decode_seconds): policies that build per-sequence state
+  // from the prompt at the first step (CS tables, MAC ring states) pay it here.
+  double first_step_seconds = 0;
   double kv_bytes_per_step = 0;  // KV bytes attention read per decode step, all layers
   std::string finish_reason;     // "stop" (EOS or a stop string) or "length"
 };

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+
+#include <fmt/format.h>
 
 #include "attention/kmeans.h"
 #include "core/dtype.h"
@@ -19,6 +22,53 @@ float dot(const float* a, const float* b, int n) {
 }
 
 }  // namespace
+
+// ---- parameters ----
+
+namespace {
+
+void require_range(const PolicyPart& p, const std::string& key, double v, double lo, double hi) {
+  SKIM_REQUIRE(v >= lo && v <= hi, "policy: {}:{}={} is out of range [{}, {}]", p.name, key, v, lo, hi);
+}
+
+}  // namespace
+
+CsParams cs_params(const PolicyPart& p) {
+  CsParams c;
+  c.subspaces = p.integer("subspaces", c.subspaces);
+  c.centroids = p.integer("centroids", c.centroids);
+  c.iters = p.integer("iters", c.iters);
+  c.list = p.number("list", c.list);
+  c.keep = p.number("keep", c.keep);
+  c.window = p.integer("window", c.window);
+  c.step = p.integer("step", c.step);
+  c.backoff = p.number("backoff", c.backoff);
+  c.backoff_top = p.integer("backoff_top", c.backoff_top);
+  c.recall = p.integer("recall", 0) != 0;
+  c.dense_layers = p.integer("dense_layers", 0);
+  c.max_points = p.integer("points", c.max_points);
+  const std::string missing = p.text("missing", c.missing_mean ? "mean" : "zero");
+  SKIM_REQUIRE(missing == "zero" || missing == "mean", "policy: cs:missing={} must be zero or mean", missing);
+  c.missing_mean = missing == "mean";
+  const std::string pool = p.text("pool", c.pool_group ? "group" : "head");
+  SKIM_REQUIRE(pool == "head" || pool == "group", "policy: cs:pool={} must be head or group", pool);
+  c.pool_group = pool == "group";
+  const std::string score = p.text("score", c.score_dot ? "dot" : "cos");
+  SKIM_REQUIRE(score == "cos" || score == "dot", "policy: cs:score={} must be cos or dot", score);
+  c.score_dot = score == "dot";
+  require_range(p, "subspaces", c.subspaces, 1, 1024);
+  require_range(p, "centroids", c.centroids, 1, 65536);
+  require_range(p, "iters", c.iters, 0, 1000);
+  require_range(p, "points", c.max_points, 1, 1 << 24);
+  SKIM_REQUIRE(c.list > 0, "policy: cs:list={} must be > 0 (a fraction <= 1 of the prompt, or entries > 1)", c.list);
+  SKIM_REQUIRE(c.keep > 0 && c.keep <= 1, "policy: cs:keep={} must be in (0, 1]", c.keep);
+  require_range(p, "window", c.window, 0, 1e9);
+  require_range(p, "step", c.step, 1, 1e6);
+  require_range(p, "backoff", c.backoff, -1, 1);
+  require_range(p, "backoff_top", c.backoff_top, 1, c.centroids);
+  require_range(p, "recall", p.integer("recall", 0), 0, 1);
+  return c;
+}
 
 // ---- TopList ----
 
@@ -46,56 +96,101 @@ bool TopList::try_insert(int32_t index, float score) {
 
 // ---- building and streaming ----
 
-void CsSelector::build(GroupTable& g, const SeqKV& kv, int group, int num_keys) {
-  const int d = kv.layer.head_dim, M = p_.subspaces, C = p_.centroids, ds = d / M;
-  SKIM_REQUIRE(g.num_queries > 0,
-               "policy cs: a sequence reached decoding without prompt queries to build its tables "
-               "from (cs indexes the prompt during prefill)");
-  SKIM_REQUIRE(num_keys > 0, "policy cs: no prompt keys to index");
-  const int capacity = p_.list <= 1.0 ? std::max(1, int(std::ceil(p_.list * num_keys))) : int(p_.list);
+void TopList::assign_sorted(const int32_t* index, const float* score, int n) {
+  SKIM_REQUIRE(n <= capacity_, "TopList: {} entries exceed the capacity {}", n, capacity_);
+  index_.assign(index, index + n);
+  score_.resize(size_t(n));
+  for (int i = 0; i < n; ++i) score_[size_t(i)] = f32_to_f16(score[i]);
+}
+
+namespace {
+
+// The `top` largest of score[0..n) as (index, score), by descending score, ties by index: the
+// order try-inserting them one by one would leave. A threshold by nth_element on the values,
+// then a sort of the few kept, instead of a sort of all n.
+void top_entries(const float* score, int n, int top, std::vector<int32_t>& index, std::vector<float>& kept) {
+  index.clear();
+  kept.clear();
+  if (top <= 0) return;
+  std::vector<float> v(score, score + n);
+  std::nth_element(v.begin(), v.begin() + (top - 1), v.end(), std::greater<float>());
+  const float threshold = v[size_t(top - 1)];
+  for (int j = 0; j < n; ++j)
+    if (score[j] > threshold) index.push_back(j);
+  for (int j = 0; j < n && int(index.size()) < top; ++j)
+    if (score[j] == threshold) index.push_back(j);
+  std::sort(index.begin(), index.end(), [&](int32_t a, int32_t b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  });
+  for (int32_t j : index) kept.push_back(score[j]);
+}
+
+}  // namespace
+
+void CsSelector::build_subspace(GroupTable& g, const SeqKV& kv, int group, int num_keys, int m) const {
+  const int d = kv.layer.head_dim, C = p_.centroids, ds = d / p_.subspaces;
   // k-means on a strided sample of the (query, head) vectors when there are many.
   const int total = g.num_queries * group;
   const int stride = (total + p_.max_points - 1) / p_.max_points;
   const int n = (total + stride - 1) / stride;
-
-  g.centroids.assign(size_t(M) * C * ds, 0.0f);
-  g.lists.assign(size_t(M) * C, TopList(capacity));
-  std::vector<float> pts(size_t(n) * ds), keys(size_t(num_keys) * ds);
-  for (int m = 0; m < M; ++m) {
-    for (int i = 0; i < n; ++i) {
-      float* x = pts.data() + size_t(i) * ds;
-      std::copy_n(g.queries.data() + size_t(i) * stride * d + size_t(m) * ds, ds, x);
-      normalize(x, ds);
-    }
-    KMeansResult km = cosine_kmeans(pts.data(), n, ds, C, p_.iters, 0x5eed0000u + uint64_t(m));
-    std::copy(km.centroids.begin(), km.centroids.end(), g.centroids.begin() + long(size_t(m) * C * ds));
-    for (int j = 0; j < num_keys; ++j) {
-      float* k = keys.data() + size_t(j) * ds;
-      std::copy_n(kv.key(j) + size_t(m) * ds, ds, k);
-      if (!p_.score_dot) normalize(k, ds);
-    }
-#pragma omp parallel
-    {
-      std::vector<float> score(static_cast<size_t>(num_keys));
-      std::vector<int32_t> order(static_cast<size_t>(num_keys));
-#pragma omp for schedule(dynamic)
-      for (int c = 0; c < C; ++c) {
-        const float* cen = g.centroids.data() + (size_t(m) * C + c) * ds;
-        for (int j = 0; j < num_keys; ++j) score[size_t(j)] = dot(cen, keys.data() + size_t(j) * ds, ds);
-        for (int j = 0; j < num_keys; ++j) order[size_t(j)] = j;
-        const int top = std::min(capacity, num_keys);
-        std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int32_t a, int32_t b) {
-          return score[size_t(a)] > score[size_t(b)] || (score[size_t(a)] == score[size_t(b)] && a < b);
-        });
-        TopList& list = g.lists[size_t(m) * C + c];
-        for (int t = 0; t < top; ++t) list.try_insert(order[size_t(t)], score[size_t(order[size_t(t)])]);
-      }
-    }
+  std::vector<float> pts(size_t(n) * ds);
+  for (int i = 0; i < n; ++i) {
+    float* x = pts.data() + size_t(i) * ds;
+    std::copy_n(g.queries.data() + size_t(i) * stride * d + size_t(m) * ds, ds, x);
+    normalize(x, ds);
   }
-  g.queries.clear();
-  g.queries.shrink_to_fit();
-  g.built = true;
-  g.indexed = num_keys;
+  KMeansResult km = cosine_kmeans(pts.data(), n, ds, C, p_.iters, 0x5eed0000u + uint64_t(m));
+  float* centroids = g.centroids.data() + size_t(m) * C * ds;
+  std::copy(km.centroids.begin(), km.centroids.end(), centroids);
+
+  std::vector<float> keys(size_t(num_keys) * ds), score(size_t(C) * num_keys), kept;
+  for (int j = 0; j < num_keys; ++j) {
+    float* k = keys.data() + size_t(j) * ds;
+    std::copy_n(kv.key(j) + size_t(m) * ds, ds, k);
+    if (!p_.score_dot) normalize(k, ds);
+  }
+  centroid_scores(centroids, C, ds, keys.data(), num_keys, score.data());  // [C][num_keys]
+  std::vector<int32_t> index;
+  for (int c = 0; c < C; ++c) {
+    TopList& list = g.lists[size_t(m) * C + c];
+    const float* row = score.data() + size_t(c) * num_keys;
+    top_entries(row, num_keys, std::min(list.capacity(), num_keys), index, kept);
+    list.assign_sorted(index.data(), kept.data(), int(index.size()));
+    double all = 0, in = 0;
+    for (int j = 0; j < num_keys; ++j) all += row[j];
+    for (float v : kept) in += v;
+    const int left = num_keys - int(kept.size());
+    g.tail[size_t(m) * C + c] = left > 0 ? float((all - in) / left) : 0.0f;
+  }
+}
+
+void CsSelector::build_layer(std::vector<GroupTable>& heads, const SeqKV& kv0, int group, int num_keys) {
+  const int M = p_.subspaces, C = p_.centroids, ds = kv0.layer.head_dim / M;
+  SKIM_REQUIRE(num_keys > 0, "policy cs: no prompt keys to index");
+  const int capacity = p_.list <= 1.0 ? std::max(1, int(std::ceil(p_.list * num_keys))) : int(p_.list);
+  for (GroupTable& g : heads) {
+    SKIM_REQUIRE(g.num_queries > 0,
+                 "policy cs: a sequence reached decoding without prompt queries to build its tables "
+                 "from (cs indexes the prompt during prefill)");
+    g.centroids.assign(size_t(M) * C * ds, 0.0f);
+    g.lists.assign(size_t(M) * C, TopList(capacity));
+    g.tail.assign(size_t(M) * C, 0.0f);
+  }
+  // Every (KV group, subspace) is independent: one task each, spread over the threads (24 for
+  // SmolLM2's 3 groups x 8 subspaces); k-means inside a task runs on one thread.
+  const int tasks = int(heads.size()) * M;
+#pragma omp parallel for schedule(dynamic)
+  for (int t = 0; t < tasks; ++t) {
+    SeqKV kv = kv0;
+    kv.kv_head = t / M;
+    build_subspace(heads[size_t(t / M)], kv, group, num_keys, t % M);
+  }
+  for (GroupTable& g : heads) {
+    g.queries.clear();
+    g.queries.shrink_to_fit();
+    g.built = true;
+    g.indexed = num_keys;
+  }
 }
 
 void CsSelector::insert_key(GroupTable& g, int32_t pos, const float* key, int d) {
@@ -119,17 +214,22 @@ void CsSelector::observe(const AttentionBatch& b) {
     auto& heads = st.layers[size_t(b.layer)];
     if (heads.empty()) heads.resize(size_t(b.num_kv_heads));
     const int pos = b.positions[r];
-    for (int h = 0; h < b.num_kv_heads; ++h) {
-      GroupTable& g = heads[size_t(h)];
-      SeqKV kv{b.kv, b.tables[r]->pages.data(), h};
-      if (!b.decode && !g.built) {  // prefill: keep the group's queries until the first decode step
+    const SeqKV kv0{b.kv, b.tables[r]->pages.data(), 0};
+    if (!b.decode && !heads[0].built) {  // prefill: keep the group's queries until the first decode step
+      for (int h = 0; h < b.num_kv_heads; ++h) {
+        GroupTable& g = heads[size_t(h)];
         const float* q = b.q + (size_t(r) * b.num_heads + size_t(h) * group) * d;
         g.queries.insert(g.queries.end(), q, q + size_t(group) * d);
         g.num_queries += 1;
-        continue;
       }
-      if (!g.built) build(g, kv, group, pos);
-      if (pos < g.indexed) continue;  // a rewrite of an indexed key keeps its entries
+      continue;
+    }
+    if (!heads[0].built) build_layer(heads, kv0, group, pos);
+    if (pos < heads[0].indexed) continue;  // a rewrite of an indexed key keeps its entries
+    for (int h = 0; h < b.num_kv_heads; ++h) {
+      GroupTable& g = heads[size_t(h)];
+      SeqKV kv = kv0;
+      kv.kv_head = h;
       insert_key(g, pos, kv.key(pos), d);
       g.indexed = pos + 1;
     }
@@ -145,37 +245,55 @@ void CsSelector::fork(const PageTable* from, const PageTable* to) {
 
 uint64_t CsSelector::gather(const GroupTable& g, const float* q, int d) {
   const int M = p_.subspaces, C = p_.centroids, ds = d / M;
-  std::vector<float> qs(static_cast<size_t>(ds)), cos(static_cast<size_t>(C));
-  std::vector<int> order(static_cast<size_t>(C));
-  uint64_t entries = 0;
+  qs_.resize(size_t(ds));
+  cos_.resize(size_t(C));
+  uint64_t bytes = 0;
   for (int m = 0; m < M; ++m) {
-    std::copy_n(q + size_t(m) * ds, ds, qs.data());
-    const float weight = p_.score_dot ? normalize(qs.data(), ds) : (normalize(qs.data(), ds), 1.0f);
-    for (int c = 0; c < C; ++c) cos[size_t(c)] = dot(g.centroids.data() + (size_t(m) * C + c) * ds, qs.data(), ds);
-    for (int c = 0; c < C; ++c) order[size_t(c)] = c;
-    int take = 1;
-    std::partial_sort(order.begin(), order.begin() + std::min(C, std::max(1, p_.backoff_top)), order.end(),
-                      [&](int a, int b) { return cos[size_t(a)] > cos[size_t(b)]; });
+    std::copy_n(q + size_t(m) * ds, ds, qs_.data());
+    const float norm = normalize(qs_.data(), ds);
+    const float* centroids = g.centroids.data() + size_t(m) * C * ds;
+    for (int c = 0; c < C; ++c) cos_[size_t(c)] = dot(centroids + size_t(c) * ds, qs_.data(), ds);
+    const int best = int(std::max_element(cos_.begin(), cos_.end()) - cos_.begin());
+    const float weight = p_.score_dot ? norm : 1.0f;
     subspace_searches_ += 1;
-    if (cos[size_t(order[0])] < p_.backoff) {  // off-manifold query: widen the search
+    best_cos_sum_ += cos_[size_t(best)];
+    int take = 1;
+    if (cos_[size_t(best)] < p_.backoff) {  // off-manifold query: widen the search
       take = std::min(C, p_.backoff_top);
       backoffs_ += 1;
     }
+    order_.resize(size_t(C));
+    for (int c = 0; c < C; ++c) order_[size_t(c)] = c;
+    std::partial_sort(order_.begin(), order_.begin() + take, order_.end(),
+                      [&](int a, int b) { return cos_[size_t(a)] > cos_[size_t(b)] || (cos_[size_t(a)] == cos_[size_t(b)] && a < b); });
     for (int t = 0; t < take; ++t) {
-      const TopList& list = g.lists[size_t(m) * C + order[size_t(t)]];
-      entries += uint64_t(list.size());
+      const TopList& list = g.lists[size_t(m) * C + order_[size_t(t)]];
+      const float floor = p_.missing_mean ? g.tail[size_t(m) * C + order_[size_t(t)]] : 0.0f;
+      bytes += uint64_t(list.size()) * TopList::kEntryBytes + (p_.missing_mean ? sizeof(float) : 0);
       for (int i = 0; i < list.size(); ++i) {
-        int32_t k = list.index(i);
+        const int32_t k = list.index(i);
         if (size_t(k) >= acc_.size()) continue;
         if (!mark_[size_t(k)]) {
           mark_[size_t(k)] = 1;
           touched_.push_back(k);
         }
-        acc_[size_t(k)] += weight * list.score(i);
+        acc_[size_t(k)] += weight * (list.score(i) - floor);
       }
     }
   }
-  return entries;
+  return bytes;
+}
+
+void CsSelector::pick_top(std::vector<int32_t>& picks, int n_pick, int window_begin) const {
+  picks.clear();
+  for (int32_t k : touched_)
+    if (k < window_begin) picks.push_back(k);
+  // Descending summed score, ties by index: a total order, so the top is well defined.
+  auto better = [&](int32_t a, int32_t c) { return acc_[size_t(a)] > acc_[size_t(c)] || (acc_[size_t(a)] == acc_[size_t(c)] && a < c); };
+  const size_t top = std::min(picks.size(), size_t(n_pick));
+  if (top < picks.size()) std::nth_element(picks.begin(), picks.begin() + long(top), picks.end(), better);
+  picks.resize(top);
+  std::sort(picks.begin(), picks.end(), better);
 }
 
 void CsSelector::select(const SelectInput& in, Selection& out) {
@@ -207,34 +325,20 @@ void CsSelector::select(const SelectInput& in, Selection& out) {
   }
 
   out.heads.assign(size_t(units), {});
-  uint64_t entries = 0;
-  std::vector<float> pooled(static_cast<size_t>(d));
   for (int u = 0; u < units; ++u) {
     const float* q0 = b.q + (size_t(in.row) * b.num_heads + size_t(in.kv_head) * group) * d;
     if (search) {
       const float* q = q0 + size_t(u) * d;
       if (p_.pool_group) {  // group mean of the query heads, as ReSA pools
-        std::fill(pooled.begin(), pooled.end(), 0.0f);
+        pooled_.assign(size_t(d), 0.0f);
         for (int h = 0; h < group; ++h)
-          for (int i = 0; i < d; ++i) pooled[size_t(i)] += q0[size_t(h) * d + i] / float(group);
-        q = pooled.data();
+          for (int i = 0; i < d; ++i) pooled_[size_t(i)] += q0[size_t(h) * d + i] / float(group);
+        q = pooled_.data();
       }
-      entries += gather(g, q, d);
+      out.metadata_bytes += gather(g, q, d);
       union_sum_ += touched_.size();
       searched_ += 1;
-      std::vector<int32_t>& picks = g.picks[size_t(u)];
-      for (int32_t k : touched_)
-        if (k < wb) picks.push_back(k);
-      const size_t top = std::min(picks.size(), size_t(n_pick));
-      std::partial_sort(picks.begin(), picks.begin() + long(top), picks.end(), [&](int32_t a, int32_t c) {
-        return acc_[size_t(a)] > acc_[size_t(c)] || (acc_[size_t(a)] == acc_[size_t(c)] && a < c);
-      });
-      picks.resize(top);
-      for (int32_t k : touched_) {
-        acc_[size_t(k)] = 0.0f;
-        mark_[size_t(k)] = 0;
-      }
-      touched_.clear();
+      pick_top(g.picks[size_t(u)], n_pick, wb);
       out.metadata_bytes += uint64_t(M) * C * (d / M) * sizeof(float);
     }
     // Recent window first (forced in), then the picks in descending summed score.
@@ -243,19 +347,30 @@ void CsSelector::select(const SelectInput& in, Selection& out) {
     for (int32_t k : g.picks[size_t(u)])
       if (k < win) r.push_back({k, k + 1});
     selected_sum_ += uint64_t(r.size()) - (win < ctx ? 1 : 0) + uint64_t(ctx - win);
+    if (p_.recall)  // the heads this unit serves; the candidates exist only when it searched
+      for (int h = p_.pool_group ? 0 : u; h < (p_.pool_group ? group : u + 1); ++h)
+        measure_recall(in, r, h, search ? mark_.data() : nullptr, wb);
+    if (search) {
+      for (int32_t k : touched_) {
+        acc_[size_t(k)] = 0.0f;
+        mark_[size_t(k)] = 0;
+      }
+      touched_.clear();
+    }
   }
-  out.metadata_bytes += entries * TopList::kEntryBytes;
   selects_ += uint64_t(units);
-  if (p_.recall)
-    for (int h = 0; h < group; ++h) measure_recall(in, out.heads[p_.pool_group ? 0 : size_t(h)], h);
 }
 
 // Recall of the true top-K: the K keys with the largest q.k over the whole context (K = keep x
-// context), against the keys the selection covers. Costs one dense scoring pass.
-void CsSelector::measure_recall(const SelectInput& in, const std::vector<KeyRange>& ranges, int h) {
+// context), against the keys the selection covers, and against the candidates it chose from
+// (the gathered lists' keys and the window: what a perfect ranking of them could reach).
+// Costs one dense scoring pass.
+void CsSelector::measure_recall(const SelectInput& in, const std::vector<KeyRange>& ranges, int h,
+                                const uint8_t* gathered, int window_begin) {
   const AttentionBatch& b = in.batch;
   const int group = b.num_heads / b.num_kv_heads, d = b.head_dim, ctx = in.context;
-  const int K = std::min(ctx, std::max(1, int(std::ceil(p_.keep * ctx))));
+  const double keep = p_.recall_keep > 0 ? p_.recall_keep : p_.keep;
+  const int K = std::min(ctx, std::max(1, int(std::ceil(keep * ctx))));
   const float* q = b.q + (size_t(in.row) * b.num_heads + size_t(in.kv_head) * group + h) * d;
   SeqKV kv{b.kv, b.tables[in.row]->pages.data(), in.kv_head};
   std::vector<float> s(static_cast<size_t>(ctx));
@@ -269,8 +384,30 @@ void CsSelector::measure_recall(const SelectInput& in, const std::vector<KeyRang
   std::vector<uint8_t> in_sel(static_cast<size_t>(ctx), 0);
   for (KeyRange r : ranges)
     for (int j = r.begin; j < r.end; ++j) in_sel[size_t(j)] = 1;
-  for (int t = 0; t < K; ++t) recall_hits_ += in_sel[size_t(idx[size_t(t)])];
-  recall_total_ += uint64_t(K);
+  const size_t layer = size_t(b.layer);
+  if (recall_.size() <= layer) recall_.resize(layer + 1);
+  LayerRecall& c = recall_[layer];
+  int in_window = 0;
+  for (int t = 0; t < K; ++t) {
+    const int32_t j = idx[size_t(t)];
+    c.hits += in_sel[size_t(j)];
+    in_window += j >= window_begin;
+    if (gathered) c.candidate_hits += j >= window_begin || gathered[size_t(j)];
+  }
+  // The best any ranking could do with the window forced in: its top-K keys, then as many
+  // picks as the selection has (K_sel - window).
+  const int K_sel = std::min(ctx, std::max(1, int(std::ceil(p_.keep * ctx))));
+  const int picks = std::max(0, K_sel - (ctx - window_begin));
+  c.ceiling_hits += uint64_t(in_window + std::min(picks, K - in_window));
+  c.total += uint64_t(K);
+  if (gathered) c.candidate_total += uint64_t(K);
+}
+
+const CsGroupTables* CsSelector::tables(const PageTable* seq, int layer, int kv_head) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || it->second.layers.size() <= size_t(layer)) return nullptr;
+  const auto& heads = it->second.layers[size_t(layer)];
+  return size_t(kv_head) < heads.size() ? &heads[size_t(kv_head)] : nullptr;
 }
 
 uint64_t CsSelector::table_bytes() const {
@@ -278,7 +415,7 @@ uint64_t CsSelector::table_bytes() const {
   for (auto& [table, st] : seqs_)
     for (auto& layer : st.layers)
       for (auto& g : layer) {
-        bytes += g.centroids.size() * sizeof(float);
+        bytes += (g.centroids.size() + g.tail.size()) * sizeof(float);
         for (auto& l : g.lists) bytes += uint64_t(l.capacity()) * TopList::kEntryBytes;
       }
   return bytes;
@@ -290,7 +427,21 @@ std::map<std::string, double> CsSelector::counters() const {
   if (searched_ > 0) c["cs_union_keys"] = double(union_sum_) / double(searched_);
   if (selects_ > 0) c["cs_selected_keys"] = double(selected_sum_) / double(selects_);
   if (subspace_searches_ > 0) c["cs_backoff_rate"] = double(backoffs_) / double(subspace_searches_);
-  if (recall_total_ > 0) c["cs_recall"] = double(recall_hits_) / double(recall_total_);
+  if (subspace_searches_ > 0) c["cs_centroid_cos"] = best_cos_sum_ / double(subspace_searches_);
+  LayerRecall all;
+  for (size_t l = 0; l < recall_.size(); ++l) {
+    const LayerRecall& r = recall_[l];
+    if (r.total > 0) c[fmt::format("cs_recall.L{}", l)] = double(r.hits) / double(r.total);
+    if (r.candidate_total > 0) c[fmt::format("cs_candidate_recall.L{}", l)] = double(r.candidate_hits) / double(r.candidate_total);
+    all.hits += r.hits;
+    all.ceiling_hits += r.ceiling_hits;
+    all.total += r.total;
+    all.candidate_hits += r.candidate_hits;
+    all.candidate_total += r.candidate_total;
+  }
+  if (all.total > 0) c["cs_recall"] = double(all.hits) / double(all.total);
+  if (all.total > 0) c["cs_recall_ceiling"] = double(all.ceiling_hits) / double(all.total);
+  if (all.candidate_total > 0) c["cs_candidate_recall"] = double(all.candidate_hits) / double(all.candidate_total);
   return c;
 }
 

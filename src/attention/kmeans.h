@@ -17,6 +17,10 @@ struct KMeansResult {
 // Scales v[0..dim) to unit length in place; a zero vector stays zero. Returns the old norm.
 float normalize(float* v, int dim);
 
+// s[i][j] = x_i . c_j for points x [n][dim] and centroids c [k][dim]: the product X C^T that
+// k-means assignment and CSAttention's list scoring are made of.
+void centroid_scores(const float* x, int n, int dim, const float* c, int k, float* s);
+
 // points: [n][dim], already unit length (see normalize). k-means++ seeds with probability
 // proportional to the squared cosine distance (1 - cos)^2, then `iters` Lloyd iterations.
 // With fewer distinct points than k the extra centroids repeat chosen points. Deterministic

@@ -16,36 +16,9 @@ void require_range(const PolicyPart& p, const std::string& key, double v, double
   SKIM_REQUIRE(v >= lo && v <= hi, "policy: {}:{}={} is out of range [{}, {}]", p.name, key, v, lo, hi);
 }
 
-// CSAttention's parameters (DESIGN.md section 9 defaults).
 std::unique_ptr<Selector> make_cs_selector(const PolicyPart& p, int& dense_layers) {
-  CsParams c;
-  c.subspaces = p.integer("subspaces", c.subspaces);
-  c.centroids = p.integer("centroids", c.centroids);
-  c.iters = p.integer("iters", c.iters);
-  c.list = p.number("list", c.list);
-  c.keep = p.number("keep", c.keep);
-  c.window = p.integer("window", c.window);
-  c.step = p.integer("step", c.step);
-  c.backoff = p.number("backoff", c.backoff);
-  c.backoff_top = p.integer("backoff_top", c.backoff_top);
-  c.recall = p.integer("recall", 0) != 0;
-  c.dense_layers = dense_layers = p.integer("dense_layers", 0);
-  const std::string pool = p.text("pool", "head");
-  SKIM_REQUIRE(pool == "head" || pool == "group", "policy: cs:pool={} must be head or group", pool);
-  c.pool_group = pool == "group";
-  const std::string score = p.text("score", "cos");
-  SKIM_REQUIRE(score == "cos" || score == "dot", "policy: cs:score={} must be cos or dot", score);
-  c.score_dot = score == "dot";
-  require_range(p, "subspaces", c.subspaces, 1, 1024);
-  require_range(p, "centroids", c.centroids, 1, 65536);
-  require_range(p, "iters", c.iters, 0, 1000);
-  SKIM_REQUIRE(c.list > 0, "policy: cs:list={} must be > 0 (a fraction <= 1 of the prompt, or entries > 1)", c.list);
-  SKIM_REQUIRE(c.keep > 0 && c.keep <= 1, "policy: cs:keep={} must be in (0, 1]", c.keep);
-  require_range(p, "window", c.window, 0, 1e9);
-  require_range(p, "step", c.step, 1, 1e6);
-  require_range(p, "backoff", c.backoff, -1, 1);
-  require_range(p, "backoff_top", c.backoff_top, 1, c.centroids);
-  require_range(p, "recall", p.integer("recall", 0), 0, 1);
+  CsParams c = cs_params(p);
+  dense_layers = c.dense_layers;
   return std::make_unique<CsSelector>(c);
 }
 

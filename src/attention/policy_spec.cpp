@@ -19,7 +19,7 @@ const std::map<std::string, std::vector<std::string>>& policy_components() {
       {"rectify", {"f"}},
       {"resa", {"keep", "n_min", "n_local", "dense_layers", "f"}},
       {"cs", {"subspaces", "centroids", "iters", "list", "keep", "window", "step", "backoff", "backoff_top",
-              "pool", "recall", "dense_layers", "score"}},
+              "pool", "recall", "dense_layers", "score", "points", "missing"}},
       {"retro", {"w"}},
       {"mac", {"window", "band", "tau"}},
       {"art", {"eps_scale", "eps_dir", "patience", "order", "block"}},

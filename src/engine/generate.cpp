@@ -89,7 +89,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   // Decode: every live sequence advances by one token per step.
   const double bytes_before = decode_kv_bytes_read();
   uint64_t seq_steps = 0;
-  double t0 = now_seconds();
+  double t0 = now_seconds(), first_step_s = 0;
   while (!live.empty()) {
     for (Live& s : live)  // the prompt and the generated tokens fill the context: it ends there
       if (at_context_limit(*this, s.seq)) {
@@ -107,6 +107,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       gens.push_back(&s.gen);
     }
     const std::vector<int> next = decode_step(*this, seqs, tokens, gens);
+    if (seq_steps == 0) first_step_s = now_seconds() - t0;
     seq_steps += live.size();
     for (size_t j = 0; j < live.size(); ++j) {
       Live& s = live[j];
@@ -123,6 +124,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   for (GenerationResult& r : results) {
     r.stats.generated_tokens = int(r.tokens.size());
     r.stats.decode_seconds = decode_s;
+    r.stats.first_step_seconds = first_step_s;
     r.stats.kv_bytes_per_step = bytes_per_step;
   }
   return results;

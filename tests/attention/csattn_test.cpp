@@ -1,13 +1,18 @@
 // CSAttention's selector: bounded sorted lists, and with lists that hold every key and K =
-// context the selection is every key (dense); recall of the true top-K is then 1.
+// context the selection is every key (dense); recall of the true top-K is then 1. The built
+// lists and the selection equal their plain definitions (every score by a loop, a sort of all
+// candidates) on random inputs.
 #include "attention/csattn.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <set>
 
 #include "../test_random.h"
+#include "attention/kmeans.h"
 #include "core/dtype.h"
 
 namespace skim {
@@ -124,6 +129,7 @@ TEST(CsSelector, SelectsKeepTimesContextInScoreOrder) {
   CsParams p;
   p.subspaces = 4;
   p.centroids = 16;
+  p.list = 0.1;
   p.keep = 0.1;
   p.window = 16;
   CsSelector cs(p);
@@ -139,7 +145,141 @@ TEST(CsSelector, SelectsKeepTimesContextInScoreOrder) {
     for (int t = prompt + 1 - 16; t <= prompt; ++t) EXPECT_TRUE(k.count(t));
   }
   // Lists are bounded by L = 0.1 x prompt and sorted.
-  EXPECT_EQ(cs.table_bytes(), uint64_t(4) * 16 * (4 * sizeof(float) * 2 + 64 * TopList::kEntryBytes));
+  EXPECT_EQ(cs.table_bytes(), uint64_t(4) * 16 * (4 * sizeof(float) * 2 + sizeof(float) + 64 * TopList::kEntryBytes));
+}
+
+// Partial score of a key slice against a unit centroid: cosine or dot (CsParams::score_dot).
+float plain_score(const float* c, const float* key_slice, int ds, bool dot) {
+  std::vector<float> k(key_slice, key_slice + ds);
+  if (!dot) normalize(k.data(), ds);
+  double s = 0;
+  for (int t = 0; t < ds; ++t) s += double(c[t]) * k[size_t(t)];
+  return float(s);
+}
+
+CsParams small_params(bool dot, bool mean, bool pool) {
+  CsParams p;
+  p.subspaces = 4;
+  p.centroids = 8;
+  p.iters = 3;
+  p.list = 30;
+  p.keep = 0.1;
+  p.window = 8;
+  p.score_dot = dot;
+  p.missing_mean = mean;
+  p.pool_group = pool;
+  return p;
+}
+
+// Every list holds the L largest scores of the keys seen so far, sorted; `tail` is the mean
+// score of the prompt keys a list left out.
+TEST(CsSelector, ListsHoldTheTopScoresAndTheirTailMean) {
+  for (bool dot : {false, true}) {
+    const int prompt = 200, d = 16;
+    CsFixture f(1, 2, d, prompt + 1);
+    CsParams p = small_params(dot, true, false);
+    CsSelector cs(p);
+    cs.observe(f.rows(0, prompt, false));
+    AttentionBatch b = f.rows(prompt, 1, true);
+    std::vector<float> zero(static_cast<size_t>(d), 0.0f);  // the decode key scores 0: it stays out
+    f.cache.write(0, f.table, prompt, zero.data(), zero.data());
+    cs.observe(b);
+    const CsGroupTables* g = cs.tables(&f.table, 0, 0);
+    ASSERT_TRUE(g && g->built);
+    SeqKV kv{f.cache.layer(0), f.table.pages.data(), 0};
+    const int ds = d / p.subspaces;
+    for (int m = 0; m < p.subspaces; ++m)
+      for (int c = 0; c < p.centroids; ++c) {
+        const float* cen = g->centroids.data() + (size_t(m) * p.centroids + c) * ds;
+        const TopList& list = g->lists[size_t(m) * p.centroids + c];
+        ASSERT_EQ(list.size(), 30);
+        std::set<int> members;
+        for (int i = 0; i < list.size(); ++i) {
+          members.insert(list.index(i));
+          if (i > 0) {
+            EXPECT_GE(list.score(i - 1), list.score(i));
+          }
+          EXPECT_NEAR(list.score(i), plain_score(cen, kv.key(list.index(i)) + m * ds, ds, dot), 2e-3f);
+        }
+        double left = 0;
+        for (int j = 0; j < prompt; ++j) {
+          const float s = plain_score(cen, kv.key(j) + m * ds, ds, dot);
+          if (members.count(j)) continue;
+          EXPECT_LE(s, list.score(list.size() - 1) + 2e-3f) << "key " << j << " scores above the list's minimum";
+          left += s;
+        }
+        EXPECT_NEAR(g->tail[size_t(m) * p.centroids + c], left / (prompt - 30), 1e-4) << "dot " << dot;
+      }
+  }
+}
+
+// The selection is the window, then the n_pick keys below it with the largest summed score
+// (ties by index), where a key's score is the sum over its subspaces' picked lists of
+// weight x (list score - floor): weight |q_s| for dot scores (1 for cosine), floor the list's
+// tail mean with missing=mean (0 otherwise), and the picked lists the nearest centroid's, or
+// the top backoff_top when the best cosine is below the back-off. All of it by plain loops.
+TEST(CsSelector, SelectionEqualsPlainScoring) {
+  for (int variant = 0; variant < 16; ++variant) {
+    const bool dot = variant & 1, mean = variant & 2, pool = variant & 4, backoff = variant & 8;
+    const int prompt = 300, d = 16, group = 3;
+    CsFixture f(2, group, d, prompt + 1);
+    CsParams p = small_params(dot, mean, pool);
+    if (backoff) p.backoff = 1.0;  // every subspace backs off to its best 2 centroids
+    CsSelector cs(p);
+    cs.observe(f.rows(0, prompt, false));
+    AttentionBatch b = f.rows(prompt, 1, true);
+    cs.observe(b);
+    const int ctx = prompt + 1, ds = d / p.subspaces, C = p.centroids;
+    const int wb = ctx - p.window, K = int(std::ceil(p.keep * ctx)), n_pick = K - p.window;
+    for (int h = 0; h < f.kv_heads; ++h) {
+      Selection sel;
+      cs.select(SelectInput{b, 0, h, ctx}, sel);
+      const CsGroupTables* g = cs.tables(&f.table, 0, h);
+      ASSERT_EQ(sel.heads.size(), pool ? size_t(1) : size_t(group));
+      for (size_t u = 0; u < sel.heads.size(); ++u) {
+        std::vector<float> q(static_cast<size_t>(d), 0.0f);
+        const float* q0 = f.q.data() + size_t(h) * group * d;
+        if (pool) {
+          for (int x = 0; x < group; ++x)
+            for (int i = 0; i < d; ++i) q[size_t(i)] += q0[size_t(x) * d + i] / float(group);
+        } else {
+          std::copy_n(q0 + u * d, d, q.begin());
+        }
+        std::map<int, float> score;
+        for (int m = 0; m < p.subspaces; ++m) {
+          std::vector<float> qs(q.begin() + m * ds, q.begin() + (m + 1) * ds);
+          const float norm = normalize(qs.data(), ds);
+          std::vector<std::pair<float, int>> by_cos;
+          for (int c = 0; c < C; ++c) {
+            float s = 0;
+            for (int t = 0; t < ds; ++t) s += g->centroids[(size_t(m) * C + c) * ds + t] * qs[size_t(t)];
+            by_cos.push_back({-s, c});
+          }
+          std::sort(by_cos.begin(), by_cos.end());
+          const int take = -by_cos[0].first < p.backoff ? p.backoff_top : 1;
+          for (int t = 0; t < take; ++t) {
+            const int c = by_cos[size_t(t)].second;
+            const TopList& list = g->lists[size_t(m) * C + c];
+            const float floor = mean ? g->tail[size_t(m) * C + c] : 0.0f;
+            for (int i = 0; i < list.size(); ++i) score[list.index(i)] += (dot ? norm : 1.0f) * (list.score(i) - floor);
+          }
+        }
+        std::vector<std::pair<float, int>> ranked;
+        for (auto [k, s] : score)
+          if (k < wb) ranked.push_back({-s, k});
+        std::sort(ranked.begin(), ranked.end());
+        std::vector<KeyRange> want = {{wb, ctx}};
+        for (int i = 0; i < std::min(n_pick, int(ranked.size())); ++i)
+          want.push_back({ranked[size_t(i)].second, ranked[size_t(i)].second + 1});
+        const auto& got = sel.heads[u];
+        ASSERT_EQ(got.size(), want.size()) << "variant " << variant << " head " << h << " unit " << u;
+        for (size_t i = 0; i < want.size(); ++i)
+          EXPECT_TRUE(got[i].begin == want[i].begin && got[i].end == want[i].end)
+              << "variant " << variant << " head " << h << " unit " << u << " entry " << i << ": got [" << got[i].begin
+              << ", " << got[i].end << "), want [" << want[i].begin << ", " << want[i].end << ")";
+      }
+    }
+  }
 }
 
 TEST(CsSelector, ForkCopiesTables) {

@@ -1,4 +1,5 @@
-// Cosine k-means on separable synthetic data finds the clusters.
+// Cosine k-means on separable synthetic data finds the clusters; its tiled products and its
+// assignment equal their plain definitions on random inputs.
 #include "attention/kmeans.h"
 
 #include <gtest/gtest.h>
@@ -48,6 +49,47 @@ TEST(KMeans, FewerPointsThanCentroids) {
   KMeansResult r = cosine_kmeans(x.data(), 2, dim, 5, 3, 1);
   EXPECT_EQ(r.centroids.size(), size_t(5 * dim));
   EXPECT_NE(r.assign[0], r.assign[1]);
+}
+
+// s[i][j] = x_i . c_j, for sizes around the tile of 64 centroids and odd dimensions.
+TEST(KMeans, CentroidScoresEqualDotProducts) {
+  for (int k : {1, 5, 63, 64, 65, 130})
+    for (int dim : {1, 3, 8, 16}) {
+      const int n = test::random_int(1, 70);
+      std::vector<float> x = test::random_vector(size_t(n) * dim), c = test::random_vector(size_t(k) * dim);
+      std::vector<float> s(size_t(n) * k);
+      centroid_scores(x.data(), n, dim, c.data(), k, s.data());
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < k; ++j) {
+          double want = 0;
+          for (int t = 0; t < dim; ++t) want += double(x[size_t(i) * dim + t]) * c[size_t(j) * dim + t];
+          ASSERT_NEAR(s[size_t(i) * k + j], want, 1e-4) << "k " << k << " dim " << dim << " i " << i << " j " << j;
+        }
+    }
+}
+
+// The final assignment is each point's largest dot product with the returned centroids (the
+// first on ties), whatever the tiling of points and centroids.
+TEST(KMeans, AssignmentIsTheNearestCentroid) {
+  for (int k : {3, 64, 100})
+    for (int n : {1, 63, 64, 200}) {
+      const int dim = test::random_int(2, 16);
+      std::vector<float> x = test::random_vector(size_t(n) * dim);
+      for (int i = 0; i < n; ++i) normalize(x.data() + size_t(i) * dim, dim);
+      KMeansResult r = cosine_kmeans(x.data(), n, dim, k, 2, test::test_seed());
+      for (int i = 0; i < n; ++i) {
+        int best = 0;
+        float best_s = -INFINITY;
+        for (int j = 0; j < k; ++j) {
+          float s = 0;
+          for (int t = 0; t < dim; ++t) s += x[size_t(i) * dim + t] * r.centroids[size_t(j) * dim + t];
+          if (s > best_s + 1e-5f) best_s = s, best = j;
+        }
+        float got = 0;
+        for (int t = 0; t < dim; ++t) got += x[size_t(i) * dim + t] * r.centroids[size_t(r.assign[size_t(i)]) * dim + t];
+        EXPECT_NEAR(got, best_s, 1e-5f) << "k " << k << " n " << n << " point " << i << " (plain argmax " << best << ")";
+      }
+    }
 }
 
 TEST(KMeans, NormalizeKeepsZero) {

@@ -11,6 +11,7 @@ RESULTS_DIR/<model-ctx>.png of quality against bytes with one line per policy fa
 """
 import glob
 import json
+import re
 import os
 import sys
 
@@ -27,12 +28,20 @@ def retrieval(p):
 
 
 def family_of(policy):
-    """The line a policy point belongs to: its selector, or the stage that defines it."""
+    """The line a policy point belongs to: its selector, or the stage that defines it, with the
+    settings that make a different line (dense layers, ART's order for a dense base)."""
     parts = [x.split(":")[0] for x in policy.split("+")]
+    family = parts[0]
     for stage in ("retro", "art", "mac"):
         if stage in parts:
-            return stage if parts == [stage] or stage != "art" else f"{parts[0]}+art"
-    return parts[0]
+            family = stage if parts == [stage] or stage != "art" else f"{parts[0]}+art"
+            break
+    m = re.search(r"dense_layers=(\d+)", policy)
+    if m:
+        family += f" (dense_layers={m.group(1)})"
+    if family == "art":
+        family += " (order=bound)" if "order=bound" in policy else " (order=recent)"
+    return family
 
 
 def rows_of(piece):
@@ -63,12 +72,17 @@ def plot(name, families, dense, path):
     except ImportError:
         print(f"frontier_report: no matplotlib, {path} not drawn")
         return False
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for fam, rows in sorted(families.items()):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.6))
+    colors = plt.get_cmap("tab20").colors
+    markers = "osD^vP*Xh<>"
+    for i, (fam, rows) in enumerate(sorted(families.items())):
         rows = sorted(rows, key=lambda r: r["bytes"])
         xs = [r["bytes"] for r in rows]
-        a.plot(xs, [100 * r["ppl_rel"] for r in rows], marker="o", label=fam)
-        b.plot(xs, [r["ret"] for r in rows], marker="o", label=fam)
+        style = dict(marker=markers[i % len(markers)], color=colors[(2 * i) % 20 + (i // 10) % 2], label=fam)
+        a.plot(xs, [100 * r["ppl_rel"] for r in rows], **style)
+        b.plot(xs, [r["ret"] for r in rows], **style)
+    top = max(100 * r["ppl_rel"] for rows in families.values() for r in rows)
+    a.set_ylim(-3, min(top + 2, 30))  # the points above 30% are in the table; the 1% band is what matters
     a.axhline(0, color="k", lw=0.8)
     a.axhline(1, color="gray", lw=0.8, ls="--")
     b.axhline(dense["ret"], color="k", lw=0.8)

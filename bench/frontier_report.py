@@ -86,6 +86,7 @@ def plot(name, families, dense, path):
     a.axhline(0, color="k", lw=0.8)
     a.axhline(1, color="gray", lw=0.8, ls="--")
     b.axhline(dense["ret"], color="k", lw=0.8)
+    b.set_ylim(-0.05, 1.05)
     a.set(xlabel="KV bytes read per step / dense", ylabel="perplexity vs dense (%)", title=f"{name}: perplexity")
     b.set(xlabel="KV bytes read per step / dense", ylabel="retrieval accuracy", title=f"{name}: retrieval")
     a.legend(fontsize=8)

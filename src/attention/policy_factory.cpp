@@ -78,7 +78,7 @@ std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) 
   }
   if (p.name == "oracle") {  // evaluation: the exact top keys per head
     QuestParams q;
-    q.budget = p.number("budget", q.budget);
+    q.budget = p.number("budget", 0.15);  // not Quest's defaults: the envelope at a small budget
     q.min_tokens = p.integer("min", 0);
     dense_layers = p.integer("dense_layers", 0);
     SKIM_REQUIRE(q.budget > 0, "policy: oracle:budget={} must be > 0 (a fraction <= 1 or tokens > 1)", q.budget);
@@ -118,7 +118,7 @@ ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPar
   require_range(p, "eps_dir", a.eps_dir, 0, 2);
   require_range(p, "patience", a.patience, 1, 1e9);
   require_range(p, "block", a.block, 1, 1 << 20);
-  const std::string o = p.text("order", "recent");
+  const std::string o = p.text("order", a.dense_order == ArtOrder::Bound ? "bound" : "recent");
   SKIM_REQUIRE(o == "recent" || o == "bound", "policy: art:order={} must be recent or bound", o);
   a.dense_order = o == "bound" ? ArtOrder::Bound : ArtOrder::Recent;
   const bool dense = !selector || selector->name == "dense";

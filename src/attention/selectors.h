@@ -32,8 +32,10 @@ class StreamingSelector : public Selector {
 };
 
 struct QuestParams {
-  double budget = 0.15;  // <= 1: fraction of the context; > 1: tokens
-  int min_tokens = 256;  // floor of a relative budget
+  // Defaults from the frontier on SmolLM2-135M (docs/results.md "Defaults"): perplexity within
+  // 1% of dense needs about 3K tokens per head at 4K context and half the context at 8K.
+  double budget = 0.5;    // <= 1: fraction of the context; > 1: tokens
+  int min_tokens = 3072;  // floor of a relative budget
 };
 
 // Tokens a relative or absolute budget allows at a given context.
@@ -64,8 +66,10 @@ class OracleSelector : public Selector {
 };
 
 struct GroupBlockParams {
-  double keep = 0.1;  // fraction of blocks (the paper's sparsity 0.9)
-  int n_min = 16;     // at least this many blocks
+  // Defaults from the frontier on SmolLM2-135M (docs/results.md "Defaults"): the group's mean
+  // query dilutes a retrieval head's signal, so gbsa needs more blocks than quest's pages.
+  double keep = 0.7;  // fraction of blocks (the paper's sparsity 0.9 loses 20% perplexity there)
+  int n_min = 192;    // at least this many blocks (3072 tokens)
   int n_local = 1;    // most recent blocks always kept
 };
 

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""The defaults' table from bench/defaults.sh's JSON pieces.
+
+Usage: defaults_report.py RESULTS_MD DIR [DIR ...]
+
+Per policy at its defaults (each DIR holds one policy list's pieces: needle-<len>.json,
+ppl-<ctx>.json): perplexity against dense and KV bytes read per step at each context,
+retrieval (needle task, all kinds) at each length, and CPU decode tokens/s against dense at the
+longest context. Written into RESULTS_MD between the defaults:begin / defaults:end markers.
+"""
+import glob
+import json
+import os
+import sys
+
+
+def load(dirs):
+    """policy -> {piece name -> policy entry}, dense from every dir merged (they are the same runs)."""
+    table, dense = {}, {}
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "*.json"))):
+            piece = os.path.basename(path)[:-5]
+            for p in json.load(open(path))["policies"]:
+                if p["policy"] == "dense":
+                    dense.setdefault(piece, p)
+                else:
+                    table.setdefault(p["policy"], {})[piece] = p
+    return table, dense
+
+
+def needle(p):
+    cells = [c for by_len in p.get("needle", {}).values() for c in by_len.values()]
+    return sum(c["correct"] for c in cells), sum(c["total"] for c in cells)
+
+
+def main(md, dirs):
+    table, dense = load(dirs)
+    ppl = sorted((k for k in dense if k.startswith("ppl-")), key=lambda k: int(k[4:]))
+    ndl = sorted((k for k in dense if k.startswith("needle-")), key=lambda k: int(k[7:]))
+    head = ["policy"] + [f"ppl {k[4:]} (KV read)" for k in ppl] + [f"needle {k[7:]}" for k in ndl]
+    if ppl:
+        head.append(f"tok/s {ppl[-1][4:]} vs dense")
+    L = ["<!-- defaults:begin -->", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    row = ["dense"] + [f"{dense[k]['perplexity']['overall']:.3f} (1.000)" for k in ppl]
+    row += ["{}/{}".format(*needle(dense[k])) for k in ndl]
+    if ppl:
+        row.append(f"{dense[ppl[-1]]['work']['decode_tokens_per_s']:.1f}")
+    L.append("| " + " | ".join(row) + " |")
+    for policy, pieces in table.items():
+        row = [f"`{policy}`"]
+        for k in ppl:
+            p = pieces.get(k)
+            row.append("-" if p is None else
+                       f"{100 * (p['perplexity']['overall'] / dense[k]['perplexity']['overall'] - 1):+.2f}%"
+                       f" ({p['work']['kv_bytes_relative_to_dense']:.3f})")
+        for k in ndl:
+            row.append("-" if k not in pieces else "{}/{}".format(*needle(pieces[k])))
+        if ppl:
+            p = pieces.get(ppl[-1])
+            row.append("-" if p is None else f"{p['work']['decode_tokens_per_s']:.1f}"
+                       f" ({p['work']['decode_tokens_per_s'] / dense[ppl[-1]]['work']['decode_tokens_per_s']:.2f}x)")
+        L.append("| " + " | ".join(row) + " |")
+    L += ["", "<!-- defaults:end -->"]
+    text = open(md).read()
+    b, e = text.find("<!-- defaults:begin -->"), text.find("<!-- defaults:end -->")
+    block = "\n".join(L)
+    if b >= 0 and e > b:
+        text = text[:b] + block + text[e + len("<!-- defaults:end -->"):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    open(md, "w").write(text)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

@@ -38,7 +38,7 @@ struct CsParams {
   int centroids = 64;        // C per subspace
   int iters = 10;            // k-means iterations
   double list = 0.2;         // L: <= 1 a fraction of the prefill length, > 1 entries
-  double keep = 0.05;        // K = keep x context keys attended
+  double keep = 0.3;         // K = keep x context keys attended (the paper's 0.05 costs SmolLM2 +20%)
   int window = 64;           // recent keys always attended
   int step = 1;              // search every `step` decode steps, reuse the selection between
   double backoff = 0.3;      // best cosine below this: use the top `backoff_top` centroids

@@ -74,4 +74,6 @@ while read -r name model ctx task lengths; do
   done < <(groups "$ctx")
 done < <(settings)
 
-[ -z "${QUICK:-}" ] && python3 bench/frontier_report.py "$OUT" docs/results.md || true
+# The plots need matplotlib: PYTHON names an interpreter that has it (e.g. /usr/bin/python3 with
+# Debian's python3-matplotlib); without it the tables are written and the PNGs skipped.
+[ -z "${QUICK:-}" ] && "${PYTHON:-python3}" bench/frontier_report.py "$OUT" docs/results.md || true

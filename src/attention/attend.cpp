@@ -20,16 +20,40 @@ inline float dot(const float* a, const float* b, int d) {
   return s;
 }
 
-// Flash-style pass over one range for up to kMaxGroup heads: score a block of keys for every
+// The next block of up to kBlock key positions, walking the ranges in order: a block spans
+// range boundaries, so scattered single keys (cs, retro) cost one rescale per kBlock keys as a
+// contiguous run does, not one per key.
+struct BlockCursor {
+  std::span<const KeyRange> ranges;
+  size_t range = 0;
+  int pos = ranges.empty() ? 0 : ranges[0].begin;  // next position inside ranges[range]
+
+  int next(int* block) {
+    int n = 0;
+    while (n < kBlock && range < ranges.size()) {
+      const KeyRange& r = ranges[range];
+      if (pos >= r.end) {  // ranges need not be sorted: each starts at its own begin
+        if (++range < ranges.size()) pos = ranges[range].begin;
+        continue;
+      }
+      const int take = std::min(kBlock - n, r.end - pos);
+      for (int j = 0; j < take; ++j) block[n++] = pos++;
+    }
+    return n;
+  }
+};
+
+// Flash-style pass over the ranges for up to kMaxGroup heads: score a block of keys for every
 // head, rescale the accumulators once per block, then accumulate p * v.
-void attend_range(const float* q, int n_q, const SeqKV& kv, KeyRange r, float scale, float* acc,
-                  float* m, float* l) {
+void attend_blocks(const float* q, int n_q, const SeqKV& kv, std::span<const KeyRange> ranges, float scale,
+                   float* acc, float* m, float* l) {
   const int d = kv.layer.head_dim;
   float s[kMaxGroup][kBlock];
-  for (int b0 = r.begin; b0 < r.end; b0 += kBlock) {
-    int nb = std::min(kBlock, r.end - b0);
+  int block[kBlock];
+  BlockCursor cursor{ranges};
+  for (int nb = cursor.next(block); nb > 0; nb = cursor.next(block)) {
     for (int j = 0; j < nb; ++j) {
-      const float* k = kv.key(b0 + j);
+      const float* k = kv.key(block[j]);
       for (int h = 0; h < n_q; ++h) s[h][j] = dot(q + size_t(h) * d, k, d) * scale;
     }
     for (int h = 0; h < n_q; ++h) {
@@ -48,7 +72,7 @@ void attend_range(const float* q, int n_q, const SeqKV& kv, KeyRange r, float sc
       for (int i = 0; i < d; ++i) a[i] *= corr;
     }
     for (int j = 0; j < nb; ++j) {
-      const float* v = kv.value(b0 + j);
+      const float* v = kv.value(block[j]);
       for (int h = 0; h < n_q; ++h) {
         float p = s[h][j];
         float* a = acc + size_t(h) * d;
@@ -85,8 +109,7 @@ void attend(const float* q, int n_q, const SeqKV& kv, std::span<const KeyRange> 
     std::fill_n(l, nh, 0.0f);
     float* acc = o + size_t(h0) * d;
     std::fill_n(acc, size_t(nh) * d, 0.0f);
-    for (const KeyRange& r : ranges)
-      if (r.end > r.begin) attend_range(q + size_t(h0) * d, nh, kv, r, scale, acc, m, l);
+    attend_blocks(q + size_t(h0) * d, nh, kv, ranges, scale, acc, m, l);
     for (int h = 0; h < nh; ++h) {
       if (l[h] == 0.0f) {
         lse[h0 + h] = kEmptyLse;

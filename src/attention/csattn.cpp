@@ -296,6 +296,36 @@ void CsSelector::pick_top(std::vector<int32_t>& picks, int n_pick, int window_be
   std::sort(picks.begin(), picks.end(), better);
 }
 
+namespace {
+
+// The selection as ranges: the recent window [win, ctx), then the picks below it. Ordered: the
+// window first, then the picks in descending score (the order an ART traversal follows).
+// Otherwise by position with neighbours joined, one forward scan of the cache, and no sort by
+// score needed downstream.
+void emit_ranges(const std::vector<int32_t>& picks, int win, int ctx, bool ordered, std::vector<int32_t>& scratch,
+                 std::vector<KeyRange>& r) {
+  if (ordered) {
+    if (win < ctx) r.push_back({win, ctx});
+    for (int32_t k : picks)
+      if (k < win) r.push_back({k, k + 1});
+    return;
+  }
+  scratch.clear();
+  for (int32_t k : picks)
+    if (k < win) scratch.push_back(k);
+  std::sort(scratch.begin(), scratch.end());
+  for (int32_t k : scratch) {
+    if (!r.empty() && r.back().end == k) r.back().end = k + 1;
+    else r.push_back({k, k + 1});
+  }
+  if (win < ctx) {
+    if (!r.empty() && r.back().end == win) r.back().end = ctx;
+    else r.push_back({win, ctx});
+  }
+}
+
+}  // namespace
+
 void CsSelector::select(const SelectInput& in, Selection& out) {
   const AttentionBatch& b = in.batch;
   const int group = b.num_heads / b.num_kv_heads, d = b.head_dim, M = p_.subspaces, C = p_.centroids;
@@ -341,12 +371,10 @@ void CsSelector::select(const SelectInput& in, Selection& out) {
       pick_top(g.picks[size_t(u)], n_pick, wb);
       out.metadata_bytes += uint64_t(M) * C * (d / M) * sizeof(float);
     }
-    // Recent window first (forced in), then the picks in descending summed score.
     std::vector<KeyRange>& r = out.heads[size_t(u)];
-    if (win < ctx) r.push_back({win, ctx});
-    for (int32_t k : g.picks[size_t(u)])
-      if (k < win) r.push_back({k, k + 1});
-    selected_sum_ += uint64_t(r.size()) - (win < ctx ? 1 : 0) + uint64_t(ctx - win);
+    emit_ranges(g.picks[size_t(u)], win, ctx, in.ordered, by_position_, r);
+    for (int32_t k : g.picks[size_t(u)]) selected_sum_ += k < win;
+    selected_sum_ += uint64_t(ctx - win);
     if (p_.recall)  // the heads this unit serves; the candidates exist only when it searched
       for (int h = p_.pool_group ? 0 : u; h < (p_.pool_group ? group : u + 1); ++h)
         measure_recall(in, r, h, search ? mark_.data() : nullptr, wb);

@@ -116,7 +116,7 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
     for (int h = 0; h < b.num_kv_heads; ++h) {
       sel.heads.clear();
       sel.metadata_bytes = 0;
-      selector.select(SelectInput{b, r, h, ctx}, sel);
+      selector.select(SelectInput{b, r, h, ctx, false}, sel);  // attend coalesces: order is free
       if (sparse) notify_selection(b, r, h, sel.heads);
       keys += union_size(sel);
       meta += sel.metadata_bytes;

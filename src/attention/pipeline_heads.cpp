@@ -101,7 +101,7 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
     for (int h = 0; h < b.num_kv_heads; ++h) {
       sel.heads.clear();
       sel.metadata_bytes = 0;
-      selector.select(SelectInput{b, r, h, ctx}, sel);
+      selector.select(SelectInput{b, r, h, ctx, art}, sel);
       if (sparse) notify_selection(b, r, h, sel.heads);
       meta += sel.metadata_bytes;
       context += uint64_t(ctx);

@@ -113,7 +113,7 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
       }
       sel.heads.clear();
       sel.metadata_bytes = 0;
-      config_.selector->select(SelectInput{b, nr, h, ctx}, sel);
+      config_.selector->select(SelectInput{b, nr, h, ctx, false}, sel);  // retro coalesces
       notify_selection(b, nr, h, sel.heads);
       meta += sel.metadata_bytes;
       const int units = int(sel.heads.size());

@@ -12,8 +12,9 @@
 namespace skim {
 
 // Keys chosen for the query heads of one (row, KV head): one list shared by the whole GQA
-// group (dense, streaming, ReSA) or one list per query head (Quest). Ranges are in priority
-// order (most important first), which a traversal such as ART may follow; they are disjoint.
+// group (dense, streaming, ReSA) or one list per query head (Quest). Ranges are disjoint; when
+// SelectInput::ordered they are in priority order (most important first), which a traversal
+// such as ART follows, otherwise a selector may give them in any order (cs: by position).
 struct Selection {
   std::vector<std::vector<KeyRange>> heads;
   uint64_t metadata_bytes = 0;  // digests or tables read to make the choice
@@ -26,6 +27,7 @@ struct SelectInput {
   int row = 0;
   int kv_head = 0;
   int context = 0;  // keys visible to the row: its position + 1
+  bool ordered = true;  // a traversal follows the ranges' order (ART): give them by priority
 };
 
 class Selector {

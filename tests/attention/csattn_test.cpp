@@ -232,8 +232,9 @@ TEST(CsSelector, SelectionEqualsPlainScoring) {
     const int ctx = prompt + 1, ds = d / p.subspaces, C = p.centroids;
     const int wb = ctx - p.window, K = int(std::ceil(p.keep * ctx)), n_pick = K - p.window;
     for (int h = 0; h < f.kv_heads; ++h) {
-      Selection sel;
+      Selection sel, by_position;
       cs.select(SelectInput{b, 0, h, ctx}, sel);
+      cs.select(SelectInput{b, 0, h, ctx, /*ordered=*/false}, by_position);
       const CsGroupTables* g = cs.tables(&f.table, 0, h);
       ASSERT_EQ(sel.heads.size(), pool ? size_t(1) : size_t(group));
       for (size_t u = 0; u < sel.heads.size(); ++u) {
@@ -277,6 +278,11 @@ TEST(CsSelector, SelectionEqualsPlainScoring) {
           EXPECT_TRUE(got[i].begin == want[i].begin && got[i].end == want[i].end)
               << "variant " << variant << " head " << h << " unit " << u << " entry " << i << ": got [" << got[i].begin
               << ", " << got[i].end << "), want [" << want[i].begin << ", " << want[i].end << ")";
+        // Unordered (no traversal follows it): the same keys by position, neighbours joined.
+        const auto& joined = by_position.heads[u];
+        EXPECT_EQ(keys_of(joined), keys_of(want)) << "variant " << variant << " head " << h << " unit " << u;
+        for (size_t i = 1; i < joined.size(); ++i)
+          EXPECT_LT(joined[i - 1].end, joined[i].begin) << "variant " << variant << " head " << h << " unit " << u;
       }
     }
   }

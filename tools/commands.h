@@ -11,5 +11,6 @@ void register_generate(CLI::App& root, std::function<void()>& run);
 void register_eval(CLI::App& root, std::function<void()>& run);
 void register_bench(CLI::App& root, std::function<void()>& run);
 void register_serve(CLI::App& root, std::function<void()>& run);
+void register_policies(CLI::App& root, std::function<void()>& run);
 
 }  // namespace skim::cli

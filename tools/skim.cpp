@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   skim::cli::register_eval(app, run);
   skim::cli::register_bench(app, run);
   skim::cli::register_serve(app, run);
+  skim::cli::register_policies(app, run);
   try {
     check_subcommand(app, argc, argv);
     try {

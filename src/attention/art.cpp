@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attention/attention_state.h"
+#include "attention/policy_registry.h"
 
 namespace skim {
 
@@ -126,6 +127,23 @@ void ArtStats::add_counters(std::map<std::string, double>& c) const {
   c["art_early_stop_rate"] = double(stopped) / n;
   c["art_probe_stop_disagree"] = double(stop_disagree) / n;
   c["art_probe_block_disagree"] = blocks_tested ? double(stable_disagree) / double(blocks_tested) : 0.0;
+}
+
+PolicyInfo art_policy_info() {
+  const ArtParams a;
+  PolicyInfo p;
+  p.name = "art";
+  p.summary = "ART: visit keys block by block and stop once the running output is stable";
+  p.stage = PolicyStage::Traversal;
+  p.keys = {number_key("eps_scale", a.eps_scale, 0, 1000000000, "stable: relative change of the running output's norm below this"),
+            number_key("eps_dir", a.eps_dir, 0, 2, "... and 1 - cos of the running outputs before and after the block below this"),
+            integer_key("patience", a.patience, 1, 1000000000, "stop after this many consecutive stable blocks"),
+            choice_key("order", a.dense_order == ArtOrder::Bound ? "bound" : "recent", {"recent", "bound"},
+                       "block order for a dense base"),
+            integer_key("block", a.block, 1, 1 << 20, "tokens per block")};
+  p.composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "resa", "cs", "mac"};
+  p.order = "the base's order; for a dense base art:order";
+  return p;
 }
 
 }  // namespace skim

@@ -9,6 +9,7 @@
 #include "attention/kmeans.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "attention/policy_registry.h"
 
 namespace skim {
 
@@ -25,15 +26,9 @@ float dot(const float* a, const float* b, int n) {
 
 // ---- parameters ----
 
-namespace {
-
-void require_range(const PolicyPart& p, const std::string& key, double v, double lo, double hi) {
-  SKIM_REQUIRE(v >= lo && v <= hi, "policy: {}:{}={} is out of range [{}, {}]", p.name, key, v, lo, hi);
-}
-
-}  // namespace
-
 CsParams cs_params(const PolicyPart& p) {
+  // Types and ranges were checked by the parser against cs_policy_info(); what is left here
+  // relates two keys.
   CsParams c;
   c.subspaces = p.integer("subspaces", c.subspaces);
   c.centroids = p.integer("centroids", c.centroids);
@@ -47,26 +42,11 @@ CsParams cs_params(const PolicyPart& p) {
   c.recall = p.integer("recall", 0) != 0;
   c.dense_layers = p.integer("dense_layers", 0);
   c.max_points = p.integer("points", c.max_points);
-  const std::string missing = p.text("missing", c.missing_mean ? "mean" : "zero");
-  SKIM_REQUIRE(missing == "zero" || missing == "mean", "policy: cs:missing={} must be zero or mean", missing);
-  c.missing_mean = missing == "mean";
-  const std::string pool = p.text("pool", c.pool_group ? "group" : "head");
-  SKIM_REQUIRE(pool == "head" || pool == "group", "policy: cs:pool={} must be head or group", pool);
-  c.pool_group = pool == "group";
-  const std::string score = p.text("score", c.score_dot ? "dot" : "cos");
-  SKIM_REQUIRE(score == "cos" || score == "dot", "policy: cs:score={} must be cos or dot", score);
-  c.score_dot = score == "dot";
-  require_range(p, "subspaces", c.subspaces, 1, 1024);
-  require_range(p, "centroids", c.centroids, 1, 65536);
-  require_range(p, "iters", c.iters, 0, 1000);
-  require_range(p, "points", c.max_points, 1, 1 << 24);
-  SKIM_REQUIRE(c.list > 0, "policy: cs:list={} must be > 0 (a fraction <= 1 of the prompt, or entries > 1)", c.list);
-  SKIM_REQUIRE(c.keep > 0 && c.keep <= 1, "policy: cs:keep={} must be in (0, 1]", c.keep);
-  require_range(p, "window", c.window, 0, 1e9);
-  require_range(p, "step", c.step, 1, 1e6);
-  require_range(p, "backoff", c.backoff, -1, 1);
-  require_range(p, "backoff_top", c.backoff_top, 1, c.centroids);
-  require_range(p, "recall", p.integer("recall", 0), 0, 1);
+  c.missing_mean = p.text("missing", c.missing_mean ? "mean" : "zero") == "mean";
+  c.pool_group = p.text("pool", c.pool_group ? "group" : "head") == "group";
+  c.score_dot = p.text("score", c.score_dot ? "dot" : "cos") == "dot";
+  SKIM_REQUIRE(c.backoff_top <= c.centroids, "policy: cs:backoff_top={} must be <= centroids ({})", c.backoff_top,
+               c.centroids);
   return c;
 }
 
@@ -74,33 +54,73 @@ CsParams cs_params(const PolicyPart& p) {
 
 float TopList::score(int i) const { return f16_to_f32(score_[size_t(i)]); }
 
+bool TopList::below(size_t a, size_t b) const {
+  const int sa = order_key(score_[a]), sb = order_key(score_[b]);
+  return sa < sb || (sa == sb && index_[a] > index_[b]);
+}
+
+int TopList::admit_key() const { return full() && capacity_ > 0 ? order_key(score_[0]) : INT_MIN; }
+
+void TopList::sift_down(size_t i) {
+  const size_t n = index_.size();
+  for (;;) {
+    size_t least = i;
+    for (size_t c = 2 * i + 1; c <= 2 * i + 2 && c < n; ++c)
+      if (below(c, least)) least = c;
+    if (least == i) return;
+    std::swap(index_[i], index_[least]);
+    std::swap(score_[i], score_[least]);
+    i = least;
+  }
+}
+
+void TopList::sift_up(size_t i) {
+  while (i > 0) {
+    const size_t parent = (i - 1) / 2;
+    if (!below(i, parent)) return;
+    std::swap(index_[i], index_[parent]);
+    std::swap(score_[i], score_[parent]);
+    i = parent;
+  }
+}
+
 bool TopList::try_insert(int32_t index, float score) {
   if (capacity_ <= 0) return false;
   const uint16_t h = f32_to_f16(score);
-  const float s = f16_to_f32(h);  // compare what is stored
   if (int(index_.size()) == capacity_) {
-    if (!(s > f16_to_f32(score_.back()))) return false;
-    index_.pop_back();
-    score_.pop_back();
+    // Compare what is stored; an equal score never displaces an earlier arrival.
+    if (order_key(h) <= order_key(score_[0])) return false;
+    index_[0] = index;
+    score_[0] = h;
+    sift_down(0);
+    return true;
   }
-  // After the entries with a score >= s: descending, ties in arrival order.
-  size_t lo = 0, hi = score_.size();
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (f16_to_f32(score_[mid]) >= s) lo = mid + 1; else hi = mid;
-  }
-  index_.insert(index_.begin() + long(lo), index);
-  score_.insert(score_.begin() + long(lo), h);
+  index_.push_back(index);
+  score_.push_back(h);
+  sift_up(index_.size() - 1);
   return true;
+}
+
+std::vector<TopList::Entry> TopList::sorted() const {
+  std::vector<Entry> e(index_.size());
+  for (size_t i = 0; i < e.size(); ++i) e[i] = {index_[i], f16_to_f32(score_[i])};
+  std::sort(e.begin(), e.end(), [](Entry a, Entry b) { return a.score > b.score || (a.score == b.score && a.index < b.index); });
+  return e;
 }
 
 // ---- building and streaming ----
 
 void TopList::assign_sorted(const int32_t* index, const float* score, int n) {
   SKIM_REQUIRE(n <= capacity_, "TopList: {} entries exceed the capacity {}", n, capacity_);
-  index_.assign(index, index + n);
+  // Reversed, the entries nearly form a min-heap already; fp16 rounding can tie scores that
+  // differed, so heapify to be sure.
+  index_.resize(size_t(n));
   score_.resize(size_t(n));
-  for (int i = 0; i < n; ++i) score_[size_t(i)] = f32_to_f16(score[i]);
+  for (int i = 0; i < n; ++i) {
+    index_[size_t(i)] = index[n - 1 - i];
+    score_[size_t(i)] = f32_to_f16(score[n - 1 - i]);
+  }
+  for (size_t i = size_t(n) / 2; i-- > 0;) sift_down(i);
 }
 
 namespace {
@@ -186,6 +206,8 @@ void CsSelector::build_layer(std::vector<GroupTable>& heads, const SeqKV& kv0, i
     build_subspace(heads[size_t(t / M)], kv, group, num_keys, t % M);
   }
   for (GroupTable& g : heads) {
+    g.admit.resize(g.lists.size());
+    for (size_t l = 0; l < g.lists.size(); ++l) g.admit[l] = g.lists[l].admit_key();
     g.queries.clear();
     g.queries.shrink_to_fit();
     g.built = true;
@@ -199,8 +221,13 @@ void CsSelector::insert_key(GroupTable& g, int32_t pos, const float* key, int d)
   for (int m = 0; m < M; ++m) {
     std::copy_n(key + size_t(m) * ds, ds, k.data());
     if (!p_.score_dot) normalize(k.data(), ds);
-    for (int c = 0; c < C; ++c)
-      g.lists[size_t(m) * C + c].try_insert(pos, dot(g.centroids.data() + (size_t(m) * C + c) * ds, k.data(), ds));
+    for (int c = 0; c < C; ++c) {
+      const size_t l = size_t(m) * C + c;
+      const float score = dot(g.centroids.data() + l * ds, k.data(), ds);
+      if (TopList::order_key(f32_to_f16(score)) <= g.admit[l]) continue;  // most keys: refused here
+      g.lists[l].try_insert(pos, score);
+      g.admit[l] = g.lists[l].admit_key();
+    }
   }
 }
 
@@ -284,16 +311,45 @@ uint64_t CsSelector::gather(const GroupTable& g, const float* q, int d) {
   return bytes;
 }
 
-void CsSelector::pick_top(std::vector<int32_t>& picks, int n_pick, int window_begin) const {
-  picks.clear();
+void CsSelector::pick_top(std::vector<int32_t>& picks, int n_pick, int window_begin, bool ordered) {
+  // The score of the n_pick-th best touched key below the window: an nth_element over the
+  // scores as a contiguous array (no indirection), then how many of that score may go in
+  // (ties by index: the smallest indices).
+  scores_.clear();
   for (int32_t k : touched_)
-    if (k < window_begin) picks.push_back(k);
-  // Descending summed score, ties by index: a total order, so the top is well defined.
-  auto better = [&](int32_t a, int32_t c) { return acc_[size_t(a)] > acc_[size_t(c)] || (acc_[size_t(a)] == acc_[size_t(c)] && a < c); };
-  const size_t top = std::min(picks.size(), size_t(n_pick));
-  if (top < picks.size()) std::nth_element(picks.begin(), picks.begin() + long(top), picks.end(), better);
-  picks.resize(top);
-  std::sort(picks.begin(), picks.end(), better);
+    if (k < window_begin) scores_.push_back(acc_[size_t(k)]);
+  float threshold = -INFINITY;
+  size_t ties = scores_.size();
+  if (size_t(n_pick) < scores_.size()) {
+    if (n_pick == 0) {
+      picks.clear();
+      return;
+    }
+    std::nth_element(scores_.begin(), scores_.begin() + (n_pick - 1), scores_.end(), std::greater<float>());
+    threshold = scores_[size_t(n_pick - 1)];
+    size_t above = 0;
+    for (float v : scores_) above += v > threshold;
+    ties = size_t(n_pick) - above;
+  }
+  // A scan of the positions below the window yields the picks by position, with no sort;
+  // branch-free, since which keys are touched is unpredictable.
+  picks.resize(size_t(window_begin));
+  size_t n = 0;
+  for (int k = 0; k < window_begin; ++k) {
+    const bool touched = mark_[size_t(k)] != 0;
+    const float v = acc_[size_t(k)];
+    const bool tie = touched & (v == threshold) & (ties > 0);
+    picks[n] = k;
+    n += size_t((touched & (v > threshold)) | tie);
+    ties -= size_t(tie);
+  }
+  picks.resize(n);
+  if (ordered) {  // descending summed score, ties by index: the order a traversal follows
+    auto better = [&](int32_t a, int32_t c) {
+      return acc_[size_t(a)] > acc_[size_t(c)] || (acc_[size_t(a)] == acc_[size_t(c)] && a < c);
+    };
+    std::sort(picks.begin(), picks.end(), better);
+  }
 }
 
 namespace {
@@ -313,7 +369,7 @@ void emit_ranges(const std::vector<int32_t>& picks, int win, int ctx, bool order
   scratch.clear();
   for (int32_t k : picks)
     if (k < win) scratch.push_back(k);
-  std::sort(scratch.begin(), scratch.end());
+  if (!std::is_sorted(scratch.begin(), scratch.end())) std::sort(scratch.begin(), scratch.end());
   for (int32_t k : scratch) {
     if (!r.empty() && r.back().end == k) r.back().end = k + 1;
     else r.push_back({k, k + 1});
@@ -368,7 +424,7 @@ void CsSelector::select(const SelectInput& in, Selection& out) {
       out.metadata_bytes += gather(g, q, d);
       union_sum_ += touched_.size();
       searched_ += 1;
-      pick_top(g.picks[size_t(u)], n_pick, wb);
+      pick_top(g.picks[size_t(u)], n_pick, wb, in.ordered);
       out.metadata_bytes += uint64_t(M) * C * (d / M) * sizeof(float);
     }
     std::vector<KeyRange>& r = out.heads[size_t(u)];
@@ -471,6 +527,33 @@ std::map<std::string, double> CsSelector::counters() const {
   if (all.total > 0) c["cs_recall_ceiling"] = double(all.ceiling_hits) / double(all.total);
   if (all.candidate_total > 0) c["cs_candidate_recall"] = double(all.candidate_hits) / double(all.candidate_total);
   return c;
+}
+
+PolicyInfo cs_policy_info() {
+  const CsParams c;
+  PolicyInfo p;
+  p.name = "cs";
+  p.summary = "CSAttention: query-centric centroid tables built at prefill; decode sums list scores and attends to the top K";
+  p.keys = {integer_key("subspaces", c.subspaces, 1, 1024, "M subspaces the head dimension is split into (must divide it)"),
+            integer_key("centroids", c.centroids, 1, 65536, "C cosine k-means centroids per subspace"),
+            integer_key("iters", c.iters, 0, 1000, "k-means iterations"),
+            integer_key("points", c.max_points, 1, 1 << 24, "k-means runs on at most this many prompt query vectors"),
+            number_key("list", c.list, 0, 1000000000, "L, keys kept per centroid: a fraction of the prompt when <= 1, entries when > 1"),
+            fraction_key("keep", c.keep, "K = ceil(keep x context) keys attended"),
+            integer_key("window", c.window, 0, 1000000000, "most recent keys always attended"),
+            integer_key("step", c.step, 1, 1000000, "search every step decode steps"),
+            number_key("backoff", c.backoff, -1, 1, "below this best centroid cosine, use the top backoff_top centroids"),
+            integer_key("backoff_top", c.backoff_top, 1, 65536, "centroids per subspace in a back-off (<= centroids)"),
+            choice_key("pool", c.pool_group ? "group" : "head", {"head", "group"}, "one search per query head, or one per KV group with its mean query"),
+            choice_key("score", c.score_dot ? "dot" : "cos", {"cos", "dot"}, "list scores: c . k_s (dot) or cosines (cos, the paper's)"),
+            choice_key("missing", c.missing_mean ? "mean" : "zero", {"zero", "mean"}, "what a key missing from a picked list counts there"),
+            integer_key("recall", c.recall ? 1 : 0, 0, 1, "1: measure recall of the true top-K (a dense scoring pass per selection)"),
+            integer_key("dense_layers", c.dense_layers, 0, 1000000, "the first N layers stay dense")};
+  p.keys[4].lo_open = true;
+  p.composes_with = {"rectify", "mac", "art"};
+  p.sequence_state = true;
+  p.order = "recent window, then descending summed list score";
+  return p;
 }
 
 }  // namespace skim

@@ -20,6 +20,7 @@
 //     key by how many lists hold it more than by its scores when the tails are far from 0.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <unordered_map>
@@ -56,10 +57,18 @@ struct CsParams {
 // (DESIGN.md section 9 defaults).
 CsParams cs_params(const PolicyPart& part);
 
-// A bounded list of (key index, score), sorted by descending score. Capacity is fixed at
-// construction: a new entry replaces the minimum only when its score is larger.
+// A bounded list of (key index, score): the `capacity` largest scores offered. Capacity is fixed
+// at construction: a new entry replaces the minimum only when its score is larger. Stored as a
+// binary min-heap (the minimum at the root), so an insert costs O(log L) and no shifting; the
+// gather reads every entry and needs no order. Among equal scores the later arrival (the larger
+// key index) counts as smaller: it is the one evicted, as a list sorted with ties in arrival
+// order would drop it.
 class TopList {
  public:
+  struct Entry {
+    int32_t index;
+    float score;
+  };
   explicit TopList(int capacity = 0) : capacity_(capacity) {}
   // Returns whether the entry went in.
   bool try_insert(int32_t index, float score);
@@ -67,11 +76,24 @@ class TopList {
   void assign_sorted(const int32_t* index, const float* score, int n);
   int size() const { return int(index_.size()); }
   int capacity() const { return capacity_; }
+  // Entry i in storage (heap) order.
   int32_t index(int i) const { return index_[size_t(i)]; }
   float score(int i) const;
+  float min_score() const { return score(0); }  // size() > 0
+  bool full() const { return size() == capacity_; }
+  // A score's rank as an integer: fp16 bits ordered as their values (finite scores), so
+  // comparisons need no conversion.
+  static int order_key(uint16_t h) { return (h & 0x8000u) ? -int(h & 0x7fffu) : int(h); }
+  // What a new score's order key must exceed to go in: the minimum's when full, else INT_MIN.
+  int admit_key() const;
+  // The entries by descending score, ties by index (for tests and reports).
+  std::vector<Entry> sorted() const;
   static constexpr size_t kEntryBytes = sizeof(int32_t) + sizeof(uint16_t);
 
  private:
+  bool below(size_t a, size_t b) const;  // entry a ranks under entry b
+  void sift_down(size_t i);
+  void sift_up(size_t i);
   int capacity_;
   std::vector<int32_t> index_;
   std::vector<uint16_t> score_;  // fp16
@@ -85,6 +107,8 @@ struct CsGroupTables {
   bool built = false;
   std::vector<float> centroids;  // [M][C][ds], unit
   std::vector<TopList> lists;    // [M][C]
+  std::vector<int> admit;        // [M][C]: each list's admit_key(), contiguous, so that the
+                                 // many refused inserts touch no list
   std::vector<float> tail;       // [M][C]: mean score of the prompt keys a list left out
   std::vector<std::vector<int32_t>> picks;  // per unit: last scored selection (step > 1)
   int searches = 0;                         // selects since the build
@@ -123,9 +147,9 @@ class CsSelector : public Selector {
   // Summed list scores of the chosen centroids for one query: fills acc_/touched_/mark_.
   // Returns the table bytes read (list entries, and tails with missing=mean).
   uint64_t gather(const GroupTable& g, const float* q, int d);
-  // The n_pick touched keys below window_begin with the largest summed score, in descending
-  // order (ties by index).
-  void pick_top(std::vector<int32_t>& picks, int n_pick, int window_begin) const;
+  // The n_pick touched keys below window_begin with the largest summed score (ties by index):
+  // in descending order when `ordered`, else by position.
+  void pick_top(std::vector<int32_t>& picks, int n_pick, int window_begin, bool ordered);
   // gathered: mark_ of the search just made (null between searches).
   void measure_recall(const SelectInput& in, const std::vector<KeyRange>& ranges, int h, const uint8_t* gathered,
                       int window_begin);
@@ -139,6 +163,7 @@ class CsSelector : public Selector {
   std::vector<float> qs_, cos_, pooled_;
   std::vector<int> order_;
   std::vector<int32_t> by_position_;  // picks sorted by position (unordered selections)
+  std::vector<float> scores_;         // pick_top: the touched keys' summed scores
   // Counters.
   uint64_t selects_ = 0, searched_ = 0, union_sum_ = 0, selected_sum_ = 0;
   uint64_t backoffs_ = 0, subspace_searches_ = 0;

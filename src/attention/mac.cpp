@@ -5,6 +5,7 @@
 
 #include "attention/attention_state.h"
 #include "core/error.h"
+#include "attention/policy_registry.h"
 
 namespace skim {
 
@@ -213,6 +214,22 @@ void MacReuse::add_counters(std::map<std::string, double>& c) const {
   c["mac_dist_p10"] = quantile(hist_all, 0.1);
   c["mac_dist_p50"] = quantile(hist_all, 0.5);
   c["mac_dist_p90"] = quantile(hist_all, 0.9);
+}
+
+PolicyInfo mac_policy_info() {
+  const MacParams m;
+  PolicyInfo p;
+  p.name = "mac";
+  p.summary = "MAC-Attention: reuse the cached prefix state of a similar recent query; recompute a band plus the tail";
+  p.stage = PolicyStage::Reuse;
+  p.keys = {integer_key("window", m.window, 1, 1 << 20, "K: ring entries per sequence, layer and query head"),
+            integer_key("band", m.band, 0, 1000000000, "r: keys before the matched position recomputed"),
+            number_key("tau", m.tau, 0, 1, "match threshold: hit when the pre-RoPE distance is below sqrt(2d)(1-tau)")};
+  p.keys[2].hi_open = true;
+  p.composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "cs", "art"};
+  p.sequence_state = true;
+  p.order = "on a hit: band and tail, most recent first";
+  return p;
 }
 
 }  // namespace skim

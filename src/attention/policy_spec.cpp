@@ -5,27 +5,10 @@
 #include <cmath>
 #include <sstream>
 
+#include "attention/policy_registry.h"
 #include "core/error.h"
 
 namespace skim {
-
-const std::map<std::string, std::vector<std::string>>& policy_components() {
-  static const std::map<std::string, std::vector<std::string>> known = {
-      {"dense", {}},
-      {"streaming", {"sink", "window"}},
-      {"quest", {"budget", "min", "dense_layers"}},
-      {"oracle", {"budget", "min", "dense_layers"}},
-      {"gbsa", {"keep", "n_min", "n_local", "dense_layers"}},
-      {"rectify", {"f"}},
-      {"resa", {"keep", "n_min", "n_local", "dense_layers", "f"}},
-      {"cs", {"subspaces", "centroids", "iters", "list", "keep", "window", "step", "backoff", "backoff_top",
-              "pool", "recall", "dense_layers", "score", "points", "missing"}},
-      {"retro", {"w"}},
-      {"mac", {"window", "band", "tau"}},
-      {"art", {"eps_scale", "eps_dir", "patience", "order", "block"}},
-  };
-  return known;
-}
 
 namespace {
 
@@ -41,12 +24,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   while (std::getline(ss, item, sep)) out.push_back(trim(item));
   if (!s.empty() && s.back() == sep) out.push_back("");
   return out;
-}
-
-std::string known_names() {
-  std::string s;
-  for (auto& [name, keys] : policy_components()) s += (s.empty() ? "" : ", ") + name;
-  return s;
 }
 
 }  // namespace
@@ -117,15 +94,14 @@ std::vector<std::string> split_policy_list(const std::string& text, const std::s
 PolicySpec parse_policy_spec(const std::string& text) {
   PolicySpec spec;
   spec.source = text;
-  SKIM_REQUIRE(!trim(text).empty(), "policy: empty policy (available: {})", known_names());
+  SKIM_REQUIRE(!trim(text).empty(), "policy: empty policy (available: {})", policy_names());
   for (const std::string& item : split(text, '+')) {
     SKIM_REQUIRE(!item.empty(), "policy '{}': empty part between '+'", text);
     PolicyPart part;
     size_t colon = item.find(':');
     part.name = trim(item.substr(0, colon));
-    auto known = policy_components().find(part.name);
-    SKIM_REQUIRE(known != policy_components().end(), "policy '{}': unknown policy '{}' (available: {})",
-                 text, part.name, known_names());
+    const PolicyInfo* info = find_policy_info(part.name);
+    SKIM_REQUIRE(info, "policy '{}': unknown policy '{}' (available: {})", text, part.name, policy_names());
     SKIM_REQUIRE(!spec.find(part.name), "policy '{}': '{}' appears twice", text, part.name);
     if (colon != std::string::npos) {
       for (const std::string& kv : split(item.substr(colon + 1), ',')) {
@@ -133,14 +109,15 @@ PolicySpec parse_policy_spec(const std::string& text) {
         SKIM_REQUIRE(eq != std::string::npos && eq > 0 && eq + 1 < kv.size(),
                      "policy '{}': '{}' is not key=value", text, kv);
         std::string key = trim(kv.substr(0, eq)), value = trim(kv.substr(eq + 1));
-        const auto& keys = known->second;
-        if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+        const PolicyKey* k = info->key(key);
+        if (!k) {
           std::string allowed;
-          for (auto& k : keys) allowed += (allowed.empty() ? "" : ", ") + k;
+          for (const PolicyKey& x : info->keys) allowed += (allowed.empty() ? "" : ", ") + x.name;
           fail("policy '{}': '{}' has no parameter '{}' (it takes: {})", text, part.name, key,
                allowed.empty() ? "none" : allowed);
         }
         SKIM_REQUIRE(!part.has(key), "policy '{}': {}:{} given twice", text, part.name, key);
+        k->check(part.name, value);  // type and range, from the registry
         part.params[key] = value;
       }
     }

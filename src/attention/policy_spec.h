@@ -27,7 +27,8 @@ struct PolicySpec {
   std::string canonical() const;  // parts and keys in a stable order
 };
 
-// Splits and checks the syntax; names and keys are checked against the known components.
+// Splits and checks the syntax; names, keys and each value's type and range are checked
+// against the policy registry (policy_registry.h).
 PolicySpec parse_policy_spec(const std::string& text);
 
 // Splits a comma-separated list of policy strings (`--policy dense,quest:budget=0.1,min=0,resa`).
@@ -35,8 +36,5 @@ PolicySpec parse_policy_spec(const std::string& text);
 // the policy before it and any other item starts a new one. Empty items and a leading
 // `key=value` are errors naming `flag`.
 std::vector<std::string> split_policy_list(const std::string& text, const std::string& flag = "--policy");
-
-// Keys each component accepts (documented in docs/policies.md).
-const std::map<std::string, std::vector<std::string>>& policy_components();
 
 }  // namespace skim

@@ -6,6 +6,7 @@
 #include "attention/selectors.h"
 #include "attention/split_attend.h"
 #include "core/error.h"
+#include "attention/policy_registry.h"
 
 namespace skim {
 
@@ -181,6 +182,18 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
   stats_.decode_metadata_bytes += meta;
   stats_.decode_rows += uint64_t(newest.size());
   stats_.decode_context += context;
+}
+
+PolicyInfo retro_policy_info() {
+  PolicyInfo p;
+  p.name = "retro";
+  p.summary = "RetroAttention: each decode step also re-runs the last w-1 tokens over the pages no query has seen since";
+  p.stage = PolicyStage::Correction;
+  p.keys = {integer_key("w", kRetroWindow, 1, 64, "the step re-runs the last w-1 tokens (w = 1 is the base policy)")};
+  p.composes_with = {"quest", "gbsa", "resa", "rectify"};
+  p.requires_one_of = {"quest", "gbsa", "resa"};
+  p.sequence_state = true;
+  return p;
 }
 
 }  // namespace skim

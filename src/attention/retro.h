@@ -19,6 +19,9 @@
 
 namespace skim {
 
+// RetroAttention's default window w (seeds/000).
+constexpr int kRetroWindow = 2;
+
 class RetroPolicy : public AttentionPolicy {
  public:
   RetroPolicy(PipelineConfig config, int window);

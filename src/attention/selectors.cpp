@@ -5,6 +5,7 @@
 
 #include "attention/group_page_select_args.h"
 #include "attention/page_digest.h"
+#include "attention/policy_registry.h"
 
 namespace skim {
 
@@ -90,6 +91,108 @@ void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
     scores[size_t(num_blocks - 1 - j)] = INFINITY;
   out.heads.assign(1, page_ranges(top_pages(scores, n, num_blocks - 1), ps, in.context));
   out.metadata_bytes = uint64_t(num_blocks) * 2 * d * sizeof(float);
+}
+
+// ---- registry entries (policy_registry.h) ----
+
+namespace {
+
+const std::vector<std::string> kSparseSelectors = {"streaming", "quest", "oracle", "gbsa", "resa", "cs"};
+
+PolicyKey dense_layers_key(int fallback, const std::string& why) {
+  return integer_key("dense_layers", fallback, 0, 1000000, "the first N layers stay dense" + why);
+}
+
+std::vector<PolicyKey> group_block_keys() {
+  const GroupBlockParams g;
+  return {fraction_key("keep", g.keep, "fraction of 16-token blocks kept"),
+          integer_key("n_min", g.n_min, 1, 1000000000, "at least this many blocks"),
+          integer_key("n_local", g.n_local, 0, 1000000000, "most recent blocks always kept"),
+          dense_layers_key(0, " (ReSA sparsifies every layer)")};
+}
+
+}  // namespace
+
+PolicyInfo dense_policy_info() {
+  PolicyInfo p;
+  p.name = "dense";
+  p.summary = "every key up to the current position; the reference";
+  p.composes_with = {"mac", "art"};
+  p.order = "position";
+  p.backends = {"cpu", "cuda"};
+  return p;
+}
+
+PolicyInfo streaming_policy_info() {
+  const StreamingParams s;
+  PolicyInfo p;
+  p.name = "streaming";
+  p.summary = "attention sinks plus a recent window (StreamingLLM)";
+  p.keys = {integer_key("sink", s.sink, 0, 1000000000, "first tokens always attended"),
+            integer_key("window", s.window, 1, 1000000000, "most recent tokens attended")};
+  p.composes_with = {"rectify", "mac", "art"};
+  p.order = "sinks, then the recent window from the newest key";
+  return p;
+}
+
+PolicyInfo quest_policy_info() {
+  const QuestParams q;
+  PolicyInfo p;
+  p.name = "quest";
+  p.summary = "top pages per query head by the page-digest bound (Quest; RetroAttention's selector)";
+  p.keys = {number_key("budget", q.budget, 0, 1000000000, "tokens per query head: a fraction of the context when <= 1, tokens when > 1"),
+            integer_key("min", q.min_tokens, 0, 1000000000, "floor of a fractional budget, in tokens"),
+            dense_layers_key(kQuestDenseLayers, " (Quest's practice)")};
+  p.keys[0].lo_open = true;
+  p.composes_with = {"rectify", "retro", "mac", "art"};
+  p.order = "descending page bound, per query head";
+  return p;
+}
+
+PolicyInfo oracle_policy_info() {
+  PolicyInfo p = quest_policy_info();
+  p.name = "oracle";
+  p.summary = "evaluation only: per query head the budget keys of largest q . k, found by scoring every key";
+  p.keys[0] = number_key("budget", kOracleBudget, 0, 1000000000, "keys per query head: a fraction of the context when <= 1, tokens when > 1");
+  p.keys[0].lo_open = true;
+  p.keys[1] = integer_key("min", 0, 0, 1000000000, "floor of a fractional budget, in tokens");
+  p.keys[2] = dense_layers_key(0, "");
+  p.composes_with = {"rectify", "mac", "art"};
+  p.order = "descending q . k, per query head";
+  return p;
+}
+
+PolicyInfo gbsa_policy_info() {
+  PolicyInfo p;
+  p.name = "gbsa";
+  p.summary = "group block-sparse attention: top blocks per GQA group by the bound of the group-mean query (ReSA)";
+  p.keys = group_block_keys();
+  p.composes_with = {"rectify", "retro", "mac", "art"};
+  p.order = "descending block bound, per KV group";
+  p.backends = {"cpu", "cuda"};
+  return p;
+}
+
+PolicyInfo resa_policy_info() {
+  PolicyInfo p = gbsa_policy_info();
+  p.name = "resa";
+  p.summary = "gbsa plus rectify:f (ReSA)";
+  p.keys.push_back(integer_key("f", kRectifyEvery, 1, 1000000000, "rectify every f generated tokens"));
+  p.composes_with = {"rectify", "retro", "art"};
+  return p;
+}
+
+PolicyInfo rectify_policy_info() {
+  PolicyInfo p;
+  p.name = "rectify";
+  p.summary = "every f generated tokens, re-run them densely and overwrite their K/V (ReSA's rectification)";
+  p.stage = PolicyStage::Correction;
+  p.keys = {integer_key("f", kRectifyEvery, 1, 1000000000, "rectify every f generated tokens")};
+  p.composes_with = kSparseSelectors;
+  p.composes_with.push_back("retro");
+  p.requires_one_of = kSparseSelectors;
+  p.backends = {"cpu", "cuda"};
+  return p;
 }
 
 }  // namespace skim

@@ -31,6 +31,12 @@ class StreamingSelector : public Selector {
   StreamingParams p_;
 };
 
+// Quest keeps the first two layers dense (its practice); the oracle's budget is the envelope
+// at a small budget, not Quest's; ReSA rectifies every 32 tokens.
+constexpr int kQuestDenseLayers = 2;
+constexpr double kOracleBudget = 0.15;
+constexpr int kRectifyEvery = 32;
+
 struct QuestParams {
   // Defaults from the frontier on SmolLM2-135M (docs/results.md "Defaults"): perplexity within
   // 1% of dense needs about 3K tokens per head at 4K context and half the context at 8K.

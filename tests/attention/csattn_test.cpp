@@ -27,18 +27,54 @@ TEST(CsTopList, TryInsertKeepsSortedAndBounded) {
     list.try_insert(i, s);
     all.push_back({f16_to_f32(f32_to_f16(s)), i});
     ASSERT_LE(list.size(), cap);
-    for (int j = 1; j < list.size(); ++j) ASSERT_GE(list.score(j - 1), list.score(j));
+    // The minimum is at hand, and it is the minimum.
+    for (int j = 0; j < list.size(); ++j) ASSERT_LE(list.min_score(), list.score(j));
   }
   EXPECT_EQ(list.size(), cap);
   EXPECT_EQ(list.capacity(), cap);
-  // It holds the cap largest (fp16-rounded) scores: compare the score multisets.
-  std::sort(all.begin(), all.end(), [](auto a, auto b) { return a.first > b.first; });
-  for (int j = 0; j < cap; ++j) EXPECT_EQ(list.score(j), all[size_t(j)].first);
-  // A score below the minimum is refused; above it replaces the minimum.
-  EXPECT_FALSE(list.try_insert(1000, list.score(cap - 1) - 1.0f));
-  EXPECT_TRUE(list.try_insert(1001, list.score(0) + 1.0f));
-  EXPECT_EQ(list.index(0), 1001);
+  // It holds the cap largest (fp16-rounded) scores, ties to the earlier arrival (the smaller
+  // index): compare the entries, sorted, with the definition.
+  std::sort(all.begin(), all.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  std::vector<TopList::Entry> got = list.sorted();
+  for (int j = 0; j < cap; ++j) {
+    EXPECT_EQ(got[size_t(j)].score, all[size_t(j)].first);
+    EXPECT_EQ(got[size_t(j)].index, all[size_t(j)].second);
+  }
+  // A score below the minimum is refused, as is an equal one; above it replaces the minimum.
+  EXPECT_FALSE(list.try_insert(1000, list.min_score() - 1.0f));
+  EXPECT_FALSE(list.try_insert(1002, list.min_score()));
+  EXPECT_TRUE(list.try_insert(1001, got[0].score + 1.0f));
+  EXPECT_EQ(list.sorted()[0].index, 1001);
   EXPECT_EQ(list.size(), cap);
+}
+
+// Many equal (fp16) scores: the later arrivals are the ones evicted, as in a list kept sorted
+// with ties in arrival order; assign_sorted then inserts behave as inserts from empty.
+TEST(CsTopList, TiesEvictTheLaterArrival) {
+  const int cap = 16;
+  TopList built(cap), streamed(cap);
+  std::vector<std::pair<float, int>> all;
+  for (int i = 0; i < 200; ++i) all.push_back({float(test::random_int(0, 6)) * 0.25f, i});
+  std::vector<std::pair<float, int>> first(all.begin(), all.begin() + 40);
+  std::sort(first.begin(), first.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  std::vector<int32_t> idx;
+  std::vector<float> sc;
+  for (int j = 0; j < cap; ++j) {
+    idx.push_back(first[size_t(j)].second);
+    sc.push_back(first[size_t(j)].first);
+  }
+  built.assign_sorted(idx.data(), sc.data(), cap);
+  for (int i = 0; i < 40; ++i) streamed.try_insert(all[size_t(i)].second, all[size_t(i)].first);
+  for (int i = 40; i < 200; ++i) {
+    built.try_insert(all[size_t(i)].second, all[size_t(i)].first);
+    streamed.try_insert(all[size_t(i)].second, all[size_t(i)].first);
+  }
+  std::sort(all.begin(), all.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  auto a = built.sorted(), b = streamed.sorted();
+  for (int j = 0; j < cap; ++j) {
+    EXPECT_EQ(a[size_t(j)].index, all[size_t(j)].second);
+    EXPECT_EQ(b[size_t(j)].index, all[size_t(j)].second);
+  }
 }
 
 // A one-layer cache, a prefill of `prompt` rows with random queries, then decode rows.
@@ -196,16 +232,14 @@ TEST(CsSelector, ListsHoldTheTopScoresAndTheirTailMean) {
         std::set<int> members;
         for (int i = 0; i < list.size(); ++i) {
           members.insert(list.index(i));
-          if (i > 0) {
-            EXPECT_GE(list.score(i - 1), list.score(i));
-          }
+          EXPECT_LE(list.min_score(), list.score(i));
           EXPECT_NEAR(list.score(i), plain_score(cen, kv.key(list.index(i)) + m * ds, ds, dot), 2e-3f);
         }
         double left = 0;
         for (int j = 0; j < prompt; ++j) {
           const float s = plain_score(cen, kv.key(j) + m * ds, ds, dot);
           if (members.count(j)) continue;
-          EXPECT_LE(s, list.score(list.size() - 1) + 2e-3f) << "key " << j << " scores above the list's minimum";
+          EXPECT_LE(s, list.min_score() + 2e-3f) << "key " << j << " scores above the list's minimum";
           left += s;
         }
         EXPECT_NEAR(g->tail[size_t(m) * p.centroids + c], left / (prompt - 30), 1e-4) << "dot " << dot;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 namespace {
 
@@ -58,6 +59,25 @@ TEST(Cli, GeneratesFromTheDemoModel) {
   EXPECT_EQ(j["finish_reason"], "length");
   EXPECT_GT(j["prompt_tokens"].get<int>(), 3);
   EXPECT_GT(j["kv_bytes_per_step"].get<double>(), 0);
+}
+
+// skim policies lists the registry: every policy, its keys with defaults and ranges.
+TEST(Cli, PoliciesListsTheRegistry) {
+  Result r = run("policies --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  std::set<std::string> names;
+  for (auto& p : j) names.insert(p["name"].get<std::string>());
+  for (const char* n : {"dense", "quest", "gbsa", "resa", "cs", "retro", "mac", "art"}) EXPECT_TRUE(names.count(n)) << n;
+  for (auto& p : j)
+    if (p["name"] == "quest") {
+      EXPECT_EQ(p["stage"], "selector");
+      EXPECT_EQ(p["keys"][0]["name"], "budget");
+      EXPECT_EQ(p["keys"][0]["range"], "> 0");
+    }
+  Result text = run("policies");
+  EXPECT_EQ(text.status, 0);
+  EXPECT_NE(text.output.find("cs (selector; runs on cpu)"), std::string::npos) << text.output;
 }
 
 // --chat with --chat-template: the prompt goes through the given template (the demo model has

@@ -11,8 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/logprobs.h"
-#include "engine/sampler.h"
+#include "skim/sampling.h"
 
 namespace skim {
 

@@ -1,4 +1,5 @@
 #include "engine/generation.h"
+#include "engine/logprobs.h"
 
 #include <algorithm>
 

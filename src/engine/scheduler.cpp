@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/generation.h"
+#include "engine/logprobs.h"
 #include "model/config.h"
 #include "tokenizer/tokenizer.h"
 

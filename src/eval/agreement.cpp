@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/sampler.h"
 #include "skim/engine.h"
 
 namespace skim::eval {

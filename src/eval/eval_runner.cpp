@@ -7,6 +7,7 @@
 
 #include "attention/policy.h"
 #include "core/error.h"
+#include "engine/sampler.h"
 #include "model/config.h"
 #include "skim/engine.h"
 #include "tokenizer/tokenizer.h"

@@ -16,6 +16,8 @@
 #include <numeric>
 #include <thread>
 
+#include "engine/logprobs.h"
+#include "engine/sampler.h"
 #include "model/config.h"
 #include "server/openai_api.h"
 #include "server/server.h"

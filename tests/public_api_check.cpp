@@ -1,0 +1,9 @@
+// Compiled with include/ as the only include directory and no libraries linked: the public API
+// (include/skim/) stands on its own, with no src/ header behind it. A build check, not a test.
+#include "skim/engine.h"
+#include "skim/sampling.h"
+
+namespace {
+[[maybe_unused]] skim::GenerationRequest request;
+[[maybe_unused]] skim::EngineOptions options;
+}  // namespace

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "attention/policy.h"
+#include "attention/policy_registry.h"
 #include "attention/policy_spec.h"
 #include "attention/selectors.h"
 #include "core/error.h"
@@ -36,13 +37,18 @@ cuda::GroupSparseOptions gpu_sparse_options(const std::string& policy, bool gpu)
   cuda::GroupSparseOptions g;
   if (!gpu || policy == "dense") return g;
   const PolicySpec spec = parse_policy_spec(policy);
+  // Which parts have GPU kernels is the registry's (PolicyInfo::backends).
+  std::string on_gpu;
+  for (const PolicyInfo& info : policy_registry())
+    if (info.runs_on("cuda")) on_gpu += (on_gpu.empty() ? "" : ", ") + info.name;
+  for (const PolicyPart& part : spec.parts)
+    SKIM_REQUIRE(find_policy_info(part.name)->runs_on("cuda"),
+                 "policy {}: {} has no GPU kernels yet; with --device cuda only {} run so far "
+                 "(the other policies run on the CPU: drop --device cuda)",
+                 policy, part.name, on_gpu);
   const PolicyPart& base = spec.parts[0];
-  const bool group_sparse = base.name == "gbsa" || base.name == "resa";
-  const bool rest_rectify = spec.parts.size() == 1 || (spec.parts.size() == 2 && spec.parts[1].name == "rectify");
-  SKIM_REQUIRE(group_sparse && rest_rectify,
-               "policy {}: with --device cuda only dense, gbsa and resa (gbsa+rectify) run so far "
-               "(the other policies run on the CPU: drop --device cuda)",
-               policy);
+  SKIM_REQUIRE(base.name == "gbsa" || base.name == "resa",
+               "policy {}: with --device cuda a sparse policy is gbsa or resa, optionally +rectify", policy);
   g.enabled = true;
   g.params = group_block_params(base, g.dense_layers);
   return g;

@@ -531,29 +531,26 @@ std::map<std::string, double> CsSelector::counters() const {
 
 PolicyInfo cs_policy_info() {
   const CsParams c;
-  PolicyInfo p;
-  p.name = "cs";
-  p.summary = "CSAttention: query-centric centroid tables built at prefill; decode sums list scores and attends to the top K";
-  p.keys = {integer_key("subspaces", c.subspaces, 1, 1024, "M subspaces the head dimension is split into (must divide it)"),
-            integer_key("centroids", c.centroids, 1, 65536, "C cosine k-means centroids per subspace"),
-            integer_key("iters", c.iters, 0, 1000, "k-means iterations"),
-            integer_key("points", c.max_points, 1, 1 << 24, "k-means runs on at most this many prompt query vectors"),
-            number_key("list", c.list, 0, 1000000000, "L, keys kept per centroid: a fraction of the prompt when <= 1, entries when > 1"),
-            fraction_key("keep", c.keep, "K = ceil(keep x context) keys attended"),
-            integer_key("window", c.window, 0, 1000000000, "most recent keys always attended"),
-            integer_key("step", c.step, 1, 1000000, "search every step decode steps"),
-            number_key("backoff", c.backoff, -1, 1, "below this best centroid cosine, use the top backoff_top centroids"),
-            integer_key("backoff_top", c.backoff_top, 1, 65536, "centroids per subspace in a back-off (<= centroids)"),
-            choice_key("pool", c.pool_group ? "group" : "head", {"head", "group"}, "one search per query head, or one per KV group with its mean query"),
-            choice_key("score", c.score_dot ? "dot" : "cos", {"cos", "dot"}, "list scores: c . k_s (dot) or cosines (cos, the paper's)"),
-            choice_key("missing", c.missing_mean ? "mean" : "zero", {"zero", "mean"}, "what a key missing from a picked list counts there"),
-            integer_key("recall", c.recall ? 1 : 0, 0, 1, "1: measure recall of the true top-K (a dense scoring pass per selection)"),
-            integer_key("dense_layers", c.dense_layers, 0, 1000000, "the first N layers stay dense")};
-  p.keys[4].lo_open = true;
-  p.composes_with = {"rectify", "mac", "art"};
-  p.sequence_state = true;
-  p.order = "recent window, then descending summed list score";
-  return p;
+  const int many = 1000000000;
+  return {.name = "cs",
+          .summary = "CSAttention: query-centric centroid tables built at prefill; decode sums list scores and attends to the top K",
+          .keys = {integer_key("subspaces", c.subspaces, 1, 1024, "M subspaces the head dimension is split into (must divide it)"),
+                   integer_key("centroids", c.centroids, 1, 65536, "C cosine k-means centroids per subspace"),
+                   integer_key("iters", c.iters, 0, 1000, "k-means iterations"),
+                   integer_key("points", c.max_points, 1, 1 << 24, "k-means runs on at most this many prompt query vectors"),
+                   positive_key("list", c.list, "L, keys kept per centroid: a fraction of the prompt when <= 1, entries when > 1"),
+                   fraction_key("keep", c.keep, "K = ceil(keep x context) keys attended"),
+                   integer_key("window", c.window, 0, many, "most recent keys always attended"),
+                   integer_key("step", c.step, 1, 1000000, "search every step decode steps"),
+                   number_key("backoff", c.backoff, -1, 1, "below this best centroid cosine, use the top backoff_top centroids"),
+                   integer_key("backoff_top", c.backoff_top, 1, 65536, "centroids per subspace in a back-off (<= centroids)"),
+                   choice_key("pool", c.pool_group ? "group" : "head", {"head", "group"}, "one search per query head, or one per KV group with its mean query"),
+                   choice_key("score", c.score_dot ? "dot" : "cos", {"cos", "dot"}, "list scores: c . k_s (dot) or cosines (cos, the paper's)"),
+                   choice_key("missing", c.missing_mean ? "mean" : "zero", {"zero", "mean"}, "what a key missing from a picked list counts there"),
+                   integer_key("recall", c.recall ? 1 : 0, 0, 1, "1: measure recall of the true top-K (a dense scoring pass per selection)"),
+                   integer_key("dense_layers", c.dense_layers, 0, 1000000, "the first N layers stay dense")},
+          .composes_with = {"rectify", "mac", "art"}, .sequence_state = true,
+          .order = "recent window, then descending summed list score"};
 }
 
 }  // namespace skim

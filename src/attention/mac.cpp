@@ -218,18 +218,14 @@ void MacReuse::add_counters(std::map<std::string, double>& c) const {
 
 PolicyInfo mac_policy_info() {
   const MacParams m;
-  PolicyInfo p;
-  p.name = "mac";
-  p.summary = "MAC-Attention: reuse the cached prefix state of a similar recent query; recompute a band plus the tail";
-  p.stage = PolicyStage::Reuse;
-  p.keys = {integer_key("window", m.window, 1, 1 << 20, "K: ring entries per sequence, layer and query head"),
-            integer_key("band", m.band, 0, 1000000000, "r: keys before the matched position recomputed"),
-            number_key("tau", m.tau, 0, 1, "match threshold: hit when the pre-RoPE distance is below sqrt(2d)(1-tau)")};
-  p.keys[2].hi_open = true;
-  p.composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "cs", "art"};
-  p.sequence_state = true;
-  p.order = "on a hit: band and tail, most recent first";
-  return p;
+  return {.name = "mac",
+          .summary = "MAC-Attention: reuse the cached prefix state of a similar recent query; recompute a band plus the tail",
+          .stage = PolicyStage::Reuse,
+          .keys = {integer_key("window", m.window, 1, 1 << 20, "K: ring entries per sequence, layer and query head"),
+                   integer_key("band", m.band, 0, 1000000000, "r: keys before the matched position recomputed"),
+                   unit_key("tau", m.tau, "match threshold: hit when the pre-RoPE distance is below sqrt(2d)(1-tau)")},
+          .composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "cs", "art"}, .sequence_state = true,
+          .order = "on a hit: band and tail, most recent first"};
 }
 
 }  // namespace skim

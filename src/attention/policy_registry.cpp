@@ -44,6 +44,18 @@ PolicyKey fraction_key(std::string name, double fallback, std::string help) {
   return k;
 }
 
+PolicyKey positive_key(std::string name, double fallback, std::string help) {
+  PolicyKey k = number_key(std::move(name), fallback, 0, kUnbounded, std::move(help));
+  k.lo_open = true;
+  return k;
+}
+
+PolicyKey unit_key(std::string name, double fallback, std::string help) {
+  PolicyKey k = number_key(std::move(name), fallback, 0, 1, std::move(help));
+  k.hi_open = true;
+  return k;
+}
+
 PolicyKey integer_key(std::string name, int fallback, int lo, int hi, std::string help) {
   PolicyKey k = number_key(std::move(name), fallback, lo, hi, std::move(help));
   k.kind = PolicyKey::Kind::Integer;

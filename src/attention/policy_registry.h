@@ -33,17 +33,17 @@ struct PolicyKey {
 };
 
 struct PolicyInfo {
-  std::string name;
-  std::string summary;
+  std::string name{};
+  std::string summary{};
   PolicyStage stage = PolicyStage::Selector;
-  std::vector<PolicyKey> keys;
+  std::vector<PolicyKey> keys{};
   // The parts it may be written with (`quest+art`): a relation the factory enforces with the
   // reason when refused; tests hold the two in agreement.
-  std::vector<std::string> composes_with;
+  std::vector<std::string> composes_with{};
   // Needs one of these parts beside it (rectify: a sparse selector; retro: a page selector).
-  std::vector<std::string> requires_one_of;
+  std::vector<std::string> requires_one_of{};
   bool sequence_state = false;  // keeps per-sequence state beyond the KV cache
-  std::string order;            // the order it reads keys in, for a traversal that follows it
+  std::string order{};           // the order it reads keys in, for a traversal that follows it
   std::vector<std::string> backends = {"cpu"};
 
   const PolicyKey* key(const std::string& name) const;
@@ -54,6 +54,8 @@ struct PolicyInfo {
 // Key builders: the default is the parameter struct's value, formatted as a policy string writes it.
 PolicyKey number_key(std::string name, double fallback, double lo, double hi, std::string help);
 PolicyKey fraction_key(std::string name, double fallback, std::string help);  // in (0, 1]
+PolicyKey positive_key(std::string name, double fallback, std::string help);  // > 0
+PolicyKey unit_key(std::string name, double fallback, std::string help);      // in [0, 1)
 PolicyKey integer_key(std::string name, int fallback, int lo, int hi, std::string help);
 PolicyKey choice_key(std::string name, std::string fallback, std::vector<std::string> choices, std::string help);
 

@@ -185,15 +185,12 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
 }
 
 PolicyInfo retro_policy_info() {
-  PolicyInfo p;
-  p.name = "retro";
-  p.summary = "RetroAttention: each decode step also re-runs the last w-1 tokens over the pages no query has seen since";
-  p.stage = PolicyStage::Correction;
-  p.keys = {integer_key("w", kRetroWindow, 1, 64, "the step re-runs the last w-1 tokens (w = 1 is the base policy)")};
-  p.composes_with = {"quest", "gbsa", "resa", "rectify"};
-  p.requires_one_of = {"quest", "gbsa", "resa"};
-  p.sequence_state = true;
-  return p;
+  return {.name = "retro",
+          .summary = "RetroAttention: each decode step also re-runs the last w-1 tokens over the pages no query has seen since",
+          .stage = PolicyStage::Correction,
+          .keys = {integer_key("w", kRetroWindow, 1, 64, "the step re-runs the last w-1 tokens (w = 1 is the base policy)")},
+          .composes_with = {"quest", "gbsa", "resa", "rectify"}, .requires_one_of = {"quest", "gbsa", "resa"},
+          .sequence_state = true};
 }
 
 }  // namespace skim

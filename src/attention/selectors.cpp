@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "attention/group_page_select_args.h"
 #include "attention/page_digest.h"
 #include "attention/policy_registry.h"
@@ -98,6 +100,7 @@ void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
 namespace {
 
 const std::vector<std::string> kSparseSelectors = {"streaming", "quest", "oracle", "gbsa", "resa", "cs"};
+constexpr int kUnboundedCount = 1000000000;
 
 PolicyKey dense_layers_key(int fallback, const std::string& why) {
   return integer_key("dense_layers", fallback, 0, 1000000, "the first N layers stay dense" + why);
@@ -106,56 +109,48 @@ PolicyKey dense_layers_key(int fallback, const std::string& why) {
 std::vector<PolicyKey> group_block_keys() {
   const GroupBlockParams g;
   return {fraction_key("keep", g.keep, "fraction of 16-token blocks kept"),
-          integer_key("n_min", g.n_min, 1, 1000000000, "at least this many blocks"),
-          integer_key("n_local", g.n_local, 0, 1000000000, "most recent blocks always kept"),
+          integer_key("n_min", g.n_min, 1, kUnboundedCount, "at least this many blocks"),
+          integer_key("n_local", g.n_local, 0, kUnboundedCount, "most recent blocks always kept"),
           dense_layers_key(0, " (ReSA sparsifies every layer)")};
+}
+
+PolicyKey rectify_every_key() {
+  return integer_key("f", kRectifyEvery, 1, kUnboundedCount, "rectify every f generated tokens");
 }
 
 }  // namespace
 
 PolicyInfo dense_policy_info() {
-  PolicyInfo p;
-  p.name = "dense";
-  p.summary = "every key up to the current position; the reference";
-  p.composes_with = {"mac", "art"};
-  p.order = "position";
-  p.backends = {"cpu", "cuda"};
-  return p;
+  return {.name = "dense", .summary = "every key up to the current position; the reference",
+          .composes_with = {"mac", "art"}, .order = "position", .backends = {"cpu", "cuda"}};
 }
 
 PolicyInfo streaming_policy_info() {
   const StreamingParams s;
-  PolicyInfo p;
-  p.name = "streaming";
-  p.summary = "attention sinks plus a recent window (StreamingLLM)";
-  p.keys = {integer_key("sink", s.sink, 0, 1000000000, "first tokens always attended"),
-            integer_key("window", s.window, 1, 1000000000, "most recent tokens attended")};
-  p.composes_with = {"rectify", "mac", "art"};
-  p.order = "sinks, then the recent window from the newest key";
-  return p;
+  return {.name = "streaming", .summary = "attention sinks plus a recent window (StreamingLLM)",
+          .keys = {integer_key("sink", s.sink, 0, kUnboundedCount, "first tokens always attended"),
+                   integer_key("window", s.window, 1, kUnboundedCount, "most recent tokens attended")},
+          .composes_with = {"rectify", "mac", "art"}, .order = "sinks, then the recent window from the newest key"};
 }
 
 PolicyInfo quest_policy_info() {
   const QuestParams q;
-  PolicyInfo p;
-  p.name = "quest";
-  p.summary = "top pages per query head by the page-digest bound (Quest; RetroAttention's selector)";
-  p.keys = {number_key("budget", q.budget, 0, 1000000000, "tokens per query head: a fraction of the context when <= 1, tokens when > 1"),
-            integer_key("min", q.min_tokens, 0, 1000000000, "floor of a fractional budget, in tokens"),
-            dense_layers_key(kQuestDenseLayers, " (Quest's practice)")};
-  p.keys[0].lo_open = true;
-  p.composes_with = {"rectify", "retro", "mac", "art"};
-  p.order = "descending page bound, per query head";
-  return p;
+  const char* budget = "tokens per query head: a fraction of the context when <= 1, tokens when > 1";
+  return {.name = "quest",
+          .summary = "top pages per query head by the page-digest bound (Quest; RetroAttention's selector)",
+          .keys = {positive_key("budget", q.budget, budget),
+                   integer_key("min", q.min_tokens, 0, kUnboundedCount, "floor of a fractional budget, in tokens"),
+                   dense_layers_key(kQuestDenseLayers, " (Quest's practice)")},
+          .composes_with = {"rectify", "retro", "mac", "art"}, .order = "descending page bound, per query head"};
 }
 
+// Evaluation only: Quest's keys with the envelope's defaults, and no retro (it needs pages).
 PolicyInfo oracle_policy_info() {
   PolicyInfo p = quest_policy_info();
   p.name = "oracle";
   p.summary = "evaluation only: per query head the budget keys of largest q . k, found by scoring every key";
-  p.keys[0] = number_key("budget", kOracleBudget, 0, 1000000000, "keys per query head: a fraction of the context when <= 1, tokens when > 1");
-  p.keys[0].lo_open = true;
-  p.keys[1] = integer_key("min", 0, 0, 1000000000, "floor of a fractional budget, in tokens");
+  p.keys[0].fallback = fmt::format("{}", kOracleBudget);
+  p.keys[1].fallback = "0";
   p.keys[2] = dense_layers_key(0, "");
   p.composes_with = {"rectify", "mac", "art"};
   p.order = "descending q . k, per query head";
@@ -163,36 +158,28 @@ PolicyInfo oracle_policy_info() {
 }
 
 PolicyInfo gbsa_policy_info() {
-  PolicyInfo p;
-  p.name = "gbsa";
-  p.summary = "group block-sparse attention: top blocks per GQA group by the bound of the group-mean query (ReSA)";
-  p.keys = group_block_keys();
-  p.composes_with = {"rectify", "retro", "mac", "art"};
-  p.order = "descending block bound, per KV group";
-  p.backends = {"cpu", "cuda"};
-  return p;
+  return {.name = "gbsa",
+          .summary = "group block-sparse attention: top blocks per GQA group by the bound of the group-mean query (ReSA)",
+          .keys = group_block_keys(), .composes_with = {"rectify", "retro", "mac", "art"},
+          .order = "descending block bound, per KV group", .backends = {"cpu", "cuda"}};
 }
 
 PolicyInfo resa_policy_info() {
   PolicyInfo p = gbsa_policy_info();
   p.name = "resa";
   p.summary = "gbsa plus rectify:f (ReSA)";
-  p.keys.push_back(integer_key("f", kRectifyEvery, 1, 1000000000, "rectify every f generated tokens"));
+  p.keys.push_back(rectify_every_key());
   p.composes_with = {"rectify", "retro", "art"};
   return p;
 }
 
 PolicyInfo rectify_policy_info() {
-  PolicyInfo p;
-  p.name = "rectify";
-  p.summary = "every f generated tokens, re-run them densely and overwrite their K/V (ReSA's rectification)";
-  p.stage = PolicyStage::Correction;
-  p.keys = {integer_key("f", kRectifyEvery, 1, 1000000000, "rectify every f generated tokens")};
-  p.composes_with = kSparseSelectors;
-  p.composes_with.push_back("retro");
-  p.requires_one_of = kSparseSelectors;
-  p.backends = {"cpu", "cuda"};
-  return p;
+  std::vector<std::string> with = kSparseSelectors;
+  with.push_back("retro");
+  return {.name = "rectify",
+          .summary = "every f generated tokens, re-run them densely and overwrite their K/V (ReSA's rectification)",
+          .stage = PolicyStage::Correction, .keys = {rectify_every_key()}, .composes_with = with,
+          .requires_one_of = kSparseSelectors, .backends = {"cpu", "cuda"}};
 }
 
 }  // namespace skim

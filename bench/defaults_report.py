@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+from md_block import write_block
+
 
 def load(dirs):
     """policy -> {piece name -> policy entry}; dense per piece from the first dir (every dir's dense
@@ -62,14 +64,7 @@ def main(md, dirs):
                        f" ({p['work']['decode_tokens_per_s'] / p['dense_of_run']['work']['decode_tokens_per_s']:.2f}x)")
         L.append("| " + " | ".join(row) + " |")
     L += ["", "<!-- defaults:end -->"]
-    text = open(md).read()
-    b, e = text.find("<!-- defaults:begin -->"), text.find("<!-- defaults:end -->")
-    block = "\n".join(L)
-    if b >= 0 and e > b:
-        text = text[:b] + block + text[e + len("<!-- defaults:end -->"):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    open(md, "w").write(text)
+    write_block(md, "defaults", L)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import re
 import os
 import sys
 
+from md_block import write_block
+
 
 def retrieval(p):
     """(correct, total) over every kind/key count and length of the needle or passkey task."""
@@ -126,14 +128,7 @@ def main(out, md):
             L += ["", f"![{name}]({os.path.relpath(png, os.path.dirname(md))})"]
         L.append("")
     L.append("<!-- frontier:end -->")
-    text = open(md).read() if os.path.exists(md) else ""
-    begin, end = text.find("<!-- frontier:begin -->"), text.find("<!-- frontier:end -->")
-    block = "\n".join(L)
-    if begin >= 0 and end > begin:
-        text = text[:begin] + block + text[end + len("<!-- frontier:end -->"):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    open(md, "w").write(text)
+    write_block(md, "frontier", L)
 
 
 if __name__ == "__main__":

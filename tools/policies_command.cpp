@@ -35,7 +35,7 @@ nlohmann::ordered_json key_json(const PolicyKey& k) {
   } else {
     j["min"] = k.lo;
     j["min_exclusive"] = k.lo_open;
-    if (k.hi < 1e9) {
+    if (k.hi < kNoUpperBound) {
       j["max"] = k.hi;
       j["max_exclusive"] = k.hi_open;
     }

@@ -134,9 +134,9 @@ PolicyInfo art_policy_info() {
   const char* order = a.dense_order == ArtOrder::Bound ? "bound" : "recent";
   return {.name = "art", .summary = "ART: visit keys block by block and stop once the running output is stable",
           .stage = PolicyStage::Traversal,
-          .keys = {number_key("eps_scale", a.eps_scale, 0, 1000000000, "stable: relative change of the running output's norm below this"),
+          .keys = {number_key("eps_scale", a.eps_scale, 0, kNoUpperBound, "stable: relative change of the running output's norm below this"),
                    number_key("eps_dir", a.eps_dir, 0, 2, "... and 1 - cos of the running outputs before and after the block below this"),
-                   integer_key("patience", a.patience, 1, 1000000000, "stop after this many consecutive stable blocks"),
+                   integer_key("patience", a.patience, 1, kNoUpperBound, "stop after this many consecutive stable blocks"),
                    choice_key("order", order, {"recent", "bound"}, "block order for a dense base"),
                    integer_key("block", a.block, 1, 1 << 20, "tokens per block")},
           .composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "resa", "cs", "mac"},

@@ -356,28 +356,18 @@ namespace {
 
 // The selection as ranges: the recent window [win, ctx), then the picks below it. Ordered: the
 // window first, then the picks in descending score (the order an ART traversal follows).
-// Otherwise by position with neighbours joined, one forward scan of the cache, and no sort by
-// score needed downstream.
-void emit_ranges(const std::vector<int32_t>& picks, int win, int ctx, bool ordered, std::vector<int32_t>& scratch,
-                 std::vector<KeyRange>& r) {
-  if (ordered) {
-    if (win < ctx) r.push_back({win, ctx});
-    for (int32_t k : picks)
-      if (k < win) r.push_back({k, k + 1});
-    return;
-  }
-  scratch.clear();
-  for (int32_t k : picks)
-    if (k < win) scratch.push_back(k);
-  if (!std::is_sorted(scratch.begin(), scratch.end())) std::sort(scratch.begin(), scratch.end());
-  for (int32_t k : scratch) {
-    if (!r.empty() && r.back().end == k) r.back().end = k + 1;
+// Otherwise the picks come by position (pick_top), so neighbours join as they are appended:
+// one forward scan of the cache, nothing to sort downstream.
+void emit_ranges(const std::vector<int32_t>& picks, int win, int ctx, bool ordered, std::vector<KeyRange>& r) {
+  if (ordered && win < ctx) r.push_back({win, ctx});
+  for (int32_t k : picks) {
+    if (k >= win) continue;
+    if (!ordered && !r.empty() && r.back().end == k) r.back().end = k + 1;
     else r.push_back({k, k + 1});
   }
-  if (win < ctx) {
-    if (!r.empty() && r.back().end == win) r.back().end = ctx;
-    else r.push_back({win, ctx});
-  }
+  if (ordered || win >= ctx) return;
+  if (!r.empty() && r.back().end == win) r.back().end = ctx;
+  else r.push_back({win, ctx});
 }
 
 }  // namespace
@@ -428,7 +418,7 @@ void CsSelector::select(const SelectInput& in, Selection& out) {
       out.metadata_bytes += uint64_t(M) * C * (d / M) * sizeof(float);
     }
     std::vector<KeyRange>& r = out.heads[size_t(u)];
-    emit_ranges(g.picks[size_t(u)], win, ctx, in.ordered, by_position_, r);
+    emit_ranges(g.picks[size_t(u)], win, ctx, in.ordered, r);
     for (int32_t k : g.picks[size_t(u)]) selected_sum_ += k < win;
     selected_sum_ += uint64_t(ctx - win);
     if (p_.recall)  // the heads this unit serves; the candidates exist only when it searched
@@ -531,7 +521,6 @@ std::map<std::string, double> CsSelector::counters() const {
 
 PolicyInfo cs_policy_info() {
   const CsParams c;
-  const int many = 1000000000;
   return {.name = "cs",
           .summary = "CSAttention: query-centric centroid tables built at prefill; decode sums list scores and attends to the top K",
           .keys = {integer_key("subspaces", c.subspaces, 1, 1024, "M subspaces the head dimension is split into (must divide it)"),
@@ -540,7 +529,7 @@ PolicyInfo cs_policy_info() {
                    integer_key("points", c.max_points, 1, 1 << 24, "k-means runs on at most this many prompt query vectors"),
                    positive_key("list", c.list, "L, keys kept per centroid: a fraction of the prompt when <= 1, entries when > 1"),
                    fraction_key("keep", c.keep, "K = ceil(keep x context) keys attended"),
-                   integer_key("window", c.window, 0, many, "most recent keys always attended"),
+                   integer_key("window", c.window, 0, kNoUpperBound, "most recent keys always attended"),
                    integer_key("step", c.step, 1, 1000000, "search every step decode steps"),
                    number_key("backoff", c.backoff, -1, 1, "below this best centroid cosine, use the top backoff_top centroids"),
                    integer_key("backoff_top", c.backoff_top, 1, 65536, "centroids per subspace in a back-off (<= centroids)"),

@@ -162,7 +162,6 @@ class CsSelector : public Selector {
   std::vector<uint8_t> mark_;
   std::vector<float> qs_, cos_, pooled_;
   std::vector<int> order_;
-  std::vector<int32_t> by_position_;  // picks sorted by position (unordered selections)
   std::vector<float> scores_;         // pick_top: the touched keys' summed scores
   // Counters.
   uint64_t selects_ = 0, searched_ = 0, union_sum_ = 0, selected_sum_ = 0;

@@ -222,7 +222,7 @@ PolicyInfo mac_policy_info() {
           .summary = "MAC-Attention: reuse the cached prefix state of a similar recent query; recompute a band plus the tail",
           .stage = PolicyStage::Reuse,
           .keys = {integer_key("window", m.window, 1, 1 << 20, "K: ring entries per sequence, layer and query head"),
-                   integer_key("band", m.band, 0, 1000000000, "r: keys before the matched position recomputed"),
+                   integer_key("band", m.band, 0, kNoUpperBound, "r: keys before the matched position recomputed"),
                    unit_key("tau", m.tau, "match threshold: hit when the pre-RoPE distance is below sqrt(2d)(1-tau)")},
           .composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "cs", "art"}, .sequence_state = true,
           .order = "on a hit: band and tail, most recent first"};

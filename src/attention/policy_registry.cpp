@@ -22,9 +22,6 @@ std::string join(const std::vector<std::string>& items) {
   return s;
 }
 
-// Values written as "1e9" in the old checks mean "no upper bound worth naming".
-constexpr double kUnbounded = 1e9;
-
 }  // namespace
 
 PolicyKey number_key(std::string name, double fallback, double lo, double hi, std::string help) {
@@ -45,7 +42,7 @@ PolicyKey fraction_key(std::string name, double fallback, std::string help) {
 }
 
 PolicyKey positive_key(std::string name, double fallback, std::string help) {
-  PolicyKey k = number_key(std::move(name), fallback, 0, kUnbounded, std::move(help));
+  PolicyKey k = number_key(std::move(name), fallback, 0, kNoUpperBound, std::move(help));
   k.lo_open = true;
   return k;
 }
@@ -74,7 +71,7 @@ PolicyKey choice_key(std::string name, std::string fallback, std::vector<std::st
 
 std::string PolicyKey::range_text() const {
   if (kind == Kind::Choice) return "one of " + join(choices);
-  if (hi >= kUnbounded) return fmt::format("{} {}", lo_open ? ">" : ">=", lo);
+  if (hi >= kNoUpperBound) return fmt::format("{} {}", lo_open ? ">" : ">=", lo);
   return fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
 }
 

@@ -51,6 +51,9 @@ struct PolicyInfo {
   bool runs_on(const std::string& backend) const;
 };
 
+// An upper bound that means "none worth naming": ranges print as ">= lo" above it.
+constexpr int kNoUpperBound = 1000000000;
+
 // Key builders: the default is the parameter struct's value, formatted as a policy string writes it.
 PolicyKey number_key(std::string name, double fallback, double lo, double hi, std::string help);
 PolicyKey fraction_key(std::string name, double fallback, std::string help);  // in (0, 1]

@@ -100,22 +100,28 @@ void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
 namespace {
 
 const std::vector<std::string> kSparseSelectors = {"streaming", "quest", "oracle", "gbsa", "resa", "cs"};
-constexpr int kUnboundedCount = 1000000000;
 
 PolicyKey dense_layers_key(int fallback, const std::string& why) {
-  return integer_key("dense_layers", fallback, 0, 1000000, "the first N layers stay dense" + why);
+  return integer_key("dense_layers", fallback, 0, 1000000, fmt::format("the first N layers stay dense{}", why));
 }
 
 std::vector<PolicyKey> group_block_keys() {
   const GroupBlockParams g;
   return {fraction_key("keep", g.keep, "fraction of 16-token blocks kept"),
-          integer_key("n_min", g.n_min, 1, kUnboundedCount, "at least this many blocks"),
-          integer_key("n_local", g.n_local, 0, kUnboundedCount, "most recent blocks always kept"),
+          integer_key("n_min", g.n_min, 1, kNoUpperBound, "at least this many blocks"),
+          integer_key("n_local", g.n_local, 0, kNoUpperBound, "most recent blocks always kept"),
           dense_layers_key(0, " (ReSA sparsifies every layer)")};
 }
 
 PolicyKey rectify_every_key() {
-  return integer_key("f", kRectifyEvery, 1, kUnboundedCount, "rectify every f generated tokens");
+  return integer_key("f", kRectifyEvery, 1, kNoUpperBound, "rectify every f generated tokens");
+}
+
+// Quest's keys; the oracle takes the same with its own defaults.
+std::vector<PolicyKey> budget_keys(double budget, int min_tokens, int dense_layers, const std::string& why) {
+  return {positive_key("budget", budget, "tokens per query head: a fraction of the context when <= 1, tokens when > 1"),
+          integer_key("min", min_tokens, 0, kNoUpperBound, "floor of a fractional budget, in tokens"),
+          dense_layers_key(dense_layers, why)};
 }
 
 }  // namespace
@@ -128,33 +134,25 @@ PolicyInfo dense_policy_info() {
 PolicyInfo streaming_policy_info() {
   const StreamingParams s;
   return {.name = "streaming", .summary = "attention sinks plus a recent window (StreamingLLM)",
-          .keys = {integer_key("sink", s.sink, 0, kUnboundedCount, "first tokens always attended"),
-                   integer_key("window", s.window, 1, kUnboundedCount, "most recent tokens attended")},
+          .keys = {integer_key("sink", s.sink, 0, kNoUpperBound, "first tokens always attended"),
+                   integer_key("window", s.window, 1, kNoUpperBound, "most recent tokens attended")},
           .composes_with = {"rectify", "mac", "art"}, .order = "sinks, then the recent window from the newest key"};
 }
 
 PolicyInfo quest_policy_info() {
   const QuestParams q;
-  const char* budget = "tokens per query head: a fraction of the context when <= 1, tokens when > 1";
   return {.name = "quest",
           .summary = "top pages per query head by the page-digest bound (Quest; RetroAttention's selector)",
-          .keys = {positive_key("budget", q.budget, budget),
-                   integer_key("min", q.min_tokens, 0, kUnboundedCount, "floor of a fractional budget, in tokens"),
-                   dense_layers_key(kQuestDenseLayers, " (Quest's practice)")},
+          .keys = budget_keys(q.budget, q.min_tokens, kQuestDenseLayers, " (Quest's practice)"),
           .composes_with = {"rectify", "retro", "mac", "art"}, .order = "descending page bound, per query head"};
 }
 
-// Evaluation only: Quest's keys with the envelope's defaults, and no retro (it needs pages).
+// Evaluation only; no retro (it needs pages).
 PolicyInfo oracle_policy_info() {
-  PolicyInfo p = quest_policy_info();
-  p.name = "oracle";
-  p.summary = "evaluation only: per query head the budget keys of largest q . k, found by scoring every key";
-  p.keys[0].fallback = fmt::format("{}", kOracleBudget);
-  p.keys[1].fallback = "0";
-  p.keys[2] = dense_layers_key(0, "");
-  p.composes_with = {"rectify", "mac", "art"};
-  p.order = "descending q . k, per query head";
-  return p;
+  return {.name = "oracle",
+          .summary = "evaluation only: per query head the budget keys of largest q . k, found by scoring every key",
+          .keys = budget_keys(kOracleBudget, 0, 0, ""), .composes_with = {"rectify", "mac", "art"},
+          .order = "descending q . k, per query head"};
 }
 
 PolicyInfo gbsa_policy_info() {

@@ -308,13 +308,21 @@ TEST(CsSelector, SelectionEqualsPlainScoring) {
           want.push_back({ranked[size_t(i)].second, ranked[size_t(i)].second + 1});
         const auto& got = sel.heads[u];
         ASSERT_EQ(got.size(), want.size()) << "variant " << variant << " head " << h << " unit " << u;
-        for (size_t i = 0; i < want.size(); ++i)
-          EXPECT_TRUE(got[i].begin == want[i].begin && got[i].end == want[i].end)
-              << "variant " << variant << " head " << h << " unit " << u << " entry " << i << ": got [" << got[i].begin
-              << ", " << got[i].end << "), want [" << want[i].begin << ", " << want[i].end << ")";
+        EXPECT_TRUE(got[0].begin == wb && got[0].end == ctx) << "variant " << variant << ": the window comes first";
+        // Entry by entry the same key, or one whose score is equal within rounding: the code's
+        // SIMD dot may order two near-equal centroid cosines differently, which changes the
+        // last bits of a sum and so the order of near-equal keys.
+        for (size_t i = 1; i < want.size(); ++i) {
+          const int k = got[i].begin, w = want[i].begin;
+          ASSERT_EQ(got[i].end, k + 1) << "variant " << variant << " entry " << i;
+          const float a = score.count(k) ? score[k] : -INFINITY, c = score[w];
+          EXPECT_TRUE(k == w || std::fabs(a - c) <= 1e-5f * (1.0f + std::fabs(c)))
+              << "variant " << variant << " head " << h << " unit " << u << " entry " << i << ": got key " << k
+              << " (score " << a << "), want key " << w << " (score " << c << ")";
+        }
         // Unordered (no traversal follows it): the same keys by position, neighbours joined.
         const auto& joined = by_position.heads[u];
-        EXPECT_EQ(keys_of(joined), keys_of(want)) << "variant " << variant << " head " << h << " unit " << u;
+        EXPECT_EQ(keys_of(joined), keys_of(got)) << "variant " << variant << " head " << h << " unit " << u;
         for (size_t i = 1; i < joined.size(); ++i)
           EXPECT_LT(joined[i - 1].end, joined[i].begin) << "variant " << variant << " head " << h << " unit " << u;
       }

@@ -63,8 +63,9 @@ TEST(PolicyRegistry, CompositionsAreWhatTheFactoryBuilds) {
 
 TEST(PolicyRegistry, SequenceStateIsWhatThePolicyKeeps) {
   for (const PolicyInfo& p : policy_registry()) {
-    if (p.stage == PolicyStage::Selector && p.requires_one_of.empty())
+    if (p.stage == PolicyStage::Selector && p.requires_one_of.empty()) {
       EXPECT_EQ(make_policy(p.name)->keeps_sequence_state(), p.sequence_state) << p.name;
+    }
   }
   EXPECT_EQ(make_policy("quest+retro")->keeps_sequence_state(), find_policy_info("retro")->sequence_state);
   EXPECT_EQ(make_policy("mac")->keeps_sequence_state(), find_policy_info("mac")->sequence_state);
@@ -90,7 +91,7 @@ TEST(PolicyRegistry, KeysTakeTheirRangeAndRefuseBeyondIt) {
       const std::string below = parse_error(at + fmt_number(k.lo - step));
       EXPECT_NE(below.find("out of range"), std::string::npos) << at << k.lo - step << ": " << below;
       EXPECT_NE(below.find(p.name + ":" + k.name), std::string::npos) << below;
-      if (k.hi < 1e9) {
+      if (k.hi < kNoUpperBound) {
         if (!k.hi_open) {
           EXPECT_EQ(parse_error(at + fmt_number(k.hi)), "") << at << k.hi;
         }

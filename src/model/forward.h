@@ -1,11 +1,14 @@
-// The Llama-family forward pass on the CPU over a paged KV cache: a batch of rows (a prefill
-// chunk, decode tokens of several sequences, or both) goes through every layer at once.
+// A backend's forward pass over a paged KV cache: a batch of rows (a prefill chunk, decode
+// tokens of several sequences, or both) goes through every layer at once. CpuForward is the
+// CPU backend (fp32, the reference); both it and cuda::GpuForward run model/llama_forward.h's
+// one sequence of ops.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "attention/policy.h"
+#include "backend/backend.h"
 #include "kv/paged_kv_cache.h"
 #include "model/model.h"
 
@@ -29,21 +32,33 @@ class Forward {
   virtual void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) = 0;
 };
 
-class CpuForward final : public Forward {
+class CpuForward final : public Forward, private Backend {
  public:
   CpuForward(const Model& model, PagedKVCache& cache);
 
   void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) override;
 
  private:
-  void layer(int l, const ForwardBatch& batch, int n, AttentionPolicy& policy);
+  // Backend: the ops of model/llama_forward.h on the batch run() staged.
+  void embed(int n) override;
+  void add_rmsnorm(int n, int layer, NormWeight weight, bool residual) override;
+  void linear(int n, int layer, Projection p) override;
+  void qkv_rope_append(int n, int layer) override;
+  void attention(int n, int layer) override;
+  void silu_mul(int n) override;
+  void logits(int n_logits) override;
+
   void ensure_capacity(int rows);
 
   const Model& model_;
   PagedKVCache& cache_;
-  // Scratch, grown to the largest batch seen.
+  // The pass in flight (set by run()).
+  const ForwardBatch* batch_ = nullptr;
+  AttentionPolicy* policy_ = nullptr;
+  std::vector<float>* logits_ = nullptr;
+  // Activations (backend/backend.h names them), grown to the largest batch seen.
   int capacity_ = 0;
-  std::vector<float> x_, h_, q_, q_pre_, k_, v_, attn_, gate_, up_, final_;
+  std::vector<float> x_, y_, h_, q_, q_pre_, k_, v_, attn_, gate_, up_, final_;
 };
 
 }  // namespace skim

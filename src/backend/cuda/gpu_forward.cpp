@@ -7,6 +7,7 @@
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
 #include "backend/cuda/paged_prefill_attention.cuh"
+#include "model/llama_forward.h"
 
 namespace skim::cuda {
 
@@ -139,86 +140,108 @@ double GpuForward::decode_bytes_read(int length) const {
   return dense * double(length) * per_layer_token + (c.num_layers - dense) * (kept * per_layer_token + digests);
 }
 
-void GpuForward::enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance, bool chunk, bool decode) {
+void GpuForward::enqueue(int n, int logits_n, const Pass& pass, bool advance) {
+  pass_ = pass;
+  llama_forward(*this, w_.config, n, logits_n);
+  if (advance && logits_n > 0) {
+    const InputLayout in(opt_.max_rows);
+    DecodeState st{inputs_.data() + in.tokens, inputs_.data() + in.positions, inputs_.data() + in.seq_lens};
+    argmax(logits_.data(), logits_n, w_.config.vocab_size, next_.data(), &st, stream_);
+  }
+}
+
+void GpuForward::embed(int n) {
+  const int32_t* tokens = inputs_.data() + InputLayout(opt_.max_rows).tokens;
+  cuda::embed(w_.embed.data.data(), tokens, x_.data(), n, w_.config.hidden_size, stream_);
+}
+
+void GpuForward::add_rmsnorm(int n, int layer, NormWeight weight, bool residual) {
+  const ModelConfig& c = w_.config;
+  const auto& w = weight == NormWeight::final ? w_.final_norm
+                  : weight == NormWeight::attn ? w_.layers[size_t(layer)].attn_norm
+                                               : w_.layers[size_t(layer)].mlp_norm;
+  cuda::add_rmsnorm(x_.data(), residual ? y_.data() : nullptr, w.data(), h_.data(), n, c.hidden_size,
+                    c.rms_norm_eps, stream_);
+}
+
+void GpuForward::linear(int n, int layer, Projection p) {
+  const GpuLayer& L = w_.layers[size_t(layer)];
+  switch (p) {
+    case Projection::qkv: gemm_.linear(h_.data(), L.wqkv, qkv_.data(), n, stream_); return;  // bias: qkv_rope_append
+    case Projection::o: gemm_.linear(o16_.data(), L.wo, y_.data(), n, stream_); return;
+    case Projection::gate_up: gemm_.linear(h_.data(), L.w_gate_up, gate_up_.data(), n, stream_); return;
+    case Projection::down: gemm_.linear(inter_.data(), L.w_down, y_.data(), n, stream_); return;
+  }
+}
+
+void GpuForward::qkv_rope_append(int n, int layer) {
+  const ModelConfig& c = w_.config;
+  const GpuLayer& L = w_.layers[size_t(layer)];
+  const InputLayout in(opt_.max_rows);
+  QkvRopeAppendArgs qa;
+  qa.qkv = qkv_.data();
+  qa.bias = L.qkv_bias.size() ? L.qkv_bias.data() : nullptr;
+  qa.q_norm = L.q_norm.size() ? L.q_norm.data() : nullptr;
+  qa.k_norm = L.k_norm.size() ? L.k_norm.data() : nullptr;
+  qa.eps = c.rms_norm_eps;
+  qa.inv_freq = w_.inv_freq.data();
+  qa.positions = inputs_.data() + in.positions;
+  qa.page_table = inputs_.data() + in.table;
+  qa.max_pages_per_seq = opt_.max_pages_per_seq;
+  qa.n = n;
+  qa.num_heads = c.num_heads;
+  qa.num_kv_heads = c.num_kv_heads;
+  qa.head_dim = c.head_dim;
+  qa.page_size = cache_.shape().page_size;
+  qa.q = q_.data();
+  qa.k_pool = cache_.k(layer);
+  qa.v_pool = cache_.v(layer);
+  cuda::qkv_rope_append(qa, stream_);
+  page_digest(cache_.k(layer), cache_.kmin(layer), cache_.kmax(layer), qa.positions, qa.page_table,
+              opt_.max_pages_per_seq, n, c.num_kv_heads, c.head_dim, qa.page_size, stream_);
+}
+
+void GpuForward::attention(int n, int layer) {
   const ModelConfig& c = w_.config;
   const InputLayout in(opt_.max_rows);
-  int32_t* tokens = inputs_.data() + in.tokens;
-  int32_t* positions = inputs_.data() + in.positions;
-  int32_t* seq_lens = inputs_.data() + in.seq_lens;
   const int32_t* table = inputs_.data() + in.table;
-  const int H = c.hidden_size, I = c.intermediate_size;
-  const float eps = c.rms_norm_eps;
-  cudaStream_t s = stream_;
-
-  embed(w_.embed.data.data(), tokens, x_.data(), n, H, s);
-  for (int l = 0; l < c.num_layers; ++l) {
-    const GpuLayer& L = w_.layers[size_t(l)];
-    add_rmsnorm(x_.data(), l == 0 ? nullptr : y_.data(), L.attn_norm.data(), h_.data(), n, H, eps, s);
-    gemm_.linear(h_.data(), L.wqkv, qkv_.data(), n, s);
-
-    QkvRopeAppendArgs qa;
-    qa.qkv = qkv_.data();
-    qa.bias = L.qkv_bias.size() ? L.qkv_bias.data() : nullptr;
-    qa.q_norm = L.q_norm.size() ? L.q_norm.data() : nullptr;
-    qa.k_norm = L.k_norm.size() ? L.k_norm.data() : nullptr;
-    qa.eps = eps;
-    qa.inv_freq = w_.inv_freq.data();
-    qa.positions = positions;
-    qa.page_table = table;
-    qa.max_pages_per_seq = opt_.max_pages_per_seq;
-    qa.n = n;
-    qa.num_heads = c.num_heads;
-    qa.num_kv_heads = c.num_kv_heads;
-    qa.head_dim = c.head_dim;
-    qa.page_size = cache_.shape().page_size;
-    qa.q = q_.data();
-    qa.k_pool = cache_.k(l);
-    qa.v_pool = cache_.v(l);
-    qkv_rope_append(qa, s);
-    page_digest(cache_.k(l), cache_.kmin(l), cache_.kmax(l), positions, table, opt_.max_pages_per_seq,
-                n, c.num_kv_heads, c.head_dim, qa.page_size, s);
-
-    if (chunk) {
-      PagedPrefillArgs pa;
-      pa.n = n;
-      pa.num_heads = c.num_heads;
-      pa.num_kv_heads = c.num_kv_heads;
-      pa.head_dim = c.head_dim;
-      pa.max_position = max_seq_len - 1;
-      pa.scale = 1.0f / std::sqrt(float(c.head_dim));
-      pa.q = q_.data();
-      pa.k_pool = cache_.k(l);
-      pa.v_pool = cache_.v(l);
-      pa.page_table = table;  // row 0's: every row's is the same
-      pa.positions = positions;
-      pa.o = o_.data();
-      pa.lse = lse_.data();
-      pa.workspace = prefill_workspace_.data();
-      pa.workspace_bytes = prefill_workspace_.bytes();
-      check(paged_prefill_attention(pa, s), "paged_prefill_attention");
-    } else {
-      attend_decode(l, n, max_seq_len, table, seq_lens, decode && l >= opt_.sparse.dense_layers, s);
-    }
-
-    to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), s);
-    gemm_.linear(o16_.data(), L.wo, y_.data(), n, s);
-    add_rmsnorm(x_.data(), y_.data(), L.mlp_norm.data(), h_.data(), n, H, eps, s);
-    gemm_.linear(h_.data(), L.w_gate_up, gate_up_.data(), n, s);
-    silu_mul(gate_up_.data(), inter_.data(), n, I, s);
-    gemm_.linear(inter_.data(), L.w_down, y_.data(), n, s);
+  if (pass_.chunk) {
+    PagedPrefillArgs pa;
+    pa.n = n;
+    pa.num_heads = c.num_heads;
+    pa.num_kv_heads = c.num_kv_heads;
+    pa.head_dim = c.head_dim;
+    pa.max_position = pass_.max_seq_len - 1;
+    pa.scale = 1.0f / std::sqrt(float(c.head_dim));
+    pa.q = q_.data();
+    pa.k_pool = cache_.k(layer);
+    pa.v_pool = cache_.v(layer);
+    pa.page_table = table;  // row 0's: every row's is the same
+    pa.positions = inputs_.data() + in.positions;
+    pa.o = o_.data();
+    pa.lse = lse_.data();
+    pa.workspace = prefill_workspace_.data();
+    pa.workspace_bytes = prefill_workspace_.bytes();
+    check(paged_prefill_attention(pa, stream_), "paged_prefill_attention");
+  } else {
+    attend_decode(layer, n, pass_.max_seq_len, table, inputs_.data() + in.seq_lens,
+                  pass_.decode && layer >= opt_.sparse.dense_layers, stream_);
   }
-  add_rmsnorm(x_.data(), y_.data(), w_.final_norm.data(), h_.data(), n, H, eps, s);
-  if (logits_n == 0) return;
+  to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), stream_);  // attn: the o projection's input
+}
+
+void GpuForward::silu_mul(int n) {
+  cuda::silu_mul(gate_up_.data(), inter_.data(), n, w_.config.intermediate_size, stream_);
+}
+
+void GpuForward::logits(int n_logits) {
   const uint16_t* head_in = h_.data();
-  if (gather) {
-    gather_rows(h_.data(), inputs_.data() + in.rows, h_rows_.data(), logits_n, H, s);
+  if (pass_.gather) {
+    gather_rows(h_.data(), inputs_.data() + InputLayout(opt_.max_rows).rows, h_rows_.data(), n_logits,
+                w_.config.hidden_size, stream_);
     head_in = h_rows_.data();
   }
-  gemm_.linear(head_in, w_.output(), logits_.data(), logits_n, s);
-  if (advance) {
-    DecodeState st{tokens, positions, seq_lens};
-    argmax(logits_.data(), logits_n, c.vocab_size, next_.data(), &st, s);
-  }
+  gemm_.linear(head_in, w_.output(), logits_.data(), n_logits, stream_);
 }
 
 void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
@@ -277,7 +300,7 @@ cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance) {
   cudaGraph_t g = nullptr;
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
-    enqueue(n, b, n, false, advance, false, true);
+    enqueue(n, n, Pass{.max_seq_len = b, .gather = false, .chunk = false, .decode = true}, advance);
   } catch (...) {  // end the capture, or this thread's later CUDA calls fail
     if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
     cudaGetLastError();
@@ -312,7 +335,7 @@ int GpuForward::launch(const ForwardBatch& batch) {
   if (batch.decode && all_rows)
     check(cudaGraphLaunch(graph(n, max_len, false), stream_), "cudaGraphLaunch");
   else
-    enqueue(n, max_len, nl, true, false, chunk, batch.decode);
+    enqueue(n, nl, Pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .decode = batch.decode}, false);
   return nl;
 }
 

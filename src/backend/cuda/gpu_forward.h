@@ -1,5 +1,6 @@
-// The Llama-family forward pass on the GPU over the paged bf16 KV cache: the same batches as
-// CpuForward (prefill chunks, decode steps of several sequences), cuBLAS projections, the
+// The CUDA backend: the Llama-family forward pass (model/llama_forward.h, the same sequence of
+// ops the CPU runs) on the GPU over the paged bf16 KV cache, for the same batches as
+// CpuForward (prefill chunks, decode steps of several sequences): cuBLAS projections, the
 // kernels of ops.cuh, and paged attention over positions [0, pos] of each row (written before
 // attention runs): the prefill kernel for a chunk of one sequence, the decode kernel for
 // decode steps and mixed batches.
@@ -51,7 +52,7 @@ struct DecodeRun {
   double seconds = 0;           // GPU time of all steps (events around them)
 };
 
-class GpuForward final : public Forward {
+class GpuForward final : public Forward, private Backend {
  public:
   GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheShape& cache_shape,
              const GpuForwardOptions& options);
@@ -76,12 +77,25 @@ class GpuForward final : public Forward {
   cudaStream_t stream() const { return stream_; }
 
  private:
-  // Enqueues the whole forward pass of n staged rows on the stream. Logits of `logits_n` rows:
-  // the staged rows list when `gather`, else rows [0, logits_n).
-  // `chunk`: the rows are consecutive positions of one sequence (a prefill chunk), whose
-  // attention runs as paged prefill attention rather than row by row.
-  // `decode`: every row is a decode step (the group-sparse selection applies).
-  void enqueue(int n, int max_seq_len, int logits_n, bool gather, bool advance, bool chunk, bool decode);
+  // How the pass in flight runs: what enqueue() was asked, read by the Backend ops.
+  struct Pass {
+    int max_seq_len = 0;  // of the rows (a graph's context bucket when captured)
+    bool gather = false;  // logits of the staged logits rows, else of rows [0, n_logits)
+    bool chunk = false;   // the rows are consecutive positions of one sequence (a prefill
+                          // chunk): attention runs as paged prefill attention, not row by row
+    bool decode = false;  // every row is a decode step (the group-sparse selection applies)
+  };
+  // Enqueues the whole forward pass of n staged rows on the stream, logits of `logits_n` rows;
+  // `advance`: then each row's argmax becomes its next input (decode_greedy).
+  void enqueue(int n, int logits_n, const Pass& pass, bool advance);
+  // Backend: the ops of model/llama_forward.h, enqueued on the stream.
+  void embed(int n) override;
+  void add_rmsnorm(int n, int layer, NormWeight weight, bool residual) override;
+  void linear(int n, int layer, Projection p) override;
+  void qkv_rope_append(int n, int layer) override;
+  void attention(int n, int layer) override;
+  void silu_mul(int n) override;
+  void logits(int n_logits) override;
   void stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
              std::span<const int32_t> positions, std::span<const int> logits_rows);
   void attend_decode(int layer, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
@@ -99,6 +113,7 @@ class GpuForward final : public Forward {
   GpuForwardOptions opt_;
   Gemm gemm_;
   cudaStream_t stream_ = nullptr;
+  Pass pass_;
 
   // Activations, sized for max_rows.
   DeviceBuffer<float> x_, y_, qkv_, o_, lse_, gate_up_, logits_;

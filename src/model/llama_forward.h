@@ -1,0 +1,13 @@
+// The Llama-family forward pass (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2), written once
+// over the Backend ops: the CPU and the GPU run this same sequence.
+#pragma once
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace skim {
+
+// n staged rows through every layer, then the logits of n_logits rows (none when 0).
+void llama_forward(Backend& backend, const ModelConfig& config, int n, int n_logits);
+
+}  // namespace skim

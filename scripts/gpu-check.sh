@@ -16,6 +16,12 @@
 # The engine build needs the Debian -dev packages a GPU machine may lack: put their .deb files
 # in .devdeps/ (scripts/gpu-deps.sh fetches them) and they are unpacked under /tmp/devroot;
 # the large optional ones (OpenBLAS, ICU, libpng) are left out with -DSKIM_BLAS/ICU/PNG=OFF.
+# The engine steps also build the previous revision's engine when build-legacy/tree holds its
+# sources, and time `skim bench` of both builds interleaved (new, old, new, old) in the same
+# run -> bench-e2e.json, bench-e2e-2.json, bench-legacy.json, bench-legacy-2.json and
+# compare.md (bench/bench_compare.py: best of each build's runs, per point):
+#   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \
+#     tools bench/cs_recall.cpp bench/attend_scatter.cpp | tar -x -C build-legacy/tree
 # The benchmark also times the previous library kernel when build-legacy/legacy_impl.cuh
 # exists (make it here, carry it to the GPU machine, which has no git history):
 #   mkdir -p build-legacy && git show REV:src/backend/cuda/paged_decode_attention_impl.cuh |
@@ -60,6 +66,15 @@ engine_steps() {
   step "test_cuda"
   timeout 300 build-gpu/tests/test_cuda 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -60
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "TEST_CUDA FAILED"; status=1; }
+  if [ -d build-legacy/tree ]; then
+    step "legacy engine build"
+    ln -sfn "$(pwd)/models" build-legacy/tree/models
+    cmake -S build-legacy/tree -B build-gpu-legacy -G Ninja -DCMAKE_PREFIX_PATH=$root/usr \
+      -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON -DSKIM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DSKIM_BLAS=OFF \
+      -DSKIM_ICU=OFF -DSKIM_PNG=OFF -DSKIM_SERVER=OFF -DSKIM_TESTS=OFF -DSKIM_NATIVE=OFF > $OUT/legacy-cmake.log 2>&1 &&
+      cmake --build build-gpu-legacy -j "$(nproc)" --target skim 2>&1 | grep -E "error|FAILED" | head -20
+    [ -x build-gpu-legacy/skim ] || echo "LEGACY BUILD FAILED: the comparison is skipped"
+  fi
   step "skim generate --device cuda"
   timeout 120 build-gpu/skim generate --device cuda -p "def fibonacci(n):" -n 64 || { echo "GENERATE FAILED"; status=1; }
   timeout 120 build-gpu/skim generate --device cuda -f models/demo-code-28m/README.md -n 256 --ignore-eos --json |
@@ -67,6 +82,14 @@ engine_steps() {
   [ "$server" = ON ] && serve_steps
   step "skim bench"
   timeout 300 build-gpu/skim bench ${BENCH_ARGS:-} --json $OUT/bench-e2e.json || { echo "SKIM BENCH FAILED"; status=1; }
+  if [ -x build-gpu-legacy/skim ]; then
+    step "skim bench: previous revision, then both again"
+    timeout 300 build-gpu-legacy/skim bench ${BENCH_ARGS:-} --json $OUT/bench-legacy.json > /dev/null || echo "LEGACY BENCH FAILED"
+    timeout 300 build-gpu/skim bench ${BENCH_ARGS:-} --json $OUT/bench-e2e-2.json > /dev/null || echo "SKIM BENCH FAILED"
+    timeout 300 build-gpu-legacy/skim bench ${BENCH_ARGS:-} --json $OUT/bench-legacy-2.json > /dev/null || echo "LEGACY BENCH FAILED"
+    python3 bench/bench_compare.py $OUT/bench-e2e.json,$OUT/bench-e2e-2.json \
+      $OUT/bench-legacy.json,$OUT/bench-legacy-2.json --md $OUT/compare.md
+  fi
 }
 
 # skim serve on the GPU: a greedy completion equals `skim generate --device cuda`, then the

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The working tree that travels to a GPU machine is limited to 64 MiB (tracked files plus
+# untracked ones git does not ignore); the repository is larger. `hide` takes the paths a GPU
+# run does not read out of git's index and ignores them (.git/info/exclude), so they stay on
+# disk but do not travel; `restore` puts them back. Never commit between the two.
+#   bash scripts/device-tree.sh hide     before a device run
+#   bash scripts/device-tree.sh restore  after it
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PATHS=(data bench/results tests/fixtures/tokenizer tests/fixtures/models tests/fixtures/chat_templates
+       tests/fixtures/golden/smollm2-chat tests/fixtures/golden/smollm2-long tests/fixtures/golden/smollm2-prose)
+MARK="# device-tree.sh hide"
+case "${1:-}" in
+  hide)
+    git rm -r -q --cached "${PATHS[@]}"
+    { echo "$MARK"; for p in "${PATHS[@]}"; do echo "/$p/"; done; } >> .git/info/exclude
+    echo "travels: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes tracked (limit 67108864 with what is carried)"
+    ;;
+  restore)
+    git reset -q -- "${PATHS[@]}"
+    sed -i "/^$MARK\$/,\$d" .git/info/exclude
+    git status --short | head
+    ;;
+  *) echo "usage: $0 hide|restore" >&2; exit 2 ;;
+esac

@@ -17,7 +17,8 @@ import urllib.request
 
 def stream_one(url, prompt_ids, max_tokens):
     body = json.dumps({"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True, "stream": True}).encode()
+                       "ignore_eos": True, "stream": True,
+                       "stream_options": {"include_usage": True}}).encode()
     req = urllib.request.Request(url + "/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     t0 = time.perf_counter()
@@ -30,9 +31,11 @@ def stream_one(url, prompt_ids, max_tokens):
             chunk = json.loads(line[6:])
             if "error" in chunk:
                 raise RuntimeError(chunk["error"]["message"])
-            if chunk["choices"][0]["text"]:
+            if chunk["choices"] and chunk["choices"][0]["text"]:
                 times.append(time.perf_counter() - t0)
             usage = chunk.get("usage", usage)
+    if usage is None:
+        raise RuntimeError("the stream carried no usage chunk")
     return times, usage["completion_tokens"]
 
 

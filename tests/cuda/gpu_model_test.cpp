@@ -146,7 +146,9 @@ TEST(GpuEngine, GroupSparseDecodeMatchesTheCpuPolicy) {
   nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
   std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
   std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
-  const std::string policy = "gbsa:keep=0.1";
+  // The paper's sparsity with few blocks forced (the SmolLM2 defaults keep 3K tokens of any
+  // context, most of this prompt).
+  const std::string policy = "gbsa:keep=0.1,n_min=16";
   EngineOptions cpu_opt = gpu_options(int(prompt.size()) + 64);
   cpu_opt.device = "cpu";
   cpu_opt.policy = policy;
@@ -203,9 +205,9 @@ TEST(GpuEngine, ResaRectifiesOnTheGpuAsOnTheCpu) {
     return out;
   };
   uint64_t rect_cpu = 0, rect_gpu = 0;
-  auto cpu = run("resa:keep=0.1,f=4", "cpu", &rect_cpu);
-  auto gpu = run("resa:keep=0.1,f=4", "cuda", &rect_gpu);
-  auto gbsa = run("gbsa:keep=0.1", "cuda", nullptr);
+  auto cpu = run("resa:keep=0.1,n_min=16,f=4", "cpu", &rect_cpu);
+  auto gpu = run("resa:keep=0.1,n_min=16,f=4", "cuda", &rect_gpu);
+  auto gbsa = run("gbsa:keep=0.1,n_min=16", "cuda", nullptr);
   float worst = 0, from_gbsa = 0;
   for (int i = 0; i < steps; ++i)
     for (size_t v = 0; v < gpu[size_t(i)].size(); ++v) {

@@ -97,7 +97,7 @@ engine_steps() {
 serve_steps() {
   step "skim serve --device cuda"
   local port=18080 url=http://127.0.0.1:18080
-  build-gpu/skim serve --device cuda --port $port --parallel 8 --ctx 4096 > $OUT/serve.log 2>&1 &
+  build-gpu/skim serve --device cuda --port $port --parallel 8 --ctx 4096 --prefix-cache 2 > $OUT/serve.log 2>&1 &
   local spid=$!
   for _ in $(seq 120); do curl -sf $url/health > /dev/null 2>&1 && break; sleep 0.5; done
   python3 - "$url" <<'PY' || { echo "SERVE CHECK FAILED"; status=1; }
@@ -111,7 +111,22 @@ out = subprocess.run(["build-gpu/skim", "generate", "--device", "cuda", "-p", pr
                       "--ignore-eos", "--json"], capture_output=True, text=True, check=True).stdout
 alone = json.loads(out.strip().splitlines()[-1])["text"]
 print("served == generate:", served == alone)
-sys.exit(0 if served == alone else 1)
+# The prefix cache: a long prompt twice; the second request resumes from the first's pages
+# (copied on the device) and must produce the same text as generate.
+doc = open("models/demo-code-28m/README.md").read()
+texts = []
+for _ in range(2):
+    req = urllib.request.Request(url + "/v1/completions", headers={"Content-Type": "application/json"},
+        data=json.dumps({"prompt": doc, "max_tokens": 32, "temperature": 0, "ignore_eos": True}).encode())
+    texts.append(json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["text"])
+out = subprocess.run(["build-gpu/skim", "generate", "--device", "cuda", "-f", "models/demo-code-28m/README.md",
+                      "-n", "32", "--ignore-eos", "--json"], capture_output=True, text=True, check=True).stdout
+ref = json.loads(out.strip().splitlines()[-1])["text"]
+hits = [l for l in urllib.request.urlopen(url + "/metrics").read().decode().splitlines()
+        if l.startswith("skim_prefix_cache_hits_total")]
+print("prefix cache:", hits, "first == generate:", texts[0] == ref, "second (a hit) == generate:", texts[1] == ref)
+ok = served == alone and texts[0] == ref and texts[1] == ref and hits and float(hits[0].split()[-1]) >= 1
+sys.exit(0 if ok else 1)
 PY
   python3 bench/serve_bench.py --url $url --concurrency 1,4,8 --requests 2 --prompt-tokens 1024 \
     --max-tokens 128 --json $OUT/serve-bench.json || { echo "SERVE BENCH FAILED"; status=1; }

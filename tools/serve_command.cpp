@@ -60,8 +60,6 @@ void check_serve_args(const ServeArgs& a) {
   check_real(RealField{"--drain-timeout", 0, 3600}, a.drain_timeout);
   check_int(fields::kMaxSequences, a.engine.max_sequences);
   check_int(fields::kMaxSequences, a.engine.max_sequences + a.prefix_cache);
-  SKIM_REQUIRE(a.prefix_cache == 0 || a.engine.device == "cpu",
-               "--prefix-cache: the GPU engine cannot copy sequences yet (drop it, or --device cpu)");
 }
 
 std::chrono::milliseconds millis(double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); }

@@ -70,8 +70,7 @@ struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<PagedKVCache> cache;  // CPU only
-  PagePool* pages = nullptr;            // the page pool of whichever cache holds the KV
+  std::unique_ptr<PagedKVCache> cache;  // CPU only: the host KV cache CpuForward writes
   std::unique_ptr<AttentionPolicy> policy;
   std::unique_ptr<Forward> forward;
   bool gpu = false;
@@ -93,12 +92,7 @@ struct Engine::Impl {
   void cpu_only(const char* what) const {
     SKIM_REQUIRE(!gpu, "{} runs on the CPU only so far (drop --device cuda)", what);
   }
-  void reserve(PageTable& t, int length) {
-    if (cache)
-      cache->reserve(t, length);
-    else
-      pages->reserve(t, length);
-  }
+  void reserve(PageTable& t, int length) { forward->reserve(t, length); }
 
   // ReSA's dense rectification: the last `count` tokens, written under sparse attention, run
   // again as one dense prefill chunk; their K/V and page digests are overwritten in every
@@ -183,14 +177,12 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
     go.sparse = gpu_sparse;
     auto gpu = std::make_unique<cuda::GpuForward>(
         std::make_shared<const cuda::GpuWeights>(cuda::upload_weights(*m.model)), shape, go);
-    m.pages = &gpu->cache().pool();
     m.gpu_decode_bytes = [f = gpu.get()](int length) { return f->decode_bytes_read(length); };
     m.forward = std::move(gpu);
     return;
   }
 #endif
   m.cache = std::make_unique<PagedKVCache>(shape);
-  m.pages = nullptr;
   m.forward = std::make_unique<CpuForward>(*m.model, *m.cache);
 }
 
@@ -213,10 +205,7 @@ int Engine::open_sequence() {
 void Engine::close_sequence(int seq) {
   PageTable& t = impl_->table(seq);
   impl_->policy->forget(&t);
-  if (impl_->cache)
-    impl_->cache->release(t);
-  else
-    impl_->pages->release(t);
+  impl_->forward->release(t);
   impl_->sequences.erase(seq);
 }
 
@@ -247,12 +236,11 @@ void Engine::set_policy(const std::string& spec) {
 }
 
 int Engine::fork_sequence(int seq) {
-  impl_->cpu_only("fork_sequence");
   Sequence copy = impl_->sequence(seq);  // tokens and counters
   PageTable& src = impl_->table(seq);
   copy.table = PageTable{};
-  impl_->cache->reserve(copy.table, src.length);
-  for (size_t i = 0; i < copy.table.pages.size(); ++i) impl_->cache->copy_page(src.pages[i], copy.table.pages[i]);
+  impl_->forward->reserve(copy.table, src.length);
+  for (size_t i = 0; i < copy.table.pages.size(); ++i) impl_->forward->copy_page(src.pages[i], copy.table.pages[i]);
   copy.table.length = src.length;
   int id = impl_->next_id++;
   auto it = impl_->sequences.emplace(id, std::move(copy)).first;
@@ -261,9 +249,8 @@ int Engine::fork_sequence(int seq) {
 }
 
 void Engine::truncate_sequence(int seq, int length) {
-  impl_->cpu_only("truncate_sequence");
   Sequence& s = impl_->sequence(seq);
-  impl_->cache->shrink(s.table, length);
+  impl_->forward->shrink(s.table, length);
   s.tokens.resize(size_t(length));
   s.decode_steps = 0;
   s.retro_steps = 0;
@@ -391,19 +378,17 @@ std::vector<int> Engine::decode_sample(std::span<const int> seqs, std::span<cons
                                        std::span<Sampler* const> samplers) {
   Impl& m = *impl_;
   SKIM_REQUIRE(samplers.size() == seqs.size(), "decode: one sampler per sequence");
-#ifdef SKIM_HAVE_CUDA
-  if (m.gpu) {  // sampled on the device: only the tokens come back
+  if (m.forward->samples_on_device()) {  // only the tokens come back
     ForwardBatch fb = m.decode_batch(seqs, tokens);
-    std::vector<cuda::SampleParams> params;
+    std::vector<SampleParams> params;
     for (Sampler* s : samplers) {
       const SamplingParams& p = s->params();
       params.push_back({p.temperature, p.top_k, p.top_p, p.seed, s->next_draw()});
     }
-    std::vector<int32_t> next = static_cast<cuda::GpuForward&>(*m.forward).run_sampled(fb, params);
+    std::vector<int32_t> next = m.forward->run_sampled(fb, *m.policy, params);
     m.finish_decode(seqs, tokens);
     return std::vector<int>(next.begin(), next.end());
   }
-#endif
   std::vector<float> logits = decode(seqs, tokens);
   const size_t vocab = size_t(m.model->config.vocab_size);
   std::vector<int> next;

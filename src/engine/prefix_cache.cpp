@@ -8,7 +8,7 @@
 namespace skim {
 
 bool PrefixCache::usable() const {
-  return slots_ > 0 && !engine_.on_gpu() && !engine_.policy().keeps_sequence_state();
+  return slots_ > 0 && !engine_.policy().keeps_sequence_state();
 }
 
 void PrefixCache::keep(int seq, const std::vector<int>& prompt) {

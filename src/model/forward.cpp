@@ -15,6 +15,10 @@ const float* bias(const std::vector<float>& b) { return b.empty() ? nullptr : b.
 
 }  // namespace
 
+std::vector<int32_t> Forward::run_sampled(const ForwardBatch&, AttentionPolicy&, std::span<const SampleParams>) {
+  throw Error("internal: run_sampled on a backend that samples on the host (check samples_on_device())");
+}
+
 CpuForward::CpuForward(const Model& model, PagedKVCache& cache) : model_(model), cache_(cache) {}
 
 void CpuForward::ensure_capacity(int rows) {

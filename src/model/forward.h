@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "attention/policy.h"
 #include "backend/backend.h"
+#include "backend/sample_params.h"
 #include "kv/paged_kv_cache.h"
 #include "model/model.h"
 
@@ -23,13 +25,29 @@ struct ForwardBatch {
   std::vector<int32_t> retro_step; // RetroAttention: per row, the decode step that first fed it
 };
 
-// A backend's forward pass (CpuForward here, cuda::GpuForward on the GPU).
+// A backend's forward pass and the KV cache it keeps (CpuForward here, in host memory;
+// cuda::GpuForward on the GPU, in device memory). The engine sees only this.
 class Forward {
  public:
   virtual ~Forward() = default;
   // Runs the rows through the model, writes their K/V, and fills logits
   // [logits_rows.size()][vocab]. Positions must be reserved in the rows' page tables.
   virtual void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) = 0;
+
+  // Whether run_sampled samples where the logits are (the GPU: only tokens come back).
+  virtual bool samples_on_device() const { return false; }
+  // run(), then each logits row's next token drawn with params[i] (one per logits row). Only
+  // for a backend that samples_on_device(); the others leave sampling to the caller.
+  virtual std::vector<int32_t> run_sampled(const ForwardBatch& batch, AttentionPolicy& policy,
+                                           std::span<const SampleParams> params);
+
+  // The KV cache's pages (PagedKVCache's contract): grow a table to hold `length` tokens,
+  // return its pages, keep its first `length` tokens (a multiple of the page size), and copy
+  // one page's K, V and digests in every layer (forking a sequence).
+  virtual void reserve(PageTable& table, int length) = 0;
+  virtual void release(PageTable& table) = 0;
+  virtual void shrink(PageTable& table, int length) = 0;
+  virtual void copy_page(int32_t from, int32_t to) = 0;
 };
 
 class CpuForward final : public Forward, private Backend {
@@ -37,6 +55,10 @@ class CpuForward final : public Forward, private Backend {
   CpuForward(const Model& model, PagedKVCache& cache);
 
   void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) override;
+  void reserve(PageTable& table, int length) override { cache_.reserve(table, length); }
+  void release(PageTable& table) override { cache_.release(table); }
+  void shrink(PageTable& table, int length) override { cache_.shrink(table, length); }
+  void copy_page(int32_t from, int32_t to) override { cache_.copy_page(from, to); }
 
  private:
   // Backend: the ops of model/llama_forward.h on the batch run() staged.

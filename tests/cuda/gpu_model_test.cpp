@@ -137,6 +137,43 @@ TEST(GpuEngine, SampledGenerationRepeatsWithItsSeed) {
   EXPECT_NE(a, c);
 }
 
+// fork_sequence and truncate_sequence on the GPU (the prefix cache's operations): a fork's
+// pages are byte copies, so its decode step gives the source's logits bit for bit; a sequence
+// cut back to a chunk boundary and prefilled again gives the logits of a fresh prefill.
+TEST(GpuEngine, ForkAndTruncateKeepTheSequence) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-medium/golden.json");
+  const std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  EngineOptions o = gpu_options(int(prompt.size()) + 16);
+  o.max_sequences = 3;
+  o.prefill_chunk = 64;  // the 300-token prompt spans four chunks and a part
+  Engine engine(o);
+  const int chunk = engine.prefill_chunk(), last = int(prompt.size()) - 1;
+  ASSERT_GT(int(prompt.size()), 2 * chunk) << "the prompt must span more than two chunks";
+
+  const int a = engine.open_sequence();
+  const std::vector<float> fresh = engine.append(a, prompt, std::vector<int>{last});
+  const int b = engine.fork_sequence(a);
+  EXPECT_EQ(engine.sequence_length(b), int(prompt.size()));
+  const int next = 42;
+  const std::vector<float> from_a = engine.decode(std::vector<int>{a}, std::vector<int>{next});
+  const std::vector<float> from_b = engine.decode(std::vector<int>{b}, std::vector<int>{next});
+  EXPECT_EQ(from_a, from_b) << "a fork decodes exactly as its source";
+
+  const int c = engine.fork_sequence(a);
+  engine.truncate_sequence(c, 2 * chunk);
+  const std::vector<int> rest(prompt.begin() + 2 * chunk, prompt.end());
+  const std::vector<float> again = engine.append(c, rest, std::vector<int>{int(rest.size()) - 1});
+  float worst = 0;
+  for (size_t v = 0; v < fresh.size(); ++v) worst = std::max(worst, std::fabs(fresh[v] - again[v]));
+  std::printf("[ fork     ] demo-medium cut to %d tokens and prefilled again: max |logit - fresh| = %.3g\n",
+              2 * chunk, worst);
+  EXPECT_LT(worst, 1e-3f);
+  EXPECT_EQ(std::max_element(fresh.begin(), fresh.end()) - fresh.begin(),
+            std::max_element(again.begin(), again.end()) - again.begin());
+  EXPECT_THROW(engine.truncate_sequence(c, 2 * chunk + 1), Error) << "a cut inside a page";
+}
+
 // `gbsa` on the GPU (group_page_select + decode attention over the kept pages) against the CPU
 // policy on the 4K demo prompt, teacher-forced: the logits of every step within the bf16
 // tolerance of the dense comparison (the selections may differ only at near-ties of the page

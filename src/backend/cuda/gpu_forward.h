@@ -60,9 +60,16 @@ class GpuForward final : public Forward, private Backend {
 
   void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) override;
 
-  // run(), then each logits row's next token sampled on the device with params[i] (one per
-  // logits row): only the tokens come back to the host, not the logits.
-  std::vector<int32_t> run_sampled(const ForwardBatch& batch, std::span<const SampleParams> params);
+  // Sampled on the device: only the tokens come back to the host, not the logits.
+  bool samples_on_device() const override { return true; }
+  std::vector<int32_t> run_sampled(const ForwardBatch& batch, AttentionPolicy& policy,
+                                   std::span<const SampleParams> params) override;
+  void reserve(PageTable& table, int length) override { cache_.pool().reserve(table, length); }
+  void release(PageTable& table) override { cache_.pool().release(table); }
+  // The kept pages' digests need no work: page_digest recomputes a page's from its tokens at
+  // every write.
+  void shrink(PageTable& table, int length) override;
+  void copy_page(int32_t from, int32_t to) override;
 
   // `steps` greedy decode steps of the sequences whose next inputs are `first` (one token
   // each, at position table->length); reserves their pages and advances their lengths.

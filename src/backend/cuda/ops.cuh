@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/sample_params.h"
+
 namespace skim::cuda {
 
 // x[r] = table[tokens[r]] widened to fp32; table bf16 [vocab][hidden].
@@ -83,13 +85,7 @@ void argmax(const float* logits, int n, int vocab, int32_t* next, const DecodeSt
 // Samples next[r] from logits row r with params[r] (device memory): temperature 0 is argmax,
 // else softmax at the temperature, cut to the top_k largest logits and to the nucleus of
 // mass top_p as the CPU sampler does, drawn with a uniform number from (seed, step) (sample.cu).
-struct SampleParams {
-  float temperature = 0.0f;
-  int top_k = 0;        // 0: no cut
-  float top_p = 1.0f;   // 1: no cut
-  uint64_t seed = 0;
-  uint64_t step = 0;    // the draw's index in its sequence: a new number every step
-};
+using skim::SampleParams;  // backend/sample_params.h
 void sample(const float* logits, int n, int vocab, const SampleParams* params, int32_t* next, cudaStream_t stream);
 
 // Deterministic pseudo-random fill (hash of seed and index), uniform in [-scale, scale]:

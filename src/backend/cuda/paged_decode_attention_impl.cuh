@@ -138,6 +138,7 @@ template <int D, int WARPS, int STAGES>
 struct SplitConfig {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(STAGES >= 2, "need at least double buffering");
+  static constexpr int kDim = D;
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kRowBytes = D * 2;                  // one token of K or V
   static constexpr int kPageBytes = kPageSize * kRowBytes;  // K (or V) of one page, one head
@@ -148,77 +149,70 @@ struct SplitConfig {
   static constexpr int kCopiesPerLane = kPageBytes / 16 / 32;
   // After the loop each warp leaves o[kMaxRows][D], m[kMaxRows], l[kMaxRows] in its ring.
   static_assert((kMaxRows * D + 2 * kMaxRows) * 4 <= kWarpBytes, "merge scratch fits the ring");
+
+  // Byte offset of row r's 16-byte piece c in a stage: piece c sits at c ^ (r & 7), so the 8
+  // rows an ldmatrix reads (same piece, consecutive rows 256 or 128 bytes apart) hit 8
+  // different bank groups.
+  __device__ static __forceinline__ uint32_t swz(int r, int c) {
+    return uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4));
+  }
 };
 
-template <int D, int WARPS, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) {
-  using C = SplitConfig<D, WARPS, STAGES>;
-  extern __shared__ __align__(128) unsigned char smem[];
+// The split kernel's steps, in the order it runs them (FlashInfer's decode names the same
+// steps load_q, produce_kv, compute_qk, update_mdo_states, compute_sfm_v, merge).
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row = lane >> 2, quad = lane & 3;  // MMA fragment coordinates
-  const int chunk = blockIdx.x;
-  const int kvh = blockIdx.y / p.sub_groups;
-  const int g0 = (blockIdx.y % p.sub_groups) * kMaxRows;
-  const int rows = min(kMaxRows, p.group - g0);  // query heads of this CTA
-  const int b = blockIdx.z;
-  const int hq0 = kvh * p.group + g0;
-
-  pdl_wait();  // no-op unless this launch itself is a programmatic dependent
-  pdl_launch_dependents();
-
-  // Start every independent load before using any: the length, the queries, the page ids.
-  // The page ids are fetched speculatively over the whole chunk (in bounds of the table row),
-  // so that this load does not wait for seq_len.
-  const size_t list = size_t(b) * p.tables_per_seq + (p.tables_per_seq > 1 ? kvh : 0);
-  const int len_raw = p.seq_lens[list];
-
-  uint32_t qf[D / 16][2];  // A fragments of Q, one pair per k-step of 16 dims
-  {
-    const uint16_t* qrow = p.q + (size_t(b) * p.num_heads + hq0 + row) * D + 2 * quad;
+// This lane's A fragments of the CTA's queries, one pair per k-step of 16 dims; rows past the
+// CTA's query heads are zero.
+template <int D>
+__device__ __forceinline__ void load_q_fragments(const SplitParams& p, int b, int hq0, int rows, int row, int quad,
+                                                 uint32_t (&qf)[D / 16][2]) {
+  const uint16_t* qrow = p.q + (size_t(b) * p.num_heads + hq0 + row) * D + 2 * quad;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      qf[kk][0] = row < rows ? __ldg(reinterpret_cast<const unsigned int*>(qrow + 16 * kk)) : 0u;
-      qf[kk][1] =
-          row < rows ? __ldg(reinterpret_cast<const unsigned int*>(qrow + 16 * kk + 8)) : 0u;
+  for (int kk = 0; kk < D / 16; ++kk) {
+    qf[kk][0] = row < rows ? __ldg(reinterpret_cast<const unsigned int*>(qrow + 16 * kk)) : 0u;
+    qf[kk][1] = row < rows ? __ldg(reinterpret_cast<const unsigned int*>(qrow + 16 * kk + 8)) : 0u;
+  }
+}
+
+// The pages one warp takes from its unit's list. The CTAs of one (sequence, KV unit) share its
+// pages: a warp takes kBatchPages consecutive pages at a time. Static mode (deterministic):
+// the unit's warps stride through the batches by rank, so every warp gets an even share spread
+// over the sequence. Dynamic mode: the first two batches by rank (no waiting at the start),
+// later ones from an atomic counter, so warps that the memory system happens to serve faster
+// take more pages and all finish closer together. A warp keeps one batch ahead whose ids are
+// loading and (dynamic) one counter grab in flight, so neither latency stalls it.
+struct WarpPages {
+  static constexpr int K = kBatchPages;
+  const int32_t* table;
+  int* ctr;  // dynamic mode: {pages handed out, warps done} of the unit
+  int max_pages, total_warps, gw, lane;
+  bool dynamic;
+  int n_pages = 0;  // set once the sequence length is known (start() does not wait for it)
+  int cur_base = 0, nxt_base = 0, cur_ids = 0, nxt_ids = 0;
+  int pending = 0;  // lane 0: result of the counter grab in flight
+  bool has_pending = false, exhausted = false;
+  int static_j = 2, pos = 0;
+
+  // Lane l < K: id of page base + l, loaded speculatively (in bounds of the table row).
+  __device__ __forceinline__ int load_ids(int base) const {
+    const int pg = base + lane;
+    return lane < K && pg < max_pages ? __ldg(table + pg) : 0;
+  }
+  // Starts the first two batches' id loads and the first grab, before the length is known.
+  __device__ __forceinline__ void start() {
+    cur_base = gw * K;
+    nxt_base = (total_warps + gw) * K;
+    cur_ids = load_ids(cur_base);
+    nxt_ids = load_ids(nxt_base);
+    if (dynamic) {
+      if (lane == 0) pending = atomicAdd(ctr, K);
+      has_pending = true;
     }
   }
-
-  // Work distribution. The CTAs of one (sequence, KV unit) share its pages: a warp takes
-  // kBatchPages consecutive pages at a time. Static mode (deterministic): the unit's warps
-  // stride through the batches by rank, so every warp gets an even share spread over the
-  // sequence. Dynamic mode: the first two batches by rank (no waiting at the start), later
-  // ones from an atomic counter, so warps that the memory system happens to serve faster
-  // take more pages and all finish closer together. A warp keeps one batch ahead whose ids
-  // are loading and (dynamic) one counter grab in flight, so neither latency stalls it.
-  constexpr int K = kBatchPages;
-  const int32_t* table = p.page_table + list * p.max_pages_per_seq;
-  const int total_warps = gridDim.x * WARPS;
-  const int gw = chunk * WARPS + warp;
-  int* const ctr = !p.dynamic ? nullptr : p.counters + (size_t(b) * gridDim.y + blockIdx.y) * 2;
-  const int dyn_base = 2 * total_warps * K;
-  auto load_batch_ids = [&](int base) {  // lane l < K: id of page base + l (speculative)
-    const int pg = base + lane;
-    return lane < K && pg < p.max_pages_per_seq ? __ldg(table + pg) : 0;
-  };
-  int cur_base = gw * K, nxt_base = (total_warps + gw) * K;
-  int cur_ids = load_batch_ids(cur_base);
-  int nxt_ids = load_batch_ids(nxt_base);
-  int pending = 0;  // lane 0: result of the counter grab in flight
-  bool has_pending = false;
-  int static_j = 2;
-  if (p.dynamic) {
-    if (lane == 0) pending = atomicAdd(ctr, K);
-    has_pending = true;
-  }
-
-  const int len = min(max(len_raw, 0), p.max_pages_per_seq * kPageSize);
-  const int n_pages = (len + kPageSize - 1) / kPageSize;
-
   // The grab just resolved lies past the end: this warp takes no more. The unit's last warp
   // to get here resets the counters for the next call (every other warp has made its last
   // atomicAdd by then).
-  auto finish_grabs = [&]() {
+  __device__ __forceinline__ void finish_grabs() {
     if (lane == 0) {
       __threadfence();  // this warp's grabs are performed before it counts out
       const int old = atomicAdd(ctr + 1, 1);
@@ -227,10 +221,10 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
         atomicExch(ctr + 1, 0);
       }
     }
-  };
-  auto next_batch = [&]() {
-    if (!p.dynamic) return (static_j++ * total_warps + gw) * K;
-    const int base = dyn_base + __shfl_sync(0xffffffffu, pending, 0);
+  }
+  __device__ __forceinline__ int next_batch() {
+    if (!dynamic) return (static_j++ * total_warps + gw) * K;
+    const int base = 2 * total_warps * K + __shfl_sync(0xffffffffu, pending, 0);
     has_pending = false;
     if (base < n_pages) {
       if (lane == 0) pending = atomicAdd(ctr, K);
@@ -239,154 +233,129 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
       finish_grabs();
     }
     return base;
-  };
-
-  unsigned char* wbuf = smem + warp * C::kWarpBytes;
-  const uint32_t wbuf_s = smem_addr(wbuf);
-  const size_t page_stride = p.page_stride;
-  const uint16_t* kbase = p.k + size_t(kvh) * p.head_stride;
-  const uint16_t* vbase = p.v + size_t(kvh) * p.head_stride;
-  __shared__ int stage_valid[WARPS][STAGES];  // tokens of the page in each stage
-
-  // Row r's 16-byte piece c sits at piece c ^ (r & 7): the 8 rows an ldmatrix reads (same
-  // piece, consecutive rows 256 or 128 bytes apart) then hit 8 different bank groups.
-  auto swz = [](int r, int c) { return uint32_t(r * C::kRowBytes + ((c ^ (r & 7)) << 4)); };
-
-  // Copies this warp's next page into stage i % STAGES; always commits a group (maybe
-  // empty) so that wait_group counts stay uniform. i counts issue calls, which equal issued
-  // pages until the source runs dry.
-  int pos = 0, n_issued = 0;
-  bool exhausted = false;
-  auto issue = [&](int i) {
-    if (!exhausted) {
-      if (pos == K) {
-        cur_base = nxt_base;
-        cur_ids = nxt_ids;
-        pos = 0;
-        if (cur_base < n_pages) {
-          nxt_base = next_batch();
-          nxt_ids = load_batch_ids(nxt_base);
-        }
-      }
-      const int pg = cur_base + pos;
-      if (pg >= n_pages) {  // bases only grow: nothing more for this warp
-        exhausted = true;
-        if (has_pending) {  // an unused grab (past the end too): count out
-          has_pending = false;
-          finish_grabs();
-        }
-      } else {
-        const int id = __shfl_sync(0xffffffffu, cur_ids, pos);
-        ++pos;
-        ++n_issued;
-        const int valid = len - pg * kPageSize;  // >= 1
-        if (lane == 0) stage_valid[warp][i % STAGES] = valid;
-        const size_t off = size_t(id) * page_stride;
-        const uint32_t ks = wbuf_s + (i % STAGES) * C::kStageBytes, vs = ks + C::kPageBytes;
-#pragma unroll
-        for (int j = 0; j < C::kCopiesPerLane; ++j) {
-          const int idx = lane + 32 * j;
-          const int r = idx / C::kChunksPerRow, c = idx % C::kChunksPerRow;
-          const bool ok = r < valid;
-          const size_t src = off + size_t(ok ? r : 0) * D + c * 8;
-          cp_async16(ks + swz(r, c), kbase + src, ok ? 16 : 0);
-          cp_async16(vs + swz(r, c), vbase + src, ok ? 16 : 0);
-        }
-      }
-    }
-    cp_async_commit();
-  };
-
-#pragma unroll
-  for (int s = 0; s < STAGES; ++s) issue(s);
-
-  float m_run = -INFINITY;  // running max of this lane's query head (exp2 domain)
-  float l_run = 0.0f;       // this lane's share of the running softmax denominator
-  float acc[D / 8][2];      // O fragment: dims 8n + 2*quad + {0,1} of head `row`
-#pragma unroll
-  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
-
-  for (int i = 0; i < n_issued; ++i) {
-    cp_async_wait<STAGES - 1>();  // page i has landed (for this lane) ...
-    __syncwarp();                 // ... and for the whole warp
-    const uint32_t ks = wbuf_s + (i % STAGES) * C::kStageBytes, vs = ks + C::kPageBytes;
-    const int valid = stage_valid[warp][i % STAGES];
-
-    // S = Q K^T: two n-tiles of 8 tokens. ldmatrix x4 gives (tok 0-7, dims lo), (tok 0-7,
-    // dims hi), (tok 8-15, lo), (tok 8-15, hi): the B fragments of both tiles at once.
-    float s0[2] = {0.0f, 0.0f}, s1[2] = {0.0f, 0.0f};
-    {
-      const int r = (lane & 7) + ((lane >> 4) << 3);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t b0, b1, b2, b3;
-        ldmatrix_x4(b0, b1, b2, b3, ks + swz(r, 2 * kk + ((lane >> 3) & 1)));
-        mma_rows8(s0, qf[kk][0], qf[kk][1], b0, b1);
-        mma_rows8(s1, qf[kk][0], qf[kk][1], b2, b3);
-      }
-    }
-
-    // Online softmax. This lane holds tokens 2q, 2q+1, 8+2q, 9+2q of head `row`.
-    float sc[4] = {s0[0] * p.scale_log2, s0[1] * p.scale_log2, s1[0] * p.scale_log2,
-                   s1[1] * p.scale_log2};
-    if (valid < kPageSize) {  // the sequence's last page; token 0 is always valid
-      const int t0 = 2 * quad;
-      if (t0 >= valid) sc[0] = -INFINITY;
-      if (t0 + 1 >= valid) sc[1] = -INFINITY;
-      if (t0 + 8 >= valid) sc[2] = -INFINITY;
-      if (t0 + 9 >= valid) sc[3] = -INFINITY;
-    }
-    float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m_run, mx);  // finite: token 0 of the page is valid
-    const float alpha = exp2f(m_run - m_new);
-    float pr[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) pr[j] = exp2f(sc[j] - m_new);
-    l_run = l_run * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
-    m_run = m_new;
-#pragma unroll
-    for (int t = 0; t < D / 8; ++t) {
-      acc[t][0] *= alpha;
-      acc[t][1] *= alpha;
-    }
-
-    // P as A fragments (the accumulator layout of S is the A layout of P: no shuffles), in
-    // bf16 hi + lo.
-    const uint32_t ph_lo = pack_bf16(pr[0], pr[1]), ph_hi = pack_bf16(pr[2], pr[3]);
-    const float2 f01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ph_lo));
-    const float2 f23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ph_hi));
-    const uint32_t pl_lo = pack_bf16(pr[0] - f01.x, pr[1] - f01.y);
-    const uint32_t pl_hi = pack_bf16(pr[2] - f23.x, pr[3] - f23.y);
-
-    // O += P V: ldmatrix.trans x4 gives (tok 0-7, dims 16np..+7), (tok 8-15, same),
-    // (tok 0-7, dims +8..+15), (tok 8-15, same): B fragments of two n-tiles of dims.
-    {
-      const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t v0, v1, v2, v3;
-        ldmatrix_x4_trans(v0, v1, v2, v3, vs + swz(r, 2 * np + (lane >> 4)));
-        mma_rows8(acc[2 * np], ph_lo, ph_hi, v0, v1);
-        mma_rows8(acc[2 * np], pl_lo, pl_hi, v0, v1);
-        mma_rows8(acc[2 * np + 1], ph_lo, ph_hi, v2, v3);
-        mma_rows8(acc[2 * np + 1], pl_lo, pl_hi, v2, v3);
-      }
-    }
-
-    __syncwarp();  // every lane is done with this stage before it is refilled
-    issue(i + STAGES);
   }
-  cp_async_wait<0>();
+  // This warp's next page (its id and index in the sequence); false once it has no more.
+  __device__ __forceinline__ bool next(int& id, int& page) {
+    if (exhausted) return false;
+    if (pos == K) {
+      cur_base = nxt_base;
+      cur_ids = nxt_ids;
+      pos = 0;
+      if (cur_base < n_pages) {
+        nxt_base = next_batch();
+        nxt_ids = load_ids(nxt_base);
+      }
+    }
+    page = cur_base + pos;
+    if (page >= n_pages) {  // bases only grow: nothing more for this warp
+      exhausted = true;
+      if (has_pending) {  // an unused grab (past the end too): count out
+        has_pending = false;
+        finish_grabs();
+      }
+      return false;
+    }
+    id = __shfl_sync(0xffffffffu, cur_ids, pos);
+    ++pos;
+    return true;
+  }
+};
 
-  // The quad's lanes hold disjoint tokens: sum their denominators.
-  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
-  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+// K and V of one page (its first `valid` tokens; the rest zero-filled, so no garbage, NaN
+// included, reaches the arithmetic) into the stage at shared address ks (V right after K).
+template <class C>
+__device__ __forceinline__ void copy_page_async(const uint16_t* kbase, const uint16_t* vbase, size_t off,
+                                                int valid, uint32_t ks, int lane) {
+  const uint32_t vs = ks + C::kPageBytes;
+#pragma unroll
+  for (int j = 0; j < C::kCopiesPerLane; ++j) {
+    const int idx = lane + 32 * j;
+    const int r = idx / C::kChunksPerRow, c = idx % C::kChunksPerRow;
+    const bool ok = r < valid;
+    const size_t src = off + size_t(ok ? r : 0) * C::kDim + c * 8;
+    cp_async16(ks + C::swz(r, c), kbase + src, ok ? 16 : 0);
+    cp_async16(vs + C::swz(r, c), vbase + src, ok ? 16 : 0);
+  }
+}
 
-  // Each warp leaves its unnormalised state in its own ring, then the CTA merges the warps.
-  __syncwarp();
-  float* ws = reinterpret_cast<float*>(wbuf);
+// S = Q K^T for the page in the stage at ks, scaled into the exp2 domain: two n-tiles of 8
+// tokens. ldmatrix x4 gives (tok 0-7, dims lo), (tok 0-7, dims hi), (tok 8-15, lo),
+// (tok 8-15, hi): the B fragments of both tiles at once. This lane gets tokens 2q, 2q+1,
+// 8+2q, 9+2q of head `row`.
+template <class C, int D>
+__device__ __forceinline__ void compute_qk(const uint32_t (&qf)[D / 16][2], uint32_t ks, int lane, float scale_log2,
+                                           float (&sc)[4]) {
+  float s0[2] = {0.0f, 0.0f}, s1[2] = {0.0f, 0.0f};
+  const int r = (lane & 7) + ((lane >> 4) << 3);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t b0, b1, b2, b3;
+    ldmatrix_x4(b0, b1, b2, b3, ks + C::swz(r, 2 * kk + ((lane >> 3) & 1)));
+    mma_rows8(s0, qf[kk][0], qf[kk][1], b0, b1);
+    mma_rows8(s1, qf[kk][0], qf[kk][1], b2, b3);
+  }
+  sc[0] = s0[0] * scale_log2;
+  sc[1] = s0[1] * scale_log2;
+  sc[2] = s1[0] * scale_log2;
+  sc[3] = s1[1] * scale_log2;
+}
+
+// Online softmax over one page's scores: masks tokens past the sequence end (`valid` < 16 on
+// its last page; token 0 is always valid), folds the page's max into the running max,
+// rescales the running denominator and output, and returns the page's weights in pr.
+template <int D>
+__device__ __forceinline__ void update_softmax_state(float (&sc)[4], int valid, int quad, float& m_run, float& l_run,
+                                                     float (&acc)[D / 8][2], float (&pr)[4]) {
+  if (valid < kPageSize) {
+    const int t0 = 2 * quad;
+    if (t0 >= valid) sc[0] = -INFINITY;
+    if (t0 + 1 >= valid) sc[1] = -INFINITY;
+    if (t0 + 8 >= valid) sc[2] = -INFINITY;
+    if (t0 + 9 >= valid) sc[3] = -INFINITY;
+  }
+  float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float m_new = fmaxf(m_run, mx);  // finite: token 0 of the page is valid
+  const float alpha = exp2f(m_run - m_new);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) pr[j] = exp2f(sc[j] - m_new);
+  l_run = l_run * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+  m_run = m_new;
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) {
+    acc[t][0] *= alpha;
+    acc[t][1] *= alpha;
+  }
+}
+
+// O += P V for the page in the stage at vs. P's accumulator layout from compute_qk is the A
+// layout (no shuffles), split into bf16 hi + lo parts; ldmatrix.trans x4 gives (tok 0-7, dims
+// 16np..+7), (tok 8-15, same), (tok 0-7, dims +8..+15), (tok 8-15, same): the B fragments of
+// two n-tiles of dims.
+template <class C, int D>
+__device__ __forceinline__ void compute_pv(const float (&pr)[4], uint32_t vs, int lane, float (&acc)[D / 8][2]) {
+  const uint32_t ph_lo = pack_bf16(pr[0], pr[1]), ph_hi = pack_bf16(pr[2], pr[3]);
+  const float2 f01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ph_lo));
+  const float2 f23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ph_hi));
+  const uint32_t pl_lo = pack_bf16(pr[0] - f01.x, pr[1] - f01.y);
+  const uint32_t pl_hi = pack_bf16(pr[2] - f23.x, pr[3] - f23.y);
+  const int r = (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+  for (int np = 0; np < D / 16; ++np) {
+    uint32_t v0, v1, v2, v3;
+    ldmatrix_x4_trans(v0, v1, v2, v3, vs + C::swz(r, 2 * np + (lane >> 4)));
+    mma_rows8(acc[2 * np], ph_lo, ph_hi, v0, v1);
+    mma_rows8(acc[2 * np], pl_lo, pl_hi, v0, v1);
+    mma_rows8(acc[2 * np + 1], ph_lo, ph_hi, v2, v3);
+    mma_rows8(acc[2 * np + 1], pl_lo, pl_hi, v2, v3);
+  }
+}
+
+// The warp's unnormalised state (o, m, l per query head) into its own ring.
+template <int D>
+__device__ __forceinline__ void store_warp_state(float* ws, const float (&acc)[D / 8][2], float m_run, float l_run,
+                                                 int row, int quad) {
 #pragma unroll
   for (int t = 0; t < D / 8; ++t)
     *reinterpret_cast<float2*>(ws + row * D + 8 * t + 2 * quad) = make_float2(acc[t][0], acc[t][1]);
@@ -394,8 +363,13 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
     ws[kMaxRows * D + row] = m_run;
     ws[kMaxRows * D + kMaxRows + row] = l_run;
   }
-  __syncthreads();
+}
 
+// The CTA's warps' states merged into one (o, lse) per query head, written where the split
+// params say (the final output, or this chunk's partial).
+template <class C, int D, int WARPS>
+__device__ __forceinline__ void merge_warp_states(const unsigned char* smem, const SplitParams& p, int b, int hq0,
+                                                  int rows, int chunk) {
   const float* all = reinterpret_cast<const float*>(smem);
   constexpr int kWarpFloats = C::kWarpBytes / 4;
   for (int idx = threadIdx.x; idx < rows * D; idx += C::kThreads) {
@@ -415,9 +389,98 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
     const size_t head = size_t(b) * p.num_heads + hq0 + h;
     p.out_o[head * p.o_head_stride + size_t(chunk) * D + d] = L > 0.0f ? O / L : 0.0f;
     if (d == 0)
-      p.out_lse[head * p.lse_head_stride + chunk] =
-          L > 0.0f ? (M + log2f(L)) * 0.69314718055994531f : -INFINITY;
+      p.out_lse[head * p.lse_head_stride + chunk] = L > 0.0f ? (M + log2f(L)) * 0.69314718055994531f : -INFINITY;
   }
+}
+
+// One CTA: the query heads of one (sequence, KV unit) over its share of the unit's pages
+// (see the work split at the top). Each warp streams pages through its ring of STAGES
+// stages: copy ahead, then per page S = QK^T, online softmax, O += PV; then the CTA merges
+// its warps.
+template <int D, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) {
+  using C = SplitConfig<D, WARPS, STAGES>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int stage_valid[WARPS][STAGES];  // tokens of the page in each stage
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = lane >> 2, quad = lane & 3;  // MMA fragment coordinates
+  const int chunk = blockIdx.x;
+  const int kvh = blockIdx.y / p.sub_groups;
+  const int g0 = (blockIdx.y % p.sub_groups) * kMaxRows;
+  const int rows = min(kMaxRows, p.group - g0);  // query heads of this CTA
+  const int b = blockIdx.z;
+  const int hq0 = kvh * p.group + g0;
+
+  pdl_wait();  // no-op unless this launch itself is a programmatic dependent
+  pdl_launch_dependents();
+
+  // Start every independent load before using any: the length, the queries, the page ids
+  // (fetched speculatively, so that they do not wait for the length).
+  const size_t list = size_t(b) * p.tables_per_seq + (p.tables_per_seq > 1 ? kvh : 0);
+  const int len_raw = p.seq_lens[list];
+  uint32_t qf[D / 16][2];
+  load_q_fragments<D>(p, b, hq0, rows, row, quad, qf);
+  WarpPages pages{.table = p.page_table + list * p.max_pages_per_seq,
+                  .ctr = p.dynamic ? p.counters + (size_t(b) * gridDim.y + blockIdx.y) * 2 : nullptr,
+                  .max_pages = p.max_pages_per_seq,
+                  .total_warps = int(gridDim.x) * WARPS,
+                  .gw = chunk * WARPS + warp,
+                  .lane = lane,
+                  .dynamic = p.dynamic};
+  pages.start();
+  const int len = min(max(len_raw, 0), p.max_pages_per_seq * kPageSize);
+  pages.n_pages = (len + kPageSize - 1) / kPageSize;
+
+  unsigned char* wbuf = smem + warp * C::kWarpBytes;
+  const uint32_t wbuf_s = smem_addr(wbuf);
+  const uint16_t* kbase = p.k + size_t(kvh) * p.head_stride;
+  const uint16_t* vbase = p.v + size_t(kvh) * p.head_stride;
+
+  // Copies this warp's next page into stage i % STAGES; always commits a group (maybe empty)
+  // so that wait_group counts stay uniform. i counts issue calls, which equal issued pages
+  // until the source runs dry.
+  int n_issued = 0;
+  auto issue = [&](int i) {
+    int id, page;
+    if (pages.next(id, page)) {
+      ++n_issued;
+      const int valid = len - page * kPageSize;  // >= 1
+      if (lane == 0) stage_valid[warp][i % STAGES] = valid;
+      copy_page_async<C>(kbase, vbase, size_t(id) * p.page_stride, valid, wbuf_s + (i % STAGES) * C::kStageBytes,
+                         lane);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) issue(s);
+
+  float m_run = -INFINITY;  // running max of this lane's query head (exp2 domain)
+  float l_run = 0.0f;       // this lane's share of the running softmax denominator
+  float acc[D / 8][2];      // O fragment: dims 8n + 2*quad + {0,1} of head `row`
+#pragma unroll
+  for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
+
+  for (int i = 0; i < n_issued; ++i) {
+    cp_async_wait<STAGES - 1>();  // page i has landed (for this lane) ...
+    __syncwarp();                 // ... and for the whole warp
+    const uint32_t ks = wbuf_s + (i % STAGES) * C::kStageBytes;
+    float sc[4], pr[4];
+    compute_qk<C, D>(qf, ks, lane, p.scale_log2, sc);
+    update_softmax_state<D>(sc, stage_valid[warp][i % STAGES], quad, m_run, l_run, acc, pr);
+    compute_pv<C, D>(pr, ks + C::kPageBytes, lane, acc);
+    __syncwarp();  // every lane is done with this stage before it is refilled
+    issue(i + STAGES);
+  }
+  cp_async_wait<0>();
+
+  // The quad's lanes hold disjoint tokens: sum their denominators.
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+  __syncwarp();
+  store_warp_state<D>(reinterpret_cast<float*>(wbuf), acc, m_run, l_run, row, quad);
+  __syncthreads();
+  merge_warp_states<C, D, WARPS>(smem, p, b, hq0, rows, chunk);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ Scheduler::Scheduler(Engine& engine, SchedulerOptions options)
                "scheduler: {} running + {} cached sequences exceed the engine's {}", options_.max_running,
                options_.cache_slots, engine.max_sequences());
   prefix_ok_ = prefixes_.usable();
-  worker_ = std::thread([this] { loop(); });
+  if (options_.worker) worker_ = std::thread([this] { loop(); });
 }
 
 Scheduler::~Scheduler() {
@@ -64,7 +64,7 @@ Scheduler::~Scheduler() {
     stop_ = true;
   }
   cv_.notify_all();
-  worker_.join();
+  if (worker_.joinable()) worker_.join();
   for (auto& p : waiting_)
     if (p->cb.on_error) p->cb.on_error("server shutting down");
   fail_all_running("server shutting down");
@@ -123,44 +123,67 @@ void Scheduler::loop() {
                !end_reason_.empty();
       });
       if (stop_) return;
-      if (!end_reason_.empty()) {
-        std::string reason;
-        reason.swap(end_reason_);
-        std::deque<std::unique_ptr<Pending>> queued;
-        queued.swap(waiting_);
-        metrics_.waiting = 0;
-        lk.unlock();
-        end_everything(reason, std::move(queued));
-        continue;
-      }
-      for (uint64_t id : cancelled_) {
-        for (auto& r : running_)
-          if (r->id == id) r->cancelled = true;
-        for (auto& f : prefilling_)
-          if (f->p->id == id) f->cancelled = true;
-        const size_t before = waiting_.size();
-        std::erase_if(waiting_, [id](const auto& p) { return p->id == id; });
-        metrics_.requests_cancelled += before - waiting_.size();
-      }
-      cancelled_.clear();
-      admit(admitted);
-      metrics_.waiting = int(waiting_.size());
+      if (!collect(lk, admitted)) continue;
     }
-    try {
-      drop_cancelled();
-      for (auto& p : admitted) start(std::move(p));
-      if (!admitted.empty()) {  // published before any of them streams its first token
-        std::lock_guard<std::mutex> lk(mu_);
-        metrics_.running = int(running_.size() + prefilling_.size());
-      }
-      if (!prefilling_.empty()) prefill_chunk();
-      if (!running_.empty()) step();
-    } catch (const std::exception& e) {  // nothing may end the worker: fail what is in flight
-      fail_all_running(std::string("internal error: ") + e.what());
-    }
-    std::lock_guard<std::mutex> lk(mu_);
-    metrics_.running = int(running_.size() + prefilling_.size());
+    run(admitted);
   }
+}
+
+bool Scheduler::step() {
+  SKIM_REQUIRE(!worker_.joinable(), "scheduler: step() is for a scheduler without a worker thread");
+  std::vector<std::unique_ptr<Pending>> admitted;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!collect(lk, admitted)) return false;
+    if (admitted.empty() && waiting_.empty() && prefilling_.empty() && running_.empty()) return false;
+  }
+  run(admitted);
+  std::lock_guard<std::mutex> lk(mu_);
+  return !waiting_.empty() || !prefilling_.empty() || !running_.empty();
+}
+
+bool Scheduler::collect(std::unique_lock<std::mutex>& lk, std::vector<std::unique_ptr<Pending>>& admitted) {
+  if (!end_reason_.empty()) {
+    std::string reason;
+    reason.swap(end_reason_);
+    std::deque<std::unique_ptr<Pending>> queued;
+    queued.swap(waiting_);
+    metrics_.waiting = 0;
+    lk.unlock();
+    end_everything(reason, std::move(queued));
+    lk.lock();
+    return false;
+  }
+  for (uint64_t id : cancelled_) {
+    for (auto& r : running_)
+      if (r->id == id) r->cancelled = true;
+    for (auto& f : prefilling_)
+      if (f->p->id == id) f->cancelled = true;
+    const size_t before = waiting_.size();
+    std::erase_if(waiting_, [id](const auto& p) { return p->id == id; });
+    metrics_.requests_cancelled += before - waiting_.size();
+  }
+  cancelled_.clear();
+  admit(admitted);
+  metrics_.waiting = int(waiting_.size());
+  return true;
+}
+
+void Scheduler::run(std::vector<std::unique_ptr<Pending>>& admitted) {
+  try {
+    drop_cancelled();
+    for (auto& p : admitted) start(std::move(p));
+    if (!admitted.empty()) {  // published before any of them streams its first token
+      std::lock_guard<std::mutex> lk(mu_);
+      metrics_.running = int(running_.size() + prefilling_.size());
+    }
+    if (!prefilling_.empty()) prefill_chunk();
+    if (!running_.empty()) decode();
+  } catch (const std::exception& e) {  // nothing may end the worker: fail what is in flight
+    fail_all_running(std::string("internal error: ") + e.what());
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  metrics_.running = int(running_.size() + prefilling_.size());
 }
 
 void Scheduler::drop_cancelled() {
@@ -254,6 +277,7 @@ void Scheduler::prefill_chunk() {
       if (last) logits.erase(logits.begin(), logits.end() - std::ptrdiff_t(vocab));  // the last row's
     }
     f.done += n;
+    if (f.p->cb.on_prefill) f.p->cb.on_prefill(int(f.done), int(ids.size()));
     if (!last) return;
   } catch (const std::exception& e) {
     engine_.close_sequence(f.seq);
@@ -294,7 +318,7 @@ void Scheduler::prefill_chunk() {
     running_.push_back(std::move(r));
 }
 
-void Scheduler::step() {
+void Scheduler::decode() {
   for (auto& r : running_)
     if (at_context_limit(engine_, r->seq)) {
       r->gen.result().stats.finish_reason = "length";
@@ -328,6 +352,7 @@ void Scheduler::step() {
   }
   for (size_t j = 0; j < running_.size(); ++j) {
     Running& r = *running_[j];
+    if (r.steps == 0) r.gen.result().stats.first_step_seconds = dt;
     r.gen.result().stats.decode_seconds += dt;
     r.kv_bytes += bytes_each;
     r.steps += 1;

@@ -1,9 +1,12 @@
-// Continuous batching for the server: requests arrive from any thread; one worker thread owns
-// the engine and loops: admit waiting requests while sequences are free, prefill one chunk of
-// one admitted prompt, then advance every live sequence by one decode step, streaming text to
-// each request's callbacks. A long prompt thus delays the running requests' tokens by one
-// chunk per step, not by its whole prefill. A finished or cancelled request frees its sequence
-// for the next waiting one at once.
+// Continuous batching, the one generation loop of skim: a step admits waiting requests while
+// sequences are free, prefills one chunk of one admitted prompt, then advances every live
+// sequence by one decode step, streaming text to each request's callbacks. A long prompt thus
+// delays the running requests' tokens by one chunk per step, not by its whole prefill. A
+// finished or cancelled request frees its sequence for the next waiting one at once.
+//
+// The server runs the steps on a worker thread that owns the engine (requests arrive from any
+// thread); Engine::generate runs them on its caller's thread (SchedulerOptions::worker false,
+// then step() until it returns false), nano-vllm's LLMEngine.step over its scheduler.
 //
 // Per-request policies: the engine runs one policy at a time, so a request whose policy
 // differs from the running one waits until the live batch has drained, then the engine
@@ -40,6 +43,7 @@ struct RequestCallbacks {
   std::function<void(std::string_view, std::span<const TokenLogprob>)> on_text;
   std::function<void(const GenerationResult&)> on_done;      // last call on success
   std::function<void(const std::string& message)> on_error;  // last call on failure
+  std::function<void(int done, int total)> on_prefill;       // prompt tokens in the cache
 };
 
 // Totals since start (for /metrics).
@@ -47,6 +51,7 @@ struct SchedulerOptions {
   int max_running = 0;  // sequences decoding at once (0: the engine's max_sequences)
   int cache_slots = 0;  // prefix cache entries (they hold sequences: the engine needs
                         // max_running + cache_slots of them)
+  bool worker = true;   // a worker thread runs the steps; false: the caller's step() does
 };
 
 struct SchedulerMetrics {
@@ -76,6 +81,10 @@ class Scheduler {
   // those queued or prefilling fail with "server shutting down". For a server that drains.
   void end_all(const std::string& finish_reason);
 
+  // Without a worker: one step on the caller's thread. Returns false once nothing is waiting,
+  // prefilling or decoding (every submitted request has had on_done or on_error).
+  bool step();
+
   SchedulerMetrics metrics() const;
   const std::string& default_policy() const { return default_policy_; }
 
@@ -84,10 +93,13 @@ class Scheduler {
   struct Prefilling;
   struct Running;
   void loop();
+  // Under mu_: end_all's request (handled, false), the cancellations, then admission.
+  bool collect(std::unique_lock<std::mutex>& lk, std::vector<std::unique_ptr<Pending>>& admitted);
+  void run(std::vector<std::unique_ptr<Pending>>& admitted);  // the step's work
   void admit(std::vector<std::unique_ptr<Pending>>& batch);
   void start(std::unique_ptr<Pending> p);
   void prefill_chunk();
-  void step();
+  void decode();
   void drop_cancelled();
   void fail_running(const std::string& message);
   void fail_all_running(const std::string& message);

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <string>
 
-#include "attention/policy_registry.h"
 #include "commands.h"
+#include "skim/policy.h"
 
 namespace skim::cli {
 

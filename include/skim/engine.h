@@ -11,7 +11,9 @@
 #include <string_view>
 #include <vector>
 
+#include "skim/policy.h"
 #include "skim/sampling.h"
+#include "skim/stats.h"
 
 namespace skim {
 
@@ -80,8 +82,10 @@ class Engine {
   const Tokenizer& tokenizer() const;
   AttentionPolicy& policy();
 
-  // Runs requests to completion together: prompts are prefilled in chunks, then all live
-  // sequences advance by one token per decode step.
+  // Runs requests to completion on the scheduler's steps (the server's loop, on this thread):
+  // prompts prefill chunk by chunk, live sequences advance one token per decode step, and at
+  // most max_sequences() run at once (the others wait their turn). Throws skim::Error on the
+  // first request that fails.
   std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests,
                                          const TextCallback& on_text = {},
                                          const ProgressCallback& on_progress = {});
@@ -105,7 +109,7 @@ class Engine {
   int fork_sequence(int seq);
   // Keeps the first `length` tokens of `seq` (a multiple of the page size, at most its
   // length) and frees the rest; the policy forgets the sequence's state (MAC rings, CS tables,
-  // Retro outputs), so this suits policies that keep none (the server's prefix cache). CPU only.
+  // Retro outputs), so this suits policies that keep none (the server's prefix cache).
   void truncate_sequence(int seq, int length);
 
   // One decode step, then each sequence's next token from its sampler (sampled on the device
@@ -122,9 +126,12 @@ class Engine {
   int prefill_chunk() const;
   bool on_gpu() const;
 
+  // Tokens re-encoded by rectification so far.
   uint64_t rectified_tokens() const;
   // KV bytes (keys, values and policy metadata, all layers) decode steps have read so far.
-  double decode_kv_bytes_read();  // tokens re-encoded by rectification so far
+  double decode_kv_bytes_read();
+  // Both, and the policy's counters.
+  PolicyStats policy_stats();
   const PagedKVCache& kv_cache() const;
   const PageTable& page_table(int seq) const;
 

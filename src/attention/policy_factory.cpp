@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "attention/csattn.h"
+#include "attention/policy_registry.h"
 #include "attention/pipeline.h"
 #include "attention/retro.h"
 #include "attention/selectors.h"
@@ -148,5 +149,11 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
   if (const PolicyPart* r = spec.find("retro")) return make_retro_policy(text, spec, *r, selector, std::move(config));
   return std::make_unique<PipelinePolicy>(std::move(config));
 }
+
+}  // namespace skim
+
+namespace skim {
+
+void check_policy_spec(const std::string& spec) { make_policy(spec); }
 
 }  // namespace skim

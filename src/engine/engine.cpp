@@ -266,6 +266,14 @@ double Engine::decode_kv_bytes_read() {
   return double(s.decode_keys_read) * config().head_dim * 2 * sizeof(float) + double(s.decode_metadata_bytes);
 }
 
+PolicyStats Engine::policy_stats() {
+  PolicyStats s;
+  s.decode_kv_bytes_read = decode_kv_bytes_read();
+  s.rectified_tokens = rectified_tokens();
+  if (!impl_->gpu) s.counters = impl_->policy->counters();
+  return s;
+}
+
 const PagedKVCache& Engine::kv_cache() const {
   impl_->cpu_only("reading the KV cache from the host");
   return *impl_->cache;

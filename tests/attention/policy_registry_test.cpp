@@ -143,6 +143,15 @@ std::map<std::string, std::map<std::string, std::string>> documented_keys() {
   return keys;
 }
 
+// The public check (skim/policy.h) refuses what the factory refuses and builds nothing.
+TEST(PolicyRegistry, PublicCheckRefusesBadStrings) {
+  EXPECT_NO_THROW(check_policy_spec("quest:budget=0.2+art"));
+  EXPECT_NO_THROW(check_policy_spec("resa"));
+  EXPECT_THROW(check_policy_spec("quest:budget=2x"), Error);
+  EXPECT_THROW(check_policy_spec("nosuch"), Error);
+  EXPECT_THROW(check_policy_spec("mac+retro"), Error);
+}
+
 TEST(PolicyRegistry, DocsListEveryKeyWithItsDefault) {
   auto docs = documented_keys();
   for (const PolicyInfo& p : policy_registry())

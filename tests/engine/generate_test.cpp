@@ -2,6 +2,7 @@
 // strings cut the text, EOS and max_tokens end sequences, sampling repeats with its seed.
 #include <gtest/gtest.h>
 
+#include "attention/policy.h"
 #include "model/config.h"
 #include "skim/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -26,6 +27,28 @@ GenerationRequest request(const std::string& prompt, int n) {
   r.max_tokens = n;
   r.ignore_eos = true;
   return r;
+}
+
+// More requests than the engine has sequences: the scheduler's steps run them in turn.
+TEST(Generate, MoreRequestsThanSequencesWaitTheirTurn) {
+  std::vector<GenerationRequest> rs;
+  for (int i = 0; i < 6; ++i) rs.push_back(request(i % 2 ? "import os\n" : "def f(x):\n", 8 + i));
+  auto results = demo().generate(rs);
+  ASSERT_EQ(results.size(), rs.size());
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(int(results[i].tokens.size()), rs[i].max_tokens) << i;
+    EXPECT_EQ(results[i].tokens, demo().generate({rs[i]})[0].tokens) << i;
+  }
+}
+
+// The public statistics: bytes read as decode_kv_bytes_read reports them, and the policy's counters.
+TEST(Generate, PolicyStatsReportBytesAndCounters) {
+  const double before = demo().policy_stats().decode_kv_bytes_read;
+  demo().generate({request("import os\n", 8)});
+  const PolicyStats s = demo().policy_stats();
+  EXPECT_GT(s.decode_kv_bytes_read, before);
+  EXPECT_EQ(s.decode_kv_bytes_read, demo().decode_kv_bytes_read());
+  EXPECT_EQ(s.counters, demo().policy().counters());
 }
 
 TEST(Generate, BatchedDecodingEqualsOneAtATime) {

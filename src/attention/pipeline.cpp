@@ -131,14 +131,10 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
   }
   attend_tasks(b, tasks);
   notify(b);
-  stats_.keys_read += keys;
-  if (b.decode) {
-    stats_.decode_calls += 1;
-    stats_.decode_keys_read += keys;
-    stats_.decode_metadata_bytes += meta;
-    stats_.decode_rows += uint64_t(b.num_rows);
-    stats_.decode_context += context;
-  }
+  if (b.decode)
+    stats_.add_decode_call(keys, meta, uint64_t(b.num_rows), context);
+  else
+    stats_.keys_read += keys;
 }
 
 }  // namespace skim

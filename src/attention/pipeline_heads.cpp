@@ -201,12 +201,7 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
     for (int g = 0; g < group; ++g) all.insert(all.end(), heads[i + g].read.begin(), heads[i + g].read.end());
     keys += count_keys(coalesce_ranges(std::move(all)));
   }
-  stats_.keys_read += keys;
-  stats_.decode_calls += 1;
-  stats_.decode_keys_read += keys;
-  stats_.decode_metadata_bytes += meta;
-  stats_.decode_rows += uint64_t(b.num_rows);
-  stats_.decode_context += context;
+  stats_.add_decode_call(keys, meta, uint64_t(b.num_rows), context);
 }
 
 }  // namespace skim

@@ -44,6 +44,17 @@ struct AttentionStats {
   uint64_t decode_metadata_bytes = 0;  // digests, tables read to select
   uint64_t decode_rows = 0;            // (row, layer) pairs attended in decode steps
   uint64_t decode_context = 0;         // keys visible to those rows, per KV head: dense's reads
+
+  // One layer call of a decode step: `keys` read, `metadata` bytes read to select, `rows`
+  // attended, `context` keys visible to them.
+  void add_decode_call(uint64_t keys, uint64_t metadata, uint64_t rows, uint64_t context) {
+    keys_read += keys;
+    decode_calls += 1;
+    decode_keys_read += keys;
+    decode_metadata_bytes += metadata;
+    decode_rows += rows;
+    decode_context += context;
+  }
 };
 
 constexpr int kAllPromptQueries = 1 << 30;

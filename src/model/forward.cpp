@@ -116,21 +116,20 @@ void CpuForward::qkv_rope_append(int n, int layer) {
 void CpuForward::attention(int n, int layer) {
   const ModelConfig& c = model_.config;
   const ForwardBatch& b = *batch_;
-  AttentionBatch ab;
-  ab.layer = layer;
-  ab.num_rows = n;
-  ab.num_heads = c.num_heads;
-  ab.num_kv_heads = c.num_kv_heads;
-  ab.head_dim = c.head_dim;
-  ab.scale = 1.0f / std::sqrt(float(c.head_dim));
-  ab.decode = b.decode;
-  ab.kv = cache_.layer(layer);
-  ab.positions = b.positions.data();
-  ab.tables = b.tables.data();
-  ab.q = q_.data();
-  ab.q_pre = q_pre_.data();
-  ab.out = attn_.data();
-  ab.retro_step = b.retro_step.empty() ? nullptr : b.retro_step.data();
+  AttentionBatch ab{.layer = layer,
+                    .num_rows = n,
+                    .num_heads = c.num_heads,
+                    .num_kv_heads = c.num_kv_heads,
+                    .head_dim = c.head_dim,
+                    .scale = 1.0f / std::sqrt(float(c.head_dim)),
+                    .decode = b.decode,
+                    .kv = cache_.layer(layer),
+                    .positions = b.positions.data(),
+                    .tables = b.tables.data(),
+                    .q = q_.data(),
+                    .q_pre = q_pre_.data(),
+                    .out = attn_.data(),
+                    .retro_step = b.retro_step.empty() ? nullptr : b.retro_step.data()};
   policy_->attend(ab);
 }
 

@@ -240,7 +240,7 @@ int Engine::fork_sequence(int seq) {
   PageTable& src = impl_->table(seq);
   copy.table = PageTable{};
   impl_->forward->reserve(copy.table, src.length);
-  for (size_t i = 0; i < copy.table.pages.size(); ++i) impl_->forward->copy_page(src.pages[i], copy.table.pages[i]);
+  impl_->forward->copy_pages(std::span<const int32_t>(src.pages.data(), copy.table.pages.size()), copy.table.pages);
   copy.table.length = src.length;
   int id = impl_->next_id++;
   auto it = impl_->sequences.emplace(id, std::move(copy)).first;

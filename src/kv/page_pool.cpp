@@ -36,7 +36,9 @@ void PagePool::release(PageTable& table) {
 void PagePool::shrink(PageTable& table, int new_length) {
   SKIM_REQUIRE(new_length >= 0 && new_length <= table.length, "KV cache: cannot shrink {} tokens to {}",
                table.length, new_length);
-  const size_t keep = size_t((new_length + page_size_ - 1) / page_size_);
+  SKIM_REQUIRE(new_length % page_size_ == 0, "KV cache: shrink to {} tokens, not a multiple of the page size {}",
+               new_length, page_size_);
+  const size_t keep = size_t(new_length / page_size_);
   free_.insert(free_.end(), table.pages.begin() + std::ptrdiff_t(keep), table.pages.end());
   table.pages.resize(keep);
   table.length = new_length;

@@ -26,8 +26,9 @@ class PagePool {
   std::vector<int32_t> reserve(PageTable& table, int new_length);
   // Returns the table's pages to the pool and empties it.
   void release(PageTable& table);
-  // Keeps the table's first `new_length` tokens (<= its length) and returns the pages past
-  // them to the pool.
+  // Keeps the table's first `new_length` tokens (<= its length, a multiple of the page size, so
+  // every kept page's digest covers exactly its kept keys in either cache) and returns the
+  // pages past them to the pool.
   void shrink(PageTable& table, int new_length);
 
  private:

@@ -31,11 +31,7 @@ void PagedKVCache::reserve(PageTable& table, int new_length) {
 
 void PagedKVCache::release(PageTable& table) { pool_.release(table); }
 
-void PagedKVCache::shrink(PageTable& table, int new_length) {
-  SKIM_REQUIRE(new_length % shape_.page_size == 0, "KV cache: shrink to {} tokens, not a multiple of the page size {}",
-               new_length, shape_.page_size);
-  pool_.shrink(table, new_length);
-}
+void PagedKVCache::shrink(PageTable& table, int new_length) { pool_.shrink(table, new_length); }
 
 void PagedKVCache::write(int layer, const PageTable& table, int pos, const float* k, const float* v) {
   const int ps = shape_.page_size, d = shape_.head_dim;

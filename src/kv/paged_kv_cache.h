@@ -48,8 +48,8 @@ class PagedKVCache {
   void reserve(PageTable& table, int new_length);
   // Returns the table's pages to the pool.
   void release(PageTable& table);
-  // Keeps the first `new_length` tokens, a multiple of the page size (so every kept page's
-  // digest covers exactly its kept keys), and returns the other pages.
+  // Keeps the first `new_length` tokens, a multiple of the page size (PagePool::shrink), and
+  // returns the other pages.
   void shrink(PageTable& table, int new_length);
 
   // Writes K and V of one token (all KV heads, [num_kv_heads][head_dim] each) at `pos`, which

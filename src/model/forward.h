@@ -43,11 +43,11 @@ class Forward {
 
   // The KV cache's pages (PagedKVCache's contract): grow a table to hold `length` tokens,
   // return its pages, keep its first `length` tokens (a multiple of the page size), and copy
-  // one page's K, V and digests in every layer (forking a sequence).
+  // pages' K, V and digests in every layer, from[i] to to[i] (forking a sequence).
   virtual void reserve(PageTable& table, int length) = 0;
   virtual void release(PageTable& table) = 0;
   virtual void shrink(PageTable& table, int length) = 0;
-  virtual void copy_page(int32_t from, int32_t to) = 0;
+  virtual void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) = 0;
 };
 
 class CpuForward final : public Forward, private Backend {
@@ -58,7 +58,9 @@ class CpuForward final : public Forward, private Backend {
   void reserve(PageTable& table, int length) override { cache_.reserve(table, length); }
   void release(PageTable& table) override { cache_.release(table); }
   void shrink(PageTable& table, int length) override { cache_.shrink(table, length); }
-  void copy_page(int32_t from, int32_t to) override { cache_.copy_page(from, to); }
+  void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) override {
+    for (size_t i = 0; i < from.size(); ++i) cache_.copy_page(from[i], to[i]);
+  }
 
  private:
   // Backend: the ops of model/llama_forward.h on the batch run() staged.

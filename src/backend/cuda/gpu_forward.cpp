@@ -349,27 +349,21 @@ void GpuForward::run(const ForwardBatch& batch, AttentionPolicy&, std::vector<fl
   check(cudaStreamSynchronize(stream_), "forward pass");
 }
 
-void GpuForward::shrink(PageTable& table, int length) {
-  const int ps = cache_.shape().page_size;
-  SKIM_REQUIRE(length % ps == 0, "KV cache: shrink to {} tokens, not a multiple of the page size {}", length, ps);
-  cache_.pool().shrink(table, length);
-}
-
-void GpuForward::copy_page(int32_t from, int32_t to) {
+void GpuForward::copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) {
   const KVCacheShape& sh = cache_.shape();
   const size_t page = size_t(sh.num_kv_heads) * sh.page_size * sh.head_dim, digest = size_t(sh.num_kv_heads) * sh.head_dim;
-  auto copy = [&](uint16_t* base, size_t elems) {
-    check(cudaMemcpyAsync(base + size_t(to) * elems, base + size_t(from) * elems, elems * sizeof(uint16_t),
+  auto copy = [&](uint16_t* base, size_t elems, int32_t src, int32_t dst) {
+    check(cudaMemcpyAsync(base + size_t(dst) * elems, base + size_t(src) * elems, elems * sizeof(uint16_t),
                           cudaMemcpyDeviceToDevice, stream_),
           "cudaMemcpyAsync (page copy)");
   };
-  for (int l = 0; l < sh.num_layers; ++l) {
-    copy(cache_.k(l), page);
-    copy(cache_.v(l), page);
-    copy(cache_.kmin(l), digest);
-    copy(cache_.kmax(l), digest);
-  }
-  check(cudaStreamSynchronize(stream_), "page copy");
+  for (int l = 0; l < sh.num_layers; ++l)
+    for (size_t i = 0; i < from.size(); ++i) {
+      copy(cache_.k(l), page, from[i], to[i]);
+      copy(cache_.v(l), page, from[i], to[i]);
+      copy(cache_.kmin(l), digest, from[i], to[i]);
+      copy(cache_.kmax(l), digest, from[i], to[i]);
+    }
 }
 
 std::vector<int32_t> GpuForward::run_sampled(const ForwardBatch& batch, AttentionPolicy&,

@@ -66,10 +66,9 @@ class GpuForward final : public Forward, private Backend {
                                    std::span<const SampleParams> params) override;
   void reserve(PageTable& table, int length) override { cache_.pool().reserve(table, length); }
   void release(PageTable& table) override { cache_.pool().release(table); }
-  // The kept pages' digests need no work: page_digest recomputes a page's from its tokens at
-  // every write.
-  void shrink(PageTable& table, int length) override;
-  void copy_page(int32_t from, int32_t to) override;
+  void shrink(PageTable& table, int length) override { cache_.pool().shrink(table, length); }
+  // Enqueued on the stream, no wait: every later use of the pages runs on the same stream.
+  void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) override;
 
   // `steps` greedy decode steps of the sequences whose next inputs are `first` (one token
   // each, at position table->length); reserves their pages and advances their lengths.

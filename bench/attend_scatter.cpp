@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "attention/attend.h"
+#include "backend/cpu/attend.h"
 #include "kv/paged_kv_cache.h"
 
 using namespace skim;

@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "attention/attend.h"
+#include "backend/cpu/attend.h"
 #include "attention/csattn.h"
 #include "attention/policy.h"
 #include "core/error.h"

@@ -115,15 +115,11 @@ void run_bench(const BenchArgs& a) {
         for (int ctx : int_list(a.contexts, "--contexts"))
           for (bool sparse : {false, true}) {
             if (sparse && a.sparse_keep <= 0) continue;
-            cuda::GroupSparseOptions so;
-            so.enabled = sparse;
             // The paper's sparsity, n_min as it was before the SmolLM2 defaults raised it to
             // 192 blocks (which would keep 3K tokens of every context and hide the mechanism).
-            so.params.keep = a.sparse_keep;
-            so.params.n_min = kBenchMinBlocks;
             const std::string policy =
                 sparse ? fmt::format("gbsa:keep={},n_min={}", a.sparse_keep, kBenchMinBlocks) : "dense";
-            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, so);
+            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy);
             std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), policy.c_str(), b,
                         ctx, p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,
                         p.ms_per_step / p.floor_ms);

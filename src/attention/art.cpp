@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "attention/attention_state.h"
+#include "backend/cpu/attention_state.h"
 #include "attention/policy_registry.h"
 
 namespace skim {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/attend.h"
+#include "backend/cpu/attend.h"
 
 namespace skim {
 

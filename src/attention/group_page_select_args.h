@@ -9,10 +9,11 @@
 // The output is a page list per (sequence, KV head) in position order, ready for
 // paged_decode_attention with tables_per_kv_head: the newest page, the only partial one, last.
 //
-// Layouts (row-major):
-//   q           bf16 [batch][num_heads][head_dim]       (post-RoPE, as attention sees it)
-//   kmin/kmax   bf16 [num_pages][num_kv_heads][head_dim] (the page digests: exact for bf16
-//               keys, as the GPU cache holds them)
+// Layouts (row-major), elements bf16 (GroupPageSelectArgs, the GPU cache's) or fp32
+// (GroupPageSelectArgsF32, the CPU cache's):
+//   q           [batch][num_heads][head_dim]       (post-RoPE, as attention sees it)
+//   kmin/kmax   [num_pages][num_kv_heads][head_dim] (the page digests: exact for the keys'
+//               element type, as the cache holds them)
 //   page_table  int32 [batch][max_pages_per_seq], seq_lens int32 [batch]
 //   out_table   int32 [batch][num_kv_heads][max_pages_per_seq] (slots past the list untouched)
 //   out_lens    int32 [batch][num_kv_heads]             (tokens in the listed pages)
@@ -41,7 +42,8 @@ SKIM_HOST_DEVICE inline int group_pages_kept(int m, double keep, int n_min) {
   return n < m ? n : m;
 }
 
-struct GroupPageSelectArgs {
+template <class Elem>
+struct GroupPageSelectArgsOf {
   int batch = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
@@ -52,9 +54,9 @@ struct GroupPageSelectArgs {
   int n_min = 16;     // at least this many pages
   int n_local = 1;    // most recent pages always kept
 
-  const uint16_t* q = nullptr;
-  const uint16_t* kmin = nullptr;
-  const uint16_t* kmax = nullptr;
+  const Elem* q = nullptr;
+  const Elem* kmin = nullptr;
+  const Elem* kmax = nullptr;
   const int32_t* page_table = nullptr;
   const int32_t* seq_lens = nullptr;
   int32_t* out_table = nullptr;
@@ -67,5 +69,8 @@ struct GroupPageSelectArgs {
   SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
   SKIM_HOST_DEVICE int pages_kept(int m) const { return group_pages_kept(m, keep, n_min); }
 };
+
+using GroupPageSelectArgs = GroupPageSelectArgsOf<uint16_t>;  // bf16 bits: the GPU cache
+using GroupPageSelectArgsF32 = GroupPageSelectArgsOf<float>;  // the CPU cache
 
 }  // namespace skim

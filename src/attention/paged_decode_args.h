@@ -4,8 +4,8 @@
 // cached tokens [0, seq_len) through its page table.
 //
 // Layouts (row-major), the GPU form of the cache in kv/paged_kv_cache.h with bf16 elements:
-//   q           bf16 [batch][num_heads][head_dim]
-//   k_pool/v_pool bf16 [num_pages][num_kv_heads][page_size][head_dim]
+//   q           Elem [batch][num_heads][head_dim]
+//   k_pool/v_pool Elem [num_pages][num_kv_heads][page_size][head_dim]
 //   page_table  int32 [batch][max_pages_per_seq]   (page ids into the pools)
 //   seq_lens    int32 [batch]
 //   o           fp32 [batch][num_heads][head_dim]   (normalised over the keys)
@@ -16,8 +16,10 @@
 // [max_pages_per_seq] and seq_lens int32 [batch][num_kv_heads], the tokens in the listed pages
 // (every listed page full but the last).
 //
-// No CUDA types here, so plain C++ (the CPU reference, tests, the engine) can include it; bf16
-// elements travel as their raw 16-bit patterns (see core/dtype.h for the conversions).
+// The element type is a parameter: PagedDecodeArgs (bf16, as raw 16-bit patterns; core/dtype.h
+// converts) is the GPU cache's and the CUDA kernel's; PagedDecodeArgsF32 is the CPU cache's
+// (fp32, the CPU backend's kernel). o and lse are fp32 in both. No CUDA types here, so plain
+// C++ (the CPU kernels, tests, the engine) can include it.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +27,8 @@
 
 namespace skim {
 
-struct PagedDecodeArgs {
+template <class Elem>
+struct PagedDecodeArgsOf {
   int batch = 0;
   int num_heads = 0;     // query heads
   int num_kv_heads = 0;  // divides num_heads
@@ -48,9 +51,9 @@ struct PagedDecodeArgs {
   // serves faster take more (a little faster; results vary in the last bits run to run).
   bool deterministic = true;
 
-  const uint16_t* q = nullptr;
-  const uint16_t* k_pool = nullptr;
-  const uint16_t* v_pool = nullptr;
+  const Elem* q = nullptr;
+  const Elem* k_pool = nullptr;
+  const Elem* v_pool = nullptr;
   const int32_t* page_table = nullptr;
   const int32_t* seq_lens = nullptr;
 
@@ -73,5 +76,8 @@ struct PagedDecodeArgs {
     return tables_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);
   }
 };
+
+using PagedDecodeArgs = PagedDecodeArgsOf<uint16_t>;  // bf16 bits: the GPU cache
+using PagedDecodeArgsF32 = PagedDecodeArgsOf<float>;  // the CPU cache
 
 }  // namespace skim

@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "attention/selectors.h"
-#include "attention/causal_attend.h"
-#include "attention/split_attend.h"
+#include "backend/cpu/causal_attend.h"
+#include "backend/cpu/page_digest.h"
+#include "backend/cpu/paged_decode_attention.h"
+#include "backend/cpu/split_attend.h"
 
 namespace skim {
 
@@ -29,7 +31,7 @@ void attend_dense(const AttentionBatch& b, float* out) {
       tasks.push_back({r, h, h * group, group, {KeyRange{0, b.positions[r] + 1}}});
   AttentionBatch copy = b;
   copy.out = out;
-  attend_tasks(copy, tasks);
+  attend_tasks(copy.rows(), tasks);
 }
 
 PipelinePolicy::PipelinePolicy(PipelineConfig config)
@@ -71,6 +73,40 @@ void attend_prefill(const AttentionBatch& b, const PrefixStates* prefix) {
   }
 }
 
+void PipelinePolicy::attend_plan(const AttentionBatch& b, const PagePlan& plan, bool sparse) {
+  const PagedDecodeArgsF32 a{.batch = b.num_rows, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads,
+                             .head_dim = b.head_dim, .page_size = b.kv.page_size, .max_pages_per_seq = plan.max_pages,
+                             .scale = b.scale, .tables_per_kv_head = plan.per_kv_head, .q = b.q, .k_pool = b.kv.k,
+                             .v_pool = b.kv.v, .page_table = plan.table.data(), .seq_lens = plan.lens.data(),
+                             .o = b.out};
+  cpu::paged_decode_attention(a);
+
+  uint64_t keys = 0, context = 0;
+  for (int32_t n : plan.lens) keys += uint64_t(n) * (plan.per_kv_head ? 1 : b.num_kv_heads);
+  for (int r = 0; r < b.num_rows; ++r) context += uint64_t(b.positions[r] + 1) * b.num_kv_heads;
+  stats_.add_decode_call(keys, plan.metadata_bytes, uint64_t(b.num_rows), context);
+  if (sparse && has_selection_observer()) notify_plan(b, plan);
+}
+
+// The plan's lists as key positions, for the selection observer: each list is a subsequence
+// of its row's page table, in order.
+void PipelinePolicy::notify_plan(const AttentionBatch& b, const PagePlan& plan) const {
+  const int ps = b.kv.page_size;
+  for (int r = 0; r < b.num_rows; ++r) {
+    const std::vector<int32_t>& pages = b.tables[r]->pages;
+    for (int h = 0; h < b.num_kv_heads; ++h) {
+      const int list = plan.per_kv_head ? r * b.num_kv_heads + h : r;
+      const int n = (plan.lens[size_t(list)] + ps - 1) / ps;
+      std::vector<int> indices;
+      for (size_t i = 0, j = 0; i < size_t(n); ++i) {
+        while (pages[j] != plan.list(list)[i]) ++j;
+        indices.push_back(int(j));
+      }
+      notify_selection(b, r, h, {page_ranges(indices, ps, b.positions[r] + 1)});
+    }
+  }
+}
+
 void PipelinePolicy::forget(const PageTable* table) {
   if (config_.selector) config_.selector->forget(table);
   if (config_.mac) config_.mac->forget(table);
@@ -108,6 +144,11 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
     notify(b);
     return;
   }
+  if (selector.plan(b, plan_)) {  // plan + kernel: what the GPU runs too
+    attend_plan(b, plan_, sparse);
+    notify(b);
+    return;
+  }
   std::vector<AttendTask> tasks;
   Selection sel;
   uint64_t keys = 0, meta = 0, context = 0;
@@ -129,7 +170,7 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
       }
     }
   }
-  attend_tasks(b, tasks);
+  attend_tasks(b.rows(), tasks);
   notify(b);
   if (b.decode)
     stats_.add_decode_call(keys, meta, uint64_t(b.num_rows), context);

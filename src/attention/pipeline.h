@@ -58,10 +58,14 @@ class PipelinePolicy : public AttentionPolicy {
  private:
   // Decode with MAC and/or ART: per query head (pipeline_heads.cpp).
   void attend_heads(const AttentionBatch& b, Selector& selector, bool sparse);
+  // Decode through a page plan: the backend's paged decode kernel over the plan's lists.
+  void attend_plan(const AttentionBatch& b, const PagePlan& plan, bool sparse);
+  void notify_plan(const AttentionBatch& b, const PagePlan& plan) const;
 
   PipelineConfig config_;
   std::unique_ptr<Selector> dense_;
   ArtStats art_stats_;
+  PagePlan plan_;  // the decode batch's, kept to reuse its memory
 };
 
 }  // namespace skim

@@ -18,9 +18,9 @@
 #include <cmath>
 
 #include "attention/pipeline.h"
-#include "attention/attention_state.h"
-#include "attention/page_digest.h"
-#include "attention/split_attend.h"
+#include "backend/cpu/attention_state.h"
+#include "backend/cpu/page_digest.h"
+#include "backend/cpu/split_attend.h"
 
 namespace skim {
 
@@ -176,7 +176,7 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
       x.read.insert(x.read.end(), parts.back().ranges.begin(), parts.back().ranges.end());
     }
     std::vector<float> part_o(parts.size() * d), part_lse(parts.size());
-    attend_shared_keys(b, parts, part_o.data(), part_lse.data());
+    attend_shared_keys(b.rows(), parts, part_o.data(), part_lse.data());
     for (size_t i = 0; i < heads.size(); ++i) {
       const Head& x = heads[i];
       const size_t s = size_t(x.row) * H + x.head;

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/attend.h"
+#include "backend/cpu/attend.h"
+#include "backend/cpu/split_attend.h"
 #include "kv/paged_kv_cache.h"
 
 namespace skim {
@@ -34,6 +35,9 @@ struct AttentionBatch {
   // token was first fed. A sequence's newest row has the largest step; its other rows are
   // past tokens recomputed for a retrospective update.
   const int32_t* retro_step = nullptr;
+
+  // The CPU attention kernels' view of the batch (backend/cpu/split_attend.h).
+  AttendRows rows() const { return {num_heads, num_kv_heads, head_dim, scale, kv, tables, q, out}; }
 };
 
 // Work counters, summed over calls; the engine reports them per decode step.
@@ -104,6 +108,7 @@ class AttentionPolicy {
   void notify(const AttentionBatch& b) const {
     if (observer_) observer_(b);
   }
+  bool has_selection_observer() const { return bool(selection_observer_); }
   void notify_selection(const AttentionBatch& b, int row, int kv_head,
                         const std::vector<std::vector<KeyRange>>& heads) const {
     if (selection_observer_) selection_observer_(b, row, kv_head, heads);

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "attention/attention_state.h"
+#include "backend/cpu/attention_state.h"
 #include "attention/selectors.h"
-#include "attention/split_attend.h"
+#include "backend/cpu/split_attend.h"
 #include "core/error.h"
 #include "attention/policy_registry.h"
 
@@ -148,7 +148,7 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
   }
 
   std::vector<float> lse(size_t(b.num_rows) * b.num_heads, kEmptyLse);
-  attend_tasks(b, tasks, lse.data());
+  attend_tasks(b.rows(), tasks, lse.data());
 
   // Merge past rows into their cached states; cache the newest rows' states.
   for (auto& [table, nr] : newest) {

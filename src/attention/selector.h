@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/attend.h"
+#include "backend/cpu/attend.h"
+#include "attention/page_plan.h"
 #include "attention/policy.h"
 
 namespace skim {
@@ -38,6 +39,11 @@ class Selector {
   // K/V were written: selectors with per-sequence tables build or update them here.
   virtual void observe(const AttentionBatch& /*batch*/) {}
   virtual void select(const SelectInput& in, Selection& out) = 0;
+  // Page-granular selectors that choose per row or per GQA group also plan a whole decode
+  // batch at once (page_plan.h), what the backend's paged decode kernel reads; the pipeline
+  // then attends through the plan. Selectors choosing per query head or per token return
+  // false, and the pipeline attends their select() ranges.
+  virtual bool plan(const AttentionBatch& /*batch*/, PagePlan& /*plan*/) { return false; }
   // The sequence's cache was released: drop its per-sequence state.
   virtual void forget(const PageTable* /*table*/) {}
   // `to` is a copy of `from` (Engine::fork_sequence): copy the per-sequence state.

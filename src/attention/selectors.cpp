@@ -6,7 +6,8 @@
 #include <fmt/format.h>
 
 #include "attention/group_page_select_args.h"
-#include "attention/page_digest.h"
+#include "backend/cpu/group_page_select.h"
+#include "backend/cpu/page_digest.h"
 #include "attention/policy_registry.h"
 
 namespace skim {
@@ -72,27 +73,64 @@ void OracleSelector::select(const SelectInput& in, Selection& out) {
   out.metadata_bytes = 0;  // counted as the keys it attends: the envelope, not a method's cost
 }
 
+namespace {
+
+// The selection's arguments for `rows` rows of the batch from `first_row`, whose page tables
+// are the rows of `tables` (stride max_pages) and whose key counts are `lens`.
+GroupPageSelectArgsF32 group_select_args(const AttentionBatch& b, const GroupBlockParams& p, int first_row,
+                                         int rows, const int32_t* tables, int max_pages, const int32_t* lens) {
+  return {.batch = rows, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads, .head_dim = b.head_dim,
+          .page_size = b.kv.page_size, .max_pages_per_seq = max_pages, .keep = p.keep, .n_min = p.n_min,
+          .n_local = p.n_local, .q = b.q + size_t(first_row) * b.num_heads * b.head_dim, .kmin = b.kv.kmin,
+          .kmax = b.kv.kmax, .page_table = tables, .seq_lens = lens};
+}
+
+}  // namespace
+
+bool DenseSelector::plan(const AttentionBatch& b, PagePlan& plan) {
+  const int ps = b.kv.page_size;
+  plan.per_kv_head = false;
+  plan.max_pages = 0;
+  for (int r = 0; r < b.num_rows; ++r) plan.max_pages = std::max(plan.max_pages, b.positions[r] / ps + 1);
+  plan.table.assign(size_t(b.num_rows) * plan.max_pages, 0);
+  plan.lens.resize(size_t(b.num_rows));
+  for (int r = 0; r < b.num_rows; ++r) {
+    const int ctx = b.positions[r] + 1;
+    std::copy_n(b.tables[r]->pages.data(), (ctx + ps - 1) / ps, plan.table.data() + size_t(r) * plan.max_pages);
+    plan.lens[size_t(r)] = ctx;
+  }
+  plan.metadata_bytes = 0;
+  return true;
+}
+
 void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
   const AttentionBatch& b = in.batch;
-  const KVLayerView& kv = b.kv;
-  const int ps = kv.page_size, d = b.head_dim, group = b.num_heads / b.num_kv_heads;
-  const int num_blocks = (in.context + ps - 1) / ps;
-  const int n = group_pages_kept(num_blocks, p_.keep, p_.n_min);
-  const int32_t* pages = b.tables[in.row]->pages.data();
-  // The group's queries pooled by their mean: one selection shared by the group.
-  std::vector<float> q(static_cast<size_t>(d), 0.0f);
-  for (int h = 0; h < group; ++h) {
-    const float* qh = b.q + (size_t(in.row) * b.num_heads + size_t(in.kv_head) * group + h) * d;
-    for (int i = 0; i < d; ++i) q[size_t(i)] += qh[i] / float(group);
-  }
-  std::vector<float> scores(static_cast<size_t>(num_blocks));
-  for (int p = 0; p < num_blocks; ++p)
-    scores[size_t(p)] = page_bound(q.data(), page_kmin(kv, pages[p], in.kv_head), page_kmax(kv, pages[p], in.kv_head), d);
-  // The n_local most recent blocks are forced in by giving them the top scores.
-  for (int j = 0; j < std::min(p_.n_local, num_blocks); ++j)
-    scores[size_t(num_blocks - 1 - j)] = INFINITY;
-  out.heads.assign(1, page_ranges(top_pages(scores, n, num_blocks - 1), ps, in.context));
-  out.metadata_bytes = uint64_t(num_blocks) * 2 * d * sizeof(float);
+  const std::vector<int32_t>& pages = b.tables[in.row]->pages;
+  const GroupPageSelectArgsF32 a =
+      group_select_args(b, p_, in.row, 1, pages.data(), int(pages.size()), &in.context);
+  out.heads.assign(1, page_ranges(cpu::group_pages_by_bound(a, 0, in.kv_head), b.kv.page_size, in.context));
+  const int num_blocks = (in.context + b.kv.page_size - 1) / b.kv.page_size;
+  out.metadata_bytes = uint64_t(num_blocks) * 2 * b.head_dim * sizeof(float);
+}
+
+bool GroupBlockSelector::plan(const AttentionBatch& b, PagePlan& plan) {
+  // The rows' own tables in the plan's layout, then the selection over them.
+  PagePlan rows;
+  DenseSelector().plan(b, rows);
+  plan.per_kv_head = true;
+  plan.max_pages = rows.max_pages;
+  plan.table.assign(size_t(b.num_rows) * b.num_kv_heads * plan.max_pages, 0);
+  plan.lens.assign(size_t(b.num_rows) * b.num_kv_heads, 0);
+  GroupPageSelectArgsF32 a =
+      group_select_args(b, p_, 0, b.num_rows, rows.table.data(), rows.max_pages, rows.lens.data());
+  a.out_table = plan.table.data();
+  a.out_lens = plan.lens.data();
+  cpu::group_page_select(a);
+  plan.metadata_bytes = 0;
+  for (int r = 0; r < b.num_rows; ++r)
+    plan.metadata_bytes += uint64_t((rows.lens[size_t(r)] + b.kv.page_size - 1) / b.kv.page_size) * 2 * b.head_dim *
+                           sizeof(float) * b.num_kv_heads;
+  return true;
 }
 
 // ---- registry entries (policy_registry.h) ----

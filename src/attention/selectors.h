@@ -14,6 +14,7 @@ class DenseSelector : public Selector {
  public:
   std::string name() const override { return "dense"; }
   void select(const SelectInput& in, Selection& out) override;
+  bool plan(const AttentionBatch& batch, PagePlan& plan) override;  // each row's own pages
 };
 
 struct StreamingParams {
@@ -88,6 +89,7 @@ class GroupBlockSelector : public Selector {
   explicit GroupBlockSelector(GroupBlockParams p) : p_(p) {}
   std::string name() const override { return "gbsa"; }
   void select(const SelectInput& in, Selection& out) override;
+  bool plan(const AttentionBatch& batch, PagePlan& plan) override;  // cpu::group_page_select
 
  private:
   GroupBlockParams p_;

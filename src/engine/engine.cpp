@@ -29,29 +29,18 @@ namespace skim {
 #ifdef SKIM_HAVE_CUDA
 namespace {
 
-// What of a policy string the GPU runs: dense, or ReSA's group block-sparse decode (`gbsa`,
-// or `resa` = gbsa + rectify, alone or as `gbsa+rectify:f=N`), its keys read by the CPU
-// policy's own parser. Rectification itself is the engine's (Impl::rectify): a dense prefill
-// of the last f tokens, which the GPU forward runs like any prefill chunk.
-cuda::GroupSparseOptions gpu_sparse_options(const std::string& policy, bool gpu) {
-  cuda::GroupSparseOptions g;
-  if (!gpu || policy == "dense") return g;
-  const PolicySpec spec = parse_policy_spec(policy);
-  // Which parts have GPU kernels is the registry's (PolicyInfo::backends).
+// Which policies have GPU kernels is the registry's (PolicyInfo::backends): the others are
+// refused before the model loads. Rectification itself is the engine's (Impl::rectify): a
+// dense prefill of the last f tokens, which the GPU forward runs like any prefill chunk.
+void require_gpu_policy(const std::string& policy) {
   std::string on_gpu;
   for (const PolicyInfo& info : policy_registry())
     if (info.runs_on("cuda")) on_gpu += (on_gpu.empty() ? "" : ", ") + info.name;
-  for (const PolicyPart& part : spec.parts)
+  for (const PolicyPart& part : parse_policy_spec(policy).parts)
     SKIM_REQUIRE(find_policy_info(part.name)->runs_on("cuda"),
                  "policy {}: {} has no GPU kernels yet; with --device cuda only {} run so far "
                  "(the other policies run on the CPU: drop --device cuda)",
                  policy, part.name, on_gpu);
-  const PolicyPart& base = spec.parts[0];
-  SKIM_REQUIRE(base.name == "gbsa" || base.name == "resa",
-               "policy {}: with --device cuda a sparse policy is gbsa or resa, optionally +rectify", policy);
-  g.enabled = true;
-  g.params = group_block_params(base, g.dense_layers);
-  return g;
 }
 
 }  // namespace
@@ -74,8 +63,6 @@ struct Engine::Impl {
   std::unique_ptr<AttentionPolicy> policy;
   std::unique_ptr<Forward> forward;
   bool gpu = false;
-  std::function<double(int)> gpu_decode_bytes;  // K/V (+ digests) one GPU decode row reads
-  double gpu_decode_bytes_read = 0;
   std::map<int, Sequence> sequences;
   int next_id = 0;
 
@@ -151,7 +138,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
 #endif
   m.policy = make_policy(o.policy);  // before the model loads: a bad flag fails fast
 #ifdef SKIM_HAVE_CUDA
-  const cuda::GroupSparseOptions gpu_sparse = gpu_sparse_options(o.policy, m.gpu);
+  if (m.gpu) require_gpu_policy(o.policy);
 #endif
   m.model = load_model(o.model_dir);
   // A model without tokenizer.json still runs on token ids (tests, eval); text needs one.
@@ -174,10 +161,9 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
     cuda::GpuForwardOptions go;
     go.max_rows = std::max(o.prefill_chunk, o.max_sequences);
     go.max_pages_per_seq = pages_per_seq;
-    go.sparse = gpu_sparse;
+    go.policy = o.policy;
     auto gpu = std::make_unique<cuda::GpuForward>(
         std::make_shared<const cuda::GpuWeights>(cuda::upload_weights(*m.model)), shape, go);
-    m.gpu_decode_bytes = [f = gpu.get()](int length) { return f->decode_bytes_read(length); };
     m.forward = std::move(gpu);
     return;
   }
@@ -260,8 +246,7 @@ void Engine::truncate_sequence(int seq, int length) {
 uint64_t Engine::rectified_tokens() const { return impl_->rectified_tokens; }
 
 double Engine::decode_kv_bytes_read() {
-  if (impl_->gpu)  // the GPU path keeps no policy counters: bytes follow from the lengths
-    return impl_->gpu_decode_bytes_read;
+  if (auto bytes = impl_->forward->decode_kv_bytes_read()) return *bytes;  // the GPU's count
   const AttentionStats& s = policy().stats();
   return double(s.decode_keys_read) * config().head_dim * 2 * sizeof(float) + double(s.decode_metadata_bytes);
 }
@@ -342,7 +327,6 @@ ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<con
     SKIM_REQUIRE(t.length + 1 <= options.max_context,
                  "sequence {} reached the context limit of {} tokens", seqs[i], options.max_context);
     reserve(t, t.length + 1);
-    if (gpu_decode_bytes) gpu_decode_bytes_read += gpu_decode_bytes(t.length + 1);
     if (w > 1) {  // RetroAttention: the last w-1 tokens run again before the newest
       RetroRows past = retro_past_rows(s.tokens, t.length, s.retro_steps, w);
       for (size_t j = 0; j < past.tokens.size(); ++j) {

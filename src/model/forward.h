@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -36,6 +37,9 @@ class Forward {
 
   // Whether run_sampled samples where the logits are (the GPU: only tokens come back).
   virtual bool samples_on_device() const { return false; }
+  // K/V and metadata bytes the decode rows have read so far when the forward counts them
+  // itself (the GPU, from its planner); none: the policy's stats count them (the CPU).
+  virtual std::optional<double> decode_kv_bytes_read() const { return std::nullopt; }
   // run(), then each logits row's next token drawn with params[i] (one per logits row). Only
   // for a backend that samples_on_device(); the others leave sampling to the caller.
   virtual std::vector<int32_t> run_sampled(const ForwardBatch& batch, AttentionPolicy& policy,

@@ -1,4 +1,4 @@
-#include "attention/attend.h"
+#include "backend/cpu/attend.h"
 
 #include <gtest/gtest.h>
 
@@ -6,9 +6,10 @@
 #include <numeric>
 
 #include "../test_random.h"
-#include "attention/attention_state.h"
-#include "attention/causal_attend.h"
-#include "attention/split_attend.h"
+#include "attention/policy.h"
+#include "backend/cpu/attention_state.h"
+#include "backend/cpu/causal_attend.h"
+#include "backend/cpu/split_attend.h"
 
 namespace skim {
 namespace {
@@ -167,7 +168,7 @@ TEST(AttendRows, SplitKVEqualsOnePass) {
   b.out = out.data();
   std::vector<AttendTask> tasks;
   for (int h = 0; h < kv_heads; ++h) tasks.push_back({0, h, h * group, group, {{0, len}}});
-  attend_tasks(b, tasks);
+  attend_tasks(b.rows(), tasks);
   for (int h = 0; h < kv_heads; ++h) {
     std::vector<float> o(size_t(group) * d), lse(group);
     attend_reference(q.data() + size_t(h) * group * d, group, f.seq(h), tasks[0].ranges, 0.125f,
@@ -209,7 +210,7 @@ TEST(AttendRows, SharedKeysEqualReferencePerEntry) {
         entries.push_back({0, h, coalesce_ranges(ranges)});
       }
     std::vector<float> o(entries.size() * d), lse(entries.size());
-    attend_shared_keys(b, entries, o.data(), lse.data());
+    attend_shared_keys(b.rows(), entries, o.data(), lse.data());
     std::vector<float> ref(static_cast<size_t>(d)), ref_lse(1);
     for (size_t i = 0; i < entries.size(); ++i) {
       const HeadKeys& e = entries[i];

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "../test_random.h"
-#include "attention/attend.h"
-#include "attention/attention_state.h"
+#include "backend/cpu/attend.h"
+#include "backend/cpu/attention_state.h"
 #include "attention/policy.h"
 
 namespace skim::test {

@@ -1,10 +1,14 @@
 // cpu::paged_decode_attention (the oracle of the CUDA kernel) against a brute-force softmax
 // over the tokens each query head may see, for every form of its arguments: the default pool
 // layout, a head-major pool (explicit page and head strides), and a page list per (sequence,
-// KV head) (a random subset of the sequence's pages, the last one always kept).
+// KV head) (a random subset of the sequence's pages, the last one always kept). The fp32
+// kernel the CPU engine runs (same name, PagedDecodeArgsF32) is held to the reference on the
+// same bf16-exact inputs, with lists long enough to be split across threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <omp.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -19,6 +23,50 @@ namespace skim {
 namespace {
 
 enum class Form { kDefault, kHeadMajor, kPerHeadLists };
+
+std::vector<float> widen(const std::vector<uint16_t>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = bf16_to_f32(x[i]);
+  return y;
+}
+
+// The fp32 kernel on the widened inputs of `a` (default pool layout) equals the reference's
+// o and lse, up to fp32 against double accumulation. `threads` as many OpenMP threads, so
+// lists are cut into chunks whose states merge.
+void expect_f32_kernel_matches(const PagedDecodeArgs& a, const std::vector<uint16_t>& q, const std::vector<uint16_t>& kp,
+                               const std::vector<uint16_t>& vp, const std::vector<float>& o_ref,
+                               const std::vector<float>& lse_ref, int threads) {
+  const std::vector<float> q32 = widen(q), k32 = widen(kp), v32 = widen(vp);
+  std::vector<float> o(o_ref.size(), NAN), lse(lse_ref.size(), NAN);
+  PagedDecodeArgsF32 f;
+  f.batch = a.batch;
+  f.num_heads = a.num_heads;
+  f.num_kv_heads = a.num_kv_heads;
+  f.head_dim = a.head_dim;
+  f.page_size = a.page_size;
+  f.max_pages_per_seq = a.max_pages_per_seq;
+  f.scale = a.scale;
+  f.tables_per_kv_head = a.tables_per_kv_head;
+  f.q = q32.data();
+  f.k_pool = k32.data();
+  f.v_pool = v32.data();
+  f.page_table = a.page_table;
+  f.seq_lens = a.seq_lens;
+  f.o = o.data();
+  f.lse = lse.data();
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  cpu::paged_decode_attention(f);
+  omp_set_num_threads(saved);
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], o_ref[i], 2e-5) << "fp32 kernel, o[" << i << "]";
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(lse_ref[i])) {
+      EXPECT_EQ(lse[i], lse_ref[i]) << "fp32 kernel, lse of an empty key set";
+    } else {
+      ASSERT_NEAR(lse[i], lse_ref[i], 2e-5) << "fp32 kernel, lse[" << i << "]";
+    }
+  }
+}
 
 class PagedDecodeReference : public ::testing::TestWithParam<Form> {};
 
@@ -102,6 +150,7 @@ TEST_P(PagedDecodeReference, MatchesBruteForce) {
   a.o = o.data();
   a.lse = lse.data();
   cpu::paged_decode_attention(a);
+  if (form != Form::kHeadMajor) expect_f32_kernel_matches(a, q, kp, vp, o, lse, 1);
 
   // Brute force: o = softmax(scale q.k) v over the tokens seen, in double.
   for (int b = 0; b < batch; ++b)
@@ -140,6 +189,51 @@ INSTANTIATE_TEST_SUITE_P(Forms, PagedDecodeReference,
                              default: return "PerKvHeadLists";
                            }
                          });
+
+// Long lists on more threads than lists: the fp32 kernel cuts them into chunks and merges.
+TEST(PagedDecodeF32Kernel, SplitListsMatchTheReference) {
+  auto& rng = test::rng();
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const int d = 64, hkv = 2, group = 3, heads = hkv * group, ps = 16;
+  const std::vector<int> lens = {5000, 2100};
+  const int batch = int(lens.size());
+  const test::ShuffledPages pages = test::shuffled_pages(lens, ps, 2, 1, rng);
+  std::vector<uint16_t> q(size_t(batch) * heads * d), kp(size_t(pages.num_pages) * hkv * ps * d), vp(kp.size());
+  for (auto* x : {&q, &kp, &vp})
+    for (auto& e : *x) e = f32_to_bf16(uni(rng));
+  // Per (sequence, KV head), a random subset of the pages, the last one kept.
+  std::vector<int32_t> table(size_t(batch) * hkv * pages.stride, 0), list_lens(size_t(batch) * hkv, 0);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < hkv; ++h) {
+      const int n = pages.pages_of(lens[b], ps);
+      const size_t list = size_t(b) * hkv + h;
+      int kept = 0;
+      for (int i = 0; i < n; ++i) {
+        if (i < n - 1 && rng() % 4 == 0) continue;
+        table[list * pages.stride + kept++] = pages.table[size_t(b) * pages.stride + i];
+      }
+      list_lens[list] = (kept - 1) * ps + lens[b] - (n - 1) * ps;
+    }
+  PagedDecodeArgs a;
+  a.batch = batch;
+  a.num_heads = heads;
+  a.num_kv_heads = hkv;
+  a.head_dim = d;
+  a.page_size = ps;
+  a.max_pages_per_seq = pages.stride;
+  a.scale = 1.0f / std::sqrt(float(d));
+  a.tables_per_kv_head = true;
+  a.q = q.data();
+  a.k_pool = kp.data();
+  a.v_pool = vp.data();
+  a.page_table = table.data();
+  a.seq_lens = list_lens.data();
+  std::vector<float> o(q.size()), lse(size_t(batch) * heads);
+  a.o = o.data();
+  a.lse = lse.data();
+  cpu::paged_decode_attention(a);
+  expect_f32_kernel_matches(a, q, kp, vp, o, lse, 8);
+}
 
 }  // namespace
 }  // namespace skim

@@ -231,6 +231,16 @@ TEST(GroupBlockSelector, SameChoiceAsTheGroupPageSelectReference) {
       }
       EXPECT_EQ(reference, policy) << "len " << len << ", KV head " << h;
     }
+    // The batch's plan (what the pipeline attends) is the reference's output, list for list.
+    PagePlan plan;
+    ASSERT_TRUE(sel.plan(b, plan));
+    ASSERT_TRUE(plan.per_kv_head);
+    ASSERT_EQ(plan.lists(), kv_heads);
+    for (int h = 0; h < kv_heads; ++h) {
+      ASSERT_EQ(plan.lens[size_t(h)], out_lens[size_t(h)]) << "KV head " << h;
+      for (int i = 0; i < (out_lens[size_t(h)] + 15) / 16; ++i)
+        ASSERT_EQ(plan.list(h)[i], out_table[size_t(h) * a.max_pages_per_seq + i]) << "KV head " << h << ", entry " << i;
+    }
   }
 }
 

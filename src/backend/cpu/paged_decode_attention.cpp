@@ -5,14 +5,50 @@
 #include <stdexcept>
 #include <vector>
 
+#include "backend/cpu/split_attend.h"
 #include "core/dtype.h"
 
 namespace skim::cpu {
 
-void paged_decode_attention(const PagedDecodeArgs& a) {
+namespace {
+
+template <class Elem>
+void check_shapes(const PagedDecodeArgsOf<Elem>& a) {
   if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 ||
       a.page_size <= 0 || a.num_heads % a.num_kv_heads != 0)
     throw std::invalid_argument("paged_decode_attention: bad shapes");
+}
+
+}  // namespace
+
+void paged_decode_attention(const PagedDecodeArgsF32& a) {
+  check_shapes(a);
+  if (a.page_stride != 0 || a.head_stride != 0)
+    throw std::invalid_argument("paged_decode_attention (fp32): only the default pool layout");
+  const int group = a.group_size();
+  std::vector<AttendTask> tasks;
+  tasks.reserve(size_t(a.batch) * a.num_kv_heads);
+  for (int b = 0; b < a.batch; ++b) {
+    for (int h = 0; h < a.num_kv_heads; ++h) {
+      const size_t list = a.table_index(b, h);
+      const int len = a.seq_lens[list];
+      if (len < 0 || len > a.max_pages_per_seq * a.page_size)
+        throw std::invalid_argument("paged_decode_attention: seq_len out of range");
+      AttendTask t{b, h, h * group, group, {}, a.page_table + list * a.max_pages_per_seq};
+      if (len > 0) t.ranges.push_back({0, len});  // the list's tokens, in its order
+      tasks.push_back(std::move(t));
+    }
+  }
+  const AttendRows rows{.num_heads = a.num_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
+                        .scale = a.scale,
+                        .kv = KVLayerView{.k = a.k_pool, .v = a.v_pool, .num_kv_heads = a.num_kv_heads,
+                                          .head_dim = a.head_dim, .page_size = a.page_size},
+                        .q = a.q, .out = a.o};
+  attend_tasks(rows, tasks, a.lse);
+}
+
+void paged_decode_attention(const PagedDecodeArgs& a) {
+  check_shapes(a);
   const int d = a.head_dim, ps = a.page_size, group = a.group_size();
   const size_t page_stride = a.page_stride_elems(), head_stride = a.head_stride_elems();
   std::vector<float> q(d);

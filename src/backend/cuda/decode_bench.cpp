@@ -186,7 +186,8 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
 }
 
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
-                               const GroupSparseOptions& sparse, int rectify_f) {
+                               const std::string& policy, int rectify_f) {
+  const bool sparse = policy != "dense";
   const ModelConfig& c = weights->config;
   const int warm = 4, page = 16;
   const int pages_per_seq = (context + warm + steps + page - 1) / page;
@@ -200,9 +201,9 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   const size_t embed_bytes = weights->embed.data.bytes();
   const bool tied = weights->lm_head.rows == 0;
   GpuForwardOptions o;
-  o.max_rows = sparse.enabled ? std::max(batch, rectify_f) : batch;  // a rectification is f rows
+  o.max_rows = sparse ? std::max(batch, rectify_f) : batch;  // a rectification is f rows
   o.max_pages_per_seq = pages_per_seq;
-  o.sparse = sparse;
+  o.policy = policy;
   GpuForward fwd(weights, shape, o);
   fwd.cache().fill_random(7, fwd.stream());  // K/V and digests
 
@@ -228,7 +229,7 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   const int mean_len = context + warm + (steps + 1) / 2;
   p.kv_bytes = double(batch) * fwd.decode_bytes_read(mean_len);
   p.floor_ms = (p.weight_bytes + p.kv_bytes) / copy_bw * 1e3;
-  if (sparse.enabled && rectify_f > 0) {
+  if (sparse && rectify_f > 0) {
     // As Engine::rectify does it: per sequence, one prefill chunk of its last f tokens (the
     // GPU forward attends densely in prefill), after one warm-up round.
     auto dense = make_policy("dense");

@@ -57,9 +57,10 @@ struct EndToEndPoint {
 
 // Greedy decode steps (CUDA graph, tokens fed back on the device) after a context of
 // `context` tokens per sequence whose K/V and digests are random (no prefill: only the step is
-// timed); dense attention, or gbsa's group-sparse decode with `sparse` enabled.
+// timed); `policy` plans the decode steps (dense or gbsa: the GPU's planners), and a sparse
+// one also times a rectification of `rectify_f` tokens.
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
-                               const GroupSparseOptions& sparse = {}, int rectify_f = 32);
+                               const std::string& policy = "dense", int rectify_f = 32);
 
 // Prefill of `context` tokens (pseudo-random ids) in chunks of `chunk`, logits of the last
 // row only, timed on the host around the whole prompt: tokens per second.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cuda/group_page_select.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
 #include "backend/cuda/paged_prefill_attention.cuh"
@@ -72,14 +71,8 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   // Prefill chunks too short to fill the GPU (rectification) split their keys over CTAs.
   prefill_workspace_.resize(std::max<size_t>(1, paged_prefill_workspace_size(o.max_rows, c.num_heads, c.num_kv_heads,
                                                                               c.head_dim, a.max_seq_len - 1)));
-  if (o.sparse.enabled) {
-    const GroupPageSelectArgs sel = select_args(o.max_rows);
-    SKIM_REQUIRE(group_page_select_workspace_size(sel) > 0, "--policy gbsa: keep {} / n_min {} / n_local {} out of range",
-                 o.sparse.params.keep, o.sparse.params.n_min, o.sparse.params.n_local);
-    kept_table_.resize(R * c.num_kv_heads * o.max_pages_per_seq);
-    kept_lens_.resize(R * c.num_kv_heads);
-    select_workspace_.resize(group_page_select_workspace_size(sel));
-  }
+  planner_ = make_decode_planner(o.policy, PlannerShape{c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
+                                                        shape.page_size, o.max_rows, o.max_pages_per_seq});
   check(cudaDeviceSynchronize(), "GPU forward set-up");
 }
 
@@ -114,30 +107,10 @@ void GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32
         "cudaMemcpyAsync (step inputs)");
 }
 
-GroupPageSelectArgs GpuForward::select_args(int n) const {
-  const ModelConfig& c = w_.config;
-  GroupPageSelectArgs a;
-  a.batch = n;
-  a.num_heads = c.num_heads;
-  a.num_kv_heads = c.num_kv_heads;
-  a.head_dim = c.head_dim;
-  a.page_size = cache_.shape().page_size;
-  a.max_pages_per_seq = opt_.max_pages_per_seq;
-  a.keep = opt_.sparse.params.keep;
-  a.n_min = opt_.sparse.params.n_min;
-  a.n_local = opt_.sparse.params.n_local;
-  return a;
-}
-
 double GpuForward::decode_bytes_read(int length) const {
-  const ModelConfig& c = w_.config;
-  const double per_layer_token = 2.0 * c.num_kv_heads * c.head_dim * sizeof(uint16_t);
-  if (!opt_.sparse.enabled) return double(length) * per_layer_token * c.num_layers;
-  const int ps = cache_.shape().page_size, pages = (length + ps - 1) / ps;
-  const int kept = std::min(length, select_args(1).pages_kept(pages) * ps);
-  const double digests = double(pages) * c.num_kv_heads * c.head_dim * 2 * sizeof(uint16_t);
-  const int dense = std::min(opt_.sparse.dense_layers, c.num_layers);
-  return dense * double(length) * per_layer_token + (c.num_layers - dense) * (kept * per_layer_token + digests);
+  double bytes = 0;
+  for (int l = 0; l < w_.config.num_layers; ++l) bytes += planner_->bytes_read(l, length);
+  return bytes;
 }
 
 void GpuForward::enqueue(int n, int logits_n, const Pass& pass, bool advance) {
@@ -224,8 +197,7 @@ void GpuForward::attention(int n, int layer) {
     pa.workspace_bytes = prefill_workspace_.bytes();
     check(paged_prefill_attention(pa, stream_), "paged_prefill_attention");
   } else {
-    attend_decode(layer, n, pass_.max_seq_len, table, inputs_.data() + in.seq_lens,
-                  pass_.decode && layer >= opt_.sparse.dense_layers, stream_);
+    attend_decode(layer, n, pass_.max_seq_len, table, inputs_.data() + in.seq_lens, stream_);
   }
   to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), stream_);  // attn: the o projection's input
 }
@@ -245,43 +217,20 @@ void GpuForward::logits(int n_logits) {
 }
 
 void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
-                               bool sparse, cudaStream_t s) {
+                               cudaStream_t s) {
   const ModelConfig& c = w_.config;
-  PagedDecodeArgs a;
-  a.batch = n;
-  a.num_heads = c.num_heads;
-  a.num_kv_heads = c.num_kv_heads;
-  a.head_dim = c.head_dim;
-  a.max_pages_per_seq = opt_.max_pages_per_seq;
-  a.max_seq_len = max_seq_len;
-  a.scale = 1.0f / std::sqrt(float(c.head_dim));
-  a.q = q_.data();
-  a.k_pool = cache_.k(l);
-  a.v_pool = cache_.v(l);
-  a.page_table = table;
-  a.seq_lens = seq_lens;
-  a.o = o_.data();
-  a.lse = lse_.data();
-  a.workspace = attn_workspace_.data();
-  a.workspace_bytes = attn_workspace_.bytes();
-  if (sparse && opt_.sparse.enabled) {
-    GroupPageSelectArgs sel = select_args(n);
-    sel.q = q_.data();
-    sel.kmin = cache_.kmin(l);
-    sel.kmax = cache_.kmax(l);
-    sel.page_table = table;
-    sel.seq_lens = seq_lens;
-    sel.out_table = kept_table_.data();
-    sel.out_lens = kept_lens_.data();
-    sel.workspace = select_workspace_.data();
-    sel.workspace_bytes = select_workspace_.bytes();
-    check(group_page_select(sel, s), "group_page_select");
-    const int ps = cache_.shape().page_size;
-    a.tables_per_kv_head = true;
-    a.page_table = kept_table_.data();
-    a.seq_lens = kept_lens_.data();
-    a.max_seq_len = std::min(max_seq_len, sel.pages_kept((max_seq_len + ps - 1) / ps) * ps);
-  }
+  // Decode steps attend through the policy's plan; mixed batches (prefill rows among them)
+  // over every visible key, as prefill always does.
+  DevicePlan plan{false, table, seq_lens, max_seq_len};
+  if (pass_.decode)
+    plan = planner_->plan(PlanInput{l, n, max_seq_len, q_.data(), cache_.kmin(l), cache_.kmax(l), table, seq_lens}, s);
+  const PagedDecodeArgs a{.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
+                          .head_dim = c.head_dim, .max_pages_per_seq = opt_.max_pages_per_seq,
+                          .max_seq_len = plan.max_seq_len, .scale = 1.0f / std::sqrt(float(c.head_dim)),
+                          .tables_per_kv_head = plan.per_kv_head, .q = q_.data(), .k_pool = cache_.k(l),
+                          .v_pool = cache_.v(l), .page_table = plan.table, .seq_lens = plan.lens, .o = o_.data(),
+                          .lse = lse_.data(), .workspace = attn_workspace_.data(),
+                          .workspace_bytes = attn_workspace_.bytes()};
   check(paged_decode_attention(a, s), "paged_decode_attention");
 }
 
@@ -326,6 +275,8 @@ int GpuForward::launch(const ForwardBatch& batch) {
   stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows);
 
   const int max_len = 1 + *std::max_element(batch.positions.begin(), batch.positions.end());
+  if (batch.decode)
+    for (int32_t pos : batch.positions) decode_bytes_total_ += decode_bytes_read(pos + 1);
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
   for (int i = 0; all_rows && i < nl; ++i) all_rows = batch.logits_rows[size_t(i)] == i;

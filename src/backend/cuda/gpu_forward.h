@@ -10,22 +10,24 @@
 // decode_greedy goes further for benchmarks: argmax feeds each token back on the device, so
 // the steps run back to back with no host involvement at all.
 //
-// Attention is dense, or for decode steps ReSA's group block-sparse selection without its
-// rectification (the `gbsa` policy): group_page_select on the layer's digests, then decode
-// attention over each (sequence, KV head)'s kept pages. Prefill chunks are always dense, as on
-// the CPU. The other policies run on the CPU only (the engine refuses them here).
+// Attention of a decode step is plan + kernel: the policy's planner (decode_planner.h) writes
+// the layer's page plan on the device (dense: the step's page tables; gbsa: group_page_select
+// on the layer's digests), and the paged decode kernel attends over it. Prefill chunks are
+// always dense, as on the CPU. Policies without a GPU planner run on the CPU only (the engine
+// refuses them here, by the registry).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <map>
+#include <optional>
+#include <string>
 #include <memory>
 #include <span>
 #include <tuple>
 #include <vector>
 
-#include "attention/group_page_select_args.h"
-#include "attention/selectors.h"
+#include "backend/cuda/decode_planner.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gpu_kv_cache.h"
 #include "backend/cuda/gpu_weights.h"
@@ -34,17 +36,10 @@
 
 namespace skim::cuda {
 
-// `gbsa` on the GPU: the CPU policy's parameters (attention/selectors.h), for group_page_select.
-struct GroupSparseOptions {
-  bool enabled = false;
-  GroupBlockParams params;
-  int dense_layers = 0;  // the first layers stay dense
-};
-
 struct GpuForwardOptions {
   int max_rows = 512;          // rows of one forward pass: a prefill chunk or a decode batch
   int max_pages_per_seq = 0;   // page-table row length: a sequence's capacity in pages
-  GroupSparseOptions sparse;   // decode steps only
+  std::string policy = "dense";  // its selector plans decode steps (make_decode_planner)
 };
 
 struct DecodeRun {
@@ -75,8 +70,11 @@ class GpuForward final : public Forward, private Backend {
   DecodeRun decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first, int steps);
 
   // K/V and digest bytes one decode row at `length` tokens (the new one included) reads over
-  // all layers: every key when dense, the kept pages plus the digests when group-sparse.
+  // all layers, by the planner: every key when dense, the kept pages plus the digests when
+  // group-sparse.
   double decode_bytes_read(int length) const;
+  // Those bytes summed over every decode row run so far (Forward).
+  std::optional<double> decode_kv_bytes_read() const override { return decode_bytes_total_; }
 
   GpuKVCache& cache() { return cache_; }
   const GpuWeights& weights() const { return w_; }
@@ -89,7 +87,7 @@ class GpuForward final : public Forward, private Backend {
     bool gather = false;  // logits of the staged logits rows, else of rows [0, n_logits)
     bool chunk = false;   // the rows are consecutive positions of one sequence (a prefill
                           // chunk): attention runs as paged prefill attention, not row by row
-    bool decode = false;  // every row is a decode step (the group-sparse selection applies)
+    bool decode = false;  // every row is a decode step (the planner's selection applies)
   };
   // Enqueues the whole forward pass of n staged rows on the stream, logits of `logits_n` rows;
   // `advance`: then each row's argmax becomes its next input (decode_greedy).
@@ -105,13 +103,12 @@ class GpuForward final : public Forward, private Backend {
   void stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
              std::span<const int32_t> positions, std::span<const int> logits_rows);
   void attend_decode(int layer, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
-                     bool sparse, cudaStream_t stream);
+                     cudaStream_t stream);
   cudaGraphExec_t graph(int n, int max_seq_len, bool advance);
   // Stages the batch and enqueues its forward pass (a graph for decode batches); returns the
   // number of logits rows.
   int launch(const ForwardBatch& batch);
   int bucket(int max_seq_len) const;
-  GroupPageSelectArgs select_args(int n) const;  // shapes and parameters; pointers unset
 
   std::shared_ptr<const GpuWeights> weights_;
   const GpuWeights& w_;
@@ -126,10 +123,8 @@ class GpuForward final : public Forward, private Backend {
   DeviceBuffer<uint16_t> h_, h_rows_, q_, o16_, inter_;
   DeviceBuffer<uint8_t> attn_workspace_;
   DeviceBuffer<uint8_t> prefill_workspace_;  // key splits of short prefill chunks
-  // Group-sparse decode: kept page lists [max_rows][num_kv_heads][max_pages_per_seq], their
-  // token counts, and the selection's workspace.
-  DeviceBuffer<int32_t> kept_table_, kept_lens_;
-  DeviceBuffer<uint8_t> select_workspace_;
+  std::unique_ptr<DecodePlanner> planner_;  // the policy's selection stage
+  double decode_bytes_total_ = 0;
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.
   DeviceBuffer<int32_t> inputs_;

@@ -6,19 +6,31 @@
 
 #include <vector>
 
-#include "attention/attend.h"
-#include "attention/policy.h"
+#include "backend/cpu/attend.h"
+#include "kv/paged_kv_cache.h"
 
 namespace skim {
+
+// What the calls below read and write: the rows' queries and outputs, the layer's cache, and
+// each row's page table (the pages a task's positions index, unless the task names its own).
+struct AttendRows {
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 0.0f;  // multiplies q.k
+  KVLayerView kv;
+  const PageTable* const* tables = nullptr;  // [rows]
+  const float* q = nullptr;  // [rows][num_heads][head_dim]
+  float* out = nullptr;      // [rows][num_heads][head_dim]
+};
 
 struct AttendTask {
   int row = 0, kv_head = 0, q_first = 0, q_count = 0;  // q_first: head index within the row
   std::vector<KeyRange> ranges;
+  // The page list the ranges' positions index (a page plan's list); null: the row's table.
+  const int32_t* pages = nullptr;
 };
 
-// Writes batch.out (and lse, [num_rows][num_heads], when not null) for every task's heads.
-void attend_tasks(const AttentionBatch& batch, const std::vector<AttendTask>& tasks,
-                  float* lse = nullptr);
+// Writes rows.out (and lse, [rows][num_heads], when not null) for every task's heads.
+void attend_tasks(const AttendRows& rows, const std::vector<AttendTask>& tasks, float* lse = nullptr);
 
 // The key ranges (disjoint, sorted) of one query head of one row.
 struct HeadKeys {
@@ -31,6 +43,6 @@ struct HeadKeys {
 // yet read each key once for all the entries that hold it, as a GQA kernel loads it: the keys
 // are cut where the set of entries holding them changes and each part is attended by that set
 // at once. Parts are cut further to keep every thread busy.
-void attend_shared_keys(const AttentionBatch& batch, const std::vector<HeadKeys>& entries, float* o, float* lse);
+void attend_shared_keys(const AttendRows& rows, const std::vector<HeadKeys>& entries, float* o, float* lse);
 
 }  // namespace skim

@@ -1,11 +1,11 @@
-#include "attention/split_attend.h"
+#include "backend/cpu/split_attend.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <map>
 
-#include "attention/attention_state.h"
+#include "backend/cpu/attention_state.h"
 
 namespace skim {
 
@@ -88,7 +88,7 @@ void shared_parts(const std::vector<HeadKeys>& entries, const std::vector<int>& 
 
 }  // namespace
 
-void attend_shared_keys(const AttentionBatch& b, const std::vector<HeadKeys>& entries, float* o, float* lse) {
+void attend_shared_keys(const AttendRows& b, const std::vector<HeadKeys>& entries, float* o, float* lse) {
   const int d = b.head_dim, group = b.num_heads / b.num_kv_heads;
   std::map<std::pair<int, int>, std::vector<int>> groups;  // (row, KV head) -> entries
   for (size_t i = 0; i < entries.size(); ++i) groups[{entries[i].row, entries[i].head / group}].push_back(int(i));
@@ -129,7 +129,7 @@ void attend_shared_keys(const AttentionBatch& b, const std::vector<HeadKeys>& en
   }
 }
 
-void attend_tasks(const AttentionBatch& b, const std::vector<AttendTask>& tasks, float* lse_out) {
+void attend_tasks(const AttendRows& b, const std::vector<AttendTask>& tasks, float* lse_out) {
   const int d = b.head_dim, group = b.num_heads / b.num_kv_heads;
   const int threads = omp_get_max_threads();
   const int per_task = tasks.size() >= size_t(threads) ? 1 : int((threads + tasks.size() - 1) / tasks.size());
@@ -149,7 +149,7 @@ void attend_tasks(const AttentionBatch& b, const std::vector<AttendTask>& tasks,
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < pieces.size(); ++i) {
     const AttendTask& t = tasks[pieces[i].task];
-    SeqKV kv{b.kv, b.tables[t.row]->pages.data(), t.kv_head};
+    SeqKV kv{b.kv, t.pages ? t.pages : b.tables[t.row]->pages.data(), t.kv_head};
     const float* q = b.q + (size_t(t.row) * b.num_heads + t.q_first) * d;
     attend(q, t.q_count, kv, pieces[i].ranges, b.scale, part_o.data() + i * group * d,
            part_lse.data() + i * group);

@@ -9,7 +9,7 @@
 // prefix costs no extra key reads and the row's own output keeps its bits.
 #pragma once
 
-#include "attention/attend.h"
+#include "backend/cpu/attend.h"
 
 namespace skim {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "attention/attend.h"
+#include "backend/cpu/attend.h"
 #include "kv/paged_kv_cache.h"
 
 namespace skim {

@@ -1,10 +1,10 @@
-#include "attention/causal_attend.h"
+#include "backend/cpu/causal_attend.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "attention/attention_state.h"
+#include "backend/cpu/attention_state.h"
 
 namespace skim {
 

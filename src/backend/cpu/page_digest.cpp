@@ -1,8 +1,8 @@
 #include <numeric>
 #include <vector>
 
-#include "attention/attend.h"
-#include "attention/page_digest.h"
+#include "backend/cpu/attend.h"
+#include "backend/cpu/page_digest.h"
 
 namespace skim {
 

@@ -14,7 +14,12 @@
 // With tables_per_kv_head, every (sequence, KV head) has its own page list (what a selection
 // shared by a GQA group produces, e.g. ReSA's): page_table int32 [batch][num_kv_heads]
 // [max_pages_per_seq] and seq_lens int32 [batch][num_kv_heads], the tokens in the listed pages
-// (every listed page full but the last).
+// (every listed page full but the last). A selection made per query head (Quest's) lists the
+// union of its group's pages once, and head_masks says which heads attend which listed page:
+// head_masks uint32 [batch][num_kv_heads][max_pages_per_seq], bit g of an entry set when query
+// head g of the group attends that page (groups of at most 32 heads); a GQA-aware kernel
+// reads the union once. The CPU kernels take masks (the fp32 one attends head by head); the
+// CUDA kernel refuses them so far.
 //
 // The element type is a parameter: PagedDecodeArgs (bf16, as raw 16-bit patterns; core/dtype.h
 // converts) is the GPU cache's and the CUDA kernel's; PagedDecodeArgsF32 is the CPU cache's
@@ -56,6 +61,7 @@ struct PagedDecodeArgsOf {
   const Elem* v_pool = nullptr;
   const int32_t* page_table = nullptr;
   const int32_t* seq_lens = nullptr;
+  const uint32_t* head_masks = nullptr;  // with tables_per_kv_head; null: every head, every page
 
   float* o = nullptr;
   float* lse = nullptr;

@@ -78,6 +78,7 @@ void PipelinePolicy::attend_plan(const AttentionBatch& b, const PagePlan& plan, 
                              .head_dim = b.head_dim, .page_size = b.kv.page_size, .max_pages_per_seq = plan.max_pages,
                              .scale = b.scale, .tables_per_kv_head = plan.per_kv_head, .q = b.q, .k_pool = b.kv.k,
                              .v_pool = b.kv.v, .page_table = plan.table.data(), .seq_lens = plan.lens.data(),
+                             .head_masks = plan.head_masks.empty() ? nullptr : plan.head_masks.data(),
                              .o = b.out};
   cpu::paged_decode_attention(a);
 
@@ -89,20 +90,25 @@ void PipelinePolicy::attend_plan(const AttentionBatch& b, const PagePlan& plan, 
 }
 
 // The plan's lists as key positions, for the selection observer: each list is a subsequence
-// of its row's page table, in order.
+// of its row's page table, in order; a masked list gives each query head its own pages.
 void PipelinePolicy::notify_plan(const AttentionBatch& b, const PagePlan& plan) const {
-  const int ps = b.kv.page_size;
+  const int ps = b.kv.page_size, group = b.num_heads / b.num_kv_heads;
+  const int units = plan.head_masks.empty() ? 1 : group;
   for (int r = 0; r < b.num_rows; ++r) {
     const std::vector<int32_t>& pages = b.tables[r]->pages;
     for (int h = 0; h < b.num_kv_heads; ++h) {
       const int list = plan.per_kv_head ? r * b.num_kv_heads + h : r;
       const int n = (plan.lens[size_t(list)] + ps - 1) / ps;
-      std::vector<int> indices;
+      std::vector<std::vector<int>> indices(static_cast<size_t>(units));
       for (size_t i = 0, j = 0; i < size_t(n); ++i) {
         while (pages[j] != plan.list(list)[i]) ++j;
-        indices.push_back(int(j));
+        for (int g = 0; g < units; ++g)
+          if (units == 1 || (plan.head_masks[size_t(list) * plan.max_pages + i] >> g & 1u))
+            indices[size_t(g)].push_back(int(j));
       }
-      notify_selection(b, r, h, {page_ranges(indices, ps, b.positions[r] + 1)});
+      std::vector<std::vector<KeyRange>> heads;
+      for (const std::vector<int>& idx : indices) heads.push_back(page_ranges(idx, ps, b.positions[r] + 1));
+      notify_selection(b, r, h, heads);
     }
   }
 }

@@ -12,6 +12,17 @@
 
 namespace skim {
 
+namespace {
+
+// Pages of the longest row: a plan's row stride.
+int max_pages_of(const AttentionBatch& b) {
+  int n = 0;
+  for (int r = 0; r < b.num_rows; ++r) n = std::max(n, b.positions[r] / b.kv.page_size + 1);
+  return n;
+}
+
+}  // namespace
+
 void DenseSelector::select(const SelectInput& in, Selection& out) {
   out.heads.assign(1, {KeyRange{0, in.context}});
 }
@@ -30,22 +41,57 @@ int budget_tokens(double budget, int min_tokens, int context) {
   return int(std::min<double>(tokens, context));
 }
 
-void QuestSelector::select(const SelectInput& in, Selection& out) {
-  const AttentionBatch& b = in.batch;
+std::vector<int> QuestSelector::head_pages(const AttentionBatch& b, int row, int kv_head, int g, int context,
+                                           std::vector<float>& scores) const {
   const KVLayerView& kv = b.kv;
   const int ps = kv.page_size, d = b.head_dim, group = b.num_heads / b.num_kv_heads;
-  const int num_pages = (in.context + ps - 1) / ps;
-  const int n = std::max(1, (budget_tokens(p_.budget, p_.min_tokens, in.context) + ps - 1) / ps);
-  const int32_t* pages = b.tables[in.row]->pages.data();
+  const int num_pages = (context + ps - 1) / ps;
+  const int n = std::max(1, (budget_tokens(p_.budget, p_.min_tokens, context) + ps - 1) / ps);
+  const int32_t* pages = b.tables[row]->pages.data();
+  const float* q = b.q + (size_t(row) * b.num_heads + size_t(kv_head) * group + g) * d;
+  scores.resize(size_t(num_pages));
+  for (int p = 0; p < num_pages; ++p)
+    scores[size_t(p)] = page_bound(q, page_kmin(kv, pages[p], kv_head), page_kmax(kv, pages[p], kv_head), d);
+  return top_pages(scores, n, num_pages - 1);
+}
+
+void QuestSelector::select(const SelectInput& in, Selection& out) {
+  const AttentionBatch& b = in.batch;
+  const int ps = b.kv.page_size, group = b.num_heads / b.num_kv_heads;
+  std::vector<float> scores;
   out.heads.assign(size_t(group), {});
-  std::vector<float> scores(static_cast<size_t>(num_pages));
-  for (int h = 0; h < group; ++h) {
-    const float* q = b.q + (size_t(in.row) * b.num_heads + size_t(in.kv_head) * group + h) * d;
-    for (int p = 0; p < num_pages; ++p)
-      scores[size_t(p)] = page_bound(q, page_kmin(kv, pages[p], in.kv_head), page_kmax(kv, pages[p], in.kv_head), d);
-    out.heads[size_t(h)] = page_ranges(top_pages(scores, n, num_pages - 1), ps, in.context);
+  for (int g = 0; g < group; ++g)
+    out.heads[size_t(g)] = page_ranges(head_pages(b, in.row, in.kv_head, g, in.context, scores), ps, in.context);
+  out.metadata_bytes = uint64_t((in.context + ps - 1) / ps) * 2 * b.head_dim * sizeof(float);
+}
+
+bool QuestSelector::plan(const AttentionBatch& b, PagePlan& plan) {
+  const int ps = b.kv.page_size, group = b.num_heads / b.num_kv_heads;
+  if (group > 32) return false;  // a mask holds 32 heads: select() per head instead
+  plan.reset(true, b.num_rows * b.num_kv_heads, max_pages_of(b));
+  plan.head_masks.assign(plan.table.size(), 0u);
+  std::vector<float> scores;
+  std::vector<uint32_t> mask;  // per page of the row: the heads that keep it
+  for (int r = 0; r < b.num_rows; ++r) {
+    const int ctx = b.positions[r] + 1, num_pages = (ctx + ps - 1) / ps;
+    const int32_t* pages = b.tables[r]->pages.data();
+    for (int h = 0; h < b.num_kv_heads; ++h) {
+      mask.assign(size_t(num_pages), 0u);
+      for (int g = 0; g < group; ++g)
+        for (int p : head_pages(b, r, h, g, ctx, scores)) mask[size_t(p)] |= 1u << g;
+      const size_t list = size_t(r) * b.num_kv_heads + h;
+      int listed = 0;  // the union in position order; the newest page (every head's) is last
+      for (int p = 0; p < num_pages; ++p) {
+        if (!mask[size_t(p)]) continue;
+        plan.table[list * plan.max_pages + listed] = pages[p];
+        plan.head_masks[list * plan.max_pages + listed] = mask[size_t(p)];
+        ++listed;
+      }
+      plan.lens[list] = (listed - 1) * ps + ctx - (num_pages - 1) * ps;
+      plan.metadata_bytes += uint64_t(num_pages) * 2 * b.head_dim * sizeof(float);
+    }
   }
-  out.metadata_bytes = uint64_t(num_pages) * 2 * d * sizeof(float);
+  return true;
 }
 
 void OracleSelector::select(const SelectInput& in, Selection& out) {
@@ -89,17 +135,12 @@ GroupPageSelectArgsF32 group_select_args(const AttentionBatch& b, const GroupBlo
 
 bool DenseSelector::plan(const AttentionBatch& b, PagePlan& plan) {
   const int ps = b.kv.page_size;
-  plan.per_kv_head = false;
-  plan.max_pages = 0;
-  for (int r = 0; r < b.num_rows; ++r) plan.max_pages = std::max(plan.max_pages, b.positions[r] / ps + 1);
-  plan.table.assign(size_t(b.num_rows) * plan.max_pages, 0);
-  plan.lens.resize(size_t(b.num_rows));
+  plan.reset(false, b.num_rows, max_pages_of(b));
   for (int r = 0; r < b.num_rows; ++r) {
     const int ctx = b.positions[r] + 1;
     std::copy_n(b.tables[r]->pages.data(), (ctx + ps - 1) / ps, plan.table.data() + size_t(r) * plan.max_pages);
     plan.lens[size_t(r)] = ctx;
   }
-  plan.metadata_bytes = 0;
   return true;
 }
 
@@ -117,16 +158,12 @@ bool GroupBlockSelector::plan(const AttentionBatch& b, PagePlan& plan) {
   // The rows' own tables in the plan's layout, then the selection over them.
   PagePlan rows;
   DenseSelector().plan(b, rows);
-  plan.per_kv_head = true;
-  plan.max_pages = rows.max_pages;
-  plan.table.assign(size_t(b.num_rows) * b.num_kv_heads * plan.max_pages, 0);
-  plan.lens.assign(size_t(b.num_rows) * b.num_kv_heads, 0);
+  plan.reset(true, b.num_rows * b.num_kv_heads, rows.max_pages);
   GroupPageSelectArgsF32 a =
       group_select_args(b, p_, 0, b.num_rows, rows.table.data(), rows.max_pages, rows.lens.data());
   a.out_table = plan.table.data();
   a.out_lens = plan.lens.data();
   cpu::group_page_select(a);
-  plan.metadata_bytes = 0;
   for (int r = 0; r < b.num_rows; ++r)
     plan.metadata_bytes += uint64_t((rows.lens[size_t(r)] + b.kv.page_size - 1) / b.kv.page_size) * 2 * b.head_dim *
                            sizeof(float) * b.num_kv_heads;

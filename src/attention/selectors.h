@@ -53,8 +53,14 @@ class QuestSelector : public Selector {
   explicit QuestSelector(QuestParams p) : p_(p) {}
   std::string name() const override { return "quest"; }
   void select(const SelectInput& in, Selection& out) override;
+  // Per (row, KV head) the union of its heads' pages with a per-head mask.
+  bool plan(const AttentionBatch& batch, PagePlan& plan) override;
 
  private:
+  // The pages (indices into the row's table) query head g of KV head h keeps, in descending
+  // bound order, the newest always among them.
+  std::vector<int> head_pages(const AttentionBatch& b, int row, int kv_head, int g, int context,
+                              std::vector<float>& scores) const;
   QuestParams p_;
 };
 

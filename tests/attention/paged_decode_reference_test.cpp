@@ -1,7 +1,8 @@
 // cpu::paged_decode_attention (the oracle of the CUDA kernel) against a brute-force softmax
 // over the tokens each query head may see, for every form of its arguments: the default pool
 // layout, a head-major pool (explicit page and head strides), and a page list per (sequence,
-// KV head) (a random subset of the sequence's pages, the last one always kept). The fp32
+// KV head) (a random subset of the sequence's pages, the last one always kept), and such lists
+// with a random page mask per query head. The fp32
 // kernel the CPU engine runs (same name, PagedDecodeArgsF32) is held to the reference on the
 // same bf16-exact inputs, with lists long enough to be split across threads.
 #include <gtest/gtest.h>
@@ -22,7 +23,7 @@
 namespace skim {
 namespace {
 
-enum class Form { kDefault, kHeadMajor, kPerHeadLists };
+enum class Form { kDefault, kHeadMajor, kPerHeadLists, kHeadMasks };
 
 std::vector<float> widen(const std::vector<uint16_t>& x) {
   std::vector<float> y(x.size());
@@ -52,6 +53,7 @@ void expect_f32_kernel_matches(const PagedDecodeArgs& a, const std::vector<uint1
   f.v_pool = v32.data();
   f.page_table = a.page_table;
   f.seq_lens = a.seq_lens;
+  f.head_masks = a.head_masks;
   f.o = o.data();
   f.lse = lse.data();
   const int saved = omp_get_max_threads();
@@ -106,28 +108,37 @@ TEST_P(PagedDecodeReference, MatchesBruteForce) {
     a.page_stride = size_t(ps) * d;
     a.head_stride = size_t(num_pages) * ps * d;
   }
-  a.tables_per_kv_head = form == Form::kPerHeadLists;
+  const bool lists = form == Form::kPerHeadLists || form == Form::kHeadMasks;
+  a.tables_per_kv_head = lists;
 
-  // Page lists and the tokens each (sequence, KV head) sees.
+  // Page lists and the tokens each query head sees (a masked list: a random subset of the
+  // listed pages per head, possibly none).
   std::vector<int32_t> table = pages.table;
   std::vector<int> list_lens = lens;
-  std::vector<std::vector<std::vector<int>>> seen(batch, std::vector<std::vector<int>>(hkv));
-  if (form == Form::kPerHeadLists) {
+  std::vector<uint32_t> masks;
+  std::vector<std::vector<std::vector<int>>> seen(batch, std::vector<std::vector<int>>(heads));
+  if (lists) {
     table.assign(size_t(batch) * hkv * max_pages, 0);
     list_lens.assign(size_t(batch) * hkv, 0);
   }
+  if (form == Form::kHeadMasks) masks.assign(size_t(batch) * hkv * max_pages, 0u);
   for (int b = 0; b < batch; ++b)
     for (int h = 0; h < hkv; ++h) {
       const int n = pages.pages_of(lens[b], ps);
       int kept = 0;
       for (int i = 0; i < n; ++i) {
-        if (form == Form::kPerHeadLists && i < n - 1 && rng() % 2) continue;
-        if (form == Form::kPerHeadLists) table[a.table_index(b, h) * max_pages + kept] = pages.table[size_t(b) * max_pages + i];
+        if (lists && i < n - 1 && rng() % 2) continue;
+        const size_t slot = a.table_index(b, h) * max_pages + kept;
+        if (lists) table[slot] = pages.table[size_t(b) * max_pages + i];
+        if (form == Form::kHeadMasks) masks[slot] = uint32_t(rng()) & ((1u << group) - 1);
+        for (int g = 0; g < group; ++g)
+          if (form != Form::kHeadMasks || (masks[slot] >> g & 1u))
+            for (int t = i * ps; t < std::min(lens[b], (i + 1) * ps); ++t) seen[b][h * group + g].push_back(t);
+        if (lists) list_lens[a.table_index(b, h)] += std::min(lens[b], (i + 1) * ps) - i * ps;
         ++kept;
-        for (int t = i * ps; t < std::min(lens[b], (i + 1) * ps); ++t) seen[b][h].push_back(t);
       }
-      if (form == Form::kPerHeadLists) list_lens[a.table_index(b, h)] = int(seen[b][h].size());
     }
+  if (form == Form::kHeadMasks) a.head_masks = masks.data();
 
   // Pools: every row no token owns stays NaN.
   const size_t elems = size_t(num_pages) * hkv * ps * d;
@@ -157,7 +168,7 @@ TEST_P(PagedDecodeReference, MatchesBruteForce) {
     for (int hq = 0; hq < heads; ++hq) {
       const int h = hq / group;
       const size_t bh = size_t(b) * heads + hq;
-      const std::vector<int>& ts = seen[b][h];
+      const std::vector<int>& ts = seen[b][hq];
       if (ts.empty()) {
         EXPECT_TRUE(std::isinf(lse[bh]) && lse[bh] < 0) << "lse of an empty key set, b " << b;
         continue;
@@ -181,12 +192,13 @@ TEST_P(PagedDecodeReference, MatchesBruteForce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, PagedDecodeReference,
-                         ::testing::Values(Form::kDefault, Form::kHeadMajor, Form::kPerHeadLists),
+                         ::testing::Values(Form::kDefault, Form::kHeadMajor, Form::kPerHeadLists, Form::kHeadMasks),
                          [](const auto& info) {
                            switch (info.param) {
                              case Form::kDefault: return "DefaultPool";
                              case Form::kHeadMajor: return "HeadMajorPool";
-                             default: return "PerKvHeadLists";
+                             case Form::kPerHeadLists: return "PerKvHeadLists";
+                             default: return "HeadMasks";
                            }
                          });
 

@@ -113,6 +113,42 @@ TEST(QuestSelector, TopPagesPerHeadByTheDigestBound) {
   }
 }
 
+// The plan (what the pipeline attends) lists, per KV head, the union of its heads' pages in
+// position order, each head's mask bit set exactly on the pages select() gives that head.
+TEST(QuestSelector, PlanIsTheUnionOfItsHeadsSelectionsWithAMaskPerHead) {
+  for (int trial = 0; trial < 10; ++trial) {
+    const int len = test::random_int(1, 2000), kv_heads = 2, group = 3, d = 32;
+    RandomCache rc(len, kv_heads, group, d);
+    AttentionBatch b = rc.batch(kv_heads, group, d);
+    QuestSelector sel(QuestParams{.budget = 0.2, .min_tokens = 64});
+    PagePlan plan;
+    ASSERT_TRUE(sel.plan(b, plan));
+    ASSERT_TRUE(plan.per_kv_head);
+    ASSERT_EQ(plan.lists(), kv_heads);
+    for (int h = 0; h < kv_heads; ++h) {
+      Selection s;
+      sel.select(SelectInput{b, 0, h, len}, s);
+      std::set<int> uni;
+      std::vector<std::set<int>> per_head(group);
+      const int listed = (plan.lens[size_t(h)] + 15) / 16;
+      for (int i = 0; i < listed; ++i) {
+        const int page = int(std::find(rc.table.pages.begin(), rc.table.pages.end(), plan.list(h)[i]) - rc.table.pages.begin());
+        ASSERT_TRUE(uni.empty() || page > *uni.rbegin()) << "list not in position order";
+        uni.insert(page);
+        for (int g = 0; g < group; ++g)
+          if (plan.head_masks[size_t(h) * plan.max_pages + i] >> g & 1u) per_head[g].insert(page);
+      }
+      std::set<int> want_union;
+      for (int g = 0; g < group; ++g) {
+        EXPECT_EQ(per_head[g], pages_of(s.heads[g])) << "KV head " << h << ", head " << g;
+        want_union.merge(pages_of(s.heads[g]));
+      }
+      EXPECT_EQ(uni, want_union);
+      EXPECT_EQ(plan.lens[size_t(h)], (listed - 1) * 16 + len - (len - 1) / 16 * 16) << "the newest page is last";
+    }
+  }
+}
+
 TEST(OracleSelector, TheBudgetKeysOfLargestScorePerHeadInDescendingOrder) {
   for (int trial = 0; trial < 5; ++trial) {
     int len = test::random_int(50, 800), kv_heads = 2, group = 3, d = 16;

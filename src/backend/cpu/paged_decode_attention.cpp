@@ -1,5 +1,6 @@
 #include "backend/cpu/paged_decode_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -17,6 +18,31 @@ void check_shapes(const PagedDecodeArgsOf<Elem>& a) {
   if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 ||
       a.page_size <= 0 || a.num_heads % a.num_kv_heads != 0)
     throw std::invalid_argument("paged_decode_attention: bad shapes");
+  if (a.head_masks && (!a.tables_per_kv_head || a.group_size() > 32))
+    throw std::invalid_argument("paged_decode_attention: head_masks need tables_per_kv_head and groups of <= 32 heads");
+}
+
+// Tokens of list `list` (sequence b) and its checked length.
+int list_len(const PagedDecodeArgsF32& a, size_t list) {
+  const int len = a.seq_lens[list];
+  if (len < 0 || len > a.max_pages_per_seq * a.page_size)
+    throw std::invalid_argument("paged_decode_attention: seq_len out of range");
+  return len;
+}
+
+// The key ranges (positions in the list) of query head g of the group under the list's masks:
+// runs of consecutive listed pages whose bit g is set.
+std::vector<KeyRange> masked_ranges(const uint32_t* mask, int len, int page_size, int g) {
+  std::vector<KeyRange> ranges;
+  for (int p = 0; p * page_size < len; ++p) {
+    if (!(mask[p] >> g & 1u)) continue;
+    const KeyRange r{p * page_size, std::min(len, (p + 1) * page_size)};
+    if (!ranges.empty() && ranges.back().end == r.begin)
+      ranges.back().end = r.end;
+    else
+      ranges.push_back(r);
+  }
+  return ranges;
 }
 
 }  // namespace
@@ -26,24 +52,31 @@ void paged_decode_attention(const PagedDecodeArgsF32& a) {
   if (a.page_stride != 0 || a.head_stride != 0)
     throw std::invalid_argument("paged_decode_attention (fp32): only the default pool layout");
   const int group = a.group_size();
-  std::vector<AttendTask> tasks;
-  tasks.reserve(size_t(a.batch) * a.num_kv_heads);
-  for (int b = 0; b < a.batch; ++b) {
-    for (int h = 0; h < a.num_kv_heads; ++h) {
-      const size_t list = a.table_index(b, h);
-      const int len = a.seq_lens[list];
-      if (len < 0 || len > a.max_pages_per_seq * a.page_size)
-        throw std::invalid_argument("paged_decode_attention: seq_len out of range");
-      AttendTask t{b, h, h * group, group, {}, a.page_table + list * a.max_pages_per_seq};
-      if (len > 0) t.ranges.push_back({0, len});  // the list's tokens, in its order
-      tasks.push_back(std::move(t));
-    }
-  }
   const AttendRows rows{.num_heads = a.num_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
                         .scale = a.scale,
                         .kv = KVLayerView{.k = a.k_pool, .v = a.v_pool, .num_kv_heads = a.num_kv_heads,
                                           .head_dim = a.head_dim, .page_size = a.page_size},
                         .q = a.q, .out = a.o};
+  std::vector<AttendTask> tasks;
+  tasks.reserve(size_t(a.batch) * a.num_kv_heads);
+  for (int b = 0; b < a.batch; ++b) {
+    for (int h = 0; h < a.num_kv_heads; ++h) {
+      const size_t list = a.table_index(b, h);
+      const int len = list_len(a, list);
+      const int32_t* pages = a.page_table + list * a.max_pages_per_seq;
+      if (!a.head_masks) {  // the group reads the list's tokens once, in its order
+        AttendTask t{b, h, h * group, group, {}, pages};
+        if (len > 0) t.ranges.push_back({0, len});
+        tasks.push_back(std::move(t));
+        continue;
+      }
+      // Masked: each query head over its own pages of the list (the arithmetic of a per-head
+      // selection attended head by head, as the CPU always has).
+      for (int g = 0; g < group; ++g)
+        tasks.push_back({b, h, h * group + g, 1,
+                         masked_ranges(a.head_masks + list * a.max_pages_per_seq, len, a.page_size, g), pages});
+    }
+  }
   attend_tasks(rows, tasks, a.lse);
 }
 
@@ -53,6 +86,7 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
   const size_t page_stride = a.page_stride_elems(), head_stride = a.head_stride_elems();
   std::vector<float> q(d);
   std::vector<double> s, acc(d);
+  std::vector<int> seen;
 
   for (int b = 0; b < a.batch; ++b) {
     for (int hq = 0; hq < a.num_heads; ++hq) {
@@ -70,28 +104,33 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
       for (int i = 0; i < d; ++i) q[i] = bf16_to_f32(qb[i]);
       float* o = a.o + (size_t(b) * a.num_heads + hq) * d;
       float& lse = a.lse[size_t(b) * a.num_heads + hq];
-      if (len == 0) {  // empty key set: the state (0, -inf)
+      // The tokens this head attends: the list's, less the pages its mask bit leaves out.
+      const uint32_t* mask = a.head_masks ? a.head_masks + list * a.max_pages_per_seq : nullptr;
+      seen.clear();
+      for (int t = 0; t < len; ++t)
+        if (!mask || (mask[t / ps] >> (hq % group) & 1u)) seen.push_back(t);
+      if (seen.empty()) {  // empty key set: the state (0, -inf)
         for (int i = 0; i < d; ++i) o[i] = 0.0f;
         lse = -std::numeric_limits<float>::infinity();
         continue;
       }
       // Pass 1: scores and their max, so the exponentials below cannot overflow.
-      s.assign(len, 0.0);
+      s.assign(seen.size(), 0.0);
       double m = -std::numeric_limits<double>::infinity();
-      for (int t = 0; t < len; ++t) {
-        const uint16_t* k = row(a.k_pool, t);
+      for (size_t j = 0; j < seen.size(); ++j) {
+        const uint16_t* k = row(a.k_pool, seen[j]);
         double dot = 0.0;
         for (int i = 0; i < d; ++i) dot += double(q[i]) * double(bf16_to_f32(k[i]));
-        s[t] = dot * double(a.scale);
-        m = std::fmax(m, s[t]);
+        s[j] = dot * double(a.scale);
+        m = std::fmax(m, s[j]);
       }
       // Pass 2: o = sum_t softmax_t v_t.
       double sum = 0.0;
       for (int i = 0; i < d; ++i) acc[i] = 0.0;
-      for (int t = 0; t < len; ++t) {
-        const double p = std::exp(s[t] - m);
+      for (size_t j = 0; j < seen.size(); ++j) {
+        const double p = std::exp(s[j] - m);
         sum += p;
-        const uint16_t* v = row(a.v_pool, t);
+        const uint16_t* v = row(a.v_pool, seen[j]);
         for (int i = 0; i < d; ++i) acc[i] += p * double(bf16_to_f32(v[i]));
       }
       for (int i = 0; i < d; ++i) o[i] = float(acc[i] / sum);

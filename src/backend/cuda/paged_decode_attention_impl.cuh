@@ -835,7 +835,8 @@ inline bool supported(const PagedDecodeArgs& a) {
   return a.batch >= 0 && a.num_heads > 0 && a.num_kv_heads > 0 &&
          a.num_heads % a.num_kv_heads == 0 && (a.head_dim == 64 || a.head_dim == 128) &&
          a.page_size == kPageSize && a.max_pages_per_seq > 0 && a.max_seq_len >= 0 &&
-         a.max_seq_len <= a.max_pages_per_seq * kPageSize;
+         a.max_seq_len <= a.max_pages_per_seq * kPageSize &&
+         a.head_masks == nullptr;  // per-head page masks: the CPU kernels only, so far
 }
 
 }  // namespace skim::cuda::detail

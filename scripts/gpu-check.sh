@@ -147,19 +147,24 @@ FLAGS="-std=c++20 -O3 -Isrc -lineinfo"
 set -e
 pids=()
 nvcc $FLAGS $ARCH -Xptxas -v -c src/backend/cuda/paged_decode_attention.cu -o $B/pda.o 2> $B/ptxas.txt & pids+=($!)
-nvcc $FLAGS -c src/backend/cpu/paged_decode_attention.cpp -o $B/cpu_ref.o & pids+=($!)
+# The CPU reference (bf16) and the CPU kernel (fp32) it shares a file with, over the CPU
+# attention core (attend, split_attend: OpenMP).
+for f in paged_decode_attention attend split_attend; do
+  nvcc $FLAGS -Xcompiler -fopenmp -c src/backend/cpu/$f.cpp -o $B/cpu_$f.o & pids+=($!)
+done
 nvcc $FLAGS -Itests/cuda -c tests/cuda/paged_decode_parity_main.cc -o $B/parity_main.o & pids+=($!)
 LEGACY=""
 [ -f build-legacy/legacy_impl.cuh ] && LEGACY="-DSKIM_BENCH_LEGACY=\"$(pwd)/build-legacy/legacy_impl.cuh\"" && echo "benchmark includes the legacy kernel"
 nvcc $FLAGS $ARCH $LEGACY -c bench/attention/decode_attention_bench.cu -o $B/bench.o & pids+=($!)
 for p in "${pids[@]}"; do wait "$p"; done
-nvcc $ARCH $B/parity_main.o $B/pda.o $B/cpu_ref.o -o $B/parity
+nvcc $ARCH -Xcompiler -fopenmp $B/parity_main.o $B/pda.o $B/cpu_paged_decode_attention.o $B/cpu_attend.o \
+  $B/cpu_split_attend.o -o $B/parity
 nvcc $ARCH $B/bench.o -o $B/bench  # bench.o compiles the library source in itself
 set +e
 grep -E "Compiling entry|registers|spill" $B/ptxas.txt | sed 's/ptxas info    : //' | paste - - -
 if command -v cuobjdump >/dev/null; then
   echo "SASS of the default D=128 split kernel (instruction counts):"
-  cuobjdump -sass -fun '_ZN4skim4cuda6detail12split_kernelILi128ELi8ELi2EEEvNS1_11SplitParamsE' $B/pda.o |
+  cuobjdump -sass -fun '_ZN4skim4cuda6detail12split_kernelILi128ELi8ELi2ELb0EEEvNS1_11SplitParamsE' $B/pda.o |
     grep -oE '\b(LDGSTS|HMMA|LDSM|MUFU|SHFL|BAR|LDG|STG|LDS|STS|LDL|STL)\b[.A-Z0-9_]*' | sort | uniq -c
 fi
 

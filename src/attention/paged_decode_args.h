@@ -17,9 +17,9 @@
 // (every listed page full but the last). A selection made per query head (Quest's) lists the
 // union of its group's pages once, and head_masks says which heads attend which listed page:
 // head_masks uint32 [batch][num_kv_heads][max_pages_per_seq], bit g of an entry set when query
-// head g of the group attends that page (groups of at most 32 heads); a GQA-aware kernel
-// reads the union once. The CPU kernels take masks (the fp32 one attends head by head); the
-// CUDA kernel refuses them so far.
+// head g of the group attends that page (groups of at most 32 heads). The CUDA kernel reads
+// the union once for the group (a page a head does not attend scores -inf for it); the fp32
+// CPU kernel attends head by head. A head that attends no page gets (0, -inf).
 //
 // The element type is a parameter: PagedDecodeArgs (bf16, as raw 16-bit patterns; core/dtype.h
 // converts) is the GPU cache's and the CUDA kernel's; PagedDecodeArgsF32 is the CPU cache's

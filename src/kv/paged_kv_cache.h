@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/kv_layer_view.h"
 #include "kv/page_pool.h"
 
 namespace skim {
@@ -22,19 +23,6 @@ struct KVCacheShape {
   int head_dim = 0;
   int page_size = kDefaultPageSize;
   int num_pages = 0;
-};
-
-// Read-only view of one layer of the cache, what attention kernels take.
-struct KVLayerView {
-  const float* k = nullptr;  // [num_pages][num_kv_heads][page_size][head_dim]
-  const float* v = nullptr;
-  const float* kmin = nullptr;  // [num_pages][num_kv_heads][head_dim]
-  const float* kmax = nullptr;
-  int num_kv_heads = 0, head_dim = 0, page_size = 0;
-
-  size_t offset(int32_t page, int kv_head) const {
-    return (size_t(page) * num_kv_heads + kv_head) * page_size * head_dim;
-  }
 };
 
 class PagedKVCache {

@@ -40,6 +40,7 @@ struct ParityCase {
   bool deterministic = true;  // PagedDecodeArgs::deterministic
   bool head_major = false;    // pool [kv_head][page][token][dim] (PagedDecodeArgs strides)
   bool per_head_lists = false;  // each (sequence, KV head) a random subset of its pages
+  bool head_masks = false;      // with per_head_lists: a random page mask per query head
 
   std::string name() const {
     char buf[64];
@@ -55,6 +56,7 @@ struct ParityCase {
     if (!deterministic) s += "_dyn";
     if (head_major) s += "_headmajor";
     if (per_head_lists) s += "_perhead";
+    if (head_masks) s += "_masks";
     return s;
   }
 };
@@ -129,6 +131,12 @@ inline std::vector<ParityCase> default_parity_cases(bool quick = false) {
   cases.push_back({128, 4, 8, {8192, 100, 0, 3001}, 2.0f, true, false, true});
   cases.push_back({128, 12, 2, {33000, 17}, 1.0f, false, false, true});
   cases.push_back({64, 4, 3, {5000, 1, 16}, 4.0f, true, false, true});
+  // Such lists with a page mask per query head (Quest's union per KV head): heads that attend
+  // no page at all (exactly (0, -inf)), sub-groups (12 = 8 + 4), both page modes, both dims.
+  cases.push_back({128, 4, 8, {8192, 100, 0, 3001}, 2.0f, true, false, true, true});
+  cases.push_back({128, 12, 2, {33000, 17}, 1.0f, false, false, true, true});
+  cases.push_back({64, 4, 3, {5000, 1, 16}, 4.0f, true, false, true, true});
+  cases.push_back({64, 3, 3, {1, 2, 40}, 1.0f, true, false, true, true});
   return cases;
 }
 
@@ -189,6 +197,13 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
         head_lens[size_t(b) * hkv + h] = n == 0 ? 0 : (kept - 1) * ps + (pc.lens[b] - (n - 1) * ps);
       }
   }
+  // Per-head masks: each listed page attended by a random subset of the group (often none for
+  // a short list, so some heads see no key).
+  std::vector<uint32_t> masks;
+  if (pc.head_masks) {
+    masks.assign(head_table.size(), 0u);
+    for (uint32_t& m : masks) m = uint32_t(rng()) & uint32_t((uint64_t(1) << pc.group) - 1);
+  }
   const std::vector<int32_t>& table_used = pc.per_head_lists ? head_table : table;
   const std::vector<int>& lens_used = pc.per_head_lists ? head_lens : pc.lens;
 
@@ -219,6 +234,7 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
     h.v_pool = vp.data();
     h.page_table = table_used.data();
     h.seq_lens = lens_used.data();
+    h.head_masks = pc.head_masks ? masks.data() : nullptr;
     h.o = o_ref.data();
     h.lse = lse_ref.data();
     cpu::paged_decode_attention(h);
@@ -227,6 +243,7 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   // GPU.
   uint16_t *dq = nullptr, *dk = nullptr, *dv = nullptr;
   int32_t *dt = nullptr, *dl = nullptr;
+  uint32_t* dm = nullptr;
   float *dout = nullptr, *dlse = nullptr;
   void* dws = nullptr;
   struct Free {
@@ -252,6 +269,11 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   SKIM_PARITY_CHECK(cudaMemcpy(dv, vp.data(), vp.size() * 2, cudaMemcpyHostToDevice));
   SKIM_PARITY_CHECK(cudaMemcpy(dt, table_used.data(), table_used.size() * 4, cudaMemcpyHostToDevice));
   SKIM_PARITY_CHECK(cudaMemcpy(dl, lens_used.data(), lens_used.size() * 4, cudaMemcpyHostToDevice));
+  if (pc.head_masks) {
+    SKIM_PARITY_CHECK(alloc(&dm, masks.size() * 4));
+    SKIM_PARITY_CHECK(cudaMemcpy(dm, masks.data(), masks.size() * 4, cudaMemcpyHostToDevice));
+    a.head_masks = dm;
+  }
   a.q = dq;
   a.k_pool = dk;
   a.v_pool = dv;
@@ -302,7 +324,7 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
     for (int h = 0; h < heads; ++h) {
       const size_t bh = size_t(b) * heads + h;
       const float lg = lse_gpu[0][bh];
-      if (pc.lens[b] == 0) {
+      if (std::isinf(lse_ref[bh]) && lse_ref[bh] < 0) {  // no key: an empty sequence, or a masked head
         if (!(std::isinf(lg) && lg < 0)) r.empty_ok = false;
         for (int e = 0; e < d; ++e)
           if (o_gpu[0][bh * d + e] != 0.0f) r.empty_ok = false;

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "kv/paged_kv_cache.h"
+#include "kv/kv_layer_view.h"
 
 namespace skim {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/attend.h"
-#include "kv/paged_kv_cache.h"
+#include "kv/kv_layer_view.h"
 
 namespace skim {
 

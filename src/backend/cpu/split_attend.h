@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "backend/cpu/attend.h"
-#include "kv/paged_kv_cache.h"
+#include "kv/kv_layer_view.h"
+#include "kv/page_pool.h"
 
 namespace skim {
 

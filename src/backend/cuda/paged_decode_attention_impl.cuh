@@ -115,6 +115,7 @@ struct SplitParams {
   const uint16_t* v;
   const int32_t* page_table;  // row (b * tables_per_seq + (tables_per_seq > 1 ? kvh : 0))
   const int32_t* seq_lens;    // same index
+  const uint32_t* head_masks;  // rows as page_table's (PagedDecodeArgs::head_masks); masked kernel only
   int tables_per_seq;         // 1, or num_kv_heads (PagedDecodeArgs::tables_per_kv_head)
   // Where CTA (b, query head hq, chunk c) writes: o at out_o + (b*H + hq)*o_head_stride
   // + c*D (+ d), lse likewise. Final outputs (stride D, 1) or the partials in the workspace.
@@ -181,14 +182,17 @@ __device__ __forceinline__ void load_q_fragments(const SplitParams& p, int b, in
 // later ones from an atomic counter, so warps that the memory system happens to serve faster
 // take more pages and all finish closer together. A warp keeps one batch ahead whose ids are
 // loading and (dynamic) one counter grab in flight, so neither latency stalls it.
+template <bool MASKED>
 struct WarpPages {
   static constexpr int K = kBatchPages;
   const int32_t* table;
+  const uint32_t* masks;  // MASKED: the list's per-head page masks, loaded beside the ids
   int* ctr;  // dynamic mode: {pages handed out, warps done} of the unit
   int max_pages, total_warps, gw, lane;
   bool dynamic;
   int n_pages = 0;  // set once the sequence length is known (start() does not wait for it)
   int cur_base = 0, nxt_base = 0, cur_ids = 0, nxt_ids = 0;
+  uint32_t cur_masks = ~0u, nxt_masks = ~0u;
   int pending = 0;  // lane 0: result of the counter grab in flight
   bool has_pending = false, exhausted = false;
   int static_j = 2, pos = 0;
@@ -198,12 +202,20 @@ struct WarpPages {
     const int pg = base + lane;
     return lane < K && pg < max_pages ? __ldg(table + pg) : 0;
   }
+  // Lane l < K: the mask of page base + l (every head when not MASKED).
+  __device__ __forceinline__ uint32_t load_masks(int base) const {
+    if constexpr (!MASKED) return ~0u;
+    const int pg = base + lane;
+    return lane < K && pg < max_pages ? __ldg(masks + pg) : 0u;
+  }
   // Starts the first two batches' id loads and the first grab, before the length is known.
   __device__ __forceinline__ void start() {
     cur_base = gw * K;
     nxt_base = (total_warps + gw) * K;
     cur_ids = load_ids(cur_base);
     nxt_ids = load_ids(nxt_base);
+    cur_masks = load_masks(cur_base);
+    nxt_masks = load_masks(nxt_base);
     if (dynamic) {
       if (lane == 0) pending = atomicAdd(ctr, K);
       has_pending = true;
@@ -234,16 +246,19 @@ struct WarpPages {
     }
     return base;
   }
-  // This warp's next page (its id and index in the sequence); false once it has no more.
-  __device__ __forceinline__ bool next(int& id, int& page) {
+  // This warp's next page (its id, index in the sequence and head mask); false once it has
+  // no more.
+  __device__ __forceinline__ bool next(int& id, int& page, uint32_t& mask) {
     if (exhausted) return false;
     if (pos == K) {
       cur_base = nxt_base;
       cur_ids = nxt_ids;
+      cur_masks = nxt_masks;
       pos = 0;
       if (cur_base < n_pages) {
         nxt_base = next_batch();
         nxt_ids = load_ids(nxt_base);
+        nxt_masks = load_masks(nxt_base);
       }
     }
     page = cur_base + pos;
@@ -256,6 +271,7 @@ struct WarpPages {
       return false;
     }
     id = __shfl_sync(0xffffffffu, cur_ids, pos);
+    mask = MASKED ? __shfl_sync(0xffffffffu, cur_masks, pos) : ~0u;
     ++pos;
     return true;
   }
@@ -303,9 +319,14 @@ __device__ __forceinline__ void compute_qk(const uint32_t (&qf)[D / 16][2], uint
 // Online softmax over one page's scores: masks tokens past the sequence end (`valid` < 16 on
 // its last page; token 0 is always valid), folds the page's max into the running max,
 // rescales the running denominator and output, and returns the page's weights in pr.
-template <int D>
-__device__ __forceinline__ void update_softmax_state(float (&sc)[4], int valid, int quad, float& m_run, float& l_run,
-                                                     float (&acc)[D / 8][2], float (&pr)[4]) {
+// MASKED: a page this lane's head does not attend (`attends` false) scores -inf throughout,
+// and until the head's first attended page its state stays empty (m_run -inf, weights 0).
+template <int D, bool MASKED = false>
+__device__ __forceinline__ void update_softmax_state(float (&sc)[4], int valid, bool attends, int quad, float& m_run,
+                                                     float& l_run, float (&acc)[D / 8][2], float (&pr)[4]) {
+  if constexpr (MASKED) {
+    if (!attends) sc[0] = sc[1] = sc[2] = sc[3] = -INFINITY;
+  }
   if (valid < kPageSize) {
     const int t0 = 2 * quad;
     if (t0 >= valid) sc[0] = -INFINITY;
@@ -316,7 +337,13 @@ __device__ __forceinline__ void update_softmax_state(float (&sc)[4], int valid, 
   float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  const float m_new = fmaxf(m_run, mx);  // finite: token 0 of the page is valid
+  const float m_new = fmaxf(m_run, mx);  // finite unless MASKED: token 0 of the page is valid
+  if constexpr (MASKED) {
+    if (m_new == -INFINITY) {  // nothing attended yet: the state stays empty
+      pr[0] = pr[1] = pr[2] = pr[3] = 0.0f;
+      return;
+    }
+  }
   const float alpha = exp2f(m_run - m_new);
 #pragma unroll
   for (int j = 0; j < 4; ++j) pr[j] = exp2f(sc[j] - m_new);
@@ -397,11 +424,14 @@ __device__ __forceinline__ void merge_warp_states(const unsigned char* smem, con
 // (see the work split at the top). Each warp streams pages through its ring of STAGES
 // stages: copy ahead, then per page S = QK^T, online softmax, O += PV; then the CTA merges
 // its warps.
-template <int D, int WARPS, int STAGES>
+// MASKED: per-head page masks (PagedDecodeArgs::head_masks), a separate instantiation so the
+// unmasked kernel's code is unchanged.
+template <int D, int WARPS, int STAGES, bool MASKED = false>
 __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) {
   using C = SplitConfig<D, WARPS, STAGES>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int stage_valid[WARPS][STAGES];  // tokens of the page in each stage
+  __shared__ uint32_t stage_mask[WARPS][MASKED ? STAGES : 1];  // MASKED: the page's head mask
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = lane >> 2, quad = lane & 3;  // MMA fragment coordinates
@@ -421,7 +451,8 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
   const int len_raw = p.seq_lens[list];
   uint32_t qf[D / 16][2];
   load_q_fragments<D>(p, b, hq0, rows, row, quad, qf);
-  WarpPages pages{.table = p.page_table + list * p.max_pages_per_seq,
+  WarpPages<MASKED> pages{.table = p.page_table + list * p.max_pages_per_seq,
+                          .masks = MASKED ? p.head_masks + list * p.max_pages_per_seq : nullptr,
                   .ctr = p.dynamic ? p.counters + (size_t(b) * gridDim.y + blockIdx.y) * 2 : nullptr,
                   .max_pages = p.max_pages_per_seq,
                   .total_warps = int(gridDim.x) * WARPS,
@@ -443,10 +474,14 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
   int n_issued = 0;
   auto issue = [&](int i) {
     int id, page;
-    if (pages.next(id, page)) {
+    uint32_t mask;
+    if (pages.next(id, page, mask)) {
       ++n_issued;
       const int valid = len - page * kPageSize;  // >= 1
-      if (lane == 0) stage_valid[warp][i % STAGES] = valid;
+      if (lane == 0) {
+        stage_valid[warp][i % STAGES] = valid;
+        if constexpr (MASKED) stage_mask[warp][i % STAGES] = mask;
+      }
       copy_page_async<C>(kbase, vbase, size_t(id) * p.page_stride, valid, wbuf_s + (i % STAGES) * C::kStageBytes,
                          lane);
     }
@@ -467,7 +502,8 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
     const uint32_t ks = wbuf_s + (i % STAGES) * C::kStageBytes;
     float sc[4], pr[4];
     compute_qk<C, D>(qf, ks, lane, p.scale_log2, sc);
-    update_softmax_state<D>(sc, stage_valid[warp][i % STAGES], quad, m_run, l_run, acc, pr);
+    const bool attends = !MASKED || (stage_mask[warp][MASKED ? i % STAGES : 0] >> (g0 + row) & 1u);
+    update_softmax_state<D, MASKED>(sc, stage_valid[warp][i % STAGES], attends, quad, m_run, l_run, acc, pr);
     compute_pv<C, D>(pr, ks + C::kPageBytes, lane, acc);
     __syncwarp();  // every lane is done with this stage before it is refilled
     issue(i + STAGES);
@@ -672,12 +708,15 @@ struct Variant {
       out = cache[dev];
       return cudaSuccess;
     }
-    e = cudaFuncSetAttribute(split_kernel<D, WARPS, STAGES>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-    if (e != cudaSuccess) return e;
+    for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, false>),
+                          reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, true>)}) {
+      e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+      if (e != cudaSuccess) return e;
+    }
     // The merge kernel asks for the same L1/shared split, so that its blocks (launched early
     // through PDL) can sit beside split CTAs without the SM reconfiguring between kernels.
-    for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES>),
+    for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, false>),
+                          reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, true>),
                           reinterpret_cast<const void*>(merge_kernel<D>)}) {
       e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
                                cudaSharedmemCarveoutMaxShared);
@@ -750,6 +789,7 @@ struct Variant {
     sp.v = a.v_pool;
     sp.page_table = a.page_table;
     sp.seq_lens = a.seq_lens;
+    sp.head_masks = a.head_masks;
     sp.tables_per_seq = a.tables_per_kv_head ? a.num_kv_heads : 1;
     sp.out_o = plan.direct ? a.o : part_o;
     sp.out_lse = plan.direct ? a.lse : part_lse;
@@ -767,7 +807,10 @@ struct Variant {
     sp.scale_log2 = a.scale * 1.4426950408889634f;
 
     const dim3 grid(plan.num_chunks, a.num_kv_heads * plan.sub_groups, a.batch);
-    split_kernel<D, WARPS, STAGES><<<grid, C::kThreads, C::kSmemBytes, stream>>>(sp);
+    if (a.head_masks)
+      split_kernel<D, WARPS, STAGES, true><<<grid, C::kThreads, C::kSmemBytes, stream>>>(sp);
+    else
+      split_kernel<D, WARPS, STAGES, false><<<grid, C::kThreads, C::kSmemBytes, stream>>>(sp);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     if (plan.direct) return cudaSuccess;
 
@@ -836,7 +879,7 @@ inline bool supported(const PagedDecodeArgs& a) {
          a.num_heads % a.num_kv_heads == 0 && (a.head_dim == 64 || a.head_dim == 128) &&
          a.page_size == kPageSize && a.max_pages_per_seq > 0 && a.max_seq_len >= 0 &&
          a.max_seq_len <= a.max_pages_per_seq * kPageSize &&
-         a.head_masks == nullptr;  // per-head page masks: the CPU kernels only, so far
+         (a.head_masks == nullptr || (a.tables_per_kv_head && a.group_size() <= 32));
 }
 
 }  // namespace skim::cuda::detail

@@ -48,6 +48,14 @@ GroupBlockParams group_block_params(const PolicyPart& p, int& dense_layers) {
   return g;
 }
 
+QuestParams quest_params(const PolicyPart& p, int& dense_layers) {
+  QuestParams q;
+  q.budget = p.number("budget", q.budget);
+  q.min_tokens = p.integer("min", q.min_tokens);
+  dense_layers = p.integer("dense_layers", kQuestDenseLayers);
+  return q;
+}
+
 namespace {
 
 std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) {
@@ -59,13 +67,7 @@ std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) 
     return std::make_unique<StreamingSelector>(s);
   }
   if (p.name == "cs") return make_cs_selector(p, dense_layers);
-  if (p.name == "quest") {
-    QuestParams q;
-    q.budget = p.number("budget", q.budget);
-    q.min_tokens = p.integer("min", q.min_tokens);
-    dense_layers = p.integer("dense_layers", kQuestDenseLayers);
-    return std::make_unique<QuestSelector>(q);
-  }
+  if (p.name == "quest") return std::make_unique<QuestSelector>(quest_params(p, dense_layers));
   if (p.name == "oracle") {  // evaluation: the exact top keys per head
     QuestParams q;
     q.budget = p.number("budget", kOracleBudget);

@@ -7,6 +7,7 @@
 
 #include "attention/group_page_select_args.h"
 #include "backend/cpu/group_page_select.h"
+#include "backend/cpu/quest_page_select.h"
 #include "backend/cpu/page_digest.h"
 #include "attention/policy_registry.h"
 
@@ -37,60 +38,49 @@ void StreamingSelector::select(const SelectInput& in, Selection& out) {
 }
 
 int budget_tokens(double budget, int min_tokens, int context) {
-  double tokens = budget <= 1.0 ? std::max<double>(min_tokens, std::ceil(budget * context)) : budget;
-  return int(std::min<double>(tokens, context));
+  return quest_budget_tokens(budget, min_tokens, context);
 }
 
-std::vector<int> QuestSelector::head_pages(const AttentionBatch& b, int row, int kv_head, int g, int context,
-                                           std::vector<float>& scores) const {
-  const KVLayerView& kv = b.kv;
-  const int ps = kv.page_size, d = b.head_dim, group = b.num_heads / b.num_kv_heads;
-  const int num_pages = (context + ps - 1) / ps;
-  const int n = std::max(1, (budget_tokens(p_.budget, p_.min_tokens, context) + ps - 1) / ps);
-  const int32_t* pages = b.tables[row]->pages.data();
-  const float* q = b.q + (size_t(row) * b.num_heads + size_t(kv_head) * group + g) * d;
-  scores.resize(size_t(num_pages));
-  for (int p = 0; p < num_pages; ++p)
-    scores[size_t(p)] = page_bound(q, page_kmin(kv, pages[p], kv_head), page_kmax(kv, pages[p], kv_head), d);
-  return top_pages(scores, n, num_pages - 1);
+namespace {
+
+// Quest's selection for `rows` rows of the batch from `first_row`, whose page tables are the
+// rows of `tables` (stride max_pages) and whose contexts are `lens`.
+QuestPageSelectArgsF32 quest_select_args(const AttentionBatch& b, const QuestParams& p, int first_row, int rows,
+                                         const int32_t* tables, int max_pages, const int32_t* lens) {
+  return {.batch = rows, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads, .head_dim = b.head_dim,
+          .page_size = b.kv.page_size, .max_pages_per_seq = max_pages, .budget = p.budget,
+          .min_tokens = p.min_tokens, .q = b.q + size_t(first_row) * b.num_heads * b.head_dim,
+          .kmin = b.kv.kmin, .kmax = b.kv.kmax, .page_table = tables, .seq_lens = lens};
 }
+
+}  // namespace
 
 void QuestSelector::select(const SelectInput& in, Selection& out) {
   const AttentionBatch& b = in.batch;
   const int ps = b.kv.page_size, group = b.num_heads / b.num_kv_heads;
-  std::vector<float> scores;
+  const std::vector<int32_t>& pages = b.tables[in.row]->pages;
+  const QuestPageSelectArgsF32 a =
+      quest_select_args(b, p_, in.row, 1, pages.data(), int(pages.size()), &in.context);
   out.heads.assign(size_t(group), {});
   for (int g = 0; g < group; ++g)
-    out.heads[size_t(g)] = page_ranges(head_pages(b, in.row, in.kv_head, g, in.context, scores), ps, in.context);
+    out.heads[size_t(g)] = page_ranges(cpu::quest_head_pages(a, 0, in.kv_head * group + g), ps, in.context);
   out.metadata_bytes = uint64_t((in.context + ps - 1) / ps) * 2 * b.head_dim * sizeof(float);
 }
 
 bool QuestSelector::plan(const AttentionBatch& b, PagePlan& plan) {
-  const int ps = b.kv.page_size, group = b.num_heads / b.num_kv_heads;
-  if (group > 32) return false;  // a mask holds 32 heads: select() per head instead
-  plan.reset(true, b.num_rows * b.num_kv_heads, max_pages_of(b));
+  if (b.num_heads / b.num_kv_heads > 32) return false;  // a mask holds 32 heads: select() per head
+  PagePlan rows;  // the rows' own tables in the plan's layout, then the selection over them
+  DenseSelector().plan(b, rows);
+  plan.reset(true, b.num_rows * b.num_kv_heads, rows.max_pages);
   plan.head_masks.assign(plan.table.size(), 0u);
-  std::vector<float> scores;
-  std::vector<uint32_t> mask;  // per page of the row: the heads that keep it
-  for (int r = 0; r < b.num_rows; ++r) {
-    const int ctx = b.positions[r] + 1, num_pages = (ctx + ps - 1) / ps;
-    const int32_t* pages = b.tables[r]->pages.data();
-    for (int h = 0; h < b.num_kv_heads; ++h) {
-      mask.assign(size_t(num_pages), 0u);
-      for (int g = 0; g < group; ++g)
-        for (int p : head_pages(b, r, h, g, ctx, scores)) mask[size_t(p)] |= 1u << g;
-      const size_t list = size_t(r) * b.num_kv_heads + h;
-      int listed = 0;  // the union in position order; the newest page (every head's) is last
-      for (int p = 0; p < num_pages; ++p) {
-        if (!mask[size_t(p)]) continue;
-        plan.table[list * plan.max_pages + listed] = pages[p];
-        plan.head_masks[list * plan.max_pages + listed] = mask[size_t(p)];
-        ++listed;
-      }
-      plan.lens[list] = (listed - 1) * ps + ctx - (num_pages - 1) * ps;
-      plan.metadata_bytes += uint64_t(num_pages) * 2 * b.head_dim * sizeof(float);
-    }
-  }
+  QuestPageSelectArgsF32 a = quest_select_args(b, p_, 0, b.num_rows, rows.table.data(), rows.max_pages, rows.lens.data());
+  a.out_table = plan.table.data();
+  a.out_masks = plan.head_masks.data();
+  a.out_lens = plan.lens.data();
+  cpu::quest_page_select(a);
+  for (int32_t ctx : rows.lens)
+    plan.metadata_bytes += uint64_t((ctx + b.kv.page_size - 1) / b.kv.page_size) * 2 * b.head_dim * sizeof(float) *
+                           b.num_kv_heads;
   return true;
 }
 
@@ -219,7 +209,8 @@ PolicyInfo quest_policy_info() {
   return {.name = "quest",
           .summary = "top pages per query head by the page-digest bound (Quest; RetroAttention's selector)",
           .keys = budget_keys(q.budget, q.min_tokens, kQuestDenseLayers, " (Quest's practice)"),
-          .composes_with = {"rectify", "retro", "mac", "art"}, .order = "descending page bound, per query head"};
+          .composes_with = {"rectify", "retro", "mac", "art"}, .order = "descending page bound, per query head",
+          .backends = {"cpu", "cuda"}};
 }
 
 // Evaluation only; no retro (it needs pages).

@@ -45,6 +45,10 @@ struct QuestParams {
   int min_tokens = 3072;  // floor of a relative budget
 };
 
+// quest's keys of a policy string, checked; also sets `dense_layers` (default 2). The CPU
+// policy and the GPU planner (backend/cuda/decode_planner.cpp) read them through this parser.
+QuestParams quest_params(const PolicyPart& p, int& dense_layers);
+
 // Tokens a relative or absolute budget allows at a given context.
 int budget_tokens(double budget, int min_tokens, int context);
 
@@ -53,14 +57,11 @@ class QuestSelector : public Selector {
   explicit QuestSelector(QuestParams p) : p_(p) {}
   std::string name() const override { return "quest"; }
   void select(const SelectInput& in, Selection& out) override;
-  // Per (row, KV head) the union of its heads' pages with a per-head mask.
+  // Per (row, KV head) the union of its heads' pages with a per-head mask
+  // (cpu::quest_page_select).
   bool plan(const AttentionBatch& batch, PagePlan& plan) override;
 
  private:
-  // The pages (indices into the row's table) query head g of KV head h keeps, in descending
-  // bound order, the newest always among them.
-  std::vector<int> head_pages(const AttentionBatch& b, int row, int kv_head, int g, int context,
-                              std::vector<float>& scores) const;
   QuestParams p_;
 };
 
@@ -87,7 +88,8 @@ struct GroupBlockParams {
 };
 
 // gbsa's (and resa's) keys of a policy string, checked; also sets `dense_layers` (default 0).
-// The CPU policy and the GPU path (engine.cpp) read them through this one parser.
+// The CPU policy and the GPU planner (backend/cuda/decode_planner.cpp) read them through this
+// one parser.
 GroupBlockParams group_block_params(const PolicyPart& p, int& dense_layers);
 
 class GroupBlockSelector : public Selector {

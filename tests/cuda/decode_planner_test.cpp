@@ -33,7 +33,7 @@ TEST(DecodePlanner, BytesAreThoseOfThePlan) {
   EXPECT_EQ(gbsa->bytes_read(0, 1000), 1000 * per_token);  // a dense layer
   const int pages = (1000 + 15) / 16, kept = group_pages_kept(pages, 0.25, 4);
   EXPECT_EQ(gbsa->bytes_read(1, 1000), std::min(1000, kept * 16) * per_token + pages * s.num_kv_heads * s.head_dim * 2 * 2.0);
-  EXPECT_THROW(cuda::make_decode_planner("quest", s), Error);  // no GPU selection kernel
+  EXPECT_THROW(cuda::make_decode_planner("streaming", s), Error);  // no GPU selection kernel
 }
 
 }  // namespace

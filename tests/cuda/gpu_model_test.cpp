@@ -174,18 +174,20 @@ TEST(GpuEngine, ForkAndTruncateKeepTheSequence) {
   EXPECT_THROW(engine.truncate_sequence(c, 2 * chunk + 1), Error) << "a cut inside a page";
 }
 
-// `gbsa` on the GPU (group_page_select + decode attention over the kept pages) against the CPU
-// policy on the 4K demo prompt, teacher-forced: the logits of every step within the bf16
-// tolerance of the dense comparison (the selections may differ only at near-ties of the page
-// bound), and visibly apart from dense attention's, so that the selection really acts.
-TEST(GpuEngine, GroupSparseDecodeMatchesTheCpuPolicy) {
+// A sparse policy on the GPU (its planner's selection kernel + decode attention over the
+// plan) against the same policy on the CPU on the 4K demo prompt, teacher-forced: the logits
+// of every step within the bf16 tolerance of the dense comparison (the selections may differ
+// only at near-ties of the page bound), and visibly apart from dense attention's, so that
+// the selection really acts. gbsa: group_page_select; quest: quest_page_select and the
+// decode kernel's per-head page masks.
+class GpuSparsePolicy : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuSparsePolicy, DecodeMatchesTheCpuPolicy) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
   std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
   std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
-  // The paper's sparsity with few blocks forced (the SmolLM2 defaults keep 3K tokens of any
-  // context, most of this prompt).
-  const std::string policy = "gbsa:keep=0.1,n_min=16";
+  const std::string policy = GetParam();
   EngineOptions cpu_opt = gpu_options(int(prompt.size()) + 64);
   cpu_opt.device = "cpu";
   cpu_opt.policy = policy;
@@ -209,12 +211,22 @@ TEST(GpuEngine, GroupSparseDecodeMatchesTheCpuPolicy) {
       from_dense = std::max(from_dense, std::fabs(g[v] - d[v]));
     }
   }
-  std::printf("[ gbsa     ] demo-long, 16 steps: max |GPU - CPU| = %.3f, max |gbsa - dense| on the GPU = %.3f\n",
-              worst, from_dense);
+  std::printf("[ sparse   ] %s, demo-long, 16 steps: max |GPU - CPU| = %.3f, max |policy - dense| on the GPU = %.3f\n",
+              policy.c_str(), worst, from_dense);
   EXPECT_LT(worst, kLogitTol);
   EXPECT_GT(from_dense, 0.01f) << "the selection changed nothing: is it running?";
   EXPECT_LT(gpu.decode_kv_bytes_read(), 0.5 * gpu_dense.decode_kv_bytes_read());
 }
+
+// The paper's sparsities with few pages forced (the SmolLM2 defaults keep 3K tokens of any
+// context, most of this prompt); quest in every layer too.
+INSTANTIATE_TEST_SUITE_P(Policies, GpuSparsePolicy,
+                         ::testing::Values("gbsa:keep=0.1,n_min=16", "quest:budget=0.1,min=0",
+                                           "quest:budget=0.1,min=0,dense_layers=0"),
+                         [](const auto& info) {
+                           const std::string& p = info.param;
+                           return p.substr(0, p.find(':')) + (p.find("dense_layers=0") != std::string::npos ? "_all_layers" : "");
+                         });
 
 // ReSA on the GPU: group-sparse decode steps, and every f steps the engine re-runs the last f
 // tokens as a dense prefill on the GPU (rewriting their K/V and digests). Teacher-forced on the
@@ -263,7 +275,7 @@ TEST(GpuEngine, ResaRectifiesOnTheGpuAsOnTheCpu) {
 TEST(GpuEngine, RefusesPoliciesThatRunOnTheCpuOnly) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   EngineOptions o = gpu_options(256);
-  o.policy = "quest";
+  o.policy = "quest+mac";
   try {
     Engine e(o);
     FAIL() << "expected an error";

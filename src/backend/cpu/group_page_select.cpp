@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
-#include <type_traits>
 
+#include "backend/cpu/as_f32.h"
 #include "backend/cpu/page_digest.h"
 #include "core/dtype.h"
 
@@ -17,18 +17,6 @@ void check_args(const GroupPageSelectArgsOf<Elem>& a) {
   if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 || a.page_size <= 0 ||
       a.num_heads % a.num_kv_heads != 0 || a.n_min < 1 || a.n_local < 0 || !(a.keep > 0 && a.keep <= 1))
     throw std::invalid_argument("group_page_select: bad shapes or parameters");
-}
-
-// n elements as fp32: the elements themselves when they are fp32, else widened into `buf`.
-template <class Elem>
-const float* as_f32(const Elem* p, int n, std::vector<float>& buf) {
-  if constexpr (std::is_same_v<Elem, float>) {
-    return p;
-  } else {
-    buf.resize(size_t(n));
-    for (int i = 0; i < n; ++i) buf[size_t(i)] = bf16_to_f32(p[i]);
-    return buf.data();
-  }
 }
 
 // Pages of sequence b (checked against the table's capacity).

@@ -33,6 +33,7 @@ struct DevicePlan {
   const int32_t* table = nullptr;
   const int32_t* lens = nullptr;
   int max_seq_len = 0;  // host bound of the lists' tokens
+  const uint32_t* head_masks = nullptr;  // per-head page masks (quest); null: every head
 };
 
 struct PlannerShape {
@@ -46,7 +47,8 @@ class DecodePlanner {
  public:
   virtual ~DecodePlanner() = default;
   virtual DevicePlan plan(const PlanInput& in, cudaStream_t stream) = 0;
-  // K/V and digest bytes a decode row of `length` tokens reads in `layer` (bf16 cache).
+  // K/V and digest bytes a decode row of `length` tokens reads in `layer` (bf16 cache). For a
+  // selection per head (quest) the union is data: this counts the per-head budget, its floor.
   virtual double bytes_read(int layer, int length) const = 0;
 };
 

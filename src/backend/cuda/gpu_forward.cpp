@@ -228,7 +228,8 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
                           .head_dim = c.head_dim, .max_pages_per_seq = opt_.max_pages_per_seq,
                           .max_seq_len = plan.max_seq_len, .scale = 1.0f / std::sqrt(float(c.head_dim)),
                           .tables_per_kv_head = plan.per_kv_head, .q = q_.data(), .k_pool = cache_.k(l),
-                          .v_pool = cache_.v(l), .page_table = plan.table, .seq_lens = plan.lens, .o = o_.data(),
+                          .v_pool = cache_.v(l), .page_table = plan.table, .seq_lens = plan.lens,
+                          .head_masks = plan.head_masks, .o = o_.data(),
                           .lse = lse_.data(), .workspace = attn_workspace_.data(),
                           .workspace_bytes = attn_workspace_.bytes()};
   check(paged_decode_attention(a, s), "paged_decode_attention");

@@ -783,28 +783,16 @@ struct Variant {
       part_lse = reinterpret_cast<float*>(ws + wl.lse_offset);
     }
 
-    SplitParams sp;
-    sp.q = a.q;
-    sp.k = a.k_pool;
-    sp.v = a.v_pool;
-    sp.page_table = a.page_table;
-    sp.seq_lens = a.seq_lens;
-    sp.head_masks = a.head_masks;
-    sp.tables_per_seq = a.tables_per_kv_head ? a.num_kv_heads : 1;
-    sp.out_o = plan.direct ? a.o : part_o;
-    sp.out_lse = plan.direct ? a.lse : part_lse;
-    sp.counters = counters;
-    sp.dynamic = !plan.direct && !a.deterministic;
-    sp.o_head_stride = plan.direct ? D : plan.num_chunks * D;
-    sp.lse_head_stride = plan.direct ? 1 : plan.num_chunks;
-    sp.num_heads = a.num_heads;
-    sp.num_kv_heads = a.num_kv_heads;
-    sp.group = a.group_size();
-    sp.sub_groups = plan.sub_groups;
-    sp.max_pages_per_seq = a.max_pages_per_seq;
-    sp.page_stride = a.page_stride_elems();
-    sp.head_stride = a.head_stride_elems();
-    sp.scale_log2 = a.scale * 1.4426950408889634f;
+    const SplitParams sp{.q = a.q, .k = a.k_pool, .v = a.v_pool, .page_table = a.page_table,
+                         .seq_lens = a.seq_lens, .head_masks = a.head_masks,
+                         .tables_per_seq = a.tables_per_kv_head ? a.num_kv_heads : 1,
+                         .out_o = plan.direct ? a.o : part_o, .out_lse = plan.direct ? a.lse : part_lse,
+                         .o_head_stride = plan.direct ? D : plan.num_chunks * D,
+                         .lse_head_stride = plan.direct ? 1 : plan.num_chunks, .counters = counters,
+                         .dynamic = !plan.direct && !a.deterministic, .num_heads = a.num_heads,
+                         .num_kv_heads = a.num_kv_heads, .group = a.group_size(), .sub_groups = plan.sub_groups,
+                         .max_pages_per_seq = a.max_pages_per_seq, .page_stride = a.page_stride_elems(),
+                         .head_stride = a.head_stride_elems(), .scale_log2 = a.scale * 1.4426950408889634f};
 
     const dim3 grid(plan.num_chunks, a.num_kv_heads * plan.sub_groups, a.batch);
     if (a.head_masks)

@@ -1,0 +1,82 @@
+#include "backend/cpu/quest_page_select.h"
+
+#include <stdexcept>
+
+#include "backend/cpu/as_f32.h"
+#include "backend/cpu/page_digest.h"
+
+namespace skim::cpu {
+
+namespace {
+
+template <class Elem>
+void check_args(const QuestPageSelectArgsOf<Elem>& a) {
+  if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 || a.page_size <= 0 ||
+      a.num_heads % a.num_kv_heads != 0 || !(a.budget > 0) || a.min_tokens < 0)
+    throw std::invalid_argument("quest_page_select: bad shapes or parameters");
+}
+
+template <class Elem>
+int context_of(const QuestPageSelectArgsOf<Elem>& a, int b) {
+  const int len = a.seq_lens[b];
+  if (len < 0 || len > a.max_pages_per_seq * a.page_size)
+    throw std::invalid_argument("quest_page_select: seq_len out of range");
+  return len;
+}
+
+// Query head hq's kept pages (indices into the table), in descending bound order.
+template <class Elem>
+std::vector<int> head_pages(const QuestPageSelectArgsOf<Elem>& a, int b, int hq, std::vector<float>& scores) {
+  const int d = a.head_dim, h = hq / a.group_size(), ctx = context_of(a, b);
+  const int m = (ctx + a.page_size - 1) / a.page_size;
+  if (m == 0) return {};
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+  std::vector<float> q_buf, mn_buf, mx_buf;
+  const float* q = as_f32(a.q + (size_t(b) * a.num_heads + hq) * d, d, q_buf);
+  scores.resize(size_t(m));
+  for (int p = 0; p < m; ++p) {
+    const size_t off = (size_t(table[p]) * a.num_kv_heads + h) * d;
+    scores[size_t(p)] = page_bound(q, as_f32(a.kmin + off, d, mn_buf), as_f32(a.kmax + off, d, mx_buf), d);
+  }
+  return top_pages(scores, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size), m - 1);
+}
+
+template <class Elem>
+void select_all(const QuestPageSelectArgsOf<Elem>& a) {
+  check_args(a);
+  const int ps = a.page_size, group = a.group_size();
+  if (group > 32) throw std::invalid_argument("quest_page_select: a mask holds 32 query heads per KV head");
+  std::vector<float> scores;
+  std::vector<uint32_t> mask;  // per page of the sequence: the heads that keep it
+  for (int b = 0; b < a.batch; ++b) {
+    const int ctx = context_of(a, b), m = (ctx + ps - 1) / ps;
+    const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+    for (int h = 0; h < a.num_kv_heads; ++h) {
+      mask.assign(size_t(m), 0u);
+      for (int g = 0; g < group; ++g)
+        for (int p : head_pages(a, b, h * group + g, scores)) mask[size_t(p)] |= 1u << g;
+      const size_t list = size_t(b) * a.num_kv_heads + h;
+      int listed = 0;  // the union in position order; the newest page (every head's) last
+      for (int p = 0; p < m; ++p) {
+        if (!mask[size_t(p)]) continue;
+        a.out_table[list * a.max_pages_per_seq + listed] = table[p];
+        a.out_masks[list * a.max_pages_per_seq + listed] = mask[size_t(p)];
+        ++listed;
+      }
+      a.out_lens[list] = m == 0 ? 0 : (listed - 1) * ps + ctx - (m - 1) * ps;
+    }
+  }
+}
+
+}  // namespace
+
+void quest_page_select(const QuestPageSelectArgs& a) { select_all(a); }
+void quest_page_select(const QuestPageSelectArgsF32& a) { select_all(a); }
+
+std::vector<int> quest_head_pages(const QuestPageSelectArgsF32& a, int b, int hq) {
+  check_args(a);
+  std::vector<float> scores;
+  return head_pages(a, b, hq, scores);
+}
+
+}  // namespace skim::cpu

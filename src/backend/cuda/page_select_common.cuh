@@ -1,0 +1,209 @@
+// Device pieces shared by the page selection kernels (group_page_select.cu, quest_page_select.cu):
+// order-preserving keys of the page bounds, and one CTA's top-n of a sequence's page keys by a
+// 4-pass radix select (8 bits a pass, histograms in shared memory) with a walk over the kept
+// pages in position order (ties at the threshold go to the lower page index, as on the CPU).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace skim::cuda::page_select {
+
+constexpr int kThreads = 512;                  // a select CTA
+constexpr uint32_t kForcedKey = 0xFF800000u;  // key of +inf: above every finite bound
+constexpr uint32_t kNewestKey = 0xFFFFFFFFu;  // the newest page: above the forced ones
+
+// Monotone map of a (non-NaN) float to uint32: a > b exactly when key(a) > key(b).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+__device__ __forceinline__ int pages_of(int len, int page_size) { return (len + page_size - 1) / page_size; }
+
+// Pages one warp scores at a time (all their digest loads in flight together); a score CTA.
+constexpr int kWarpPages = 16;
+constexpr int kScoreWarps = 8;
+constexpr int kPagesPerScoreCta = kScoreWarps * kWarpPages;
+
+// Bounds of pages p0 .. p0 + kWarpPages - 1 (those < m) of one sequence (`table`) for the mean
+// of `count` consecutive query heads from `q` (bf16 rows of D), against KV head kvh's bf16
+// digests: lane j < kWarpPages returns page p0 + j's bound. Lane l holds dims [l*V, l*V+V) of
+// the query, summed over the heads in the order the CPU reference sums them (so bit-equal);
+// one head (count 1) is its own query exactly.
+template <int D>
+__device__ __forceinline__ float warp_page_bounds(const uint16_t* q, int count, const uint16_t* kmin,
+                                                  const uint16_t* kmax, int num_kv_heads, int kvh,
+                                                  const int32_t* table, int p0, int m, int lane) {
+  constexpr int V = D / 32;
+  const int my_id = lane < kWarpPages && p0 + lane < m ? __ldg(table + p0 + lane) : 0;
+  float qv[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) qv[i] = 0.0f;
+  for (int g = 0; g < count; ++g) {
+    const __nv_bfloat16* qh = reinterpret_cast<const __nv_bfloat16*>(q) + size_t(g) * D + lane * V;
+#pragma unroll
+    for (int i = 0; i < V; ++i) qv[i] += __bfloat162float(qh[i]) / float(count);
+  }
+  // Every load of the warp's pages first (raw bf16 in registers: V/2 words per page and side),
+  // then the arithmetic: the warp keeps 16 x 2 loads in flight.
+  using Raw = std::conditional_t<V == 4, uint2, unsigned>;
+  Raw lo[kWarpPages], hi[kWarpPages];
+#pragma unroll
+  for (int j = 0; j < kWarpPages; ++j) {
+    const int id = __shfl_sync(0xffffffffu, my_id, j);
+    const size_t off = (size_t(id) * num_kv_heads + kvh) * D + lane * V;
+    lo[j] = hi[j] = Raw{};
+    if (p0 + j < m) {
+      lo[j] = __ldg(reinterpret_cast<const Raw*>(kmin + off));
+      hi[j] = __ldg(reinterpret_cast<const Raw*>(kmax + off));
+    }
+  }
+  float s[kWarpPages];
+#pragma unroll
+  for (int j = 0; j < kWarpPages; ++j) {
+    const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&lo[j]);
+    const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&hi[j]);
+    s[j] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V / 2; ++i) {
+      const float2 mn = __bfloat1622float2(x[i]), mx = __bfloat1622float2(y[i]);
+      s[j] += fmaxf(qv[2 * i] * mn.x, qv[2 * i] * mx.x);
+      s[j] += fmaxf(qv[2 * i + 1] * mn.y, qv[2 * i + 1] * mx.y);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
+  }
+  float mine = s[0];
+#pragma unroll
+  for (int j = 1; j < kWarpPages; ++j)
+    if (lane == j) mine = s[j];
+  return mine;
+}
+
+// Launches a score kernel (per head_dim) over (page blocks, `units`, batch) on the args.
+template <class Args>
+cudaError_t launch_scores(void (*k64)(Args), void (*k128)(Args), const Args& a, int units, cudaStream_t stream) {
+  const dim3 grid((a.max_pages_per_seq + kPagesPerScoreCta - 1) / kPagesPerScoreCta, units, a.batch);
+  (a.head_dim == 128 ? k128 : k64)<<<grid, kScoreWarps * 32, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Keys of up to this many pages are staged in shared memory (longer sequences read L2),
+// at index p + p / 32 so that a thread's run of consecutive keys and a warp's stripe both
+// spread over the banks.
+constexpr int kSmemKeys = 10240;  // 160K tokens; static shared memory stays under 48 KB
+constexpr int kItems = 16;        // consecutive pages per thread in the walk
+__device__ __forceinline__ int skew(int p) { return p + (p >> 5); }
+
+// Warp 0 finds the bin (scanning from the top) where the count of keys reaches `need`:
+// returns it through *bin and the count of keys in higher bins through *above.
+__device__ inline void find_bin(const unsigned* hist, unsigned need, int* bin, unsigned* above) {
+  const int lane = threadIdx.x & 31;
+  unsigned c[8], sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sum += (c[j] = hist[255 - 8 * lane - j]);  // lane 0: bins 255..248
+  unsigned incl = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned x = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += x;
+  }
+  const unsigned excl = incl - sum;
+  const unsigned hit = __ballot_sync(0xffffffffu, incl >= need);
+  if (lane == __ffs(hit) - 1) {
+    unsigned cum = excl;
+    for (int j = 0; j < 8; ++j) {
+      if (cum + c[j] >= need) {
+        *bin = 255 - 8 * lane - j;
+        *above = cum;
+        break;
+      }
+      cum += c[j];
+    }
+  }
+}
+
+// Shared memory of one select CTA.
+struct SelectSmem {
+  using Scan = cub::BlockScan<int, kThreads>;
+  typename Scan::TempStorage scan;
+  unsigned hist[256];
+  int bin;
+  unsigned above;
+  uint32_t keys[kSmemKeys + kSmemKeys / 32];
+};
+
+// The CTA's top n of the m keys in `keys` (global; staged in shared memory when they fit):
+// calls kept(p, rank) for each kept page p in position order, rank its index among the kept,
+// and skipped(p) for the others. Every thread of the CTA calls it.
+template <class Kept, class Skipped>
+__device__ void select_top_pages(SelectSmem& sm, const uint32_t* keys, int m, int n, Kept kept, Skipped skipped) {
+  using Scan = SelectSmem::Scan;
+  const int t = threadIdx.x;
+  const bool staged = m <= kSmemKeys;
+  if (staged)
+    for (int p = t; p < m; p += kThreads) sm.keys[skew(p)] = keys[p];
+  auto key = [&](int p) { return staged ? sm.keys[skew(p)] : keys[p]; };
+
+  uint32_t prefix = 0, mask = 0;
+  unsigned need = unsigned(n);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = t; i < 256; i += kThreads) sm.hist[i] = 0;
+    __syncthreads();
+    // Plain shared-memory atomics: warp-aggregated counting (__match_any_sync, or a loop over
+    // the warp's distinct bins) was measured slower on the H100, 29 and 80 us against 17.
+    for (int p = t; p < m; p += kThreads) {
+      const uint32_t k = key(p);
+      if ((k & mask) == prefix) atomicAdd(&sm.hist[(k >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (t < 32) find_bin(sm.hist, need, &sm.bin, &sm.above);
+    __syncthreads();
+    prefix |= uint32_t(sm.bin) << shift;
+    mask |= 255u << shift;
+    need -= sm.above;
+    __syncthreads();  // hist and bin are rewritten next pass
+  }
+  const uint32_t threshold = prefix;  // the n-th largest key; `need` of its equals are kept
+
+  // Each thread owns kItems consecutive pages of a tile, so thread order is position order.
+  int eq_before = 0, written = 0;
+  for (int base = 0; base < m; base += kThreads * kItems) {
+    const int p0 = base + t * kItems;
+    uint32_t k[kItems];
+    int eq = 0;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      k[i] = p0 + i < m ? key(p0 + i) : 0u;
+      eq += p0 + i < m && k[i] == threshold;
+    }
+    int eq_rank, eq_total;
+    Scan(sm.scan).ExclusiveSum(eq, eq_rank, eq_total);
+    __syncthreads();
+    unsigned keep_bits = 0;
+    int rank = eq_before + eq_rank;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const bool in = p0 + i < m;
+      const bool keep = in && (k[i] > threshold || (k[i] == threshold && rank++ < int(need)));
+      keep_bits |= unsigned(keep) << i;
+    }
+    int pos, kept_total;
+    Scan(sm.scan).ExclusiveSum(__popc(keep_bits), pos, kept_total);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      if (keep_bits >> i & 1u) kept(p0 + i, written + pos++);
+      else if (p0 + i < m) skipped(p0 + i);
+    }
+    eq_before += eq_total;
+    written += kept_total;
+  }
+}
+
+}  // namespace skim::cuda::page_select

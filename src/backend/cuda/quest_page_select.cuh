@@ -1,0 +1,28 @@
+// Quest's page selection on the GPU (contract and layouts in attention/quest_page_select_args.h;
+// CPU reference skim::cpu::quest_page_select, same name and arguments).
+//
+// Three kernels, no host synchronisation (captures into a CUDA graph). score: one warp per
+// page and query head writes the bound's order-preserving key (the newest page highest).
+// select: one CTA per (sequence, query head) finds its n best pages by the radix select of
+// page_select_common.cuh and flags them. union: one CTA per (sequence, KV head) ORs its
+// group's flags into a mask per page and writes the listed pages in position order with a
+// block-wide scan. This header holds no device code.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "attention/quest_page_select_args.h"
+
+namespace skim::cuda {
+
+// Bytes of workspace: a key and a flag per (sequence, query head, page slot).
+size_t quest_page_select_workspace_size(const QuestPageSelectArgs& args);
+
+// Device pointers in args; asynchronous on `stream`. Supported: head_dim 64 or 128, groups
+// of at most 32 query heads. Returns cudaErrorInvalidValue for unsupported shapes or
+// parameters or a too small workspace.
+cudaError_t quest_page_select(const QuestPageSelectArgs& args, cudaStream_t stream);
+
+}  // namespace skim::cuda

@@ -20,6 +20,8 @@ def points(run):
         out[("decode attention us", f"batch {a['batch']} ctx {a['context']}")] = (a["us"], True)
     for a in run.get("sparse_attention", []):
         out[("gbsa select+attend us", f"batch {a['batch']} ctx {a['context']}")] = (a["us"], True)
+    for a in run.get("quest_attention", []):
+        out[("quest select+attend us", f"batch {a['batch']} ctx {a['context']}")] = (a["us"], True)
     for e in run.get("end_to_end", []):
         key = f"{e['model']} {e['policy']} batch {e['batch']} ctx {e['context']}"
         out[("step ms/token", key)] = (e["ms_per_token"], True)

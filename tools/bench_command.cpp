@@ -95,6 +95,25 @@ void run_bench(const BenchArgs& a) {
                                              {"us", p.us}, {"dense_us", p.dense_us}, {"bytes", p.bytes}});
         }
       std::printf("\n");
+      std::printf("quest decode attention (budget=%g of the context per query head, min=0: per-head page selection + "
+                  "masked attention over the union per KV head; random digests, so the heads choose independently)\n",
+                  a.sparse_keep);
+      std::printf("| batch | context | select us | select + attend us | dense us | speedup | union | MB read | x floor |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|\n");
+      out["quest_attention"] = nlohmann::json::array();
+      for (int b : int_list(a.attention_batches, "--attention-batches"))
+        for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
+          auto p = cuda::bench_quest_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep);
+          const double floor_us = p.bytes / bw * 1e6;
+          std::printf("| %d | %d | %.1f | %.1f | %.1f | %.2fx | %.2f | %.1f | %.2f |\n", b, ctx, p.select_us, p.us,
+                      p.dense_us, p.dense_us / p.us, p.union_fraction, p.bytes / 1e6, p.us / floor_us);
+          std::fflush(stdout);
+          out["quest_attention"].push_back({{"batch", b}, {"context", ctx}, {"budget", p.budget},
+                                            {"select_us", p.select_us}, {"us", p.us}, {"dense_us", p.dense_us},
+                                            {"union_fraction", p.union_fraction}, {"bytes", p.bytes},
+                                            {"floor_us", floor_us}});
+        }
+      std::printf("\n");
     }
   }
 
@@ -113,13 +132,16 @@ void run_bench(const BenchArgs& a) {
     for (auto& [name, w] : models)
       for (int b : int_list(a.batches, "--batches"))
         for (int ctx : int_list(a.contexts, "--contexts"))
-          for (bool sparse : {false, true}) {
-            if (sparse && a.sparse_keep <= 0) continue;
+          for (int kind = 0; kind < 3; ++kind) {  // dense, gbsa, quest
+            if (kind > 0 && a.sparse_keep <= 0) continue;
             // The paper's sparsity, n_min as it was before the SmolLM2 defaults raised it to
-            // 192 blocks (which would keep 3K tokens of every context and hide the mechanism).
+            // 192 blocks (which would keep 3K tokens of every context and hide the mechanism);
+            // quest at the same fraction per head, its floor off, every layer sparse.
             const std::string policy =
-                sparse ? fmt::format("gbsa:keep={},n_min={}", a.sparse_keep, kBenchMinBlocks) : "dense";
-            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy);
+                kind == 0   ? "dense"
+                : kind == 1 ? fmt::format("gbsa:keep={},n_min={}", a.sparse_keep, kBenchMinBlocks)
+                            : fmt::format("quest:budget={},min=0,dense_layers=0", a.sparse_keep);
+            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, kind == 1 ? 32 : 0);
             std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), policy.c_str(), b,
                         ctx, p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,
                         p.ms_per_step / p.floor_ms);

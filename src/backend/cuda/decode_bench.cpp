@@ -8,6 +8,7 @@
 #include "attention/policy.h"
 #include "backend/cuda/gpu_forward.h"
 #include "backend/cuda/group_page_select.cuh"
+#include "backend/cuda/quest_page_select.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
 
@@ -181,6 +182,75 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
   });
   p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { attend(dense, i, s); });
   p.bytes = double(digest_elems) * 2 * sizeof(uint16_t) + c.kv_bytes() * kept_pages / c.pages_per_seq +
+            double(batch) * heads * d * (2 + 4) + double(batch) * heads * 4;
+  return p;
+}
+
+QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int kv_heads, int d, double budget) {
+  RandomPagedCache c(batch, context, kv_heads, d);
+  const size_t digest_elems = c.pages() * kv_heads * d;
+  DeviceBuffer<uint16_t> kmin(digest_elems * c.copies), kmax(digest_elems * c.copies);
+  fill_random_bf16(kmin.data(), kmin.size(), 4, 1.0f, nullptr);
+  fill_random_bf16(kmax.data(), kmax.size(), 5, 1.0f, nullptr);
+  DeviceBuffer<uint16_t> q(size_t(batch) * heads * d);
+  DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
+  fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
+  const size_t lists = size_t(batch) * kv_heads;
+  DeviceBuffer<int32_t> table(lists * c.pages_per_seq), lens(lists);
+  DeviceBuffer<uint32_t> masks(lists * c.pages_per_seq);
+
+  QuestPageSelectArgs sel{.batch = batch, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d,
+                          .max_pages_per_seq = c.pages_per_seq, .budget = budget, .min_tokens = 0,
+                          .q = q.data(), .page_table = c.table.data(), .seq_lens = c.lens.data(),
+                          .out_table = table.data(), .out_masks = masks.data(), .out_lens = lens.data()};
+  DeviceBuffer<uint8_t> sel_ws(std::max<size_t>(quest_page_select_workspace_size(sel), 1));
+  sel.workspace = sel_ws.data();
+  sel.workspace_bytes = sel_ws.bytes();
+
+  PagedDecodeArgs dense = c.decode_args(heads, q.data(), o.data(), lse.data());
+  PagedDecodeArgs sparse = dense;
+  sparse.tables_per_kv_head = true;
+  sparse.page_table = table.data();
+  sparse.seq_lens = lens.data();
+  sparse.head_masks = masks.data();
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(paged_decode_workspace_size(dense), 1));
+  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+  for (PagedDecodeArgs* a : {&dense, &sparse}) {
+    a->workspace = ws.data();
+    a->workspace_bytes = ws.bytes();
+  }
+  auto select = [&](int i, cudaStream_t s) {
+    sel.kmin = kmin.data() + (i % c.copies) * digest_elems;
+    sel.kmax = kmax.data() + (i % c.copies) * digest_elems;
+    check(quest_page_select(sel, s), "quest_page_select");
+  };
+  auto attend = [&](PagedDecodeArgs& a, int i, cudaStream_t s) {
+    a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+    check(paged_decode_attention(a, s), "paged_decode_attention");
+  };
+  // The union's size, from one selection (outside the timed graphs).
+  select(0, nullptr);
+  std::vector<int32_t> host_lens(lists);
+  check(cudaMemcpy(host_lens.data(), lens.data(), lists * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  double listed = 0;
+  for (int32_t n : host_lens) listed += (n + 15) / 16;
+  sparse.max_seq_len = 0;
+  for (int32_t n : host_lens) sparse.max_seq_len = std::max(sparse.max_seq_len, int(n));
+
+  const int calls = std::max(c.copies, 100);
+  QuestAttentionPoint p;
+  p.batch = batch;
+  p.context = context;
+  p.budget = budget;
+  p.union_fraction = listed / double(lists * c.pages_per_seq);
+  p.select_us = graph_us_per_call(calls, select);
+  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    select(i, s);
+    attend(sparse, i, s);
+  });
+  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { attend(dense, i, s); });
+  p.bytes = double(digest_elems) * 2 * sizeof(uint16_t) + c.kv_bytes() * p.union_fraction +
             double(batch) * heads * d * (2 + 4) + double(batch) * heads * 4;
   return p;
 }

@@ -41,6 +41,22 @@ struct SparseAttentionPoint {
 SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int num_heads, int num_kv_heads,
                                                   int head_dim, double keep);
 
+struct QuestAttentionPoint {
+  int batch = 0, context = 0;
+  double budget = 0;        // fraction of the context per query head
+  double select_us = 0;     // quest_page_select alone (scores per head + top-n + union)
+  double us = 0;            // selection + masked decode attention over the union, one call
+  double dense_us = 0;      // dense decode attention on the same cache, same run
+  double union_fraction = 0;  // pages listed per (sequence, KV head) / the sequence's pages
+  double bytes = 0;         // digests + the union's K/V + q + o per call
+};
+
+// Quest on the GPU: quest_page_select then the masked paged_decode_attention over each
+// (sequence, KV head)'s union, on random pages and digests (independent heads: the union is
+// near its largest, group x budget), rotating among copies like bench_decode_attention.
+QuestAttentionPoint bench_quest_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
+                                          double budget);
+
 struct EndToEndPoint {
   int batch = 0, context = 0, steps = 0;
   double ms_per_step = 0;

@@ -30,18 +30,12 @@ constexpr int kWarpPages = 16;
 constexpr int kScoreWarps = 8;
 constexpr int kPagesPerScoreCta = kScoreWarps * kWarpPages;
 
-// Bounds of pages p0 .. p0 + kWarpPages - 1 (those < m) of one sequence (`table`) for the mean
-// of `count` consecutive query heads from `q` (bf16 rows of D), against KV head kvh's bf16
-// digests: lane j < kWarpPages returns page p0 + j's bound. Lane l holds dims [l*V, l*V+V) of
-// the query, summed over the heads in the order the CPU reference sums them (so bit-equal);
-// one head (count 1) is its own query exactly.
+// The query of a score warp: lane l holds dims [l*V, l*V+V) of the mean of `count`
+// consecutive query heads from `q` (bf16 rows of D), summed in the order the CPU reference
+// sums them (so bit-equal); one head (count 1) is its own query exactly.
 template <int D>
-__device__ __forceinline__ float warp_page_bounds(const uint16_t* q, int count, const uint16_t* kmin,
-                                                  const uint16_t* kmax, int num_kv_heads, int kvh,
-                                                  const int32_t* table, int p0, int m, int lane) {
+__device__ __forceinline__ void load_query(const uint16_t* q, int count, int lane, float (&qv)[D / 32]) {
   constexpr int V = D / 32;
-  const int my_id = lane < kWarpPages && p0 + lane < m ? __ldg(table + p0 + lane) : 0;
-  float qv[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) qv[i] = 0.0f;
   for (int g = 0; g < count; ++g) {
@@ -49,40 +43,68 @@ __device__ __forceinline__ float warp_page_bounds(const uint16_t* q, int count, 
 #pragma unroll
     for (int i = 0; i < V; ++i) qv[i] += __bfloat162float(qh[i]) / float(count);
   }
-  // Every load of the warp's pages first (raw bf16 in registers: V/2 words per page and side),
-  // then the arithmetic: the warp keeps 16 x 2 loads in flight.
+}
+
+// The digests of pages p0 .. p0 + kWarpPages - 1 (those < m) of one sequence (`table`) for KV
+// head kvh, held raw in a warp's registers (V/2 words per page and side, all loads in flight
+// together), so that several queries can be scored against one load.
+template <int D>
+struct WarpDigests {
+  static constexpr int V = D / 32;
   using Raw = std::conditional_t<V == 4, uint2, unsigned>;
   Raw lo[kWarpPages], hi[kWarpPages];
+
+  __device__ __forceinline__ void load(const uint16_t* kmin, const uint16_t* kmax, int num_kv_heads, int kvh,
+                                       const int32_t* table, int p0, int m, int lane) {
+    const int my_id = lane < kWarpPages && p0 + lane < m ? __ldg(table + p0 + lane) : 0;
 #pragma unroll
-  for (int j = 0; j < kWarpPages; ++j) {
-    const int id = __shfl_sync(0xffffffffu, my_id, j);
-    const size_t off = (size_t(id) * num_kv_heads + kvh) * D + lane * V;
-    lo[j] = hi[j] = Raw{};
-    if (p0 + j < m) {
-      lo[j] = __ldg(reinterpret_cast<const Raw*>(kmin + off));
-      hi[j] = __ldg(reinterpret_cast<const Raw*>(kmax + off));
+    for (int j = 0; j < kWarpPages; ++j) {
+      const int id = __shfl_sync(0xffffffffu, my_id, j);
+      const size_t off = (size_t(id) * num_kv_heads + kvh) * D + lane * V;
+      lo[j] = hi[j] = Raw{};
+      if (p0 + j < m) {
+        lo[j] = __ldg(reinterpret_cast<const Raw*>(kmin + off));
+        hi[j] = __ldg(reinterpret_cast<const Raw*>(kmax + off));
+      }
     }
   }
-  float s[kWarpPages];
+
+  // Quest's bound of each page for the query qv: lane j < kWarpPages returns page p0 + j's.
+  __device__ __forceinline__ float bounds(const float (&qv)[V], int lane) const {
+    float s[kWarpPages];
 #pragma unroll
-  for (int j = 0; j < kWarpPages; ++j) {
-    const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&lo[j]);
-    const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&hi[j]);
-    s[j] = 0.0f;
+    for (int j = 0; j < kWarpPages; ++j) {
+      const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&lo[j]);
+      const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&hi[j]);
+      s[j] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < V / 2; ++i) {
-      const float2 mn = __bfloat1622float2(x[i]), mx = __bfloat1622float2(y[i]);
-      s[j] += fmaxf(qv[2 * i] * mn.x, qv[2 * i] * mx.x);
-      s[j] += fmaxf(qv[2 * i + 1] * mn.y, qv[2 * i + 1] * mx.y);
+      for (int i = 0; i < V / 2; ++i) {
+        const float2 mn = __bfloat1622float2(x[i]), mx = __bfloat1622float2(y[i]);
+        s[j] += fmaxf(qv[2 * i] * mn.x, qv[2 * i] * mx.x);
+        s[j] += fmaxf(qv[2 * i + 1] * mn.y, qv[2 * i + 1] * mx.y);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
     }
+    float mine = s[0];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
+    for (int j = 1; j < kWarpPages; ++j)
+      if (lane == j) mine = s[j];
+    return mine;
   }
-  float mine = s[0];
-#pragma unroll
-  for (int j = 1; j < kWarpPages; ++j)
-    if (lane == j) mine = s[j];
-  return mine;
+};
+
+// Bounds of pages p0 .. of one sequence for the mean of `count` query heads from `q` against
+// KV head kvh's bf16 digests: lane j < kWarpPages returns page p0 + j's bound.
+template <int D>
+__device__ __forceinline__ float warp_page_bounds(const uint16_t* q, int count, const uint16_t* kmin,
+                                                  const uint16_t* kmax, int num_kv_heads, int kvh,
+                                                  const int32_t* table, int p0, int m, int lane) {
+  float qv[D / 32];
+  load_query<D>(q, count, lane, qv);
+  WarpDigests<D> dig;
+  dig.load(kmin, kmax, num_kv_heads, kvh, table, p0, m, lane);
+  return dig.bounds(qv, lane);
 }
 
 // Launches a score kernel (per head_dim) over (page blocks, `units`, batch) on the args.

@@ -29,19 +29,26 @@ __device__ __forceinline__ int context_of(const QuestPageSelectArgs& a, int b) {
   return min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
 }
 
-// Grid (page blocks, query heads, batch): a warp scores kWarpPages pages for one query head.
+// Grid (page blocks, KV heads, batch): a warp loads kWarpPages pages' digests once and scores
+// them for each query head of the group.
 template <int D>
 __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPageSelectArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int hq = blockIdx.y, b = blockIdx.z, kvh = hq / a.group_size();
+  const int kvh = blockIdx.y, b = blockIdx.z, group = a.group_size();
   const int m = pages_of(context_of(a, b), a.page_size);
   const int p0 = blockIdx.x * kPagesPerScoreCta + warp * kWarpPages;
   if (p0 >= m) return;
-  const float s = warp_page_bounds<D>(a.q + (size_t(b) * a.num_heads + hq) * D, 1, a.kmin, a.kmax, a.num_kv_heads,
-                                      kvh, a.page_table + size_t(b) * a.max_pages_per_seq, p0, m, lane);
-  if (lane < kWarpPages && p0 + lane < m) {
-    const int p = p0 + lane;
-    keys_of(a, b, hq)[p] = p == m - 1 ? kNewestKey : order_key(s);
+  WarpDigests<D> dig;
+  dig.load(a.kmin, a.kmax, a.num_kv_heads, kvh, a.page_table + size_t(b) * a.max_pages_per_seq, p0, m, lane);
+  for (int g = 0; g < group; ++g) {
+    const int hq = kvh * group + g;
+    float qv[D / 32];
+    load_query<D>(a.q + (size_t(b) * a.num_heads + hq) * D, 1, lane, qv);
+    const float s = dig.bounds(qv, lane);
+    if (lane < kWarpPages && p0 + lane < m) {
+      const int p = p0 + lane;
+      keys_of(a, b, hq)[p] = p == m - 1 ? kNewestKey : order_key(s);
+    }
   }
 }
 
@@ -112,7 +119,7 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   if (!supported(a) || a.workspace == nullptr || a.workspace_bytes < quest_page_select_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_heads, stream);
+  cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
   select_kernel<<<dim3(a.num_heads, a.batch), kThreads, 0, stream>>>(a);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;

@@ -118,140 +118,140 @@ AttentionPoint bench_decode_attention(int batch, int context, int heads, int kv_
   return p;
 }
 
+namespace {
+
+// What the sparse attention benches share: a random cache with random digests and queries,
+// dense decode args over it, one workspace, and the timing of select, select + sparse attend
+// and dense attend in the same run.
+struct SelectionBench {
+  RandomPagedCache c;
+  size_t digest_elems;
+  DeviceBuffer<uint16_t> kmin, kmax, q;
+  DeviceBuffer<float> o, lse;
+  PagedDecodeArgs dense;
+  DeviceBuffer<uint8_t> ws;
+
+  SelectionBench(int batch, int context, int heads, int kv_heads, int d)
+      : c(batch, context, kv_heads, d),
+        digest_elems(c.pages() * kv_heads * d),
+        kmin(digest_elems * c.copies),
+        kmax(digest_elems * c.copies),
+        q(size_t(batch) * heads * d),
+        o(size_t(batch) * heads * d),
+        lse(size_t(batch) * heads) {
+    fill_random_bf16(kmin.data(), kmin.size(), 4, 1.0f, nullptr);
+    fill_random_bf16(kmax.data(), kmax.size(), 5, 1.0f, nullptr);
+    fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
+    dense = c.decode_args(heads, q.data(), o.data(), lse.data());
+    ws = DeviceBuffer<uint8_t>(std::max<size_t>(paged_decode_workspace_size(dense), 1));
+    check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+    dense.workspace = ws.data();
+    dense.workspace_bytes = ws.bytes();
+  }
+  const uint16_t* kmin_copy(int i) const { return kmin.data() + (i % c.copies) * digest_elems; }
+  const uint16_t* kmax_copy(int i) const { return kmax.data() + (i % c.copies) * digest_elems; }
+  // Digests, plus `fraction` of the K/V, plus q and o (and lse).
+  double bytes(double fraction, int heads) const {
+    return double(digest_elems) * 2 * sizeof(uint16_t) + c.kv_bytes() * fraction +
+           double(c.batch) * heads * c.d * (2 + 4) + double(c.batch) * heads * 4;
+  }
+  // Times select alone, select then attention over `sparse` (dense's workspace), dense alone.
+  template <class Select>
+  void time(Select select, PagedDecodeArgs& sparse, double& select_us, double& us, double& dense_us) {
+    auto attend = [&](PagedDecodeArgs& a, int i, cudaStream_t s) {
+      a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+      a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+      check(paged_decode_attention(a, s), "paged_decode_attention");
+    };
+    const int calls = std::max(c.copies, 100);
+    select_us = graph_us_per_call(calls, select);
+    us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+      select(i, s);
+      attend(sparse, i, s);
+    });
+    dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { attend(dense, i, s); });
+  }
+};
+
+}  // namespace
+
 SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int heads, int kv_heads, int d,
                                                   double keep) {
-  RandomPagedCache c(batch, context, kv_heads, d);
-  const size_t digest_elems = c.pages() * kv_heads * d;
-  DeviceBuffer<uint16_t> kmin(digest_elems * c.copies), kmax(digest_elems * c.copies);
-  fill_random_bf16(kmin.data(), kmin.size(), 4, 1.0f, nullptr);
-  fill_random_bf16(kmax.data(), kmax.size(), 5, 1.0f, nullptr);
-  DeviceBuffer<uint16_t> q(size_t(batch) * heads * d);
-  DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
-  fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
+  SelectionBench sb(batch, context, heads, kv_heads, d);
+  const RandomPagedCache& c = sb.c;
   DeviceBuffer<int32_t> kept_table(size_t(batch) * kv_heads * c.pages_per_seq), kept_lens(size_t(batch) * kv_heads);
-
-  GroupPageSelectArgs sel;
-  sel.batch = batch;
-  sel.num_heads = heads;
-  sel.num_kv_heads = kv_heads;
-  sel.head_dim = d;
-  sel.max_pages_per_seq = c.pages_per_seq;
-  sel.keep = keep;
-  sel.q = q.data();
-  sel.page_table = c.table.data();
-  sel.seq_lens = c.lens.data();
-  sel.out_table = kept_table.data();
-  sel.out_lens = kept_lens.data();
+  GroupPageSelectArgs sel{.batch = batch, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d,
+                          .max_pages_per_seq = c.pages_per_seq, .keep = keep, .q = sb.q.data(),
+                          .page_table = c.table.data(), .seq_lens = c.lens.data(), .out_table = kept_table.data(),
+                          .out_lens = kept_lens.data()};
   DeviceBuffer<uint8_t> sel_ws(std::max<size_t>(group_page_select_workspace_size(sel), 1));
   sel.workspace = sel_ws.data();
   sel.workspace_bytes = sel_ws.bytes();
 
-  PagedDecodeArgs dense = c.decode_args(heads, q.data(), o.data(), lse.data());
-  PagedDecodeArgs sparse = dense;
+  PagedDecodeArgs sparse = sb.dense;
   sparse.tables_per_kv_head = true;
   sparse.page_table = kept_table.data();
   sparse.seq_lens = kept_lens.data();
   const int kept_pages = sel.pages_kept(c.pages_per_seq);
   sparse.max_seq_len = kept_pages * 16;  // bounds every list (the newest page may be partial)
-  DeviceBuffer<uint8_t> ws(std::max<size_t>(paged_decode_workspace_size(dense), 1));
-  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
-  for (PagedDecodeArgs* a : {&dense, &sparse}) {
-    a->workspace = ws.data();
-    a->workspace_bytes = ws.bytes();
-  }
 
-  auto select = [&](int i, cudaStream_t s) {
-    sel.kmin = kmin.data() + (i % c.copies) * digest_elems;
-    sel.kmax = kmax.data() + (i % c.copies) * digest_elems;
-    check(group_page_select(sel, s), "group_page_select");
-  };
-  auto attend = [&](PagedDecodeArgs& a, int i, cudaStream_t s) {
-    a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
-    a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
-    check(paged_decode_attention(a, s), "paged_decode_attention");
-  };
-  const int calls = std::max(c.copies, 100);
   SparseAttentionPoint p;
   p.batch = batch;
   p.context = context;
   p.keep = keep;
-  p.select_us = graph_us_per_call(calls, select);
-  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
-    select(i, s);
-    attend(sparse, i, s);
-  });
-  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { attend(dense, i, s); });
-  p.bytes = double(digest_elems) * 2 * sizeof(uint16_t) + c.kv_bytes() * kept_pages / c.pages_per_seq +
-            double(batch) * heads * d * (2 + 4) + double(batch) * heads * 4;
+  sb.time(
+      [&](int i, cudaStream_t s) {
+        sel.kmin = sb.kmin_copy(i);
+        sel.kmax = sb.kmax_copy(i);
+        check(group_page_select(sel, s), "group_page_select");
+      },
+      sparse, p.select_us, p.us, p.dense_us);
+  p.bytes = sb.bytes(double(kept_pages) / c.pages_per_seq, heads);
   return p;
 }
 
 QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int kv_heads, int d, double budget) {
-  RandomPagedCache c(batch, context, kv_heads, d);
-  const size_t digest_elems = c.pages() * kv_heads * d;
-  DeviceBuffer<uint16_t> kmin(digest_elems * c.copies), kmax(digest_elems * c.copies);
-  fill_random_bf16(kmin.data(), kmin.size(), 4, 1.0f, nullptr);
-  fill_random_bf16(kmax.data(), kmax.size(), 5, 1.0f, nullptr);
-  DeviceBuffer<uint16_t> q(size_t(batch) * heads * d);
-  DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
-  fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
+  SelectionBench sb(batch, context, heads, kv_heads, d);
+  const RandomPagedCache& c = sb.c;
   const size_t lists = size_t(batch) * kv_heads;
   DeviceBuffer<int32_t> table(lists * c.pages_per_seq), lens(lists);
   DeviceBuffer<uint32_t> masks(lists * c.pages_per_seq);
-
   QuestPageSelectArgs sel{.batch = batch, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d,
                           .max_pages_per_seq = c.pages_per_seq, .budget = budget, .min_tokens = 0,
-                          .q = q.data(), .page_table = c.table.data(), .seq_lens = c.lens.data(),
+                          .q = sb.q.data(), .page_table = c.table.data(), .seq_lens = c.lens.data(),
                           .out_table = table.data(), .out_masks = masks.data(), .out_lens = lens.data()};
   DeviceBuffer<uint8_t> sel_ws(std::max<size_t>(quest_page_select_workspace_size(sel), 1));
   sel.workspace = sel_ws.data();
   sel.workspace_bytes = sel_ws.bytes();
+  auto select = [&](int i, cudaStream_t s) {
+    sel.kmin = sb.kmin_copy(i);
+    sel.kmax = sb.kmax_copy(i);
+    check(quest_page_select(sel, s), "quest_page_select");
+  };
 
-  PagedDecodeArgs dense = c.decode_args(heads, q.data(), o.data(), lse.data());
-  PagedDecodeArgs sparse = dense;
+  PagedDecodeArgs sparse = sb.dense;
   sparse.tables_per_kv_head = true;
   sparse.page_table = table.data();
   sparse.seq_lens = lens.data();
   sparse.head_masks = masks.data();
-  DeviceBuffer<uint8_t> ws(std::max<size_t>(paged_decode_workspace_size(dense), 1));
-  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
-  for (PagedDecodeArgs* a : {&dense, &sparse}) {
-    a->workspace = ws.data();
-    a->workspace_bytes = ws.bytes();
-  }
-  auto select = [&](int i, cudaStream_t s) {
-    sel.kmin = kmin.data() + (i % c.copies) * digest_elems;
-    sel.kmax = kmax.data() + (i % c.copies) * digest_elems;
-    check(quest_page_select(sel, s), "quest_page_select");
-  };
-  auto attend = [&](PagedDecodeArgs& a, int i, cudaStream_t s) {
-    a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
-    a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
-    check(paged_decode_attention(a, s), "paged_decode_attention");
-  };
   // The union's size, from one selection (outside the timed graphs).
   select(0, nullptr);
   std::vector<int32_t> host_lens(lists);
   check(cudaMemcpy(host_lens.data(), lens.data(), lists * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
   double listed = 0;
-  for (int32_t n : host_lens) listed += (n + 15) / 16;
   sparse.max_seq_len = 0;
-  for (int32_t n : host_lens) sparse.max_seq_len = std::max(sparse.max_seq_len, int(n));
+  for (int32_t n : host_lens) {
+    listed += (n + 15) / 16;
+    sparse.max_seq_len = std::max(sparse.max_seq_len, int(n));
+  }
 
-  const int calls = std::max(c.copies, 100);
   QuestAttentionPoint p;
   p.batch = batch;
   p.context = context;
   p.budget = budget;
   p.union_fraction = listed / double(lists * c.pages_per_seq);
-  p.select_us = graph_us_per_call(calls, select);
-  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
-    select(i, s);
-    attend(sparse, i, s);
-  });
-  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { attend(dense, i, s); });
-  p.bytes = double(digest_elems) * 2 * sizeof(uint16_t) + c.kv_bytes() * p.union_fraction +
-            double(batch) * heads * d * (2 + 4) + double(batch) * heads * 4;
+  sb.time(select, sparse, p.select_us, p.us, p.dense_us);
+  p.bytes = sb.bytes(p.union_fraction, heads);
   return p;
 }
 

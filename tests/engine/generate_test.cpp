@@ -94,7 +94,9 @@ TEST(Generate, EosEndsTheSequenceUnlessIgnored) {
   auto out = demo().generate({r});
   const auto& eos = demo().config().eos_token_ids;
   for (int t : out[0].tokens) EXPECT_EQ(std::count(eos.begin(), eos.end(), t), 0);
-  if (int(out[0].tokens.size()) < 200) EXPECT_EQ(out[0].stats.finish_reason, "stop");
+  if (int(out[0].tokens.size()) < 200) {
+    EXPECT_EQ(out[0].stats.finish_reason, "stop");
+  }
 }
 
 TEST(Generate, SeededSamplingRepeats) {

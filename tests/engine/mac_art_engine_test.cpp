@@ -50,7 +50,9 @@ TEST(MacArtEngine, CompositionsRun) {
       EXPECT_GT(c.at("art_visited_fraction"), 0.0) << spec;
       EXPECT_LE(c.at("art_visited_fraction"), 1.0) << spec;
     }
-    if (s.find("mac") != std::string::npos) EXPECT_TRUE(c.count("mac_hit_rate")) << spec;
+    if (s.find("mac") != std::string::npos) {
+      EXPECT_TRUE(c.count("mac_hit_rate")) << spec;
+    }
   }
 }
 

@@ -46,7 +46,9 @@ TEST(RetroEngine, FullBudgetEqualsDense) {
     auto got = run(*e, prompt, feed);
     for (size_t i = 0; i < feed.size(); ++i) EXPECT_LT(max_diff(dense[i], got[i]), 1e-4f) << spec << " step " << i;
     auto c = e->policy().counters();
-    if (c.count("retro_budget_growth")) EXPECT_NEAR(c["retro_budget_growth"], 1.0, 1e-12) << spec;  // nothing unseen
+    if (c.count("retro_budget_growth")) {
+      EXPECT_NEAR(c["retro_budget_growth"], 1.0, 1e-12) << spec;  // nothing unseen
+    }
   }
 }
 

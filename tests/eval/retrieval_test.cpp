@@ -65,7 +65,9 @@ TEST(Passkey, FourKeysDistinctWithTheAskedOneWhereAsked) {
   std::set<std::string> names;
   for (size_t i = 0; i < 4; ++i) {
     names.insert(p.needles[i].name);
-    if (i) EXPECT_LE(p.needles[i - 1].offset, p.needles[i].offset);  // text order
+    if (i) {
+      EXPECT_LE(p.needles[i - 1].offset, p.needles[i].offset);  // text order
+    }
     EXPECT_TRUE(p.text[p.needles[i].offset - 1] == '\n');
   }
   EXPECT_EQ(names.size(), 4u);

@@ -22,6 +22,18 @@ int max_pages_of(const AttentionBatch& b) {
   return n;
 }
 
+// Digest bytes (fp32 min and max) a selection reads for one (row, KV head) of `context` keys.
+uint64_t digest_bytes(const AttentionBatch& b, int context) {
+  return uint64_t((context + b.kv.page_size - 1) / b.kv.page_size) * 2 * b.head_dim * sizeof(float);
+}
+
+// Those of every (row, KV head) of a batch whose rows' contexts are `lens`.
+uint64_t digest_bytes(const AttentionBatch& b, const std::vector<int32_t>& lens) {
+  uint64_t n = 0;
+  for (int32_t ctx : lens) n += digest_bytes(b, ctx) * b.num_kv_heads;
+  return n;
+}
+
 }  // namespace
 
 void DenseSelector::select(const SelectInput& in, Selection& out) {
@@ -35,10 +47,6 @@ void StreamingSelector::select(const SelectInput& in, Selection& out) {
   out.heads.assign(1, {});
   out.heads[0].push_back({win_begin, in.context});
   if (sink > 0) out.heads[0].push_back({0, sink});
-}
-
-int budget_tokens(double budget, int min_tokens, int context) {
-  return quest_budget_tokens(budget, min_tokens, context);
 }
 
 namespace {
@@ -64,30 +72,28 @@ void QuestSelector::select(const SelectInput& in, Selection& out) {
   out.heads.assign(size_t(group), {});
   for (int g = 0; g < group; ++g)
     out.heads[size_t(g)] = page_ranges(cpu::quest_head_pages(a, 0, in.kv_head * group + g), ps, in.context);
-  out.metadata_bytes = uint64_t((in.context + ps - 1) / ps) * 2 * b.head_dim * sizeof(float);
+  out.metadata_bytes = digest_bytes(b, in.context);
 }
 
 bool QuestSelector::plan(const AttentionBatch& b, PagePlan& plan) {
   if (b.num_heads / b.num_kv_heads > 32) return false;  // a mask holds 32 heads: select() per head
-  PagePlan rows;  // the rows' own tables in the plan's layout, then the selection over them
-  DenseSelector().plan(b, rows);
-  plan.reset(true, b.num_rows * b.num_kv_heads, rows.max_pages);
+  DenseSelector().plan(b, rows_);  // the rows' own tables in the plan's layout: the input
+  plan.reset(true, b.num_rows * b.num_kv_heads, rows_.max_pages);
   plan.head_masks.assign(plan.table.size(), 0u);
-  QuestPageSelectArgsF32 a = quest_select_args(b, p_, 0, b.num_rows, rows.table.data(), rows.max_pages, rows.lens.data());
+  QuestPageSelectArgsF32 a =
+      quest_select_args(b, p_, 0, b.num_rows, rows_.table.data(), rows_.max_pages, rows_.lens.data());
   a.out_table = plan.table.data();
   a.out_masks = plan.head_masks.data();
   a.out_lens = plan.lens.data();
   cpu::quest_page_select(a);
-  for (int32_t ctx : rows.lens)
-    plan.metadata_bytes += uint64_t((ctx + b.kv.page_size - 1) / b.kv.page_size) * 2 * b.head_dim * sizeof(float) *
-                           b.num_kv_heads;
+  plan.metadata_bytes = digest_bytes(b, rows_.lens);
   return true;
 }
 
 void OracleSelector::select(const SelectInput& in, Selection& out) {
   const AttentionBatch& b = in.batch;
   const int d = b.head_dim, group = b.num_heads / b.num_kv_heads;
-  const int n = std::max(1, budget_tokens(p_.budget, p_.min_tokens, in.context));
+  const int n = std::max(1, quest_budget_tokens(p_.budget, p_.min_tokens, in.context));
   const SeqKV kv{b.kv, b.tables[in.row]->pages.data(), in.kv_head};
   std::vector<float> scores(static_cast<size_t>(in.context));
   std::vector<int> order(static_cast<size_t>(in.context));
@@ -140,23 +146,18 @@ void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
   const GroupPageSelectArgsF32 a =
       group_select_args(b, p_, in.row, 1, pages.data(), int(pages.size()), &in.context);
   out.heads.assign(1, page_ranges(cpu::group_pages_by_bound(a, 0, in.kv_head), b.kv.page_size, in.context));
-  const int num_blocks = (in.context + b.kv.page_size - 1) / b.kv.page_size;
-  out.metadata_bytes = uint64_t(num_blocks) * 2 * b.head_dim * sizeof(float);
+  out.metadata_bytes = digest_bytes(b, in.context);
 }
 
 bool GroupBlockSelector::plan(const AttentionBatch& b, PagePlan& plan) {
-  // The rows' own tables in the plan's layout, then the selection over them.
-  PagePlan rows;
-  DenseSelector().plan(b, rows);
-  plan.reset(true, b.num_rows * b.num_kv_heads, rows.max_pages);
+  DenseSelector().plan(b, rows_);  // the rows' own tables in the plan's layout: the input
+  plan.reset(true, b.num_rows * b.num_kv_heads, rows_.max_pages);
   GroupPageSelectArgsF32 a =
-      group_select_args(b, p_, 0, b.num_rows, rows.table.data(), rows.max_pages, rows.lens.data());
+      group_select_args(b, p_, 0, b.num_rows, rows_.table.data(), rows_.max_pages, rows_.lens.data());
   a.out_table = plan.table.data();
   a.out_lens = plan.lens.data();
   cpu::group_page_select(a);
-  for (int r = 0; r < b.num_rows; ++r)
-    plan.metadata_bytes += uint64_t((rows.lens[size_t(r)] + b.kv.page_size - 1) / b.kv.page_size) * 2 * b.head_dim *
-                           sizeof(float) * b.num_kv_heads;
+  plan.metadata_bytes = digest_bytes(b, rows_.lens);
   return true;
 }
 

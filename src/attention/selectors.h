@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "attention/policy_spec.h"
+#include "attention/quest_page_select_args.h"  // quest_budget_tokens
 #include "attention/selector.h"
 
 namespace skim {
@@ -49,9 +50,6 @@ struct QuestParams {
 // policy and the GPU planner (backend/cuda/decode_planner.cpp) read them through this parser.
 QuestParams quest_params(const PolicyPart& p, int& dense_layers);
 
-// Tokens a relative or absolute budget allows at a given context.
-int budget_tokens(double budget, int min_tokens, int context);
-
 class QuestSelector : public Selector {
  public:
   explicit QuestSelector(QuestParams p) : p_(p) {}
@@ -63,6 +61,7 @@ class QuestSelector : public Selector {
 
  private:
   QuestParams p_;
+  PagePlan rows_;  // the batch's own page tables, the selection's input (kept for its memory)
 };
 
 // The oracle (evaluation only, not a method): per query head the `budget` keys of largest
@@ -101,6 +100,7 @@ class GroupBlockSelector : public Selector {
 
  private:
   GroupBlockParams p_;
+  PagePlan rows_;  // the batch's own page tables, the selection's input (kept for its memory)
 };
 
 }  // namespace skim

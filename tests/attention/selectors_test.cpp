@@ -98,7 +98,7 @@ TEST(QuestSelector, TopPagesPerHeadByTheDigestBound) {
     p.min_tokens = 64;
     QuestSelector sel(p);
     int pages = (len + 15) / 16;
-    int n = (budget_tokens(p.budget, p.min_tokens, len) + 15) / 16;
+    int n = (quest_budget_tokens(p.budget, p.min_tokens, len) + 15) / 16;
     for (int h = 0; h < kv_heads; ++h) {
       Selection s;
       sel.select(SelectInput{b, 0, h, len}, s);
@@ -158,7 +158,7 @@ TEST(OracleSelector, TheBudgetKeysOfLargestScorePerHeadInDescendingOrder) {
     p.budget = 0.1;
     p.min_tokens = 8;
     OracleSelector sel(p);
-    const int n = budget_tokens(p.budget, p.min_tokens, len);
+    const int n = quest_budget_tokens(p.budget, p.min_tokens, len);
     for (int h = 0; h < kv_heads; ++h) {
       Selection s;
       sel.select(SelectInput{b, 0, h, len}, s);
@@ -183,10 +183,10 @@ TEST(OracleSelector, TheBudgetKeysOfLargestScorePerHeadInDescendingOrder) {
 }
 
 TEST(QuestSelector, BudgetIsRelativeWithAFloorOrAbsolute) {
-  EXPECT_EQ(budget_tokens(0.15, 256, 10000), 1500);
-  EXPECT_EQ(budget_tokens(0.15, 256, 1000), 256);
-  EXPECT_EQ(budget_tokens(0.15, 256, 100), 100);
-  EXPECT_EQ(budget_tokens(512, 256, 10000), 512);
+  EXPECT_EQ(quest_budget_tokens(0.15, 256, 10000), 1500);
+  EXPECT_EQ(quest_budget_tokens(0.15, 256, 1000), 256);
+  EXPECT_EQ(quest_budget_tokens(0.15, 256, 100), 100);
+  EXPECT_EQ(quest_budget_tokens(512, 256, 10000), 512);
 }
 
 TEST(GroupBlockSelector, SharedTopBlocksOfTheMeanQueryWithLocalBlocks) {

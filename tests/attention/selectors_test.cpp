@@ -165,18 +165,29 @@ TEST(OracleSelector, TheBudgetKeysOfLargestScorePerHeadInDescendingOrder) {
       ASSERT_EQ(s.heads.size(), size_t(group));
       for (int g = 0; g < group; ++g) {
         const float* qh = rc.q.data() + size_t(h * group + g) * d;
-        std::vector<std::pair<double, int>> all;  // (-score, position): the definition, by full sort
-        for (int t = 0; t < len; ++t) {
-          double x = 0;
-          for (int i = 0; i < d; ++i) x += double(qh[i]) * rc.cache.key(0, rc.table, t, h)[i];
-          all.push_back({-x, t});
-        }
-        std::sort(all.begin(), all.end());
+        // The definition, by exact (double) scores: the n chosen keys are distinct, come in
+        // descending score order, and no key left out scores above the last one chosen. The
+        // selector sums in float, so near-ties may swap: compare within a float tolerance.
+        std::vector<double> score(size_t(len), 0.0);
+        for (int t = 0; t < len; ++t)
+          for (int i = 0; i < d; ++i) score[size_t(t)] += double(qh[i]) * rc.cache.key(0, rc.table, t, h)[i];
+        const double tol = 1e-4;
         ASSERT_EQ(s.heads[g].size(), size_t(n));
+        std::set<int> chosen;
         for (int i = 0; i < n; ++i) {
-          EXPECT_EQ(s.heads[g][i].begin, all[size_t(i)].second) << "rank " << i;
-          EXPECT_EQ(s.heads[g][i].end, all[size_t(i)].second + 1);
+          const int t = s.heads[g][i].begin;
+          ASSERT_EQ(s.heads[g][i].end, t + 1);
+          ASSERT_TRUE(t >= 0 && t < len);
+          EXPECT_TRUE(chosen.insert(t).second) << "key " << t << " chosen twice";
+          if (i > 0) {
+            EXPECT_LE(score[size_t(t)], score[size_t(s.heads[g][i - 1].begin)] + tol) << "rank " << i;
+          }
         }
+        const double last = score[size_t(s.heads[g][size_t(n) - 1].begin)];
+        for (int t = 0; t < len; ++t)
+          if (!chosen.count(t)) {
+            EXPECT_LE(score[size_t(t)], last + tol) << "key " << t << " left out";
+          }
       }
     }
   }

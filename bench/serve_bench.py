@@ -2,10 +2,13 @@
 """Load test of a running `skim serve`: C concurrent clients each stream R completions
 (greedy, ignore_eos, fixed lengths) and the script reports throughput (generated tokens/s
 over the wall time), time to first token and time between tokens, per concurrency level.
+With --policy-mix, client c asks for the c-th policy of the list (round robin) in each
+request's `policy` field: a mixed-policy load, which a GPU server decodes in one batch.
 Standard library only, so it runs on any machine the server runs on.
 
     python3 bench/serve_bench.py --url http://127.0.0.1:8080 --concurrency 1,4,8 \
-        --requests 2 --prompt-tokens 512 --max-tokens 64 [--json out.json]
+        --requests 2 --prompt-tokens 512 --max-tokens 64 [--json out.json] \
+        [--policy-mix "dense;quest:budget=0.1,min=0;gbsa:keep=0.1"]
 """
 import argparse
 import json
@@ -15,10 +18,12 @@ import time
 import urllib.request
 
 
-def stream_one(url, prompt_ids, max_tokens):
-    body = json.dumps({"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()
+def stream_one(url, prompt_ids, max_tokens, policy=None):
+    body = {"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    if policy:
+        body["policy"] = policy
+    body = json.dumps(body).encode()
     req = urllib.request.Request(url + "/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     t0 = time.perf_counter()
@@ -39,7 +44,7 @@ def stream_one(url, prompt_ids, max_tokens):
     return times, usage["completion_tokens"]
 
 
-def level(url, concurrency, requests, prompt_tokens, max_tokens):
+def level(url, concurrency, requests, prompt_tokens, max_tokens, policies):
     results, errors = [], []
 
     def client(c):
@@ -47,7 +52,7 @@ def level(url, concurrency, requests, prompt_tokens, max_tokens):
             # Distinct prompts (no two clients share a prefix), token ids in a safe range.
             ids = [100 + (c * 7919 + r * 104729 + i * 31) % 5000 for i in range(prompt_tokens)]
             try:
-                results.append(stream_one(url, ids, max_tokens))
+                results.append(stream_one(url, ids, max_tokens, policies[c % len(policies)] if policies else None))
             except Exception as e:  # noqa: BLE001 - reported below
                 errors.append(str(e))
 
@@ -75,13 +80,16 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--json")
+    ap.add_argument("--policy-mix", default="", help="policies separated by ';', one per client in turn")
     a = ap.parse_args()
+    policies = [p for p in a.policy_mix.split(";") if p]
     with urllib.request.urlopen(a.url + "/v1/models") as r:
         model = json.load(r)["data"][0]
-    out = {"model": model, "prompt_tokens": a.prompt_tokens, "max_tokens": a.max_tokens, "levels": []}
+    out = {"model": model, "prompt_tokens": a.prompt_tokens, "max_tokens": a.max_tokens,
+           "policy_mix": policies, "levels": []}
     print(f"{'conc':>5} {'reqs':>5} {'tok/s':>9} {'TTFT ms':>9} {'ITL ms':>8}")
     for c in [int(x) for x in a.concurrency.split(",")]:
-        r = level(a.url, c, a.requests, a.prompt_tokens, a.max_tokens)
+        r = level(a.url, c, a.requests, a.prompt_tokens, a.max_tokens, policies)
         out["levels"].append(r)
         print(f"{c:>5} {r['requests']:>5} {r['tokens_per_s']:>9.1f} {r['ttft_ms_median'] or 0:>9.1f} "
               f"{r['inter_token_ms_median'] or 0:>8.2f}" + (f"  ERRORS: {r['errors'][:2]}" if r["errors"] else ""))

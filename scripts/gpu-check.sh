@@ -130,6 +130,15 @@ sys.exit(0 if ok else 1)
 PY
   python3 bench/serve_bench.py --url $url --concurrency 1,4,8 --requests 2 --prompt-tokens 1024 \
     --max-tokens 128 --json $OUT/serve-bench.json || { echo "SERVE BENCH FAILED"; status=1; }
+  # A mixed-policy load against an all-dense one of the same shape (long prompts, where the
+  # policies read less): the GPU decodes the mix in one batch.
+  local i=0
+  for mix in "dense" "dense;quest:budget=0.1,min=0;gbsa:keep=0.1,n_min=16;resa:keep=0.1,n_min=16"; do
+    i=$((i + 1))
+    python3 bench/serve_bench.py --url $url --concurrency 8 --requests 2 --prompt-tokens 3584 --max-tokens 128 \
+      --policy-mix "$mix" --json $OUT/serve-bench-mix$i.json ||
+      { echo "SERVE BENCH (policy mix $mix) FAILED"; status=1; }
+  done
   curl -s $url/metrics | grep -v '^#'
   kill -TERM $spid; wait $spid
   tail -3 $OUT/serve.log

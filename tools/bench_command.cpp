@@ -132,15 +132,18 @@ void run_bench(const BenchArgs& a) {
     for (auto& [name, w] : models)
       for (int b : int_list(a.batches, "--batches"))
         for (int ctx : int_list(a.contexts, "--contexts"))
-          for (int kind = 0; kind < 3; ++kind) {  // dense, gbsa, quest
+          for (int kind = 0; kind < 4; ++kind) {  // dense, gbsa, quest, the three mixed in one batch
             if (kind > 0 && a.sparse_keep <= 0) continue;
+            if (kind == 3 && b < 3) continue;
             // The paper's sparsity, n_min as it was before the SmolLM2 defaults raised it to
             // 192 blocks (which would keep 3K tokens of every context and hide the mechanism);
             // quest at the same fraction per head, its floor off, every layer sparse.
-            const std::string policy =
-                kind == 0   ? "dense"
-                : kind == 1 ? fmt::format("gbsa:keep={},n_min={}", a.sparse_keep, kBenchMinBlocks)
-                            : fmt::format("quest:budget={},min=0,dense_layers=0", a.sparse_keep);
+            const std::string gbsa = fmt::format("gbsa:keep={},n_min={}", a.sparse_keep, kBenchMinBlocks),
+                              quest = fmt::format("quest:budget={},min=0,dense_layers=0", a.sparse_keep);
+            const std::string policy = kind == 0   ? "dense"
+                                       : kind == 1 ? gbsa
+                                       : kind == 2 ? quest
+                                                   : fmt::format("dense;{};{}", gbsa, quest);
             auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, kind == 1 ? 32 : 0);
             std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), policy.c_str(), b,
                         ctx, p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,

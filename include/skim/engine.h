@@ -30,7 +30,7 @@ struct EngineOptions {
   int max_sequences = 1;     // sequences whose KV fits at once
   int prefill_chunk = 512;   // prompt tokens per forward pass
   int threads = 0;           // 0: all cores
-  std::string device = "cpu";  // "cpu", or "cuda" (dense, gbsa and resa so far)
+  std::string device = "cpu";  // "cpu", or "cuda" (dense, gbsa, resa and quest so far)
 };
 
 struct GenerationRequest {
@@ -103,8 +103,15 @@ class Engine {
   // Runs the policy's engine-level corrections (rectification) when they fall due.
   std::vector<float> decode(std::span<const int> seqs, std::span<const int> tokens);
 
-  // Replaces the attention policy (prefilled caches stay valid: prefill is always dense).
+  // Replaces the attention policy, the engine's and every sequence's (prefilled caches stay
+  // valid: prefill is always dense); new sequences run it.
   void set_policy(const std::string& spec);
+  // Per-sequence policies: on an engine that mixes_policies() (the GPU), sequences with
+  // different policies decode in one batch, each planned by its own. Elsewhere a sequence's
+  // policy is the engine's, and asking another throws skim::Error.
+  bool mixes_policies() const;
+  void set_sequence_policy(int seq, const std::string& spec);
+  const std::string& sequence_policy(int seq) const;
   // A new sequence with a copy of `seq`'s cache and tokens: one dense prefill, several policies.
   int fork_sequence(int seq);
   // Keeps the first `length` tokens of `seq` (a multiple of the page size, at most its
@@ -117,8 +124,8 @@ class Engine {
   // scheduler run per step.
   std::vector<int> decode_sample(std::span<const int> seqs, std::span<const int> tokens,
                                  std::span<Sampler* const> samplers);
-  // Throws skim::Error when set_policy(spec) would: an unknown policy or key, or a switch the
-  // device cannot make. Switches nothing.
+  // Throws skim::Error when set_policy(spec) would: an unknown policy or key, or a policy the
+  // device cannot run. Switches nothing.
   void check_policy(const std::string& spec) const;
   const std::string& policy_spec() const;
   int max_context() const;

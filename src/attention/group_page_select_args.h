@@ -17,17 +17,16 @@
 //   page_table  int32 [batch][max_pages_per_seq], seq_lens int32 [batch]
 //   out_table   int32 [batch][num_kv_heads][max_pages_per_seq] (slots past the list untouched)
 //   out_lens    int32 [batch][num_kv_heads]             (tokens in the listed pages)
+//   out_masks   uint32, out_table's shape, optional: ~0u for each listed page (every head of
+//               the group attends it), for a plan that other rows fill with per-head masks
+// Rows outside `rows` (plan_rows.h) are not planned: their lists stay as they are.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-// The helpers below run on the host and in the kernels.
-#if defined(__CUDACC__)
-#define SKIM_HOST_DEVICE __host__ __device__
-#else
-#define SKIM_HOST_DEVICE
-#endif
+#include "attention/plan_rows.h"
+#include "core/host_device.h"  // the helpers below run on the host and in the kernels
 
 namespace skim {
 
@@ -61,6 +60,8 @@ struct GroupPageSelectArgsOf {
   const int32_t* seq_lens = nullptr;
   int32_t* out_table = nullptr;
   int32_t* out_lens = nullptr;
+  uint32_t* out_masks = nullptr;
+  PlanRows rows{};
 
   // GPU only: cuda::group_page_select_workspace_size(*this) bytes (page keys); no zeroing needed.
   void* workspace = nullptr;

@@ -16,12 +16,14 @@
 //   out_table   int32 [batch][num_kv_heads][max_pages_per_seq] (slots past the list untouched)
 //   out_masks   uint32, the same shape: bit g = query head g of the group keeps the page
 //   out_lens    int32 [batch][num_kv_heads]             (tokens in the listed pages)
+// Rows outside `rows` (plan_rows.h) are not planned: their lists stay as they are.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "attention/group_page_select_args.h"  // SKIM_HOST_DEVICE
+#include "attention/plan_rows.h"
+#include "core/host_device.h"
 
 namespace skim {
 
@@ -57,6 +59,7 @@ struct QuestPageSelectArgsOf {
   int32_t* out_table = nullptr;
   uint32_t* out_masks = nullptr;
   int32_t* out_lens = nullptr;
+  PlanRows rows{};
 
   // GPU only: cuda::quest_page_select_workspace_size(*this) bytes; no zeroing needed.
   void* workspace = nullptr;

@@ -46,13 +46,17 @@ void require_gpu_policy(const std::string& policy) {
 }  // namespace
 #endif
 
-// A sequence: its pages, the tokens at its positions (rectification re-runs them), and how
-// many tokens it has taken as decode steps.
+// A sequence: its pages, the tokens at its positions (rectification re-runs them), how many
+// tokens it has taken as decode steps, and its policy (on a forward that mixes policies, each
+// sequence runs its own; on the CPU every sequence runs the engine's).
 struct Sequence {
   PageTable table;
   std::vector<int> tokens;
   int decode_steps = 0;
   int retro_steps = 0;  // decode steps under the current policy: RetroAttention's window fills with them
+  std::string policy;     // its policy string
+  int policy_index = 0;   // the forward's index of it (Forward::acquire_policy), when it mixes
+  int rectify_every = 0;  // its policy's EngineCorrections::rectify_every
 };
 
 struct Engine::Impl {
@@ -75,6 +79,19 @@ struct Engine::Impl {
 
   ForwardBatch decode_batch(std::span<const int> seqs, std::span<const int> tokens);
   void finish_decode(std::span<const int> seqs, std::span<const int> tokens);
+
+  // Gives sequence `s` the policy `spec` (acquired from a forward that mixes policies).
+  void assign_policy(Sequence& s, const std::string& spec) {
+    const int rectify = spec == options.policy ? policy->corrections().rectify_every
+                                               : make_policy(spec)->corrections().rectify_every;
+    if (forward->mixes_policies()) {
+      const int index = forward->acquire_policy(spec);
+      if (!s.policy.empty()) forward->release_policy(s.policy_index);
+      s.policy_index = index;
+    }
+    s.policy = spec;
+    s.rectify_every = rectify;
+  }
 
   void cpu_only(const char* what) const {
     SKIM_REQUIRE(!gpu, "{} runs on the CPU only so far (drop --device cuda)", what);
@@ -183,26 +200,43 @@ const Tokenizer& Engine::tokenizer() const {
 AttentionPolicy& Engine::policy() { return *impl_->policy; }
 
 int Engine::open_sequence() {
+  Sequence s;
+  impl_->assign_policy(s, impl_->options.policy);
   int id = impl_->next_id++;
-  impl_->sequences.emplace(id, Sequence{});
+  impl_->sequences.emplace(id, std::move(s));
   return id;
 }
 
 void Engine::close_sequence(int seq) {
-  PageTable& t = impl_->table(seq);
-  impl_->policy->forget(&t);
-  impl_->forward->release(t);
+  Sequence& s = impl_->sequence(seq);
+  impl_->policy->forget(&s.table);
+  impl_->forward->release(s.table);
+  if (impl_->forward->mixes_policies()) impl_->forward->release_policy(s.policy_index);
   impl_->sequences.erase(seq);
 }
+
+void Engine::set_sequence_policy(int seq, const std::string& spec) {
+  Sequence& s = impl_->sequence(seq);
+  if (spec == s.policy) return;
+  SKIM_REQUIRE(impl_->forward->mixes_policies(),
+               "policy {}: on the CPU every sequence runs the engine's policy ({}); per-sequence policies run "
+               "with --device cuda", spec, impl_->options.policy);
+  check_policy(spec);
+  impl_->assign_policy(s, spec);
+}
+
+const std::string& Engine::sequence_policy(int seq) const { return impl_->sequence(seq).policy; }
+bool Engine::mixes_policies() const { return impl_->forward->mixes_policies(); }
 
 int Engine::sequence_length(int seq) const { return impl_->table(seq).length; }
 
 void Engine::check_policy(const std::string& spec) const {
-  // Reads options.policy only on the GPU, where it never changes: safe beside a set_policy
-  // on another thread (the server checks requests while its worker runs the engine).
-  if (impl_->gpu && spec != impl_->options.policy)
-    impl_->cpu_only("switching the policy of a running engine (set_policy)");
+  // Reads no engine state: safe beside the worker thread that runs the engine (the server
+  // checks requests on its own threads).
   make_policy(spec);
+#ifdef SKIM_HAVE_CUDA
+  if (impl_->gpu) require_gpu_policy(spec);
+#endif
 }
 const std::string& Engine::policy_spec() const { return impl_->options.policy; }
 int Engine::max_context() const { return impl_->options.max_context; }
@@ -211,11 +245,12 @@ int Engine::prefill_chunk() const { return impl_->options.prefill_chunk; }
 bool Engine::on_gpu() const { return impl_->gpu; }
 
 void Engine::set_policy(const std::string& spec) {
-  if (spec != impl_->options.policy) impl_->cpu_only("switching the policy of a running engine (set_policy)");
+  check_policy(spec);
   impl_->policy = make_policy(spec);
   impl_->options.policy = spec;
   const int queries = impl_->policy->corrections().prompt_queries;
   for (auto& [id, s] : impl_->sequences) {
+    impl_->assign_policy(s, spec);
     s.retro_steps = 0;  // the new policy has no output cache yet
     if (queries > 0 && s.table.length > 0) impl_->reencode(s, std::max(0, s.table.length - queries));
   }
@@ -228,6 +263,7 @@ int Engine::fork_sequence(int seq) {
   impl_->forward->reserve(copy.table, src.length);
   impl_->forward->copy_pages(std::span<const int32_t>(src.pages.data(), copy.table.pages.size()), copy.table.pages);
   copy.table.length = src.length;
+  if (impl_->forward->mixes_policies()) impl_->forward->acquire_policy(copy.policy);  // the copy's own hold
   int id = impl_->next_id++;
   auto it = impl_->sequences.emplace(id, std::move(copy)).first;
   impl_->policy->fork(&src, &it->second.table);  // per-sequence policy state follows the copy
@@ -321,6 +357,7 @@ ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<con
   ForwardBatch fb;
   fb.decode = true;
   const int w = policy->corrections().retro_window;
+  const bool mixes = forward->mixes_policies();
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = sequence(seqs[i]);
     PageTable& t = s.table;
@@ -340,15 +377,16 @@ ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<con
     fb.tokens.push_back(tokens[i]);
     fb.positions.push_back(t.length);
     fb.tables.push_back(&t);
+    if (mixes) fb.policy.push_back(s.policy_index);
     fb.logits_rows.push_back(int(fb.tokens.size()) - 1);
   }
   return fb;
 }
 
 void Engine::Impl::finish_decode(std::span<const int> seqs, std::span<const int> tokens) {
-  const int f = policy->corrections().rectify_every;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = sequence(seqs[i]);
+    const int f = s.rectify_every;
     s.table.length += 1;
     s.tokens.push_back(tokens[i]);
     s.decode_steps += 1;

@@ -22,6 +22,9 @@ void PrefixCache::keep(int seq, const std::vector<int>& prompt) {
     return;
   }
   engine_.truncate_sequence(seq, int(whole));
+  // A prompt's cache is the same under every policy (prefill is dense): held under the
+  // engine's, so that a finished request's policy does not stay registered on the GPU.
+  engine_.set_sequence_policy(seq, engine_.policy_spec());
   entries_.push_back({seq, std::vector<int>(prompt.begin(), prompt.begin() + std::ptrdiff_t(whole)), ++clock_});
   if (int(entries_.size()) > slots_) {
     auto lru = std::min_element(entries_.begin(), entries_.end(),

@@ -198,12 +198,13 @@ void Scheduler::drop_cancelled() {
   metrics_.requests_cancelled += uint64_t(n);
 }
 
-// Under mu_. Takes waiting requests in order while sequences are free; one that needs
-// another policy is taken only into an empty engine, and alone.
+// Under mu_. Takes waiting requests in order while sequences are free; on an engine that runs
+// one policy at a time, one that needs another policy is taken only into an empty engine, and
+// alone.
 void Scheduler::admit(std::vector<std::unique_ptr<Pending>>& batch) {
   const size_t slots = size_t(options_.max_running);
   while (!waiting_.empty() && running_.size() + prefilling_.size() + batch.size() < slots) {
-    const bool switch_needed = waiting_.front()->policy != engine_.policy_spec();
+    const bool switch_needed = !engine_.mixes_policies() && waiting_.front()->policy != engine_.policy_spec();
     if (switch_needed && !(running_.empty() && prefilling_.empty() && batch.empty())) return;
     batch.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -211,11 +212,12 @@ void Scheduler::admit(std::vector<std::unique_ptr<Pending>>& batch) {
   }
 }
 
-// Switches the policy when the request needs it and opens its sequence; the prompt follows
-// chunk by chunk.
+// Switches the policy when the request needs it (or gives its sequence the request's policy,
+// on an engine that mixes them) and opens its sequence; the prompt follows chunk by chunk.
 void Scheduler::start(std::unique_ptr<Pending> p) {
+  int seq = -1;
   try {
-    if (p->policy != engine_.policy_spec()) {
+    if (!engine_.mixes_policies() && p->policy != engine_.policy_spec()) {
       prefixes_.clear();  // cached under another policy
       engine_.set_policy(p->policy);
       prefix_ok_ = prefixes_.usable();
@@ -225,8 +227,9 @@ void Scheduler::start(std::unique_ptr<Pending> p) {
     SKIM_REQUIRE(!p->request.prompt_ids.empty(), "empty prompt");
     // (A prompt whose own log-probabilities are asked for is prefilled whole.)
     const bool echo = p->request.echo_logprobs && p->request.logprobs >= 0;
-    auto [seq, reused] = prefix_ok_ && !echo ? prefixes_.reuse(p->request.prompt_ids) : std::pair<int, int>{-1, 0};
-    if (seq < 0) seq = engine_.open_sequence();
+    auto [cached, reused] = prefix_ok_ && !echo ? prefixes_.reuse(p->request.prompt_ids) : std::pair<int, int>{-1, 0};
+    seq = cached >= 0 ? cached : engine_.open_sequence();
+    engine_.set_sequence_policy(seq, p->policy);
     if (reused > 0) {
       std::lock_guard<std::mutex> lk(mu_);
       metrics_.prefix_hits = prefixes_.hits();
@@ -238,6 +241,7 @@ void Scheduler::start(std::unique_ptr<Pending> p) {
     f->done = size_t(reused);
     prefilling_.push_back(std::move(f));
   } catch (const std::exception& e) {
+    if (seq >= 0) engine_.close_sequence(seq);  // its policy refused (a ninth on the GPU)
     if (p->cb.on_error) p->cb.on_error(e.what());
     std::lock_guard<std::mutex> lk(mu_);
     metrics_.requests_failed += 1;

@@ -8,9 +8,10 @@
 // thread); Engine::generate runs them on its caller's thread (SchedulerOptions::worker false,
 // then step() until it returns false), nano-vllm's LLMEngine.step over its scheduler.
 //
-// Per-request policies: the engine runs one policy at a time, so a request whose policy
-// differs from the running one waits until the live batch has drained, then the engine
-// switches (first come, first served: requests behind it wait too).
+// Per-request policies: on an engine that mixes policies (the GPU), each request's sequence
+// runs its own policy in the shared batch. On the CPU the engine runs one policy at a time,
+// so a request whose policy differs from the running one waits until the live batch has
+// drained, then the engine switches (first come, first served: requests behind it wait too).
 //
 // A request that fails (a prompt over the context, an engine error) gets on_error and its
 // sequence back; the worker and the other requests go on.

@@ -19,6 +19,13 @@ std::vector<int32_t> Forward::run_sampled(const ForwardBatch&, AttentionPolicy&,
   throw Error("internal: run_sampled on a backend that samples on the host (check samples_on_device())");
 }
 
+int Forward::acquire_policy(const std::string&) {
+  throw Error("internal: acquire_policy on a backend that runs one policy (check mixes_policies())");
+}
+void Forward::release_policy(int) {
+  throw Error("internal: release_policy on a backend that runs one policy (check mixes_policies())");
+}
+
 CpuForward::CpuForward(const Model& model, PagedKVCache& cache) : model_(model), cache_(cache) {}
 
 void CpuForward::ensure_capacity(int rows) {

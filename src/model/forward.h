@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "attention/policy.h"
@@ -24,6 +25,7 @@ struct ForwardBatch {
   std::vector<int> logits_rows;    // rows whose next-token logits are wanted
   bool decode = false;             // every row is a decode step of its sequence
   std::vector<int32_t> retro_step; // RetroAttention: per row, the decode step that first fed it
+  std::vector<int32_t> policy;     // per row: its policy's index (Forward::acquire_policy); empty: 0
 };
 
 // A backend's forward pass and the KV cache it keeps (CpuForward here, in host memory;
@@ -40,6 +42,13 @@ class Forward {
   // K/V and metadata bytes the decode rows have read so far when the forward counts them
   // itself (the GPU, from its planner); none: the policy's stats count them (the CPU).
   virtual std::optional<double> decode_kv_bytes_read() const { return std::nullopt; }
+  // Per-sequence policies, for a backend whose decode batches mix them (the GPU: each row's
+  // plan is its policy's; the CPU runs the one policy passed to run()). acquire_policy
+  // registers a policy string and returns the index ForwardBatch::policy names (0: the policy
+  // the forward was made with); each acquire is released once.
+  virtual bool mixes_policies() const { return false; }
+  virtual int acquire_policy(const std::string& policy);
+  virtual void release_policy(int index);
   // run(), then each logits row's next token drawn with params[i] (one per logits row). Only
   // for a backend that samples_on_device(); the others leave sampling to the caller.
   virtual std::vector<int32_t> run_sampled(const ForwardBatch& batch, AttentionPolicy& policy,

@@ -4,6 +4,9 @@
 // dense layers).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "attention/policy_registry.h"
 #include "attention/group_page_select_args.h"
 #include "backend/cuda/decode_planner.h"
@@ -19,7 +22,7 @@ TEST(DecodePlanner, EveryGpuSelectorOfTheRegistryHasOne) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   for (const PolicyInfo& info : policy_registry()) {
     if (info.stage != PolicyStage::Selector || !info.runs_on("cuda")) continue;
-    EXPECT_NO_THROW(cuda::make_decode_planner(info.name, shape())) << info.name;
+    EXPECT_NO_THROW(cuda::DecodePlanner(info.name, shape())) << info.name;
   }
 }
 
@@ -27,13 +30,39 @@ TEST(DecodePlanner, BytesAreThoseOfThePlan) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const cuda::PlannerShape s = shape();
   const double per_token = 2.0 * s.num_kv_heads * s.head_dim * 2;
-  auto dense = cuda::make_decode_planner("dense", s);
-  EXPECT_EQ(dense->bytes_read(0, 1000), 1000 * per_token);
-  auto gbsa = cuda::make_decode_planner("gbsa:keep=0.25,n_min=4,dense_layers=1", s);
-  EXPECT_EQ(gbsa->bytes_read(0, 1000), 1000 * per_token);  // a dense layer
+  cuda::DecodePlanner planner("dense", s);
+  EXPECT_EQ(planner.bytes_read(0, 0, 1000), 1000 * per_token);
+  bool moved = false;
+  const int gbsa = planner.acquire("gbsa:keep=0.25,n_min=4,dense_layers=1", moved);
+  EXPECT_TRUE(moved);  // the first selecting policy allocates the plan buffers
+  EXPECT_EQ(planner.bytes_read(gbsa, 0, 1000), 1000 * per_token);  // a dense layer
   const int pages = (1000 + 15) / 16, kept = group_pages_kept(pages, 0.25, 4);
-  EXPECT_EQ(gbsa->bytes_read(1, 1000), std::min(1000, kept * 16) * per_token + pages * s.num_kv_heads * s.head_dim * 2 * 2.0);
-  EXPECT_THROW(cuda::make_decode_planner("streaming", s), Error);  // no GPU selection kernel
+  EXPECT_EQ(planner.bytes_read(gbsa, 1, 1000),
+            std::min(1000, kept * 16) * per_token + pages * s.num_kv_heads * s.head_dim * 2 * 2.0);
+  EXPECT_THROW(planner.acquire("streaming", moved), Error);  // no GPU selection kernel
+}
+
+// Policies by index: one index per distinct string while it has users, at most kMaxPolicies
+// at once; a released index is taken by a new policy only when none is left (and then the
+// caller's graphs are stale: `moved`).
+TEST(DecodePlanner, PoliciesByIndexWithinTheLimit) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  cuda::DecodePlanner planner("dense", shape());
+  bool moved = false;
+  EXPECT_EQ(planner.acquire("dense", moved), 0);
+  EXPECT_FALSE(moved);
+  std::vector<int> held;
+  for (int i = 1; i < cuda::DecodePlanner::kMaxPolicies; ++i) {
+    held.push_back(planner.acquire("quest:budget=" + std::to_string(100 * i), moved));
+    EXPECT_EQ(held.back(), i);
+  }
+  EXPECT_EQ(planner.acquire("quest:budget=100", moved), 1);  // the same string, the same index
+  EXPECT_THROW(planner.acquire("gbsa", moved), Error);        // a ninth policy
+  planner.release(held[2]);
+  moved = false;
+  EXPECT_EQ(planner.acquire("gbsa", moved), held[2]);
+  EXPECT_TRUE(moved);
+  EXPECT_THROW(planner.release(7 + 1), Error);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "paged_decode_parity.h"
+#include "engine/scheduler.h"
 #include "skim/engine.h"
 
 namespace skim {
@@ -270,6 +271,96 @@ TEST(GpuEngine, ResaRectifiesOnTheGpuAsOnTheCpu) {
   EXPECT_EQ(rect_gpu, uint64_t(steps));
   EXPECT_EQ(rect_cpu, rect_gpu);
   EXPECT_GT(from_gbsa, 0.01f) << "rectification changed nothing: is it running?";
+}
+
+// Per-sequence policies in one batch: four forks of the demo-long prompt decode together under
+// dense, gbsa, quest and resa (f = 4), teacher-forced, and each row's logits follow the same
+// policy run alone (another batch size: the GEMMs and the attention's splits may round
+// differently, and a near-tie of a page bound may flip); resa rectifies its row only; the
+// bytes are the sum of the rows' policies'. The rows really differ (not all dense).
+TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
+  std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
+  const std::vector<std::string> policies = {"dense", "gbsa:keep=0.1,n_min=16", "quest:budget=0.1,min=0",
+                                             "resa:keep=0.1,n_min=16,f=4"};
+  const int steps = 12, n = int(policies.size());
+  const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
+  auto token = [&](int i) { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; };
+
+  EngineOptions o = gpu_options(int(prompt.size()) + 64);
+  o.max_sequences = n;
+  Engine mixed(o);
+  ASSERT_TRUE(mixed.mixes_policies());
+  std::vector<int> seqs{mixed.open_sequence()};
+  mixed.append(seqs[0], prefix, {});
+  for (int i = 1; i < n; ++i) seqs.push_back(mixed.fork_sequence(seqs[0]));
+  for (int i = 0; i < n; ++i) mixed.set_sequence_policy(seqs[size_t(i)], policies[size_t(i)]);
+  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "quest+mac"), Error) << "mac runs on the CPU only";
+  EXPECT_EQ(mixed.sequence_policy(seqs[0]), "dense");
+  std::vector<std::vector<float>> together;  // [step] n rows of logits
+  for (int i = 0; i < steps; ++i) together.push_back(mixed.decode(seqs, std::vector<int>(size_t(n), token(i))));
+
+  const size_t vocab = size_t(mixed.config().vocab_size);
+  double alone_bytes = 0;
+  std::vector<std::vector<float>> dense_alone;
+  for (int r = 0; r < n; ++r) {
+    EngineOptions a = gpu_options(int(prompt.size()) + 64);
+    a.policy = policies[size_t(r)];
+    Engine alone(a);
+    const int seq = alone.open_sequence();
+    alone.append(seq, prefix, {});
+    float worst = 0, from_dense = 0;
+    for (int i = 0; i < steps; ++i) {
+      const int t = token(i);
+      const std::vector<float> l = alone.decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1));
+      if (r == 0) dense_alone.push_back(l);
+      for (size_t v = 0; v < vocab; ++v) {
+        worst = std::max(worst, std::fabs(l[v] - together[size_t(i)][size_t(r) * vocab + v]));
+        from_dense = std::max(from_dense, std::fabs(l[v] - dense_alone[size_t(i)][v]));
+      }
+    }
+    alone_bytes += alone.decode_kv_bytes_read();
+    std::printf("[ mixed    ] %s in a batch of %d policies vs alone, %d steps: max |diff| = %.3g (from dense %.3g)\n",
+                policies[size_t(r)].c_str(), n, steps, worst, from_dense);
+    EXPECT_LT(worst, kLogitTol) << policies[size_t(r)];
+    if (r > 0) EXPECT_GT(from_dense, 0.01f) << policies[size_t(r)] << " ran as dense?";
+    if (r == 3) EXPECT_EQ(alone.rectified_tokens(), uint64_t(steps));
+  }
+  EXPECT_EQ(mixed.rectified_tokens(), uint64_t(steps)) << "only the resa row rectifies";
+  EXPECT_DOUBLE_EQ(mixed.decode_kv_bytes_read(), alone_bytes);
+}
+
+// The server's scheduler on the GPU admits requests of different policies into one running
+// batch: no switch, no waiting for the batch to drain.
+TEST(GpuEngine, SchedulerRunsRequestsOfSeveralPoliciesTogether) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  EngineOptions o = gpu_options(1024);
+  o.max_sequences = 3;
+  Engine engine(o);
+  Scheduler scheduler(engine, SchedulerOptions{.worker = false});
+  int done = 0, failed = 0, most_running = 0;
+  const std::vector<std::string> policies = {"quest:budget=0.2,min=0", "", "gbsa:keep=0.2,n_min=2"};
+  for (const std::string& p : policies) {
+    GenerationRequest r;
+    r.prompt_ids = std::vector<int>(300, 7);
+    r.max_tokens = 24;
+    r.ignore_eos = true;
+    scheduler.submit(r, p, RequestCallbacks{.on_done = [&](const GenerationResult& res) {
+                                              done += 1;
+                                              EXPECT_EQ(res.tokens.size(), 24u);
+                                            },
+                                            .on_error = [&](const std::string& m) {
+                                              failed += 1;
+                                              ADD_FAILURE() << m;
+                                            }});
+  }
+  while (scheduler.step()) most_running = std::max(most_running, scheduler.metrics().running);
+  EXPECT_EQ(done, 3);
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(scheduler.metrics().policy_switches, 0u);
+  EXPECT_EQ(most_running, 3);
 }
 
 TEST(GpuEngine, RefusesPoliciesThatRunOnTheCpuOnly) {

@@ -7,6 +7,7 @@
 #include "tiny_engine.h"
 #include "kv/paged_kv_cache.h"
 #include "model/config.h"
+#include "core/error.h"
 #include "skim/engine.h"
 
 namespace skim {
@@ -87,6 +88,23 @@ TEST(PolicyEngine, RectifyEveryFRewritesTheLastFTokens) {
   // cache is dense again.
   EXPECT_EQ(rect.engine->rectified_tokens(), 9u);
   EXPECT_LE(kv_diff(rect, dense), 1e-5f);  // prefill and decode kernels sum in different orders
+}
+
+// The CPU engine runs one policy for every sequence: a sequence's own policy is the engine's,
+// asking another is refused, and set_policy moves every sequence (rectification included).
+TEST(PolicyEngine, OnTheCpuEverySequenceRunsTheEnginesPolicy) {
+  auto e = test::make_tiny_engine("gbsa:keep=0.5", 256);
+  EXPECT_FALSE(e->mixes_policies());
+  const int s = e->open_sequence();
+  EXPECT_EQ(e->sequence_policy(s), "gbsa:keep=0.5");
+  EXPECT_NO_THROW(e->set_sequence_policy(s, "gbsa:keep=0.5"));
+  EXPECT_THROW(e->set_sequence_policy(s, "dense"), Error);
+  auto prompt = random_ids(100, 512), feed = random_ids(6, 512);
+  e->append(s, prompt, {});
+  e->set_policy("resa:keep=0.5,f=3");
+  EXPECT_EQ(e->sequence_policy(s), "resa:keep=0.5,f=3");
+  for (int t : feed) e->decode(std::span<const int>(&s, 1), std::span<const int>(&t, 1));
+  EXPECT_EQ(e->rectified_tokens(), 6u);
 }
 
 }  // namespace

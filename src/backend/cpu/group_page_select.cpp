@@ -56,13 +56,17 @@ void select_all(const GroupPageSelectArgsOf<Elem>& a, std::vector<float>* scores
   if (scores_out) scores_out->assign(size_t(a.batch) * a.num_kv_heads * a.max_pages_per_seq, 0.0f);
   std::vector<float> scores;
   for (int b = 0; b < a.batch; ++b) {
+    if (!a.rows.has(b)) continue;
     const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
     const int len = a.seq_lens[b], m = pages_of(a, b);
     for (int h = 0; h < a.num_kv_heads; ++h) {
       std::vector<int> kept = select_list(a, b, h, scores);
       std::sort(kept.begin(), kept.end());
       const size_t list = size_t(b) * a.num_kv_heads + h;
-      for (size_t i = 0; i < kept.size(); ++i) a.out_table[list * a.max_pages_per_seq + i] = table[kept[i]];
+      for (size_t i = 0; i < kept.size(); ++i) {
+        a.out_table[list * a.max_pages_per_seq + i] = table[kept[i]];
+        if (a.out_masks) a.out_masks[list * a.max_pages_per_seq + i] = ~0u;
+      }
       a.out_lens[list] = m == 0 ? 0 : int(kept.size() - 1) * ps + (len - (m - 1) * ps);
       if (scores_out) std::copy(scores.begin(), scores.end(), scores_out->begin() + long(list * a.max_pages_per_seq));
     }

@@ -49,6 +49,7 @@ void select_all(const QuestPageSelectArgsOf<Elem>& a) {
   std::vector<float> scores;
   std::vector<uint32_t> mask;  // per page of the sequence: the heads that keep it
   for (int b = 0; b < a.batch; ++b) {
+    if (!a.rows.has(b)) continue;
     const int ctx = context_of(a, b), m = (ctx + ps - 1) / ps;
     const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
     for (int h = 0; h < a.num_kv_heads; ++h) {

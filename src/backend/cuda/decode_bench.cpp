@@ -257,6 +257,13 @@ QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int
 
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
                                const std::string& policy, int rectify_f) {
+  // A mixed batch: policies separated by ';', given to the sequences in turn.
+  std::vector<std::string> mix;
+  for (size_t at = 0; at <= policy.size();) {
+    const size_t end = std::min(policy.find(';', at), policy.size());
+    mix.push_back(policy.substr(at, end - at));
+    at = end + 1;
+  }
   const bool sparse = policy != "dense";
   const ModelConfig& c = weights->config;
   const int warm = 4, page = 16;
@@ -273,9 +280,11 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   GpuForwardOptions o;
   o.max_rows = sparse ? std::max(batch, rectify_f) : batch;  // a rectification is f rows
   o.max_pages_per_seq = pages_per_seq;
-  o.policy = policy;
+  o.policy = mix[0];
   GpuForward fwd(weights, shape, o);
   fwd.cache().fill_random(7, fwd.stream());  // K/V and digests
+  std::vector<int32_t> policies;
+  for (int b = 0; b < batch; ++b) policies.push_back(fwd.acquire_policy(mix[size_t(b) % mix.size()]));
 
   std::vector<PageTable> tables(static_cast<size_t>(batch));
   std::vector<PageTable*> ptrs;
@@ -285,8 +294,8 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
     ptrs.push_back(&t);
   }
   std::vector<int32_t> first(size_t(batch), 1);
-  fwd.decode_greedy(ptrs, first, warm);  // captures the graph, warms clocks and caches
-  const DecodeRun run = fwd.decode_greedy(ptrs, first, steps);
+  fwd.decode_greedy(ptrs, first, warm, policies);  // captures the graph, warms clocks and caches
+  const DecodeRun run = fwd.decode_greedy(ptrs, first, steps, policies);
 
   EndToEndPoint p;
   p.batch = batch;
@@ -297,7 +306,7 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   // tokens), which a tied model reads whole as the output projection.
   p.weight_bytes = double(tied ? weight_total : weight_total - embed_bytes);
   const int mean_len = context + warm + (steps + 1) / 2;
-  p.kv_bytes = double(batch) * fwd.decode_bytes_read(mean_len);
+  for (int32_t index : policies) p.kv_bytes += fwd.decode_bytes_read(mean_len, index);
   p.floor_ms = (p.weight_bytes + p.kv_bytes) / copy_bw * 1e3;
   if (sparse && rectify_f > 0) {
     // As Engine::rectify does it: per sequence, one prefill chunk of its last f tokens (the

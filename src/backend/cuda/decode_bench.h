@@ -73,8 +73,9 @@ struct EndToEndPoint {
 
 // Greedy decode steps (CUDA graph, tokens fed back on the device) after a context of
 // `context` tokens per sequence whose K/V and digests are random (no prefill: only the step is
-// timed); `policy` plans the decode steps (dense or gbsa: the GPU's planners), and a sparse
-// one also times a rectification of `rectify_f` tokens.
+// timed); `policy` plans the decode steps (the GPU's planners; several separated by ';' are
+// given to the sequences in turn, one mixed batch), and a sparse one also times a
+// rectification of `rectify_f` tokens.
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
                                const std::string& policy = "dense", int rectify_f = 32);
 

@@ -1,13 +1,14 @@
 #include "backend/cuda/decode_planner.h"
 
 #include <algorithm>
+#include <bit>
 
 #include <fmt/format.h>
 
 #include "attention/policy_registry.h"
 #include "attention/policy_spec.h"
 #include "attention/selectors.h"
-#include "backend/cuda/device_memory.h"
+#include "backend/cuda/dense_page_plan.cuh"
 #include "backend/cuda/group_page_select.cuh"
 #include "backend/cuda/quest_page_select.cuh"
 #include "core/error.h"
@@ -18,12 +19,20 @@ namespace {
 
 double kv_bytes_per_token(const PlannerShape& s) { return 2.0 * s.num_kv_heads * s.head_dim * sizeof(uint16_t); }
 
-// Every key: the step's own page tables.
-class DensePlanner final : public DecodePlanner {
+PlanRows rows_of(const PlanInput& in, uint32_t rows) { return {in.row_policy, rows}; }
+
+// Every key: the step's own page tables (passed through when no row of the step selects).
+class DenseRows final : public RowPlanner {
  public:
-  explicit DensePlanner(const PlannerShape& s) : s_(s) {}
-  DevicePlan plan(const PlanInput& in, cudaStream_t) override {
-    return {false, in.page_table, in.seq_lens, in.max_seq_len};
+  explicit DenseRows(const PlannerShape& s) : s_(s) {}
+  bool dense_in(int) const override { return true; }
+  void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
+    check(dense_page_plan({.batch = in.n, .num_kv_heads = s_.num_kv_heads, .page_size = s_.page_size,
+                           .max_pages_per_seq = s_.max_pages_per_seq, .page_table = in.page_table,
+                           .seq_lens = in.seq_lens, .out_table = out.table, .out_masks = out.masks,
+                           .out_lens = out.lens, .rows = rows_of(in, rows)},
+                          stream),
+          "dense_page_plan");
   }
   double bytes_read(int, int length) const override { return length * kv_bytes_per_token(s_); }
 
@@ -31,111 +40,101 @@ class DensePlanner final : public DecodePlanner {
   PlannerShape s_;
 };
 
-// A selection kernel's planner: its lists per (row, KV head) (and per-head masks) live in its
-// own buffers; the first dense_layers layers plan densely. The kernel itself, and how many
-// pages a head keeps, are the subclass's.
-class SelectionPlanner : public DecodePlanner {
+// A selection kernel's rows: the first dense_layers layers attend every key; the others the
+// pages the kernel keeps (and the digests it reads). How many a head keeps is the subclass's.
+class SelectionRows : public RowPlanner {
  public:
-  DevicePlan plan(const PlanInput& in, cudaStream_t stream) final {
-    if (in.layer < dense_layers_) return dense_.plan(in, stream);
-    select(in, stream);
-    const int ps = s_.page_size, bound = list_pages((in.max_seq_len + ps - 1) / ps, in.max_seq_len) * ps;
-    return {true, table_.data(), lens_.data(), std::min(in.max_seq_len, bound),
-            masks_.size() ? masks_.data() : nullptr};
+  bool dense_in(int layer) const final { return layer < dense_layers_; }
+  int list_tokens(int max_seq_len) const final {
+    const int ps = s_.page_size;
+    return std::min(max_seq_len, list_pages((max_seq_len + ps - 1) / ps, max_seq_len) * ps);
   }
-
-  // Digests plus the pages a head keeps (for a per-head choice the union's floor).
   double bytes_read(int layer, int length) const final {
-    if (layer < dense_layers_) return dense_.bytes_read(layer, length);
+    if (dense_in(layer)) return length * kv_bytes_per_token(s_);
     const int ps = s_.page_size, pages = (length + ps - 1) / ps;
     const double digests = double(pages) * s_.num_kv_heads * s_.head_dim * 2 * sizeof(uint16_t);
     return std::min(length, head_pages(pages, length) * ps) * kv_bytes_per_token(s_) + digests;
   }
 
  protected:
-  SelectionPlanner(const PlannerShape& s, int dense_layers) : s_(s), dense_(s), dense_layers_(dense_layers) {}
-  // Sizes the buffers once the kernel's workspace is known (0: parameters out of its range).
-  void allocate(size_t workspace_bytes, bool masks, const std::string& why_not) {
-    SKIM_REQUIRE(workspace_bytes > 0, "{}", why_not);
-    table_.resize(size_t(s_.max_rows) * s_.num_kv_heads * s_.max_pages_per_seq);
-    if (masks) masks_.resize(table_.size());
-    lens_.resize(size_t(s_.max_rows) * s_.num_kv_heads);
-    workspace_.resize(workspace_bytes);
-  }
-  virtual void select(const PlanInput& in, cudaStream_t stream) = 0;
+  SelectionRows(const PlannerShape& s, int dense_layers) : s_(s), dense_layers_(dense_layers) {}
   // Pages one head keeps of `pages` (`length` tokens), and at most one list's.
   virtual int head_pages(int pages, int length) const = 0;
   virtual int list_pages(int pages, int length) const { return head_pages(pages, length); }
 
   PlannerShape s_;
-  DensePlanner dense_;
   int dense_layers_ = 0;
-  DeviceBuffer<int32_t> table_, lens_;
-  DeviceBuffer<uint32_t> masks_;
-  DeviceBuffer<uint8_t> workspace_;
 };
 
 // ReSA's group block-sparse selection: group_page_select, one list per (row, KV head).
-class GroupPagePlanner final : public SelectionPlanner {
+class GroupPageRows final : public SelectionRows {
  public:
-  GroupPagePlanner(const PlannerShape& s, const GroupBlockParams& p, int dense_layers, const std::string& policy)
-      : SelectionPlanner(s, dense_layers), p_(p) {
-    allocate(group_page_select_workspace_size(args(PlanInput{.n = s.max_rows})), false,
-             fmt::format("policy {}: keep {} / n_min {} / n_local {} out of the GPU selection's range", policy,
-                         p.keep, p.n_min, p.n_local));
+  GroupPageRows(const PlannerShape& s, const GroupBlockParams& p, int dense_layers, const std::string& policy)
+      : SelectionRows(s, dense_layers), p_(p) {
+    workspace_ = group_page_select_workspace_size(args(PlanInput{.n = s.max_rows}, 0, Out{}));
+    SKIM_REQUIRE(workspace_ > 0, "policy {}: keep {} / n_min {} / n_local {} out of the GPU selection's range",
+                 policy, p.keep, p.n_min, p.n_local);
+  }
+  size_t workspace_bytes() const override { return workspace_; }
+  void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
+    check(group_page_select(args(in, rows, out), stream), "group_page_select");
   }
 
  private:
-  void select(const PlanInput& in, cudaStream_t stream) override {
-    check(group_page_select(args(in), stream), "group_page_select");
-  }
   int head_pages(int pages, int) const override { return group_pages_kept(pages, p_.keep, p_.n_min); }
-  GroupPageSelectArgs args(const PlanInput& in) {
+  GroupPageSelectArgs args(const PlanInput& in, uint32_t rows, const Out& out) const {
     return {.batch = in.n, .num_heads = s_.num_heads, .num_kv_heads = s_.num_kv_heads, .head_dim = s_.head_dim,
             .page_size = s_.page_size, .max_pages_per_seq = s_.max_pages_per_seq, .keep = p_.keep,
             .n_min = p_.n_min, .n_local = p_.n_local, .q = in.q, .kmin = in.kmin, .kmax = in.kmax,
-            .page_table = in.page_table, .seq_lens = in.seq_lens, .out_table = table_.data(),
-            .out_lens = lens_.data(), .workspace = workspace_.data(), .workspace_bytes = workspace_.bytes()};
+            .page_table = in.page_table, .seq_lens = in.seq_lens, .out_table = out.table,
+            .out_lens = out.lens, .out_masks = out.masks, .rows = rows_of(in, rows),
+            .workspace = out.workspace, .workspace_bytes = out.workspace_bytes};
   }
 
   GroupBlockParams p_;
+  size_t workspace_ = 0;
 };
 
 // Quest: quest_page_select, per (row, KV head) the union of its heads' pages with a mask per
 // query head.
-class QuestPagePlanner final : public SelectionPlanner {
+class QuestPageRows final : public SelectionRows {
  public:
-  QuestPagePlanner(const PlannerShape& s, const QuestParams& p, int dense_layers, const std::string& policy)
-      : SelectionPlanner(s, dense_layers), p_(p) {
-    allocate(quest_page_select_workspace_size(args(PlanInput{.n = s.max_rows})), true,
-             fmt::format("policy {}: budget {} / min {} out of the GPU selection's range (or more than 32 "
-                         "query heads per KV head)", policy, p.budget, p.min_tokens));
+  QuestPageRows(const PlannerShape& s, const QuestParams& p, int dense_layers, const std::string& policy)
+      : SelectionRows(s, dense_layers), p_(p) {
+    workspace_ = quest_page_select_workspace_size(args(PlanInput{.n = s.max_rows}, 0, Out{}));
+    SKIM_REQUIRE(workspace_ > 0,
+                 "policy {}: budget {} / min {} out of the GPU selection's range (or more than 32 query heads "
+                 "per KV head)", policy, p.budget, p.min_tokens);
+  }
+  bool writes_masks() const override { return true; }
+  size_t workspace_bytes() const override { return workspace_; }
+  void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
+    check(quest_page_select(args(in, rows, out), stream), "quest_page_select");
   }
 
  private:
-  void select(const PlanInput& in, cudaStream_t stream) override {
-    check(quest_page_select(args(in), stream), "quest_page_select");
-  }
   int head_pages(int pages, int length) const override {
     return std::min(pages, quest_pages_kept(p_.budget, p_.min_tokens, length, s_.page_size));
   }
   int list_pages(int pages, int length) const override {
     return std::min(pages, s_.num_heads / s_.num_kv_heads * head_pages(pages, length));
   }
-  QuestPageSelectArgs args(const PlanInput& in) {
+  QuestPageSelectArgs args(const PlanInput& in, uint32_t rows, const Out& out) const {
     return {.batch = in.n, .num_heads = s_.num_heads, .num_kv_heads = s_.num_kv_heads, .head_dim = s_.head_dim,
             .page_size = s_.page_size, .max_pages_per_seq = s_.max_pages_per_seq, .budget = p_.budget,
             .min_tokens = p_.min_tokens, .q = in.q, .kmin = in.kmin, .kmax = in.kmax, .page_table = in.page_table,
-            .seq_lens = in.seq_lens, .out_table = table_.data(), .out_masks = masks_.data(),
-            .out_lens = lens_.data(), .workspace = workspace_.data(), .workspace_bytes = workspace_.bytes()};
+            .seq_lens = in.seq_lens, .out_table = out.table, .out_masks = out.masks, .out_lens = out.lens,
+            .rows = rows_of(in, rows), .workspace = out.workspace, .workspace_bytes = out.workspace_bytes};
   }
 
   QuestParams p_;
+  size_t workspace_ = 0;
 };
 
-}  // namespace
-
-std::unique_ptr<DecodePlanner> make_decode_planner(const std::string& policy, const PlannerShape& shape) {
+// The rows planner of a policy string's selector (dense when it has none). The registry's
+// `backends` decide which policies run on the GPU (the engine refuses the others first); a
+// selector the registry lists for cuda without a planner here is an internal error.
+std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const PlannerShape& shape) {
   const PolicySpec spec = parse_policy_spec(policy);
   for (const PolicyPart& part : spec.parts) {
     const PolicyInfo* info = find_policy_info(part.name);
@@ -144,17 +143,104 @@ std::unique_ptr<DecodePlanner> make_decode_planner(const std::string& policy, co
     if (part.name == "quest") {
       int dense_layers = 0;
       const QuestParams p = quest_params(part, dense_layers);
-      return std::make_unique<QuestPagePlanner>(shape, p, dense_layers, policy);
+      return std::make_unique<QuestPageRows>(shape, p, dense_layers, policy);
     }
     if (part.name == "gbsa" || part.name == "resa") {
       int dense_layers = 0;
       const GroupBlockParams p = group_block_params(part, dense_layers);
-      return std::make_unique<GroupPagePlanner>(shape, p, dense_layers, policy);
+      return std::make_unique<GroupPageRows>(shape, p, dense_layers, policy);
     }
     SKIM_REQUIRE(false, "policy {}: {} has no GPU selection kernel (the registry says it runs on cuda: a bug)",
                  policy, part.name);
   }
-  return std::make_unique<DensePlanner>(shape);
+  return std::make_unique<DenseRows>(shape);
+}
+
+}  // namespace
+
+DecodePlanner::DecodePlanner(const std::string& policy, const PlannerShape& shape)
+    : s_(shape), dense_(std::make_unique<DenseRows>(shape)) {
+  bool moved = false;
+  acquire(policy, moved);
+}
+
+DecodePlanner::~DecodePlanner() = default;
+
+int DecodePlanner::acquire(const std::string& policy, bool& moved) {
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].planner && slots_[i].policy == policy) {
+      slots_[i].users += 1;
+      return int(i);
+    }
+  std::unique_ptr<RowPlanner> p = make_row_planner(policy, s_);
+  size_t at = slots_.size();  // a new index while there are fewer than kMaxPolicies
+  if (at == size_t(kMaxPolicies)) {
+    for (at = 0; at < slots_.size() && slots_[at].users > 0; ++at) {}
+    SKIM_REQUIRE(at < slots_.size(), "policy {}: {} distinct policies already run on the GPU (at most {} at once)",
+                 policy, slots_.size(), kMaxPolicies);
+    moved = true;  // the index's graphs ran the policy it held before
+  }
+  reserve(*p, moved);
+  if (at == slots_.size()) slots_.emplace_back();
+  slots_[at] = Slot{policy, std::move(p), 1};
+  return int(at);
+}
+
+void DecodePlanner::release(int index) {
+  SKIM_REQUIRE(index >= 0 && size_t(index) < slots_.size() && slots_[size_t(index)].users > 0,
+               "planner: policy index {} released more often than acquired", index);
+  slots_[size_t(index)].users -= 1;
+}
+
+// The plan buffers, shared by every policy's rows, sized for the largest need: allocated when
+// the first selecting policy arrives (a dense-only forward holds none).
+void DecodePlanner::reserve(const RowPlanner& p, bool& moved) {
+  const bool selects = !p.dense_in(s_.num_layers);  // the last layer selects if any does
+  if (!selects) return;
+  const size_t lists = size_t(s_.max_rows) * s_.num_kv_heads;
+  if (table_.size() == 0) {
+    table_.resize(lists * s_.max_pages_per_seq);
+    lens_.resize(lists);
+    moved = true;
+  }
+  if (p.writes_masks() && masks_.size() == 0) {
+    masks_.resize(lists * s_.max_pages_per_seq);
+    moved = true;
+  }
+  if (p.workspace_bytes() > workspace_.bytes()) {
+    workspace_.resize(p.workspace_bytes());
+    moved = true;
+  }
+}
+
+DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
+  uint32_t dense = 0, select = 0;
+  bool masks = false;
+  for (uint32_t m = in.policies; m; m &= m - 1) {
+    const int i = std::countr_zero(m);
+    SKIM_REQUIRE(size_t(i) < slots_.size() && slots_[size_t(i)].planner, "planner: unknown policy index {}", i);
+    const RowPlanner& p = *slots_[size_t(i)].planner;
+    (p.dense_in(in.layer) ? dense : select) |= 1u << i;
+    if (!p.dense_in(in.layer)) masks |= p.writes_masks();
+  }
+  if (select == 0) return {false, in.page_table, in.seq_lens, in.max_seq_len};
+  const RowPlanner::Out out{table_.data(), lens_.data(), masks ? masks_.data() : nullptr, workspace_.data(),
+                            workspace_.bytes()};
+  int bound = 0;
+  if (dense) {
+    dense_->select(in, dense, out, stream);
+    bound = in.max_seq_len;
+  }
+  for (uint32_t m = select; m; m &= m - 1) {
+    RowPlanner& p = *slots_[size_t(std::countr_zero(m))].planner;
+    p.select(in, m & ~(m - 1), out, stream);
+    bound = std::max(bound, p.list_tokens(in.max_seq_len));
+  }
+  return {true, table_.data(), lens_.data(), std::min(in.max_seq_len, bound), out.masks};
+}
+
+double DecodePlanner::bytes_read(int index, int layer, int length) const {
+  return slots_.at(size_t(index)).planner->bytes_read(layer, length);
 }
 
 }  // namespace skim::cuda

@@ -1,17 +1,25 @@
 // The selection stage of a decode step on the GPU: per layer, the page plan the decode kernel
 // reads (attention/page_plan.h's layout, on the device), written inside the step's graph by
-// the policy's selection kernel. The CUDA side of the CPU selectors' plan() (attention/
-// selector.h): `dense` passes the step's page tables through; `gbsa` (and `resa`, gbsa +
-// rectify) runs group_page_select, the same choice as cpu::group_page_select. The attention
-// op takes whatever plan the planner gives: adding a GPU selector is a planner here and its
-// kernels. Nothing allocates after construction.
+// the selection kernels of the batch's policies. The CUDA side of the CPU selectors' plan()
+// (attention/selector.h): `dense` passes the step's page tables through; `gbsa` (and `resa`,
+// gbsa + rectify) runs group_page_select, the same choice as cpu::group_page_select; `quest`
+// runs quest_page_select.
+//
+// A batch may mix policies: each row names its policy by an index (add()), and a layer's plan
+// holds every row's list, each written by its own policy's kernel (filtered by PlanRows) into
+// one set of buffers; dense rows among selected ones are copied by dense_page_plan. Which
+// policies a step has is part of the step's graph key (the kernels each launches); which row
+// has which is data. Nothing allocates in plan(); add() allocates, outside steps.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "backend/cuda/device_memory.h"
 #include "model/config.h"
 
 namespace skim::cuda {
@@ -25,6 +33,8 @@ struct PlanInput {
   const uint16_t* kmax = nullptr;
   const int32_t* page_table = nullptr;  // [n][max_pages_per_seq]
   const int32_t* seq_lens = nullptr;    // [n]
+  const int32_t* row_policy = nullptr;  // [n] each row's policy index
+  uint32_t policies = 1;                // bit i: some row has policy i
 };
 
 // A plan on the device, in PagedDecodeArgs' terms.
@@ -43,18 +53,64 @@ struct PlannerShape {
   int max_pages_per_seq = 0;  // page-table row length
 };
 
-class DecodePlanner {
+// One policy's part of a plan: the rows of its index, written by its kernel.
+class RowPlanner {
  public:
-  virtual ~DecodePlanner() = default;
-  virtual DevicePlan plan(const PlanInput& in, cudaStream_t stream) = 0;
+  virtual ~RowPlanner() = default;
+  // Whether this layer attends every key (dense, or a dense layer of a selecting policy).
+  virtual bool dense_in(int layer) const = 0;
+  virtual bool writes_masks() const { return false; }  // per-head masks (quest)
+  virtual size_t workspace_bytes() const { return 0; }
+  // Writes the lists of the rows in `rows` (PlanRows' mask); masks when `out.masks` is set.
+  struct Out {
+    int32_t* table = nullptr;
+    int32_t* lens = nullptr;
+    uint32_t* masks = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+  };
+  virtual void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) = 0;
+  // Tokens of one list at most, rows of at most max_seq_len tokens.
+  virtual int list_tokens(int max_seq_len) const { return max_seq_len; }
   // K/V and digest bytes a decode row of `length` tokens reads in `layer` (bf16 cache). For a
   // selection per head (quest) the union is data: this counts the per-head budget, its floor.
   virtual double bytes_read(int layer, int length) const = 0;
 };
 
-// The planner of a policy string's selector (dense when it has none). The registry's
-// `backends` decide which policies run on the GPU (the engine refuses the others first); a
-// selector the registry lists for cuda without a planner here is an internal error.
-std::unique_ptr<DecodePlanner> make_decode_planner(const std::string& policy, const PlannerShape& shape);
+// The GPU forward's planner: the policies its sequences run, by index, and the plan buffers
+// they share.
+class DecodePlanner {
+ public:
+  static constexpr int kMaxPolicies = 8;  // distinct policies live at once
+
+  // Index 0 is `policy`, held for the planner's life (the engine's default).
+  DecodePlanner(const std::string& policy, const PlannerShape& shape);
+  ~DecodePlanner();
+
+  // The index of a policy string, registering it when new; each acquire is released once.
+  // Refuses (skim::Error) a policy without GPU kernels, parameters out of the kernels' range,
+  // or a ninth distinct policy. `moved` is set when the shared buffers were reallocated (the
+  // caller's captured graphs then point at freed memory).
+  int acquire(const std::string& policy, bool& moved);
+  void release(int index);
+
+  DevicePlan plan(const PlanInput& in, cudaStream_t stream);
+  double bytes_read(int index, int layer, int length) const;
+
+ private:
+  void reserve(const RowPlanner& p, bool& moved);
+
+  PlannerShape s_;
+  struct Slot {
+    std::string policy;
+    std::unique_ptr<RowPlanner> planner;
+    int users = 0;
+  };
+  std::vector<Slot> slots_;
+  std::unique_ptr<RowPlanner> dense_;  // the dense rows of a plan that selects others
+  DeviceBuffer<int32_t> table_, lens_;
+  DeviceBuffer<uint32_t> masks_;
+  DeviceBuffer<uint8_t> workspace_;
+};
 
 }  // namespace skim::cuda

@@ -14,10 +14,10 @@ namespace {
 
 // Offsets of the step inputs in inputs_ (int32 elements).
 struct InputLayout {
-  size_t tokens, positions, seq_lens, rows, table;
+  size_t tokens, positions, seq_lens, rows, policy, table;
   explicit InputLayout(int max_rows)
       : tokens(0), positions(size_t(max_rows)), seq_lens(2 * size_t(max_rows)),
-        rows(3 * size_t(max_rows)), table(4 * size_t(max_rows)) {}
+        rows(3 * size_t(max_rows)), policy(4 * size_t(max_rows)), table(5 * size_t(max_rows)) {}
 };
 
 }  // namespace
@@ -71,24 +71,45 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   // Prefill chunks too short to fill the GPU (rectification) split their keys over CTAs.
   prefill_workspace_.resize(std::max<size_t>(1, paged_prefill_workspace_size(o.max_rows, c.num_heads, c.num_kv_heads,
                                                                               c.head_dim, a.max_seq_len - 1)));
-  planner_ = make_decode_planner(o.policy, PlannerShape{c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
-                                                        shape.page_size, o.max_rows, o.max_pages_per_seq});
+  planner_ = std::make_unique<DecodePlanner>(o.policy, PlannerShape{c.num_layers, c.num_heads, c.num_kv_heads,
+                                                                     c.head_dim, shape.page_size, o.max_rows,
+                                                                     o.max_pages_per_seq});
   check(cudaDeviceSynchronize(), "GPU forward set-up");
 }
 
 GpuForward::~GpuForward() {
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  drop_graphs();
   if (staging_) cudaFreeHost(staging_);
   if (next_host_) cudaFreeHost(next_host_);
   if (sample_staging_) cudaFreeHost(sample_staging_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
-                       std::span<const int32_t> positions, std::span<const int> logits_rows) {
+void GpuForward::drop_graphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
+int GpuForward::acquire_policy(const std::string& policy) {
+  // Between steps (a sequence opens): nothing of ours may run while buffers move.
+  check(cudaStreamSynchronize(stream_), "forward pass");
+  bool moved = false;
+  const int index = planner_->acquire(policy, moved);
+  if (moved) drop_graphs();  // they point at the old plan buffers, or ran another policy at an index
+  return index;
+}
+
+void GpuForward::release_policy(int index) { planner_->release(index); }
+
+uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
+                           std::span<const int32_t> positions, std::span<const int> logits_rows,
+                           std::span<const int32_t> policies) {
   const int n = int(tokens.size());
+  SKIM_REQUIRE(policies.empty() || policies.size() == size_t(n), "GPU forward: {} policy indices for {} rows",
+               policies.size(), n);
   const InputLayout in(opt_.max_rows);
   const int maxp = opt_.max_pages_per_seq, ps = cache_.shape().page_size;
+  uint32_t present = 0;
   for (int r = 0; r < n; ++r) {
     const PageTable& t = *tables[size_t(r)];
     SKIM_REQUIRE(int(t.pages.size()) <= maxp, "GPU forward: a sequence holds {} pages, more than {}",
@@ -98,6 +119,10 @@ void GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32
     staging_[in.tokens + r] = tokens[r];
     staging_[in.positions + r] = positions[r];
     staging_[in.seq_lens + r] = positions[r] + 1;
+    const int32_t policy = policies.empty() ? 0 : policies[size_t(r)];
+    SKIM_REQUIRE(policy >= 0 && policy < DecodePlanner::kMaxPolicies, "GPU forward: policy index {}", policy);
+    staging_[in.policy + r] = policy;
+    present |= 1u << policy;
     std::copy(t.pages.begin(), t.pages.end(), staging_ + in.table + size_t(r) * maxp);
   }
   for (size_t i = 0; i < logits_rows.size(); ++i) staging_[in.rows + i] = logits_rows[i];
@@ -105,11 +130,12 @@ void GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32
   const size_t count = in.table + size_t(n) * maxp;
   check(cudaMemcpyAsync(inputs_.data(), staging_, count * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
         "cudaMemcpyAsync (step inputs)");
+  return present;
 }
 
-double GpuForward::decode_bytes_read(int length) const {
+double GpuForward::decode_bytes_read(int length, int index) const {
   double bytes = 0;
-  for (int l = 0; l < w_.config.num_layers; ++l) bytes += planner_->bytes_read(l, length);
+  for (int l = 0; l < w_.config.num_layers; ++l) bytes += planner_->bytes_read(index, l, length);
   return bytes;
 }
 
@@ -223,7 +249,9 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
   // over every visible key, as prefill always does.
   DevicePlan plan{false, table, seq_lens, max_seq_len};
   if (pass_.decode)
-    plan = planner_->plan(PlanInput{l, n, max_seq_len, q_.data(), cache_.kmin(l), cache_.kmax(l), table, seq_lens}, s);
+    plan = planner_->plan(PlanInput{l, n, max_seq_len, q_.data(), cache_.kmin(l), cache_.kmax(l), table, seq_lens,
+                                    inputs_.data() + InputLayout(opt_.max_rows).policy, pass_.policies},
+                          s);
   const PagedDecodeArgs a{.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
                           .head_dim = c.head_dim, .max_pages_per_seq = opt_.max_pages_per_seq,
                           .max_seq_len = plan.max_seq_len, .scale = 1.0f / std::sqrt(float(c.head_dim)),
@@ -242,15 +270,16 @@ int GpuForward::bucket(int max_seq_len) const {
   return std::min(b, cap);
 }
 
-cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance) {
+cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t policies) {
   const int b = bucket(max_seq_len);
-  auto key = std::make_tuple(n, b, advance);
+  auto key = std::make_tuple(n, b, advance, policies);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) return it->second;
   cudaGraph_t g = nullptr;
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
-    enqueue(n, n, Pass{.max_seq_len = b, .gather = false, .chunk = false, .decode = true}, advance);
+    enqueue(n, n, Pass{.max_seq_len = b, .gather = false, .chunk = false, .decode = true, .policies = policies},
+            advance);
   } catch (...) {  // end the capture, or this thread's later CUDA calls fail
     if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
     cudaGetLastError();
@@ -273,11 +302,12 @@ int GpuForward::launch(const ForwardBatch& batch) {
     SKIM_REQUIRE(t >= 0 && t < c.vocab_size, "token id {} out of range [0, {})", t, c.vocab_size);
   for (int r : batch.logits_rows)
     SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
-  stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows);
+  const uint32_t policies = stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows, batch.policy);
 
   const int max_len = 1 + *std::max_element(batch.positions.begin(), batch.positions.end());
   if (batch.decode)
-    for (int32_t pos : batch.positions) decode_bytes_total_ += decode_bytes_read(pos + 1);
+    for (int r = 0; r < n; ++r)
+      decode_bytes_total_ += decode_bytes_read(batch.positions[size_t(r)] + 1, batch.policy.empty() ? 0 : batch.policy[size_t(r)]);
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
   for (int i = 0; all_rows && i < nl; ++i) all_rows = batch.logits_rows[size_t(i)] == i;
@@ -285,9 +315,11 @@ int GpuForward::launch(const ForwardBatch& batch) {
   for (int r = 1; chunk && r < n; ++r)
     chunk = batch.tables[size_t(r)] == batch.tables[0] && batch.positions[size_t(r)] == batch.positions[0] + r;
   if (batch.decode && all_rows)
-    check(cudaGraphLaunch(graph(n, max_len, false), stream_), "cudaGraphLaunch");
+    check(cudaGraphLaunch(graph(n, max_len, false, policies), stream_), "cudaGraphLaunch");
   else
-    enqueue(n, nl, Pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .decode = batch.decode}, false);
+    enqueue(n, nl,
+            Pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .decode = batch.decode, .policies = policies},
+            false);
   return nl;
 }
 
@@ -336,7 +368,7 @@ std::vector<int32_t> GpuForward::run_sampled(const ForwardBatch& batch, Attentio
 }
 
 DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first,
-                                    int steps) {
+                                    int steps, std::span<const int32_t> policies) {
   const int n = int(tables.size());
   SKIM_REQUIRE(n > 0 && n <= opt_.max_rows && first.size() == size_t(n) && steps > 0,
                "decode_greedy: {} sequences, {} first tokens, {} steps", n, first.size(), steps);
@@ -354,8 +386,7 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
     check(cudaMallocHost(reinterpret_cast<void**>(&next_host_), size_t(steps) * opt_.max_rows * sizeof(int32_t)), "cudaMallocHost");
     next_host_steps_ = size_t(steps);
   }
-  stage(tables, first, positions, {});
-  cudaGraphExec_t exec = graph(n, max_len, true);
+  cudaGraphExec_t exec = graph(n, max_len, true, stage(tables, first, positions, {}, policies));
 
   const double ms = gpu_time_ms(stream_, [&] {
     for (int s = 0; s < steps; ++s) {

@@ -10,11 +10,13 @@
 // decode_greedy goes further for benchmarks: argmax feeds each token back on the device, so
 // the steps run back to back with no host involvement at all.
 //
-// Attention of a decode step is plan + kernel: the policy's planner (decode_planner.h) writes
-// the layer's page plan on the device (dense: the step's page tables; gbsa: group_page_select
-// on the layer's digests), and the paged decode kernel attends over it. Prefill chunks are
-// always dense, as on the CPU. Policies without a GPU planner run on the CPU only (the engine
-// refuses them here, by the registry).
+// Attention of a decode step is plan + kernel: the planner (decode_planner.h) writes the
+// layer's page plan on the device, each row by its own policy's selection (dense: the step's
+// page tables; gbsa: group_page_select on the layer's digests; quest: quest_page_select), and
+// the paged decode kernel attends over it. The rows' policies are data staged with the step's
+// inputs; which policies a step has picks its graph. Prefill chunks are always dense, as on
+// the CPU. Policies without a GPU planner run on the CPU only (the engine refuses them here,
+// by the registry).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,7 +41,7 @@ namespace skim::cuda {
 struct GpuForwardOptions {
   int max_rows = 512;          // rows of one forward pass: a prefill chunk or a decode batch
   int max_pages_per_seq = 0;   // page-table row length: a sequence's capacity in pages
-  std::string policy = "dense";  // its selector plans decode steps (make_decode_planner)
+  std::string policy = "dense";  // policy index 0: its selector plans decode steps (DecodePlanner)
 };
 
 struct DecodeRun {
@@ -64,15 +66,21 @@ class GpuForward final : public Forward, private Backend {
   void shrink(PageTable& table, int length) override { cache_.pool().shrink(table, length); }
   // Enqueued on the stream, no wait: every later use of the pages runs on the same stream.
   void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) override;
+  // A decode batch mixes policies: each row is planned by its own (decode_planner.h).
+  bool mixes_policies() const override { return true; }
+  int acquire_policy(const std::string& policy) override;
+  void release_policy(int index) override;
 
   // `steps` greedy decode steps of the sequences whose next inputs are `first` (one token
   // each, at position table->length); reserves their pages and advances their lengths.
-  DecodeRun decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first, int steps);
+  // `policies`: each sequence's policy index (acquire_policy); empty: index 0 for all.
+  DecodeRun decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first, int steps,
+                          std::span<const int32_t> policies = {});
 
   // K/V and digest bytes one decode row at `length` tokens (the new one included) reads over
-  // all layers, by the planner: every key when dense, the kept pages plus the digests when
-  // group-sparse.
-  double decode_bytes_read(int length) const;
+  // all layers under policy `index`, by its planner: every key when dense, the kept pages
+  // plus the digests when sparse.
+  double decode_bytes_read(int length, int index = 0) const;
   // Those bytes summed over every decode row run so far (Forward).
   std::optional<double> decode_kv_bytes_read() const override { return decode_bytes_total_; }
 
@@ -88,6 +96,7 @@ class GpuForward final : public Forward, private Backend {
     bool chunk = false;   // the rows are consecutive positions of one sequence (a prefill
                           // chunk): attention runs as paged prefill attention, not row by row
     bool decode = false;  // every row is a decode step (the planner's selection applies)
+    uint32_t policies = 1;  // bit i: some row runs policy index i
   };
   // Enqueues the whole forward pass of n staged rows on the stream, logits of `logits_n` rows;
   // `advance`: then each row's argmax becomes its next input (decode_greedy).
@@ -100,11 +109,14 @@ class GpuForward final : public Forward, private Backend {
   void attention(int n, int layer) override;
   void silu_mul(int n) override;
   void logits(int n_logits) override;
-  void stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
-             std::span<const int32_t> positions, std::span<const int> logits_rows);
+  // Copies the step's inputs to the device; returns the policies present (Pass::policies).
+  uint32_t stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
+                 std::span<const int32_t> positions, std::span<const int> logits_rows,
+                 std::span<const int32_t> policies);
   void attend_decode(int layer, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
                      cudaStream_t stream);
-  cudaGraphExec_t graph(int n, int max_seq_len, bool advance);
+  cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies);
+  void drop_graphs();
   // Stages the batch and enqueues its forward pass (a graph for decode batches); returns the
   // number of logits rows.
   int launch(const ForwardBatch& batch);
@@ -123,7 +135,7 @@ class GpuForward final : public Forward, private Backend {
   DeviceBuffer<uint16_t> h_, h_rows_, q_, o16_, inter_;
   DeviceBuffer<uint8_t> attn_workspace_;
   DeviceBuffer<uint8_t> prefill_workspace_;  // key splits of short prefill chunks
-  std::unique_ptr<DecodePlanner> planner_;  // the policy's selection stage
+  std::unique_ptr<DecodePlanner> planner_;  // the policies' selection stage
   double decode_bytes_total_ = 0;
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.
@@ -135,7 +147,8 @@ class GpuForward final : public Forward, private Backend {
   int32_t* next_host_ = nullptr;  // pinned [max steps of a decode_greedy call][max_rows]
   size_t next_host_steps_ = 0;
 
-  std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;
+  // Decode step graphs by (rows, context bucket, advance, policies present).
+  std::map<std::tuple<int, int, bool, uint32_t>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace skim::cuda

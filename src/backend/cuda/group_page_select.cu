@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const GroupPage
   const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
   const int m = pages_of(len, a.page_size);
   const int p0 = blockIdx.x * kPagesPerScoreCta + warp * kWarpPages;
-  if (p0 >= m) return;
+  if (p0 >= m || !a.rows.has(b)) return;
   const float s = warp_page_bounds<D>(a.q + (size_t(b) * a.num_heads + size_t(kvh) * group) * D, group, a.kmin,
                                       a.kmax, a.num_kv_heads, kvh, a.page_table + size_t(b) * a.max_pages_per_seq,
                                       p0, m, lane);
@@ -41,17 +41,23 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const GroupPage
 __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a) {
   __shared__ SelectSmem sm;
   const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
+  if (!a.rows.has(b)) return;
   const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
   const int m = pages_of(len, a.page_size), n = a.pages_kept(m);
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
   const size_t list = size_t(b) * a.num_kv_heads + kvh;
   int32_t* out = a.out_table + list * a.max_pages_per_seq;
+  uint32_t* masks = a.out_masks ? a.out_masks + list * a.max_pages_per_seq : nullptr;
   if (t == 0) a.out_lens[list] = m == 0 ? 0 : (n - 1) * a.page_size + (len - (m - 1) * a.page_size);
+  const auto keep = [&](int p, int rank) {
+    out[rank] = table[p];
+    if (masks) masks[rank] = ~0u;  // every head of the group attends the group's pages
+  };
   if (n == m) {  // every page kept (short sequences)
-    for (int p = t; p < m; p += kThreads) out[p] = table[p];
+    for (int p = t; p < m; p += kThreads) keep(p, p);
     return;
   }
-  select_top_pages(sm, keys_of(a, b, kvh), m, n, [&](int p, int rank) { out[rank] = table[p]; }, [](int) {});
+  select_top_pages(sm, keys_of(a, b, kvh), m, n, keep, [](int) {});
 }
 
 bool supported(const GroupPageSelectArgs& a) {

@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
   const int kvh = blockIdx.y, b = blockIdx.z, group = a.group_size();
   const int m = pages_of(context_of(a, b), a.page_size);
   const int p0 = blockIdx.x * kPagesPerScoreCta + warp * kWarpPages;
-  if (p0 >= m) return;
+  if (p0 >= m || !a.rows.has(b)) return;
   WarpDigests<D> dig;
   dig.load(a.kmin, a.kmax, a.num_kv_heads, kvh, a.page_table + size_t(b) * a.max_pages_per_seq, p0, m, lane);
   for (int g = 0; g < group; ++g) {
@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
 __global__ void __launch_bounds__(kThreads) select_kernel(const QuestPageSelectArgs a) {
   __shared__ SelectSmem sm;
   const int hq = blockIdx.x, b = blockIdx.y;
+  if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
   const int n = min(m, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size));
   uint8_t* flags = flags_of(a, b, hq);
@@ -72,6 +73,7 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan;
   const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size();
+  if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;

@@ -1,7 +1,7 @@
 // A decode batch that mixes policies, for the plan tests (CPU: tests/attention/
 // mixed_plan_test.cpp; GPU: tests/cuda/mixed_plan_test.cpp): random bf16 queries and page
-// digests over shuffled page tables, each row given policy 0 (dense), 1 (gbsa) or 2 (quest),
-// and the argument structs of the three plan kernels over the whole batch, writing one plan
+// digests over shuffled page tables, each row given policy 0 (dense), 1 (gbsa), 2 (quest) or
+// 3 (streaming), and the argument structs of the plan kernels over the whole batch, writing one plan
 // (pointers left for the caller to fill: host or device). No gtest here.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "attention/dense_page_plan_args.h"
+#include "attention/window_page_plan_args.h"
 #include "attention/group_page_select_args.h"
 #include "attention/quest_page_select_args.h"
 #include "core/dtype.h"
@@ -21,7 +21,7 @@
 namespace skim::test {
 
 struct MixedPlanCase {
-  static constexpr int kDense = 0, kGbsa = 1, kQuest = 2;
+  static constexpr int kDense = 0, kGbsa = 1, kQuest = 2, kStreaming = 3;
   int page_size = 16, head_dim, kv_heads, group;
   std::vector<int> lens, row_policy;
   ShuffledPages pages;
@@ -30,7 +30,7 @@ struct MixedPlanCase {
   MixedPlanCase(int d, int hkv, int g, std::vector<int> seq_lens)
       : head_dim(d), kv_heads(hkv), group(g), lens(std::move(seq_lens)) {
     pages = shuffled_pages(lens, page_size, 3, 2, rng());
-    for (size_t b = 0; b < lens.size(); ++b) row_policy.push_back(random_int(0, 2));
+    for (size_t b = 0; b < lens.size(); ++b) row_policy.push_back(random_int(0, 3));
     kmin.resize(size_t(pages.num_pages) * hkv * d);
     kmax.resize(kmin.size());
     const std::vector<float> lo = random_vector(kmin.size()), gap = random_vector(kmin.size());
@@ -47,8 +47,14 @@ struct MixedPlanCase {
   size_t slots() const { return size_t(batch()) * kv_heads * pages.stride; }
   size_t lists() const { return size_t(batch()) * kv_heads; }
 
-  DensePagePlanArgs dense() const {
+  WindowPagePlanArgs dense() const {
     return {.batch = batch(), .num_kv_heads = kv_heads, .page_size = page_size, .max_pages_per_seq = pages.stride};
+  }
+  WindowPagePlanArgs streaming() const {
+    WindowPagePlanArgs a = dense();
+    a.sink = 4;
+    a.window = 700;
+    return a;
   }
   GroupPageSelectArgs gbsa() const {
     return {.batch = batch(), .num_heads = heads(), .num_kv_heads = kv_heads, .head_dim = head_dim,

@@ -30,7 +30,7 @@ struct EngineOptions {
   int max_sequences = 1;     // sequences whose KV fits at once
   int prefill_chunk = 512;   // prompt tokens per forward pass
   int threads = 0;           // 0: all cores
-  std::string device = "cpu";  // "cpu", or "cuda" (dense, gbsa, resa and quest so far)
+  std::string device = "cpu";  // "cpu", or "cuda" (dense, streaming, gbsa, resa and quest so far)
 };
 
 struct GenerationRequest {

@@ -39,6 +39,13 @@ std::unique_ptr<AttentionPolicy> make_retro_policy(const std::string& text, cons
 
 }  // namespace
 
+StreamingParams streaming_params(const PolicyPart& p) {
+  StreamingParams s;
+  s.sink = p.integer("sink", s.sink);
+  s.window = p.integer("window", s.window);
+  return s;
+}
+
 GroupBlockParams group_block_params(const PolicyPart& p, int& dense_layers) {
   GroupBlockParams g;
   g.keep = p.number("keep", g.keep);
@@ -60,12 +67,7 @@ namespace {
 
 std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) {
   if (p.name == "dense") return nullptr;
-  if (p.name == "streaming") {
-    StreamingParams s;
-    s.sink = p.integer("sink", s.sink);
-    s.window = p.integer("window", s.window);
-    return std::make_unique<StreamingSelector>(s);
-  }
+  if (p.name == "streaming") return std::make_unique<StreamingSelector>(streaming_params(p));
   if (p.name == "cs") return make_cs_selector(p, dense_layers);
   if (p.name == "quest") return std::make_unique<QuestSelector>(quest_params(p, dense_layers));
   if (p.name == "oracle") {  // evaluation: the exact top keys per head

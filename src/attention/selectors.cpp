@@ -9,6 +9,7 @@
 #include "backend/cpu/group_page_select.h"
 #include "backend/cpu/quest_page_select.h"
 #include "backend/cpu/page_digest.h"
+#include "backend/cpu/window_page_plan.h"
 #include "attention/policy_registry.h"
 
 namespace skim {
@@ -41,12 +42,22 @@ void DenseSelector::select(const SelectInput& in, Selection& out) {
 }
 
 void StreamingSelector::select(const SelectInput& in, Selection& out) {
-  // Recent window first (it carries most of the mass), then the sinks.
-  int sink = std::min(p_.sink, in.context);
-  int win_begin = std::max(sink, in.context - p_.window);
-  out.heads.assign(1, {});
-  out.heads[0].push_back({win_begin, in.context});
-  if (sink > 0) out.heads[0].push_back({0, sink});
+  // Whole pages, as the plan; the recent window first (it carries most of the mass), then the
+  // sinks.
+  const int ps = in.batch.kv.page_size;
+  const WindowPages w = window_pages(in.context, ps, p_.sink, p_.window);
+  out.heads.assign(1, {KeyRange{w.first * ps, in.context}});
+  if (w.sinks > 0) out.heads[0].push_back({0, w.sinks * ps});
+}
+
+bool StreamingSelector::plan(const AttentionBatch& b, PagePlan& plan) {
+  DenseSelector().plan(b, rows_);  // the rows' own tables in the plan's layout: the input
+  plan.reset(false, b.num_rows, rows_.max_pages);  // one list per row, shared by its KV heads
+  cpu::window_page_plan({.batch = b.num_rows, .num_kv_heads = 1, .page_size = b.kv.page_size,
+                         .max_pages_per_seq = rows_.max_pages, .sink = p_.sink, .window = p_.window,
+                         .page_table = rows_.table.data(), .seq_lens = rows_.lens.data(),
+                         .out_table = plan.table.data(), .out_lens = plan.lens.data()});
+  return true;
 }
 
 namespace {
@@ -199,10 +210,11 @@ PolicyInfo dense_policy_info() {
 
 PolicyInfo streaming_policy_info() {
   const StreamingParams s;
-  return {.name = "streaming", .summary = "attention sinks plus a recent window (StreamingLLM)",
-          .keys = {integer_key("sink", s.sink, 0, kNoUpperBound, "first tokens always attended"),
-                   integer_key("window", s.window, 1, kNoUpperBound, "most recent tokens attended")},
-          .composes_with = {"rectify", "mac", "art"}, .order = "sinks, then the recent window from the newest key"};
+  return {.name = "streaming", .summary = "attention sinks plus a recent window (StreamingLLM), in whole pages",
+          .keys = {integer_key("sink", s.sink, 0, kNoUpperBound, "first tokens always attended (the pages holding them)"),
+                   integer_key("window", s.window, 1, kNoUpperBound, "most recent tokens attended (the pages holding them)")},
+          .composes_with = {"rectify", "mac", "art"}, .order = "sinks, then the recent window from the newest key",
+          .backends = {"cpu", "cuda"}};
 }
 
 PolicyInfo quest_policy_info() {

@@ -18,19 +18,26 @@ class DenseSelector : public Selector {
   bool plan(const AttentionBatch& batch, PagePlan& plan) override;  // each row's own pages
 };
 
+// StreamingLLM: attention sinks plus a recent window, in whole pages (window_page_plan_args.h:
+// the pages holding a sink token or a token of the last `window`), the same on both backends.
 struct StreamingParams {
   int sink = 4;
   int window = 1024;
 };
+// A streaming policy part's keys (sink, window): the CPU policy and the GPU planner read them
+// through this parser.
+StreamingParams streaming_params(const PolicyPart& p);
 
 class StreamingSelector : public Selector {
  public:
   explicit StreamingSelector(StreamingParams p) : p_(p) {}
   std::string name() const override { return "streaming"; }
   void select(const SelectInput& in, Selection& out) override;
+  bool plan(const AttentionBatch& batch, PagePlan& plan) override;  // cpu::window_page_plan
 
  private:
   StreamingParams p_;
+  PagePlan rows_;  // the batch's own page tables, the plan's input (kept for its memory)
 };
 
 // Quest keeps the first two layers dense (its practice); the oracle's budget is the envelope

@@ -1,13 +1,13 @@
 // A plan mixing policies on the CPU: each kernel plans the rows of its policy (PlanRows) into
 // one set of buffers, and every row's lists, masks and lengths are those its own kernel writes
-// over the whole batch; dense rows are their page tables; a selection without per-head masks
-// (gbsa) marks its pages for every head. The CUDA kernels are held to the same composition
+// over the whole batch; dense rows are their page tables, streaming rows their sink and
+// window pages; a selection without per-head masks marks its pages for every head. The CUDA kernels are held to the same composition
 // (tests/cuda/mixed_plan_test.cpp).
 #include <gtest/gtest.h>
 
 #include "../mixed_plan_case.h"
-#include "backend/cpu/dense_page_plan.h"
 #include "backend/cpu/group_page_select.h"
+#include "backend/cpu/window_page_plan.h"
 #include "backend/cpu/quest_page_select.h"
 
 namespace skim {
@@ -42,14 +42,18 @@ TEST(MixedPlan, EachRowIsPlannedByItsOwnPolicy) {
   for (int trial = 0; trial < 6; ++trial) {
     const MixedPlanCase c(trial % 2 ? 64 : 128, 2, 3,
                           {test::random_int(1, 900), test::random_int(1, 900), test::random_int(1, 3000), 17, 1, 2500});
-    Plan mixed(c), dense(c), gbsa(c), quest(c);
+    Plan mixed(c), dense(c), gbsa(c), quest(c), streaming(c);
     const PlanRows rows{c.row_policy.data(), 0};
     auto only = [&](int policy) { return PlanRows{rows.row_policy, 1u << policy}; };
 
-    DensePagePlanArgs d = c.dense();
+    WindowPagePlanArgs d = c.dense();
     point(c, d, mixed);
     d.rows = only(MixedPlanCase::kDense);
-    cpu::dense_page_plan(d);
+    cpu::window_page_plan(d);
+    WindowPagePlanArgs w = c.streaming();
+    point(c, w, mixed);
+    w.rows = only(MixedPlanCase::kStreaming);
+    cpu::window_page_plan(w);
     GroupPageSelectArgs g = c.gbsa();
     point_digests(c, g, mixed);
     g.rows = only(MixedPlanCase::kGbsa);
@@ -60,10 +64,14 @@ TEST(MixedPlan, EachRowIsPlannedByItsOwnPolicy) {
     cpu::quest_page_select(q);
 
     // Each kernel alone over every row, without masks where it has none.
-    DensePagePlanArgs d_all = c.dense();
+    WindowPagePlanArgs d_all = c.dense();
     point(c, d_all, dense);
     d_all.out_masks = nullptr;
-    cpu::dense_page_plan(d_all);
+    cpu::window_page_plan(d_all);
+    WindowPagePlanArgs w_all = c.streaming();
+    point(c, w_all, streaming);
+    w_all.out_masks = nullptr;
+    cpu::window_page_plan(w_all);
     GroupPageSelectArgs g_all = c.gbsa();
     point_digests(c, g_all, gbsa);
     g_all.out_masks = nullptr;
@@ -79,6 +87,8 @@ TEST(MixedPlan, EachRowIsPlannedByItsOwnPolicy) {
     }
     EXPECT_EQ(test::compare_rows(c, MixedPlanCase::kDense, mixed.table, mixed.masks, mixed.lens, dense.table,
                                  nullptr, dense.lens), "");
+    EXPECT_EQ(test::compare_rows(c, MixedPlanCase::kStreaming, mixed.table, mixed.masks, mixed.lens, streaming.table,
+                                 nullptr, streaming.lens), "");
     EXPECT_EQ(test::compare_rows(c, MixedPlanCase::kGbsa, mixed.table, mixed.masks, mixed.lens, gbsa.table,
                                  nullptr, gbsa.lens), "");
     EXPECT_EQ(test::compare_rows(c, MixedPlanCase::kQuest, mixed.table, mixed.masks, mixed.lens, quest.table,
@@ -91,17 +101,17 @@ TEST(MixedPlan, RowsOutsideTheMaskAreLeftAsTheyAre) {
   const MixedPlanCase c(64, 2, 4, {300, 40, 700});
   const std::vector<int32_t> none(c.lens.size(), 5);  // every row policy 5: no kernel plans it
   Plan p(c);
-  DensePagePlanArgs d = c.dense();
+  WindowPagePlanArgs d = c.streaming();
   point(c, d, p);
-  d.rows = {none.data(), 0x7u};
-  cpu::dense_page_plan(d);
+  d.rows = {none.data(), 0xfu};
+  cpu::window_page_plan(d);
   GroupPageSelectArgs g = c.gbsa();
   point_digests(c, g, p);
-  g.rows = {none.data(), 0x7u};
+  g.rows = {none.data(), 0xfu};
   cpu::group_page_select(g);
   QuestPageSelectArgs q = c.quest();
   point_digests(c, q, p);
-  q.rows = {none.data(), 0x7u};
+  q.rows = {none.data(), 0xfu};
   cpu::quest_page_select(q);
   const Plan untouched(c);
   EXPECT_EQ(p.table, untouched.table);

@@ -291,24 +291,35 @@ TEST(GroupBlockSelector, SameChoiceAsTheGroupPageSelectReference) {
   }
 }
 
-TEST(StreamingSelector, SinksAndRecentWindow) {
-  int len = 500;
-  RandomCache rc(len, 1, 1, 16);
-  AttentionBatch b = rc.batch(1, 1, 16);
-  StreamingSelector sel(StreamingParams{4, 100});
-  Selection s;
-  sel.select(SelectInput{b, 0, 0, len}, s);
-  std::set<int> got, want;
-  for (auto r : s.heads[0])
-    for (int t = r.begin; t < r.end; ++t) got.insert(t);
-  for (int t = 0; t < 4; ++t) want.insert(t);
-  for (int t = 400; t < 500; ++t) want.insert(t);
-  EXPECT_EQ(got, want);
-  Selection small;
-  sel.select(SelectInput{b, 0, 0, 50}, small);  // shorter than sink + window: everything
-  int n = 0;
-  for (auto r : small.heads[0]) n += r.end - r.begin;
-  EXPECT_EQ(n, 50);
+// Streaming keeps whole pages: those holding a sink token or a token of the window, the same
+// keys in select() (ranges) and plan() (a list per row).
+TEST(StreamingSelector, SinksAndRecentWindowInWholePages) {
+  for (int trial = 0; trial < 20; ++trial) {
+    const int len = test::random_int(1, 700), sink = test::random_int(0, 40), window = test::random_int(1, 300);
+    RandomCache rc(len, 1, 1, 16);
+    AttentionBatch b = rc.batch(1, 1, 16);
+    StreamingSelector sel(StreamingParams{sink, window});
+    Selection s;
+    sel.select(SelectInput{b, 0, 0, len}, s);
+    std::set<int> got, want;
+    for (auto r : s.heads[0])
+      for (int t = r.begin; t < r.end; ++t) EXPECT_TRUE(got.insert(t).second) << "key " << t << " twice";
+    for (int t = 0; t < len; ++t)
+      if (t / 16 < (sink + 15) / 16 || t / 16 >= std::max(0, len - window) / 16) want.insert(t);
+    EXPECT_EQ(got, want) << "len " << len << " sink " << sink << " window " << window;
+    EXPECT_EQ(s.heads[0][0].end, len) << "the recent window first";
+
+    PagePlan plan;
+    ASSERT_TRUE(sel.plan(b, plan));
+    ASSERT_FALSE(plan.per_kv_head);
+    std::set<int> planned;
+    for (int i = 0; i < (plan.lens[0] + 15) / 16; ++i) {
+      const int page = int(std::find(rc.table.pages.begin(), rc.table.pages.end(), plan.list(0)[i]) - rc.table.pages.begin());
+      for (int t = page * 16; t < std::min(len, page * 16 + 16); ++t) planned.insert(t);
+    }
+    EXPECT_EQ(planned, want);
+    EXPECT_EQ(plan.lens[0], int(want.size()));
+  }
 }
 
 }  // namespace

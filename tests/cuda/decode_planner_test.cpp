@@ -39,7 +39,10 @@ TEST(DecodePlanner, BytesAreThoseOfThePlan) {
   const int pages = (1000 + 15) / 16, kept = group_pages_kept(pages, 0.25, 4);
   EXPECT_EQ(planner.bytes_read(gbsa, 1, 1000),
             std::min(1000, kept * 16) * per_token + pages * s.num_kv_heads * s.head_dim * 2 * 2.0);
-  EXPECT_THROW(planner.acquire("streaming", moved), Error);  // no GPU selection kernel
+  const int streaming = planner.acquire("streaming:sink=4,window=100", moved);
+  // 1000 tokens: the sink page and pages 56-62 (tokens 896-999, the window's 900-999).
+  EXPECT_EQ(planner.bytes_read(streaming, 2, 1000), (16 + 104) * per_token);
+  EXPECT_THROW(planner.acquire("cs", moved), Error);  // no GPU selection kernel
 }
 
 // Policies by index: one index per distinct string while it has users, at most kMaxPolicies

@@ -180,7 +180,7 @@ TEST(GpuEngine, ForkAndTruncateKeepTheSequence) {
 // of every step within the bf16 tolerance of the dense comparison (the selections may differ
 // only at near-ties of the page bound), and visibly apart from dense attention's, so that
 // the selection really acts. gbsa: group_page_select; quest: quest_page_select and the
-// decode kernel's per-head page masks.
+// decode kernel's per-head page masks; streaming: window_page_plan (the same whole pages).
 class GpuSparsePolicy : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuSparsePolicy, DecodeMatchesTheCpuPolicy) {
@@ -223,7 +223,7 @@ TEST_P(GpuSparsePolicy, DecodeMatchesTheCpuPolicy) {
 // context, most of this prompt); quest in every layer too.
 INSTANTIATE_TEST_SUITE_P(Policies, GpuSparsePolicy,
                          ::testing::Values("gbsa:keep=0.1,n_min=16", "quest:budget=0.1,min=0",
-                                           "quest:budget=0.1,min=0,dense_layers=0"),
+                                           "quest:budget=0.1,min=0,dense_layers=0", "streaming:sink=4,window=512"),
                          [](const auto& info) {
                            const std::string& p = info.param;
                            return p.substr(0, p.find(':')) + (p.find("dense_layers=0") != std::string::npos ? "_all_layers" : "");
@@ -325,8 +325,12 @@ TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
     std::printf("[ mixed    ] %s in a batch of %d policies vs alone, %d steps: max |diff| = %.3g (from dense %.3g)\n",
                 policies[size_t(r)].c_str(), n, steps, worst, from_dense);
     EXPECT_LT(worst, kLogitTol) << policies[size_t(r)];
-    if (r > 0) EXPECT_GT(from_dense, 0.01f) << policies[size_t(r)] << " ran as dense?";
-    if (r == 3) EXPECT_EQ(alone.rectified_tokens(), uint64_t(steps));
+    if (r > 0) {
+      EXPECT_GT(from_dense, 0.01f) << policies[size_t(r)] << " ran as dense?";
+    }
+    if (r == 3) {
+      EXPECT_EQ(alone.rectified_tokens(), uint64_t(steps));
+    }
   }
   EXPECT_EQ(mixed.rectified_tokens(), uint64_t(steps)) << "only the resa row rectifies";
   EXPECT_DOUBLE_EQ(mixed.decode_kv_bytes_read(), alone_bytes);
@@ -347,14 +351,16 @@ TEST(GpuEngine, SchedulerRunsRequestsOfSeveralPoliciesTogether) {
     r.prompt_ids = std::vector<int>(300, 7);
     r.max_tokens = 24;
     r.ignore_eos = true;
-    scheduler.submit(r, p, RequestCallbacks{.on_done = [&](const GenerationResult& res) {
-                                              done += 1;
-                                              EXPECT_EQ(res.tokens.size(), 24u);
-                                            },
-                                            .on_error = [&](const std::string& m) {
-                                              failed += 1;
-                                              ADD_FAILURE() << m;
-                                            }});
+    RequestCallbacks cb;
+    cb.on_done = [&](const GenerationResult& res) {
+      done += 1;
+      EXPECT_EQ(res.tokens.size(), 24u);
+    };
+    cb.on_error = [&](const std::string& m) {
+      failed += 1;
+      ADD_FAILURE() << m;
+    };
+    scheduler.submit(r, p, cb);
   }
   while (scheduler.step()) most_running = std::max(most_running, scheduler.metrics().running);
   EXPECT_EQ(done, 3);

@@ -1,15 +1,16 @@
 // A plan mixing policies on the GPU (the composition tests/attention/mixed_plan_test.cpp holds
-// the CPU kernels to): dense_page_plan, group_page_select and quest_page_select each plan the
-// rows of their policy into one set of device buffers. The dense rows equal the CPU reference
-// exactly; each selection's rows equal the same kernel's plan of the whole batch bit for bit
-// (rows are planned independently); gbsa marks its pages for every head.
+// the CPU kernels to): window_page_plan (dense and streaming rows), group_page_select and
+// quest_page_select each plan the rows of their policy into one set of device buffers. The
+// dense and streaming rows equal the CPU reference exactly; each selection's rows equal the
+// same kernel's plan of the whole batch bit for bit (rows are planned independently); gbsa
+// marks its pages for every head.
 #include <gtest/gtest.h>
 
 #include <type_traits>
 
 #include "../mixed_plan_case.h"
-#include "backend/cpu/dense_page_plan.h"
-#include "backend/cuda/dense_page_plan.cuh"
+#include "backend/cpu/window_page_plan.h"
+#include "backend/cuda/window_page_plan.cuh"
 #include "backend/cuda/group_page_select.cuh"
 #include "backend/cuda/quest_page_select.cuh"
 #include "device_vectors.h"
@@ -45,7 +46,7 @@ void point(const DeviceInputs& in, DevicePlan& p, Args& a) {
   a.out_table = p.table.data();
   a.out_lens = p.lens.data();
   a.out_masks = p.masks.data();
-  if constexpr (!std::is_same_v<Args, DensePagePlanArgs>) {
+  if constexpr (!std::is_same_v<Args, WindowPagePlanArgs>) {
     a.q = in.q.data();
     a.kmin = in.kmin.data();
     a.kmax = in.kmax.data();
@@ -67,10 +68,14 @@ TEST(CudaMixedPlan, EachRowIsPlannedByItsOwnPolicy) {
       a.workspace_bytes = ws.bytes();
     };
 
-    DensePagePlanArgs d = c.dense();
+    WindowPagePlanArgs d = c.dense();
     point(in, mixed, d);
     d.rows = only(MixedPlanCase::kDense);
-    ASSERT_EQ(cuda::dense_page_plan(d, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::window_page_plan(d, nullptr), cudaSuccess);
+    WindowPagePlanArgs w = c.streaming();
+    point(in, mixed, w);
+    w.rows = only(MixedPlanCase::kStreaming);
+    ASSERT_EQ(cuda::window_page_plan(w, nullptr), cudaSuccess);
     GroupPageSelectArgs g = c.gbsa();
     point(in, mixed, g);
     g.rows = only(MixedPlanCase::kGbsa);
@@ -95,17 +100,26 @@ TEST(CudaMixedPlan, EachRowIsPlannedByItsOwnPolicy) {
 
     // The dense rows against the CPU reference.
     std::vector<int32_t> ref_table(c.slots(), -7), ref_lens(c.lists(), -7);
-    DensePagePlanArgs h = c.dense();
+    WindowPagePlanArgs h = c.dense();
     h.page_table = c.pages.table.data();
     h.seq_lens = c.lens.data();
     h.out_table = ref_table.data();
     h.out_lens = ref_lens.data();
-    cpu::dense_page_plan(h);
+    cpu::window_page_plan(h);
+
+    std::vector<int32_t> win_table(c.slots(), -7), win_lens(c.lists(), -7);
+    WindowPagePlanArgs hw = c.streaming();
+    hw.page_table = c.pages.table.data();
+    hw.seq_lens = c.lens.data();
+    hw.out_table = win_table.data();
+    hw.out_lens = win_lens.data();
+    cpu::window_page_plan(hw);
 
     const auto table = test::to_host(mixed.table), lens = test::to_host(mixed.lens);
     const auto masks = test::to_host(mixed.masks);
     const auto quest_masks = test::to_host(quest.masks);
     EXPECT_EQ(test::compare_rows(c, MixedPlanCase::kDense, table, masks, lens, ref_table, nullptr, ref_lens), "");
+    EXPECT_EQ(test::compare_rows(c, MixedPlanCase::kStreaming, table, masks, lens, win_table, nullptr, win_lens), "");
     EXPECT_EQ(test::compare_rows(c, MixedPlanCase::kGbsa, table, masks, lens, test::to_host(gbsa.table), nullptr,
                                  test::to_host(gbsa.lens)), "");
     EXPECT_EQ(test::compare_rows(c, MixedPlanCase::kQuest, table, masks, lens, test::to_host(quest.table),

@@ -59,8 +59,10 @@ TEST(NeedleCoverage, MeasuresTheNeedleMassInsideTheSelection) {
   h.step(*policy);
   NeedleCoverageMeter::detach(*policy);
 
-  const int context = h.table.length;  // 101: the window is [69, 101)
-  Expected e = expected(h, needle, [&](int t) { return t < 4 || t >= context - 32; });
+  // Context 101, pages of 16: the window's tokens [69, 101) lie in pages 4-6, [64, 101); the
+  // 4 sinks in page 0, [0, 16) (streaming keeps whole pages).
+  ASSERT_EQ(h.table.length, 101);
+  Expected e = expected(h, needle, [&](int t) { return t < 16 || t >= 64; });
   ASSERT_EQ(meter.layers().size(), 1u);
   const LayerCoverage& l = meter.layers()[0];
   EXPECT_EQ(l.samples, uint64_t(h.heads));

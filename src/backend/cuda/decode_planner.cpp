@@ -8,7 +8,7 @@
 #include "attention/policy_registry.h"
 #include "attention/policy_spec.h"
 #include "attention/selectors.h"
-#include "backend/cuda/dense_page_plan.cuh"
+#include "backend/cuda/window_page_plan.cuh"
 #include "backend/cuda/group_page_select.cuh"
 #include "backend/cuda/quest_page_select.cuh"
 #include "core/error.h"
@@ -21,23 +21,32 @@ double kv_bytes_per_token(const PlannerShape& s) { return 2.0 * s.num_kv_heads *
 
 PlanRows rows_of(const PlanInput& in, uint32_t rows) { return {in.row_policy, rows}; }
 
-// Every key: the step's own page tables (passed through when no row of the step selects).
-class DenseRows final : public RowPlanner {
+// Sinks plus a recent window of pages (streaming), or every key (dense: no window; passed
+// through as the step's own page tables when no row of the step selects): window_page_plan.
+class WindowRows final : public RowPlanner {
  public:
-  explicit DenseRows(const PlannerShape& s) : s_(s) {}
-  bool dense_in(int) const override { return true; }
+  WindowRows(const PlannerShape& s, int sink, int window) : s_(s), sink_(sink), window_(window) {}
+  bool dense_in(int) const override { return window_ == 0; }
   void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
-    check(dense_page_plan({.batch = in.n, .num_kv_heads = s_.num_kv_heads, .page_size = s_.page_size,
-                           .max_pages_per_seq = s_.max_pages_per_seq, .page_table = in.page_table,
-                           .seq_lens = in.seq_lens, .out_table = out.table, .out_masks = out.masks,
-                           .out_lens = out.lens, .rows = rows_of(in, rows)},
-                          stream),
-          "dense_page_plan");
+    check(window_page_plan({.batch = in.n, .num_kv_heads = s_.num_kv_heads, .page_size = s_.page_size,
+                            .max_pages_per_seq = s_.max_pages_per_seq, .sink = sink_, .window = window_,
+                            .page_table = in.page_table, .seq_lens = in.seq_lens, .out_table = out.table,
+                            .out_masks = out.masks, .out_lens = out.lens, .rows = rows_of(in, rows)},
+                           stream),
+          "window_page_plan");
   }
-  double bytes_read(int, int length) const override { return length * kv_bytes_per_token(s_); }
+  int list_tokens(int max_seq_len) const override {
+    const WindowPages w = window_pages(max_seq_len, s_.page_size, sink_, window_);
+    return std::min(max_seq_len, (w.count() + 1) * s_.page_size);  // + 1: the window's alignment
+  }
+  double bytes_read(int, int length) const override {
+    const WindowPages w = window_pages(length, s_.page_size, sink_, window_);
+    return std::min(length, w.count() * s_.page_size) * kv_bytes_per_token(s_);
+  }
 
  private:
   PlannerShape s_;
+  int sink_ = 0, window_ = 0;
 };
 
 // A selection kernel's rows: the first dense_layers layers attend every key; the others the
@@ -140,6 +149,10 @@ std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const Pl
     const PolicyInfo* info = find_policy_info(part.name);
     if (info->stage != PolicyStage::Selector) continue;
     if (part.name == "dense") break;
+    if (part.name == "streaming") {
+      const StreamingParams p = streaming_params(part);
+      return std::make_unique<WindowRows>(shape, p.sink, p.window);
+    }
     if (part.name == "quest") {
       int dense_layers = 0;
       const QuestParams p = quest_params(part, dense_layers);
@@ -153,13 +166,13 @@ std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const Pl
     SKIM_REQUIRE(false, "policy {}: {} has no GPU selection kernel (the registry says it runs on cuda: a bug)",
                  policy, part.name);
   }
-  return std::make_unique<DenseRows>(shape);
+  return std::make_unique<WindowRows>(shape, 0, 0);
 }
 
 }  // namespace
 
 DecodePlanner::DecodePlanner(const std::string& policy, const PlannerShape& shape)
-    : s_(shape), dense_(std::make_unique<DenseRows>(shape)) {
+    : s_(shape), dense_(std::make_unique<WindowRows>(shape, 0, 0)) {
   bool moved = false;
   acquire(policy, moved);
 }

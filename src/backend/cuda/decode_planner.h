@@ -1,13 +1,14 @@
 // The selection stage of a decode step on the GPU: per layer, the page plan the decode kernel
 // reads (attention/page_plan.h's layout, on the device), written inside the step's graph by
 // the selection kernels of the batch's policies. The CUDA side of the CPU selectors' plan()
-// (attention/selector.h): `dense` passes the step's page tables through; `gbsa` (and `resa`,
-// gbsa + rectify) runs group_page_select, the same choice as cpu::group_page_select; `quest`
-// runs quest_page_select.
+// (attention/selector.h): `dense` passes the step's page tables through; `streaming` runs
+// window_page_plan (sinks and recent window in whole pages, as cpu::window_page_plan); `gbsa`
+// (and `resa`, gbsa + rectify) runs group_page_select, the same choice as
+// cpu::group_page_select; `quest` runs quest_page_select.
 //
 // A batch may mix policies: each row names its policy by an index (add()), and a layer's plan
 // holds every row's list, each written by its own policy's kernel (filtered by PlanRows) into
-// one set of buffers; dense rows among selected ones are copied by dense_page_plan. Which
+// one set of buffers; dense rows among selected ones are copied by window_page_plan. Which
 // policies a step has is part of the step's graph key (the kernels each launches); which row
 // has which is data. Nothing allocates in plan(); add() allocates, outside steps.
 #pragma once

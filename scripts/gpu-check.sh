@@ -125,7 +125,15 @@ ref = json.loads(out.strip().splitlines()[-1])["text"]
 hits = [l for l in urllib.request.urlopen(url + "/metrics").read().decode().splitlines()
         if l.startswith("skim_prefix_cache_hits_total")]
 print("prefix cache:", hits, "first == generate:", texts[0] == ref, "second (a hit) == generate:", texts[1] == ref)
-ok = served == alone and texts[0] == ref and texts[1] == ref and hits and float(hits[0].split()[-1]) >= 1
+# Log-probabilities, computed on the device: one per generated token, greedy's the most likely.
+req = urllib.request.Request(url + "/v1/completions", headers={"Content-Type": "application/json"},
+    data=json.dumps({"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True,
+                     "logprobs": 3}).encode())
+lp = json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["logprobs"]
+lp_ok = len(lp["token_logprobs"]) == 16 and all(len(t) == 3 for t in lp["top_logprobs"]) and all(
+    abs(max(t.values()) - v) < 1e-6 for t, v in zip(lp["top_logprobs"], lp["token_logprobs"]))
+print("logprobs on the GPU:", lp_ok, lp["token_logprobs"][:4])
+ok = served == alone and texts[0] == ref and texts[1] == ref and hits and float(hits[0].split()[-1]) >= 1 and lp_ok
 sys.exit(0 if ok else 1)
 PY
   python3 bench/serve_bench.py --url $url --concurrency 1,4,8 --requests 2 --prompt-tokens 1024 \

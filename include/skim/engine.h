@@ -40,7 +40,7 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings; the text is cut before the match
   bool ignore_eos = false;
-  // Log-probabilities (the server, CPU engines): -1 none; n >= 0: each generated token's, with
+  // Log-probabilities (the server): -1 none; n >= 0: each generated token's, with
   // the n most likely alternatives. echo_logprobs: the prompt tokens' too (all but the first).
   int logprobs = -1;
   bool echo_logprobs = false;
@@ -121,9 +121,12 @@ class Engine {
 
   // One decode step, then each sequence's next token from its sampler (sampled on the device
   // for the GPU, so only the tokens come back). What Engine::generate and the server's
-  // scheduler run per step.
+  // scheduler run per step. With `logprobs`, top_logprobs[i] >= 0 asks sequence i's token's
+  // log-probability and that many alternatives (OpenAI's logprobs; on the GPU computed on the
+  // device): (*logprobs)[i].
   std::vector<int> decode_sample(std::span<const int> seqs, std::span<const int> tokens,
-                                 std::span<Sampler* const> samplers);
+                                 std::span<Sampler* const> samplers, std::span<const int> top_logprobs = {},
+                                 std::vector<TokenLogprob>* logprobs = nullptr);
   // Throws skim::Error when set_policy(spec) would: an unknown policy or key, or a policy the
   // device cannot run. Switches nothing.
   void check_policy(const std::string& spec) const;

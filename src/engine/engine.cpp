@@ -18,6 +18,7 @@
 #include "kv/paged_kv_cache.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "engine/logprobs.h"
 #include "engine/retro.h"
 #include "tokenizer/tokenizer.h"
 #ifdef SKIM_HAVE_CUDA
@@ -405,25 +406,32 @@ std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int
 }
 
 std::vector<int> Engine::decode_sample(std::span<const int> seqs, std::span<const int> tokens,
-                                       std::span<Sampler* const> samplers) {
+                                       std::span<Sampler* const> samplers, std::span<const int> top_logprobs,
+                                       std::vector<TokenLogprob>* logprobs) {
   Impl& m = *impl_;
   SKIM_REQUIRE(samplers.size() == seqs.size(), "decode: one sampler per sequence");
-  if (m.forward->samples_on_device()) {  // only the tokens come back
+  SKIM_REQUIRE(!logprobs || top_logprobs.size() == seqs.size(), "decode: one logprobs setting per sequence");
+  if (m.forward->samples_on_device()) {  // only the tokens (and the log-probabilities asked) come back
     ForwardBatch fb = m.decode_batch(seqs, tokens);
     std::vector<SampleParams> params;
     for (Sampler* s : samplers) {
       const SamplingParams& p = s->params();
       params.push_back({p.temperature, p.top_k, p.top_p, p.seed, s->next_draw()});
     }
-    std::vector<int32_t> next = m.forward->run_sampled(fb, *m.policy, params);
+    const std::vector<int32_t> top(top_logprobs.begin(), top_logprobs.end());
+    std::vector<int32_t> next = m.forward->run_sampled(fb, *m.policy, params, top, logprobs);
     m.finish_decode(seqs, tokens);
     return std::vector<int>(next.begin(), next.end());
   }
   std::vector<float> logits = decode(seqs, tokens);
   const size_t vocab = size_t(m.model->config.vocab_size);
   std::vector<int> next;
-  for (size_t i = 0; i < samplers.size(); ++i)
-    next.push_back(samplers[i]->sample(std::span<const float>(logits.data() + i * vocab, vocab)));
+  if (logprobs) logprobs->assign(seqs.size(), TokenLogprob{});
+  for (size_t i = 0; i < samplers.size(); ++i) {
+    const std::span<const float> row(logits.data() + i * vocab, vocab);
+    next.push_back(samplers[i]->sample(row));
+    if (logprobs && top_logprobs[i] >= 0) (*logprobs)[i] = token_logprob(row, next.back(), top_logprobs[i]);
+  }
   return next;
 }
 

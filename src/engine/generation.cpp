@@ -67,8 +67,16 @@ std::vector<int> decode_step(Engine& engine, std::span<const int> seqs, std::spa
   std::vector<int> next;
   if (engine.on_gpu()) {
     std::vector<Sampler*> samplers;
-    for (Generation* g : generations) samplers.push_back(&g->sampler());
-    return engine.decode_sample(seqs, tokens, samplers);
+    std::vector<int> top_logprobs;
+    for (Generation* g : generations) {
+      samplers.push_back(&g->sampler());
+      top_logprobs.push_back(g->request().logprobs);
+    }
+    std::vector<TokenLogprob> logprobs;
+    next = engine.decode_sample(seqs, tokens, samplers, top_logprobs, &logprobs);
+    for (size_t j = 0; j < generations.size(); ++j)
+      if (top_logprobs[j] >= 0) generations[j]->sampled(logprobs[j]);
+    return next;
   }
   const std::vector<float> logits = engine.decode(seqs, tokens);
   const size_t vocab = logits.size() / std::max<size_t>(generations.size(), 1);

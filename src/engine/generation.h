@@ -23,6 +23,8 @@ class Generation {
   // Samples the next token from host logits, noting its log-probability when the request
   // asks for them (accept() records it with the token).
   int sample(std::span<const float> logits);
+  // A token sampled elsewhere (the device) with its log-probability, when the request asks.
+  void sampled(const TokenLogprob& logprob) { sampled_ = logprob; }
   // Takes a sampled token; returns true when the generation is finished (then
   // result().stats.finish_reason says why).
   bool accept(int token);
@@ -51,8 +53,8 @@ class Generation {
 bool at_context_limit(const Engine& engine, int seq);
 
 // One decode step of `seqs` (fed `tokens`), each sequence's next token drawn for its
-// generation: on the GPU sampled on the device (only the tokens come back); on the CPU from the
-// host logits, which also gives the log-probabilities a generation asks for.
+// generation: on the GPU sampled on the device (only the tokens, and the log-probabilities a
+// generation asks for, come back); on the CPU from the host logits.
 std::vector<int> decode_step(Engine& engine, std::span<const int> seqs, std::span<const int> tokens,
                              std::span<Generation* const> generations);
 

@@ -4,26 +4,21 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/token_logprobs.h"
+
 namespace skim {
 
 TokenLogprob token_logprob(std::span<const float> logits, int token, int top_n) {
-  // log-softmax with the max subtracted; the sum in double (a 128K vocabulary).
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float x : logits) sum += std::exp(double(x) - mx);
-  const float log_z = mx + float(std::log(sum));
+  top_n = std::clamp(std::min(top_n, int(logits.size())), 0, kMaxTopLogprobs);
+  float logprob = 0, top_logprobs[kMaxTopLogprobs];
+  int32_t top_ids[kMaxTopLogprobs];
+  const int32_t tok = token, n = top_n;
+  cpu::token_logprobs({.rows = 1, .vocab = int(logits.size()), .logits = logits.data(), .tokens = &tok,
+                       .top_n = &n, .logprob = &logprob, .top_ids = top_ids, .top_logprobs = top_logprobs});
   TokenLogprob out;
   out.token = token;
-  out.logprob = logits[size_t(token)] - log_z;
-  top_n = std::min<int>(top_n, int(logits.size()));
-  if (top_n > 0) {
-    std::vector<int> ids(logits.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + top_n, ids.end(), [&](int a, int b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    });
-    for (int i = 0; i < top_n; ++i) out.top.emplace_back(ids[size_t(i)], logits[size_t(ids[size_t(i)])] - log_z);
-  }
+  out.logprob = logprob;
+  for (int i = 0; i < top_n; ++i) out.top.emplace_back(top_ids[i], top_logprobs[i]);
   return out;
 }
 

@@ -15,7 +15,8 @@ const float* bias(const std::vector<float>& b) { return b.empty() ? nullptr : b.
 
 }  // namespace
 
-std::vector<int32_t> Forward::run_sampled(const ForwardBatch&, AttentionPolicy&, std::span<const SampleParams>) {
+std::vector<int32_t> Forward::run_sampled(const ForwardBatch&, AttentionPolicy&, std::span<const SampleParams>,
+                                          std::span<const int32_t>, std::vector<TokenLogprob>*) {
   throw Error("internal: run_sampled on a backend that samples on the host (check samples_on_device())");
 }
 

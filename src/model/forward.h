@@ -15,6 +15,7 @@
 #include "backend/sample_params.h"
 #include "kv/paged_kv_cache.h"
 #include "model/model.h"
+#include "skim/sampling.h"  // TokenLogprob
 
 namespace skim {
 
@@ -50,9 +51,13 @@ class Forward {
   virtual int acquire_policy(const std::string& policy);
   virtual void release_policy(int index);
   // run(), then each logits row's next token drawn with params[i] (one per logits row). Only
-  // for a backend that samples_on_device(); the others leave sampling to the caller.
+  // for a backend that samples_on_device(); the others leave sampling to the caller. With
+  // `logprobs`, top_logprobs[i] >= 0 asks row i's token's log-probability and that many most
+  // likely alternatives (computed where the logits are): (*logprobs)[i], of every row.
   virtual std::vector<int32_t> run_sampled(const ForwardBatch& batch, AttentionPolicy& policy,
-                                           std::span<const SampleParams> params);
+                                           std::span<const SampleParams> params,
+                                           std::span<const int32_t> top_logprobs = {},
+                                           std::vector<TokenLogprob>* logprobs = nullptr);
 
   // The KV cache's pages (PagedKVCache's contract): grow a table to hold `length` tokens,
   // return its pages, keep its first `length` tokens (a multiple of the page size), and copy

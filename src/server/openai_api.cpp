@@ -225,7 +225,7 @@ void read_lengths_and_sampling(const json& body, Endpoint endpoint, GenerationRe
 
 // Completions: `logprobs` = n alternatives, `echo` (the prompt's text, and its tokens'
 // log-probabilities with logprobs). Chat: `logprobs` = true with `top_logprobs` = n.
-void read_logprobs(const json& body, Endpoint endpoint, const ServedModel& m, ParsedRequest& out) {
+void read_logprobs(const json& body, Endpoint endpoint, ParsedRequest& out) {
   GenerationRequest& r = out.request;
   if (endpoint == Endpoint::kChat) {
     bool want = false;
@@ -239,8 +239,6 @@ void read_logprobs(const json& body, Endpoint endpoint, const ServedModel& m, Pa
     read_bool(body, "echo", out.echo);
     r.echo_logprobs = out.echo;
   }
-  if (r.logprobs >= 0 && !m.logprobs)
-    bad("logprobs", "computed on the CPU path only so far (this server samples on the GPU)");
   if (r.echo_logprobs && r.logprobs >= 0 && out.stream)
     bad("echo", "the prompt's log-probabilities are not streamed yet (drop stream, or echo)");
 }
@@ -332,7 +330,7 @@ ParsedRequest parse_request(const json& body, Endpoint endpoint, const ServedMod
   read_int(body, "n", fields::kChoices, out.n);
   read_bool(body, "ignore_eos", r.ignore_eos);
   read_stream(body, out);
-  read_logprobs(body, endpoint, m, out);
+  read_logprobs(body, endpoint, out);
   if (read_string(body, "policy", out.policy) && out.policy.empty()) bad("policy", "must be a policy string such as dense");
   read_stop(body, r);
   r.prompt_ids = endpoint == Endpoint::kChat ? chat_ids(body, m, raw_body) : prompt_ids(body, m);

@@ -46,7 +46,6 @@ struct ServedModel {
   const Tokenizer* tokenizer = nullptr;
   std::shared_ptr<const ChatTemplate> chat;  // null: no chat template (completions only)
   int max_context = 0;
-  bool logprobs = true;  // false on a GPU engine (it samples on the device)
   int max_token_bytes = 0;  // the longest token's bytes (0: unknown): bounds a prompt's text
 };
 
@@ -60,7 +59,7 @@ std::vector<int> encode_within_context(const std::string& text, const ServedMode
                                        bool rendered_chat = false);
 
 // Throws RequestError on a field of the wrong type or range, a feature skim does not serve
-// (best_of > 1, penalties, logit_bias, suffix; logprobs on a GPU engine), another
+// (best_of > 1, penalties, logit_bias, suffix), another
 // model's name, or a prompt longer than the context.
 // `raw_body`: the body's text, when at hand: chat templates then see messages and tools with
 // their keys in the request's order (else sorted, as `body` holds them).

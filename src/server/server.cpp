@@ -166,7 +166,6 @@ struct Server::Impl {
     else if (auto t = ChatTemplate::from_model_dir(options.model_dir))
       model.chat = std::make_shared<const ChatTemplate>(std::move(*t));
     model.max_context = e.max_context();
-    model.logprobs = !e.on_gpu();
     for (int id = 0; id < model.tokenizer->vocab_size(); ++id)
       model.max_token_bytes = std::max(model.max_token_bytes, int(model.tokenizer->token_bytes(id).size()));
     routes();

@@ -138,6 +138,41 @@ TEST(GpuEngine, SampledGenerationRepeatsWithItsSeed) {
   EXPECT_NE(a, c);
 }
 
+// Log-probabilities on the GPU (computed on the device after sampling): every generated token's
+// and the prompt's, greedy's token the most likely, and close to the CPU engine's (bf16 logits
+// within kLogitTol of fp32 move a log-probability by about as much).
+TEST(GpuEngine, LogprobsFollowTheCpuEngine) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  GenerationRequest r;
+  r.prompt = "def fibonacci(n):";
+  r.max_tokens = 16;
+  r.ignore_eos = true;
+  r.logprobs = 5;
+  r.echo_logprobs = true;
+  Engine gpu(gpu_options(256));
+  EngineOptions co = gpu_options(256);
+  co.device = "cpu";
+  Engine cpu(co);
+  const GenerationResult g = gpu.generate({r})[0], c = cpu.generate({r})[0];
+  ASSERT_EQ(g.logprobs.size(), g.tokens.size());
+  ASSERT_EQ(g.prompt_logprobs.size(), c.prompt_logprobs.size());
+  float worst = 0;
+  bool same = true;  // the two generations agree so far: the logprobs are of the same context
+  for (size_t i = 0; i < g.tokens.size(); ++i) {
+    const TokenLogprob& lp = g.logprobs[i];
+    EXPECT_EQ(lp.token, g.tokens[i]);
+    ASSERT_EQ(lp.top.size(), 5u);
+    EXPECT_EQ(lp.top[0].first, lp.token) << "greedy takes the most likely token";
+    EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
+    same = same && i < c.tokens.size() && c.tokens[i] == g.tokens[i];
+    if (same) worst = std::max(worst, std::fabs(lp.logprob - c.logprobs[i].logprob));
+  }
+  for (size_t i = 0; i < g.prompt_logprobs.size(); ++i)
+    worst = std::max(worst, std::fabs(g.prompt_logprobs[i].logprob - c.prompt_logprobs[i].logprob));
+  std::printf("[ logprobs ] GPU vs CPU engine: max |logprob diff| = %.3g\n", worst);
+  EXPECT_LT(worst, kLogitTol);
+}
+
 // fork_sequence and truncate_sequence on the GPU (the prefix cache's operations): a fork's
 // pages are byte copies, so its decode step gives the source's logits bit for bit; a sequence
 // cut back to a chunk boundary and prefilled again gives the logits of a fresh prefill.

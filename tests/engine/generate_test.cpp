@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/policy.h"
+#include "engine/logprobs.h"
 #include "model/config.h"
 #include "skim/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -131,6 +132,32 @@ TEST(Generate, LogprobsOfEveryTokenAndThePrompt) {
   GenerationRequest plain = request("def add(a, b):", 6);
   EXPECT_EQ(demo().generate({plain})[0].tokens, out.tokens);  // asking changes nothing else
   EXPECT_TRUE(demo().generate({plain})[0].logprobs.empty());
+}
+
+// Engine::decode_sample's log-probabilities (what the GPU computes on the device; here the
+// host path) equal token_logprob of the same step's logits.
+TEST(Generate, DecodeSampleReportsTheLogprobsOfItsTokens) {
+  Engine& e = demo();
+  const std::vector<int> prompt = e.tokenizer().encode("def add(a, b):");
+  const int a = e.open_sequence(), b = e.open_sequence();
+  e.append(a, prompt, {});
+  e.append(b, prompt, {});
+  Sampler greedy(SamplingParams{}), hot(SamplingParams{.temperature = 1.0f, .seed = 5});
+  Sampler* samplers[] = {&greedy, &hot};
+  const int seqs[] = {a, b}, tokens[] = {7, 7}, top[] = {3, -1};
+  std::vector<TokenLogprob> lps;
+  const std::vector<int> next = e.decode_sample(seqs, tokens, samplers, top, &lps);
+  ASSERT_EQ(lps.size(), 2u);
+  const int c = e.open_sequence();
+  e.append(c, prompt, {});
+  const std::vector<float> logits = e.decode(std::span<const int>(&c, 1), std::span<const int>(tokens, 1));
+  const TokenLogprob want = token_logprob(logits, next[0], 3);
+  EXPECT_EQ(lps[0].token, next[0]);
+  EXPECT_FLOAT_EQ(lps[0].logprob, want.logprob);
+  EXPECT_EQ(lps[0].top, want.top);
+  EXPECT_TRUE(lps[1].top.empty());
+  EXPECT_EQ(lps[1].token, -1) << "not asked";
+  for (int s : {a, b, c}) e.close_sequence(s);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
 #include "backend/cuda/paged_prefill_attention.cuh"
+#include "backend/cuda/token_logprobs.cuh"
 #include "model/llama_forward.h"
 
 namespace skim::cuda {
@@ -49,6 +50,13 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   next_.resize(R);
   sample_params_.resize(R);
   check(cudaMallocHost(reinterpret_cast<void**>(&sample_staging_), R * sizeof(SampleParams)), "cudaMallocHost");
+  const size_t top = R * kMaxTopLogprobs;
+  lp_top_n_.resize(R);
+  lp_top_ids_.resize(top);
+  lp_logprob_.resize(R);
+  lp_top_values_.resize(top);
+  check(cudaMallocHost(reinterpret_cast<void**>(&lp_host_ints_), (R + top) * sizeof(int32_t)), "cudaMallocHost");
+  check(cudaMallocHost(reinterpret_cast<void**>(&lp_host_floats_), (R + top) * sizeof(float)), "cudaMallocHost");
 
   const size_t input_ints = InputLayout(o.max_rows).table + R * o.max_pages_per_seq;
   inputs_.resize(input_ints);
@@ -82,6 +90,8 @@ GpuForward::~GpuForward() {
   if (staging_) cudaFreeHost(staging_);
   if (next_host_) cudaFreeHost(next_host_);
   if (sample_staging_) cudaFreeHost(sample_staging_);
+  if (lp_host_ints_) cudaFreeHost(lp_host_ints_);
+  if (lp_host_floats_) cudaFreeHost(lp_host_floats_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -351,20 +361,66 @@ void GpuForward::copy_pages(std::span<const int32_t> from, std::span<const int32
 }
 
 std::vector<int32_t> GpuForward::run_sampled(const ForwardBatch& batch, AttentionPolicy&,
-                                             std::span<const SampleParams> params) {
+                                             std::span<const SampleParams> params,
+                                             std::span<const int32_t> top_logprobs,
+                                             std::vector<TokenLogprob>* logprobs) {
   SKIM_REQUIRE(params.size() == batch.logits_rows.size(), "GPU forward: {} sampling parameters for {} logits rows",
                params.size(), batch.logits_rows.size());
+  const bool want = logprobs && std::any_of(top_logprobs.begin(), top_logprobs.end(), [](int32_t n) { return n >= 0; });
+  SKIM_REQUIRE(!want || top_logprobs.size() == params.size(), "GPU forward: {} logprobs settings for {} rows",
+               top_logprobs.size(), params.size());
   const int nl = launch(batch);
   std::copy(params.begin(), params.end(), sample_staging_);
   check(cudaMemcpyAsync(sample_params_.data(), sample_staging_, nl * sizeof(SampleParams), cudaMemcpyHostToDevice,
                         stream_),
         "cudaMemcpyAsync (sampling parameters)");
   sample(logits_.data(), nl, w_.config.vocab_size, sample_params_.data(), next_.data(), stream_);
+  if (want) enqueue_logprobs(nl, top_logprobs);
   std::vector<int32_t> tokens(static_cast<size_t>(nl));
   check(cudaMemcpyAsync(tokens.data(), next_.data(), nl * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
         "cudaMemcpyAsync (tokens)");
   check(cudaStreamSynchronize(stream_), "forward pass");
+  if (want) *logprobs = collect_logprobs(tokens, top_logprobs);
   return tokens;
+}
+
+// The sampled tokens' log-probabilities (token_logprobs) of the `nl` logits rows, copied back
+// into the pinned buffers on the stream.
+void GpuForward::enqueue_logprobs(int nl, std::span<const int32_t> top_n) {
+  const size_t R = size_t(opt_.max_rows), top = size_t(nl) * kMaxTopLogprobs;
+  for (int i = 0; i < nl; ++i)
+    SKIM_REQUIRE(top_n[size_t(i)] <= kMaxTopLogprobs, "logprobs: {} alternatives, at most {}", top_n[size_t(i)],
+                 kMaxTopLogprobs);
+  std::copy(top_n.begin(), top_n.end(), lp_host_ints_);
+  check(cudaMemcpyAsync(lp_top_n_.data(), lp_host_ints_, nl * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync (logprobs settings)");
+  check(token_logprobs({.rows = nl, .vocab = w_.config.vocab_size, .logits = logits_.data(), .tokens = next_.data(),
+                        .top_n = lp_top_n_.data(), .logprob = lp_logprob_.data(), .top_ids = lp_top_ids_.data(),
+                        .top_logprobs = lp_top_values_.data()},
+                       stream_),
+        "token_logprobs");
+  auto back = [&](void* host, const void* dev, size_t bytes) {
+    check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (logprobs)");
+  };
+  back(lp_host_floats_, lp_logprob_.data(), nl * sizeof(float));
+  back(lp_host_floats_ + R, lp_top_values_.data(), top * sizeof(float));
+  back(lp_host_ints_ + R, lp_top_ids_.data(), top * sizeof(int32_t));
+}
+
+std::vector<TokenLogprob> GpuForward::collect_logprobs(std::span<const int32_t> tokens,
+                                                       std::span<const int32_t> top_n) const {
+  const size_t R = size_t(opt_.max_rows);
+  std::vector<TokenLogprob> out(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (top_n[i] < 0) continue;
+    out[i].token = tokens[i];
+    out[i].logprob = lp_host_floats_[i];
+    const int n = std::min(top_n[i], w_.config.vocab_size);
+    for (int k = 0; k < n; ++k)
+      out[i].top.emplace_back(lp_host_ints_[R + i * kMaxTopLogprobs + size_t(k)],
+                              lp_host_floats_[R + i * kMaxTopLogprobs + size_t(k)]);
+  }
+  return out;
 }
 
 DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first,

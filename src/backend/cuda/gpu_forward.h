@@ -60,7 +60,8 @@ class GpuForward final : public Forward, private Backend {
   // Sampled on the device: only the tokens come back to the host, not the logits.
   bool samples_on_device() const override { return true; }
   std::vector<int32_t> run_sampled(const ForwardBatch& batch, AttentionPolicy& policy,
-                                   std::span<const SampleParams> params) override;
+                                   std::span<const SampleParams> params, std::span<const int32_t> top_logprobs = {},
+                                   std::vector<TokenLogprob>* logprobs = nullptr) override;
   void reserve(PageTable& table, int length) override { cache_.pool().reserve(table, length); }
   void release(PageTable& table) override { cache_.pool().release(table); }
   void shrink(PageTable& table, int length) override { cache_.pool().shrink(table, length); }
@@ -116,6 +117,8 @@ class GpuForward final : public Forward, private Backend {
   void attend_decode(int layer, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
                      cudaStream_t stream);
   cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies);
+  void enqueue_logprobs(int nl, std::span<const int32_t> top_n);
+  std::vector<TokenLogprob> collect_logprobs(std::span<const int32_t> tokens, std::span<const int32_t> top_n) const;
   void drop_graphs();
   // Stages the batch and enqueues its forward pass (a graph for decode batches); returns the
   // number of logits rows.
@@ -144,6 +147,13 @@ class GpuForward final : public Forward, private Backend {
   DeviceBuffer<int32_t> next_;  // argmax (or sample) of each logits row
   DeviceBuffer<SampleParams> sample_params_;
   SampleParams* sample_staging_ = nullptr;  // pinned [max_rows]
+  // Log-probabilities of the sampled tokens (token_logprobs.cuh): the alternatives wanted per
+  // row, then per row its token's log-probability and the top ids and log-probabilities;
+  // pinned host copies of the same layout.
+  DeviceBuffer<int32_t> lp_top_n_, lp_top_ids_;
+  DeviceBuffer<float> lp_logprob_, lp_top_values_;
+  int32_t* lp_host_ints_ = nullptr;   // [max_rows] top_n, then [max_rows][kMaxTopLogprobs] ids
+  float* lp_host_floats_ = nullptr;   // [max_rows] logprob, then [max_rows][kMaxTopLogprobs]
   int32_t* next_host_ = nullptr;  // pinned [max steps of a decode_greedy call][max_rows]
   size_t next_host_steps_ = 0;
 

@@ -53,7 +53,7 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
   app->add_option("--stop", r.stop, "stop string (repeatable)");
   app->add_flag("--ignore-eos", r.ignore_eos, "keep generating past end-of-text");
   app->add_flag("--json", args->json, "print one JSON object with the text and stats");
-  app->add_option("--logprobs", r.logprobs, "with --json: each generated token's log-probability and N alternatives (CPU)")
+  app->add_option("--logprobs", r.logprobs, "with --json: each generated token's log-probability and N alternatives")
       ->check(CLI::Range(0, 20));
   app->add_flag("--chat", args->chat, "send the prompt as a user message through the model's chat template");
   app->add_option("--chat-template", args->chat_template, "with --chat: a Jinja chat template file instead of the model's")

@@ -36,8 +36,9 @@ class WindowRows final : public RowPlanner {
           "window_page_plan");
   }
   int list_tokens(int max_seq_len) const override {
-    const WindowPages w = window_pages(max_seq_len, s_.page_size, sink_, window_);
-    return std::min(max_seq_len, (w.count() + 1) * s_.page_size);  // + 1: the window's alignment
+    if (window_ == 0) return max_seq_len;
+    const int ps = s_.page_size;  // the sink pages, the window's, and one for its alignment
+    return std::min(max_seq_len, ((sink_ + ps - 1) / ps + (window_ + ps - 1) / ps + 1) * ps);
   }
   double bytes_read(int, int length) const override {
     const WindowPages w = window_pages(length, s_.page_size, sink_, window_);

@@ -7,6 +7,7 @@
 // draws in rank order from its own generator: same distribution, different stream).
 #include <cfloat>
 
+#include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/ops.cuh"
 
 namespace skim::cuda {
@@ -18,18 +19,6 @@ constexpr int kThreads = 1024;
 __device__ __forceinline__ uint32_t order_key(float f) {  // monotone: a < b <=> key(a) < key(b)
   const uint32_t b = __float_as_uint(f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-template <typename T, typename Op>
-__device__ T block_reduce(T v, Op op, T* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = scratch[0];
-  for (int w = 1; w < int(blockDim.x / 32); ++w) v = op(v, scratch[w]);
-  return v;
 }
 
 __device__ uint64_t mix64(uint64_t z) {

@@ -4,23 +4,13 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "backend/cuda/block_reduce.cuh"
+
 namespace skim::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename T, typename Op>
-__device__ T block_reduce(T v, Op op, T* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = scratch[0];
-  for (int w = 1; w < kThreads / 32; ++w) v = op(v, scratch[w]);
-  return v;
-}
 
 // A logit's rank key: larger logits first, then lower ids (the CPU reference's order).
 __device__ __forceinline__ uint64_t rank_key(float f, int id) {

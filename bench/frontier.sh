@@ -9,7 +9,7 @@
 #   bench/frontier.sh                  run the pieces not yet done (each a group of policy
 #                                      families at one model and context, resumable), then report
 #   ONLY=smollm2-4k bench/frontier.sh  one model/context only (smollm2-4k, smollm2-8k, demo-16k)
-#   GROUP=selectors bench/frontier.sh  one group only (selectors, corrections, layers, oracle, art, art2, mac, mac2, cs); two
+#   GROUP=selectors bench/frontier.sh  one group only (selectors, corrections, layers, oracle, art, art2, art3, mac, mac2, cs); two
 #                                      groups in parallel with THREADS=1 use a 2-core machine best
 #   QUICK=1 ...                        a smoke run: tiny sizes, results under /tmp
 # Env: SKIM (binary), THREADS (default 1: on a 2-core machine contending OpenMP threads slow
@@ -40,6 +40,9 @@ groups() {  # ctx -> lines "group policy-list"
   echo "oracle oracle:budget=0.02,dense_layers=2,oracle:budget=0.05,dense_layers=2,oracle:budget=0.1,dense_layers=2,oracle:budget=0.2,dense_layers=2,oracle:budget=0.3,dense_layers=2"
   echo "art art:order=bound,art:order=bound,eps_scale=0.01,eps_dir=1e-4,patience=4,art:order=bound,eps_scale=0.05,eps_dir=1e-3,patience=2,quest:budget=0.3,min=0+art,quest:budget=0.3,min=0+art:eps_scale=0.01,eps_dir=1e-4,patience=4"
   echo "art2 art:order=bound,eps_scale=0.003,eps_dir=3e-5,patience=8,art:order=bound,eps_scale=0.003,eps_dir=3e-5,patience=4,art:order=recent,eps_scale=0.01,eps_dir=1e-4,patience=4"
+  # ART as a GPU kernel would run it: one order per KV head (the group's mean query), tested
+  # between rounds of blocks; patience in tests (rounds x patience = the 16 blocks of the default).
+  echo "art3 art:order=bound,art:order=group,art:order=group,round=4,patience=4,art:order=group,round=8,patience=2,quest:budget=0.3,min=0+art:round=4,patience=4"
   echo "mac mac:tau=0.45,mac:tau=0.6,mac:tau=0.75,mac:tau=0.9"
   echo "mac2 mac:window=256,mac:window=512,mac:window=256,tau=0.6"
   echo "cs cs:keep=0.05,cs:keep=0.1,cs:keep=0.2,cs:keep=0.3"

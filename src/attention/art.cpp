@@ -89,10 +89,12 @@ ArtResult art_traverse(const float* q, const SeqKV& kv, float scale, int d, cons
   double prev_probe = lse == kEmptyLse ? 0 : strided_norm(o, d, probe_stride);
   int run_full = 0, run_probe = 0;
   Stability st;
+  const size_t round = size_t(std::max(1, p.round));
   for (size_t j = 0; j < plan.blocks.size(); ++j) {
-    std::copy_n(o, d, prev.data());
+    if (j % round == 0) std::copy_n(o, d, prev.data());  // the state the round's test compares to
     read(plan.blocks[j]);
     res.visited += 1;
+    if ((j + 1) % round != 0 && j + 1 < plan.blocks.size()) continue;  // tested at the round's end
     double nf = 0, np = 0;
     const bool sf = st.stable(prev.data(), o, d, 1, prev_full, p.eps_scale, p.eps_dir, nf);
     const bool sp = st.stable(prev.data(), o, d, probe_stride, prev_probe, p.eps_scale, p.eps_dir, np);
@@ -137,8 +139,12 @@ PolicyInfo art_policy_info() {
           .keys = {number_key("eps_scale", a.eps_scale, 0, kNoUpperBound, "stable: relative change of the running output's norm below this"),
                    number_key("eps_dir", a.eps_dir, 0, 2, "... and 1 - cos of the running outputs before and after the block below this"),
                    integer_key("patience", a.patience, 1, kNoUpperBound, "stop after this many consecutive stable blocks"),
-                   choice_key("order", order, {"recent", "bound"}, "block order for a dense base"),
-                   integer_key("block", a.block, 1, 1 << 20, "tokens per block")},
+                   choice_key("order", order, {"recent", "bound", "group"},
+                              "block order for a dense base: recent first, by each head's page bound, or by its "
+                              "GQA group's (one order per KV head, as a GPU kernel reads pages)"),
+                   integer_key("block", a.block, 1, 1 << 20, "tokens per block"),
+                   integer_key("round", a.round, 1, 1 << 16,
+                               "blocks per stability test (patience counts tests): a GPU kernel's round")},
           .composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "resa", "cs", "mac"},
           .order = "the base's order; for a dense base art:order"};
 }

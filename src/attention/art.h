@@ -23,6 +23,8 @@ enum class ArtOrder {
   Given,      // the selector's priority order (quest, gbsa/resa, cs): descending score
   Recent,     // most recent block first (the paper's; dense, MAC's band+tail)
   Bound,      // descending Quest page bound of the query head (dense)
+  GroupBound, // descending page bound of the GQA group's mean query (dense): one order per KV
+              // head, so a GPU kernel reads each page once for the group (as gbsa ranks)
   Streaming,  // the recent window most-recent-first, its sinks always read first
 };
 
@@ -32,6 +34,11 @@ struct ArtParams {
   int patience = 16;
   int block = 64;   // tokens per block (4 pages)
   int probe = 32;   // elements of the strided probe
+  // Blocks per stability test: the state is tested after every `round` blocks against the
+  // state of the previous test, and `patience` counts consecutive stable tests. 1 is the
+  // paper's test per block; a GPU kernel spreads a round's blocks over its CTAs and tests
+  // between rounds (DESIGN.md section 9), which this reproduces.
+  int round = 1;
   // art:order for a dense base. Bound, not the paper's recent-first: on SmolLM2 recent-first
   // never stabilises (99% of blocks visited at 4K), bound order visits 59% at dense quality and
   // the demo model 20% (docs/results.md "Defaults").

@@ -36,13 +36,13 @@ std::vector<KeyRange> clip(const std::vector<KeyRange>& ranges, int lo, int hi) 
   return out;
 }
 
-// Descending Quest bound of the head's query over the pages its ranges cover, the newest page
-// first (it holds the query's own key): dense+art with art:order=bound.
-std::vector<KeyRange> by_bound(const AttentionBatch& b, int row, int kv_head, int head,
+// Descending Quest bound of query `q` over the pages the ranges cover, the newest page first
+// (it holds the query's own key): dense+art with art:order=bound (the head's query) or
+// art:order=group (its GQA group's mean query).
+std::vector<KeyRange> by_bound(const AttentionBatch& b, int row, int kv_head, const float* q,
                                const std::vector<KeyRange>& ranges) {
   const int ps = b.kv.page_size, d = b.head_dim, ctx = b.positions[row] + 1;
   const int32_t* pages = b.tables[row]->pages.data();
-  const float* q = b.q + (size_t(row) * b.num_heads + head) * d;
   std::vector<std::pair<float, int>> scored;
   for (KeyRange r : coalesce_ranges(ranges))
     for (int p = r.begin / ps; p * ps < r.end; ++p) {
@@ -105,7 +105,16 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
       if (sparse) notify_selection(b, r, h, sel.heads);
       meta += sel.metadata_bytes;
       context += uint64_t(ctx);
-      if (art && order == ArtOrder::Bound) meta += uint64_t((ctx + b.kv.page_size - 1) / b.kv.page_size) * 2 * d * sizeof(float);
+      const bool by_pages = order == ArtOrder::Bound || order == ArtOrder::GroupBound;
+      if (art && by_pages) meta += uint64_t((ctx + b.kv.page_size - 1) / b.kv.page_size) * 2 * d * sizeof(float);
+      std::vector<float> pooled;  // the group's mean query (art:order=group), in gbsa's summation order
+      if (art && order == ArtOrder::GroupBound) {
+        pooled.assign(size_t(d), 0.0f);
+        for (int g = 0; g < group; ++g) {
+          const float* qh = b.q + (size_t(r) * H + size_t(h) * group + g) * d;
+          for (int i = 0; i < d; ++i) pooled[size_t(i)] += qh[i] / float(group);
+        }
+      }
       for (int g = 0; g < group; ++g) {
         Head x;
         x.row = r;
@@ -122,7 +131,9 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
             x.order = ArtOrder::Recent;
           }
         }
-        if (art && x.order == ArtOrder::Bound) x.ranges = by_bound(b, r, h, x.head, x.ranges);
+        if (art && x.order == ArtOrder::Bound)
+          x.ranges = by_bound(b, r, h, b.q + (size_t(r) * H + x.head) * d, x.ranges);
+        if (art && x.order == ArtOrder::GroupBound) x.ranges = by_bound(b, r, h, pooled.data(), x.ranges);
         heads.push_back(std::move(x));
       }
     }

@@ -103,8 +103,9 @@ ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPar
   a.eps_dir = p.number("eps_dir", a.eps_dir);
   a.patience = p.integer("patience", a.patience);
   a.block = p.integer("block", a.block);
+  a.round = p.integer("round", a.round);
   const std::string o = p.text("order", a.dense_order == ArtOrder::Bound ? "bound" : "recent");
-  a.dense_order = o == "bound" ? ArtOrder::Bound : ArtOrder::Recent;
+  a.dense_order = o == "bound" ? ArtOrder::Bound : o == "group" ? ArtOrder::GroupBound : ArtOrder::Recent;
   const bool dense = !selector || selector->name == "dense";
   SKIM_REQUIRE(dense || !p.has("order"),
                "policy '{}': art:order chooses the order for a dense base; {} traverses in its own order", text,

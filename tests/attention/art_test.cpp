@@ -89,6 +89,31 @@ TEST(Art, StopsAfterPatienceStableBlocks) {
   EXPECT_LT(test::max_abs_diff(o.data(), ref.data(), 32), 1e-5f);
 }
 
+// In rounds of R blocks the state is tested only at a round's end, against the state of the
+// round before: with every test stable but the first (nothing to compare), patience P stops
+// after (P + 1) rounds, R (P + 1) blocks, and the output is the attention over exactly those.
+TEST(Art, RoundsTestBetweenRounds) {
+  Fixture f;
+  f.plan = ArtPlan{};
+  art_blocks_in_order({{0, 480}}, 16, f.plan);  // 30 blocks: enough for any round drawn
+  ArtParams p;
+  p.round = test::random_int(2, 4);
+  p.patience = test::random_int(1, 2);
+  p.eps_scale = 1e9;
+  p.eps_dir = 2;
+  std::vector<float> o(32, 0.0f), ref(32);
+  float lse = kEmptyLse, ref_lse;
+  ArtResult r = art_traverse(f.h.q[499].data(), f.kv(), 0.2f, 32, p, f.plan, o.data(), lse);
+  EXPECT_EQ(r.visited, (p.patience + 1) * p.round);
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.full_stop, (p.patience + 1) * p.round - 1);
+  std::vector<KeyRange> read;
+  for (int j = 0; j < r.visited; ++j) read.insert(read.end(), f.plan.blocks[size_t(j)].begin(), f.plan.blocks[size_t(j)].end());
+  std::sort(read.begin(), read.end(), [](KeyRange a, KeyRange b) { return a.begin < b.begin; });
+  attend_reference(f.h.q[499].data(), 1, f.kv(), read, 0.2f, ref.data(), &ref_lse);
+  EXPECT_LT(test::max_abs_diff(o.data(), ref.data(), 32), 1e-5f);
+}
+
 TEST(Art, SplitStateCollectsKeysBelowSplitAndPinnedFirst) {
   Fixture f;
   ArtParams p;
@@ -137,6 +162,7 @@ TEST(Art, PatienceBeyondBlocksEqualsBasePolicy) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"dense", "art:order=recent," + huge},
       {"dense", "art:order=bound," + huge},
+      {"dense", "art:order=group,round=4," + huge},
       {"quest:budget=96,dense_layers=0", "quest:budget=96,dense_layers=0+art:" + huge},
       {"gbsa:keep=0.2,n_min=2", "gbsa:keep=0.2,n_min=2+art:" + huge},
       {"streaming:sink=4,window=100", "streaming:sink=4,window=100+art:" + huge},
@@ -174,6 +200,8 @@ TEST(Art, ParameterErrors) {
   EXPECT_THROW(make_policy("art:patience=0"), Error);
   EXPECT_THROW(make_policy("art:eps_dir=-1"), Error);
   EXPECT_NO_THROW(make_policy("art:order=bound"));
+  EXPECT_NO_THROW(make_policy("art:order=group,round=8"));
+  EXPECT_THROW(make_policy("art:round=0"), Error);
   EXPECT_NO_THROW(make_policy("dense+art"));
   EXPECT_NO_THROW(make_policy("cs+art"));
   EXPECT_NO_THROW(make_policy("resa+art:patience=4"));

@@ -92,7 +92,7 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
       ->capture_default_str();
   app.add_option("--policy", o.policy, "attention policy, e.g. dense")->capture_default_str();
   app.add_option("--chunk", o.prefill_chunk, "prefill chunk, tokens")->capture_default_str();
-  app.add_option("--device", o.device, "cpu, or cuda (policies dense, gbsa and resa so far)")->capture_default_str();
+  app.add_option("--device", o.device, "cpu, or cuda (policies dense, streaming, quest, gbsa and resa so far)")->capture_default_str();
 }
 
 std::string flag_of_field(const std::string& field) {

@@ -11,7 +11,8 @@
 #   summary.md     skim bench against SDPA (both timed in CUDA graphs), issue 5's targets
 # Usage: bash scripts/gpu-check.sh OUT_DIR   (env: NCU=1 adds an Nsight Compute profile of
 # one point (NCU_BATCH, NCU_CTX); QUICK=1 runs fewer cases and points; SKIP_SDPA=1;
-# ENGINE_ONLY=1 runs the engine steps alone, SKIP_ENGINE=1 the kernel steps alone)
+# ENGINE_ONLY=1 runs the engine steps alone, SKIP_ENGINE=1 the kernel steps alone; MATRIX=1 adds
+# the end-to-end policy matrix of issue 16 -> bench-matrix-*.json)
 #
 # The engine build needs the Debian -dev packages a GPU machine may lack: put their .deb files
 # in .devdeps/ (scripts/gpu-deps.sh fetches them) and they are unpacked under /tmp/devroot;
@@ -82,6 +83,16 @@ engine_steps() {
   [ "$server" = ON ] && serve_steps
   step "skim bench"
   timeout 300 build-gpu/skim bench ${BENCH_ARGS:-} --json $OUT/bench-e2e.json || { echo "SKIM BENCH FAILED"; status=1; }
+  if [ "${MATRIX:-0}" = 1 ]; then
+    # Issue 16's matrix: every GPU policy at --sparse-keep (0.1) and at its defaults, the
+    # mixed batch, 8B shape, batch 1 and 8 at 32K, batch 1 at 128K (8 x 128K of KV, 137 GB,
+    # does not fit an 80 GB card).
+    step "skim bench: policy matrix"
+    timeout 400 build-gpu/skim bench --e2e-only --no-prefill --policy-defaults --batches 1,8 --contexts 32768 \
+      --json $OUT/bench-matrix-32k.json || { echo "MATRIX BENCH FAILED"; status=1; }
+    timeout 300 build-gpu/skim bench --e2e-only --no-prefill --policy-defaults --batches 1 --contexts 131072 \
+      --json $OUT/bench-matrix-128k.json || { echo "MATRIX BENCH FAILED"; status=1; }
+  fi
   if [ -x build-gpu-legacy/skim ]; then
     step "skim bench: previous revision, then both again"
     timeout 300 build-gpu-legacy/skim bench ${BENCH_ARGS:-} --json $OUT/bench-legacy.json > /dev/null || echo "LEGACY BENCH FAILED"

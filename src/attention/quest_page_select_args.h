@@ -60,6 +60,10 @@ struct QuestPageSelectArgsOf {
   uint32_t* out_masks = nullptr;
   int32_t* out_lens = nullptr;
   PlanRows rows{};
+  // When set, the tokens of every list written are added to it: what the plan makes the
+  // kernel read (the union), counted where it is made (on the GPU a device counter, read back
+  // outside the decode step).
+  unsigned long long* listed_tokens = nullptr;
 
   // GPU only: cuda::quest_page_select_workspace_size(*this) bytes; no zeroing needed.
   void* workspace = nullptr;

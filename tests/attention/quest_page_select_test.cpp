@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <set>
 #include <vector>
@@ -60,7 +61,11 @@ TEST_P(QuestPageSelect, KeepsEachHeadsBestPagesAsAUnionWithMasks) {
                         .q = q.data(), .kmin = kmin.data(), .kmax = kmax.data(), .page_table = pages.table.data(),
                         .seq_lens = c.lens.data(), .out_table = table.data(), .out_masks = masks.data(),
                         .out_lens = lens.data()};
+  unsigned long long listed = 5;  // a running count: the lists' tokens are added to it
+  a.listed_tokens = &listed;
   cpu::quest_page_select(a);
+  EXPECT_EQ(listed, 5 + std::accumulate(lens.begin(), lens.end(), 0ull));
+  a.listed_tokens = nullptr;
 
   // The fp32 form on the widened inputs: the same lists, masks and lengths.
   const std::vector<float> q32 = widen(q), kmin32 = widen(kmin), kmax32 = widen(kmax);

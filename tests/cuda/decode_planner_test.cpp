@@ -42,6 +42,11 @@ TEST(DecodePlanner, BytesAreThoseOfThePlan) {
   const int streaming = planner.acquire("streaming:sink=4,window=100", moved);
   // 1000 tokens: the sink page and pages 56-62 (tokens 896-999, the window's 900-999).
   EXPECT_EQ(planner.bytes_read(streaming, 2, 1000), (16 + 104) * per_token);
+  // quest: the union's K/V are counted on the device (none yet), the host counts the digests.
+  const int quest = planner.acquire("quest:budget=0.1,min=0,dense_layers=1", moved);
+  EXPECT_EQ(planner.host_bytes(quest, 0, 1000), 1000 * per_token);  // a dense layer
+  EXPECT_EQ(planner.host_bytes(quest, 1, 1000), pages * s.num_kv_heads * s.head_dim * 2 * 2.0);
+  EXPECT_EQ(planner.device_bytes(nullptr), 0.0);
   EXPECT_THROW(planner.acquire("cs", moved), Error);  // no GPU selection kernel
 }
 

@@ -83,6 +83,8 @@ TEST(CudaQuestPageSelect, KeepsEachHeadsBestPagesAsTheCpuReferenceDoes) {
     a.out_table = out_table.data();
     a.out_masks = out_masks.data();
     a.out_lens = out_lens.data();
+    auto listed = test::to_device(std::vector<unsigned long long>{0});
+    a.listed_tokens = listed.data();
     cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(cuda::quest_page_select_workspace_size(a), 1));
     ASSERT_EQ(cudaMemset(ws.data(), 0xab, ws.bytes()), cudaSuccess);
     a.workspace = ws.data();
@@ -93,6 +95,9 @@ TEST(CudaQuestPageSelect, KeepsEachHeadsBestPagesAsTheCpuReferenceDoes) {
     const std::vector<uint32_t> masks = test::to_host(out_masks);
 
     test::check_quest_plan(h, pages.table, table, masks, lens);
+    unsigned long long want_listed = 0;
+    for (int32_t n : lens) want_listed += (unsigned long long)n;
+    EXPECT_EQ(test::to_host(listed)[0], want_listed) << "the device count of the lists' tokens";
     // Against the reference: the (sequence, KV head) lists that differ at all.
     int differ = 0;
     for (int l = 0; l < batch * hkv; ++l) {

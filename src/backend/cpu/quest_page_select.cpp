@@ -65,6 +65,7 @@ void select_all(const QuestPageSelectArgsOf<Elem>& a) {
         ++listed;
       }
       a.out_lens[list] = m == 0 ? 0 : (listed - 1) * ps + ctx - (m - 1) * ps;
+      if (a.listed_tokens) *a.listed_tokens += (unsigned long long)a.out_lens[list];
     }
   }
 }

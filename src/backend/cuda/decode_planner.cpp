@@ -62,8 +62,11 @@ class SelectionRows : public RowPlanner {
   double bytes_read(int layer, int length) const final {
     if (dense_in(layer)) return length * kv_bytes_per_token(s_);
     const int ps = s_.page_size, pages = (length + ps - 1) / ps;
-    const double digests = double(pages) * s_.num_kv_heads * s_.head_dim * 2 * sizeof(uint16_t);
-    return std::min(length, head_pages(pages, length) * ps) * kv_bytes_per_token(s_) + digests;
+    return std::min(length, head_pages(pages, length) * ps) * kv_bytes_per_token(s_) + digest_bytes(length);
+  }
+  double digest_bytes(int length) const {
+    const int ps = s_.page_size, pages = (length + ps - 1) / ps;
+    return double(pages) * s_.num_kv_heads * s_.head_dim * 2 * sizeof(uint16_t);
   }
 
  protected:
@@ -118,6 +121,10 @@ class QuestPageRows final : public SelectionRows {
   }
   bool writes_masks() const override { return true; }
   size_t workspace_bytes() const override { return workspace_; }
+  // The union's K/V are counted on the device (listed_tokens); the digests here.
+  double host_bytes(int layer, int length) const override {
+    return dense_in(layer) ? bytes_read(layer, length) : digest_bytes(length);
+  }
   void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
     check(quest_page_select(args(in, rows, out), stream), "quest_page_select");
   }
@@ -134,7 +141,8 @@ class QuestPageRows final : public SelectionRows {
             .page_size = s_.page_size, .max_pages_per_seq = s_.max_pages_per_seq, .budget = p_.budget,
             .min_tokens = p_.min_tokens, .q = in.q, .kmin = in.kmin, .kmax = in.kmax, .page_table = in.page_table,
             .seq_lens = in.seq_lens, .out_table = out.table, .out_masks = out.masks, .out_lens = out.lens,
-            .rows = rows_of(in, rows), .workspace = out.workspace, .workspace_bytes = out.workspace_bytes};
+            .rows = rows_of(in, rows), .listed_tokens = out.listed_tokens, .workspace = out.workspace,
+            .workspace_bytes = out.workspace_bytes};
   }
 
   QuestParams p_;
@@ -174,6 +182,8 @@ std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const Pl
 
 DecodePlanner::DecodePlanner(const std::string& policy, const PlannerShape& shape)
     : s_(shape), dense_(std::make_unique<WindowRows>(shape, 0, 0)) {
+  listed_.resize(1);
+  check(cudaMemset(listed_.data(), 0, listed_.bytes()), "cudaMemset");
   bool moved = false;
   acquire(policy, moved);
 }
@@ -239,7 +249,7 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
   }
   if (select == 0) return {false, in.page_table, in.seq_lens, in.max_seq_len};
   const RowPlanner::Out out{table_.data(), lens_.data(), masks ? masks_.data() : nullptr, workspace_.data(),
-                            workspace_.bytes()};
+                            workspace_.bytes(), listed_.data()};
   int bound = 0;
   if (dense) {
     dense_->select(in, dense, out, stream);
@@ -255,6 +265,17 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
 
 double DecodePlanner::bytes_read(int index, int layer, int length) const {
   return slots_.at(size_t(index)).planner->bytes_read(layer, length);
+}
+
+double DecodePlanner::host_bytes(int index, int layer, int length) const {
+  return slots_.at(size_t(index)).planner->host_bytes(layer, length);
+}
+
+double DecodePlanner::device_bytes(cudaStream_t stream) const {
+  unsigned long long tokens = 0;
+  check(cudaStreamSynchronize(stream), "forward pass");
+  check(cudaMemcpy(&tokens, listed_.data(), sizeof(tokens), cudaMemcpyDeviceToHost), "cudaMemcpy (listed tokens)");
+  return double(tokens) * 2.0 * s_.head_dim * sizeof(uint16_t);  // a list is one KV head's K and V
 }
 
 }  // namespace skim::cuda

@@ -69,6 +69,7 @@ class RowPlanner {
     uint32_t* masks = nullptr;
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
+    unsigned long long* listed_tokens = nullptr;  // device counter of the tokens a union lists
   };
   virtual void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) = 0;
   // Tokens of one list at most, rows of at most max_seq_len tokens.
@@ -76,6 +77,9 @@ class RowPlanner {
   // K/V and digest bytes a decode row of `length` tokens reads in `layer` (bf16 cache). For a
   // selection per head (quest) the union is data: this counts the per-head budget, its floor.
   virtual double bytes_read(int layer, int length) const = 0;
+  // The part of those the host counts: all of them, but for a union counted on the device
+  // (quest's K/V: Out::listed_tokens), which is left out here.
+  virtual double host_bytes(int layer, int length) const { return bytes_read(layer, length); }
 };
 
 // The GPU forward's planner: the policies its sequences run, by index, and the plan buffers
@@ -96,7 +100,12 @@ class DecodePlanner {
   void release(int index);
 
   DevicePlan plan(const PlanInput& in, cudaStream_t stream);
+  // Bytes of a decode row under policy `index`: the plan's floor (bytes_read), and the part
+  // the host counts (host_bytes); device_bytes adds the K/V of the lists counted on the
+  // device so far (waits for `stream`: outside steps only).
   double bytes_read(int index, int layer, int length) const;
+  double host_bytes(int index, int layer, int length) const;
+  double device_bytes(cudaStream_t stream) const;
 
  private:
   void reserve(const RowPlanner& p, bool& moved);
@@ -112,6 +121,7 @@ class DecodePlanner {
   DeviceBuffer<int32_t> table_, lens_;
   DeviceBuffer<uint32_t> masks_;
   DeviceBuffer<uint8_t> workspace_;
+  DeviceBuffer<unsigned long long> listed_;  // tokens the unions listed, every step and layer
 };
 
 }  // namespace skim::cuda

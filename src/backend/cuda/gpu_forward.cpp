@@ -317,7 +317,9 @@ int GpuForward::launch(const ForwardBatch& batch) {
   const int max_len = 1 + *std::max_element(batch.positions.begin(), batch.positions.end());
   if (batch.decode)
     for (int r = 0; r < n; ++r)
-      decode_bytes_total_ += decode_bytes_read(batch.positions[size_t(r)] + 1, batch.policy.empty() ? 0 : batch.policy[size_t(r)]);
+      for (int l = 0; l < c.num_layers; ++l)
+        decode_bytes_total_ += planner_->host_bytes(batch.policy.empty() ? 0 : batch.policy[size_t(r)], l,
+                                                    batch.positions[size_t(r)] + 1);
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
   for (int i = 0; all_rows && i < nl; ++i) all_rows = batch.logits_rows[size_t(i)] == i;

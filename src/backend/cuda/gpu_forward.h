@@ -80,10 +80,13 @@ class GpuForward final : public Forward, private Backend {
 
   // K/V and digest bytes one decode row at `length` tokens (the new one included) reads over
   // all layers under policy `index`, by its planner: every key when dense, the kept pages
-  // plus the digests when sparse.
+  // plus the digests when sparse (for quest the per-head budget: the union's floor).
   double decode_bytes_read(int length, int index = 0) const;
-  // Those bytes summed over every decode row run so far (Forward).
-  std::optional<double> decode_kv_bytes_read() const override { return decode_bytes_total_; }
+  // The bytes every decode row run so far read (Forward): counted by the host from the plans'
+  // shapes, and for quest's unions on the device (read back here: waits for the stream).
+  std::optional<double> decode_kv_bytes_read() const override {
+    return decode_bytes_total_ + planner_->device_bytes(stream_);
+  }
 
   GpuKVCache& cache() { return cache_; }
   const GpuWeights& weights() const { return w_; }
@@ -139,7 +142,7 @@ class GpuForward final : public Forward, private Backend {
   DeviceBuffer<uint8_t> attn_workspace_;
   DeviceBuffer<uint8_t> prefill_workspace_;  // key splits of short prefill chunks
   std::unique_ptr<DecodePlanner> planner_;  // the policies' selection stage
-  double decode_bytes_total_ = 0;
+  double decode_bytes_total_ = 0;  // the host-counted part
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.
   DeviceBuffer<int32_t> inputs_;

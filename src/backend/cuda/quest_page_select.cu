@@ -101,8 +101,11 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
       }
     written += total;
   }
-  if (t == 0)
-    a.out_lens[size_t(b) * a.num_kv_heads + kvh] = m == 0 ? 0 : (written - 1) * a.page_size + ctx - (m - 1) * a.page_size;
+  if (t == 0) {
+    const int tokens = m == 0 ? 0 : (written - 1) * a.page_size + ctx - (m - 1) * a.page_size;
+    a.out_lens[size_t(b) * a.num_kv_heads + kvh] = tokens;
+    if (a.listed_tokens) atomicAdd(a.listed_tokens, (unsigned long long)tokens);
+  }
 }
 
 bool supported(const QuestPageSelectArgs& a) {

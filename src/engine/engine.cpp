@@ -247,6 +247,10 @@ bool Engine::on_gpu() const { return impl_->gpu; }
 
 void Engine::set_policy(const std::string& spec) {
   check_policy(spec);
+  // On a forward that mixes policies, one hold first: if the spec cannot be registered (a
+  // ninth policy, parameters out of the kernels' range), nothing has changed yet.
+  const bool mixes = impl_->forward->mixes_policies();
+  const int hold = mixes ? impl_->forward->acquire_policy(spec) : 0;
   impl_->policy = make_policy(spec);
   impl_->options.policy = spec;
   const int queries = impl_->policy->corrections().prompt_queries;
@@ -255,6 +259,7 @@ void Engine::set_policy(const std::string& spec) {
     s.retro_steps = 0;  // the new policy has no output cache yet
     if (queries > 0 && s.table.length > 0) impl_->reencode(s, std::max(0, s.table.length - queries));
   }
+  if (mixes) impl_->forward->release_policy(hold);
 }
 
 int Engine::fork_sequence(int seq) {

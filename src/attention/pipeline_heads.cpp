@@ -19,6 +19,7 @@
 
 #include "attention/pipeline.h"
 #include "backend/cpu/attention_state.h"
+#include "backend/cpu/group_page_select.h"
 #include "backend/cpu/page_digest.h"
 #include "backend/cpu/split_attend.h"
 
@@ -36,13 +37,13 @@ std::vector<KeyRange> clip(const std::vector<KeyRange>& ranges, int lo, int hi) 
   return out;
 }
 
-// Descending Quest bound of query `q` over the pages the ranges cover, the newest page first
-// (it holds the query's own key): dense+art with art:order=bound (the head's query) or
-// art:order=group (its GQA group's mean query).
-std::vector<KeyRange> by_bound(const AttentionBatch& b, int row, int kv_head, const float* q,
+// Descending Quest bound of the head's query over the pages its ranges cover, the newest page
+// first (it holds the query's own key): dense+art with art:order=bound.
+std::vector<KeyRange> by_bound(const AttentionBatch& b, int row, int kv_head, int head,
                                const std::vector<KeyRange>& ranges) {
   const int ps = b.kv.page_size, d = b.head_dim, ctx = b.positions[row] + 1;
   const int32_t* pages = b.tables[row]->pages.data();
+  const float* q = b.q + (size_t(row) * b.num_heads + head) * d;
   std::vector<std::pair<float, int>> scored;
   for (KeyRange r : coalesce_ranges(ranges))
     for (int p = r.begin / ps; p * ps < r.end; ++p) {
@@ -107,13 +108,18 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
       context += uint64_t(ctx);
       const bool by_pages = order == ArtOrder::Bound || order == ArtOrder::GroupBound;
       if (art && by_pages) meta += uint64_t((ctx + b.kv.page_size - 1) / b.kv.page_size) * 2 * d * sizeof(float);
-      std::vector<float> pooled;  // the group's mean query (art:order=group), in gbsa's summation order
+      // art:order=group: every page of the row by the bound of the group's mean query, the
+      // newest first: gbsa's ranking keeping every page (cpu::group_pages_by_bound), the order
+      // a GPU kernel would read them in for the whole group.
+      std::vector<KeyRange> group_order;
       if (art && order == ArtOrder::GroupBound) {
-        pooled.assign(size_t(d), 0.0f);
-        for (int g = 0; g < group; ++g) {
-          const float* qh = b.q + (size_t(r) * H + size_t(h) * group + g) * d;
-          for (int i = 0; i < d; ++i) pooled[size_t(i)] += qh[i] / float(group);
-        }
+        const std::vector<int32_t>& pages = b.tables[r]->pages;
+        const GroupPageSelectArgsF32 a{.batch = 1, .num_heads = H, .num_kv_heads = b.num_kv_heads, .head_dim = d,
+                                       .page_size = b.kv.page_size, .max_pages_per_seq = int(pages.size()),
+                                       .keep = 1.0, .n_min = 1, .n_local = 1, .q = b.q + size_t(r) * H * d,
+                                       .kmin = b.kv.kmin, .kmax = b.kv.kmax, .page_table = pages.data(),
+                                       .seq_lens = &ctx};
+        group_order = page_ranges(cpu::group_pages_by_bound(a, 0, h), b.kv.page_size, ctx);
       }
       for (int g = 0; g < group; ++g) {
         Head x;
@@ -131,9 +137,8 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
             x.order = ArtOrder::Recent;
           }
         }
-        if (art && x.order == ArtOrder::Bound)
-          x.ranges = by_bound(b, r, h, b.q + (size_t(r) * H + x.head) * d, x.ranges);
-        if (art && x.order == ArtOrder::GroupBound) x.ranges = by_bound(b, r, h, pooled.data(), x.ranges);
+        if (art && x.order == ArtOrder::Bound) x.ranges = by_bound(b, r, h, x.head, x.ranges);
+        if (art && x.order == ArtOrder::GroupBound) x.ranges = group_order;  // a dense base: every key
         heads.push_back(std::move(x));
       }
     }

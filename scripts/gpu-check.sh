@@ -12,7 +12,8 @@
 # Usage: bash scripts/gpu-check.sh OUT_DIR   (env: NCU=1 adds an Nsight Compute profile of
 # one point (NCU_BATCH, NCU_CTX); QUICK=1 runs fewer cases and points; SKIP_SDPA=1;
 # ENGINE_ONLY=1 runs the engine steps alone, SKIP_ENGINE=1 the kernel steps alone; MATRIX=1 adds
-# the end-to-end policy matrix of issue 16 -> bench-matrix-*.json)
+# the end-to-end policy matrix of issue 16 -> bench-matrix-*.json; SKIP_SERVE=1 skips the server
+# checks; GTEST_FILTER selects test_cuda's tests; BENCH_ARGS go to `skim bench`)
 #
 # The engine build needs the Debian -dev packages a GPU machine may lack: put their .deb files
 # in .devdeps/ (scripts/gpu-deps.sh fetches them) and they are unpacked under /tmp/devroot;
@@ -80,7 +81,7 @@ engine_steps() {
   timeout 120 build-gpu/skim generate --device cuda -p "def fibonacci(n):" -n 64 || { echo "GENERATE FAILED"; status=1; }
   timeout 120 build-gpu/skim generate --device cuda -f models/demo-code-28m/README.md -n 256 --ignore-eos --json |
     python3 -c 'import json,sys; j=json.loads(sys.stdin.readlines()[-1]); j.pop("text"); j.pop("tokens"); print(j)'
-  [ "$server" = ON ] && serve_steps
+  [ "$server" = ON ] && [ "${SKIP_SERVE:-0}" != 1 ] && serve_steps
   step "skim bench"
   timeout 300 build-gpu/skim bench ${BENCH_ARGS:-} --json $OUT/bench-e2e.json || { echo "SKIM BENCH FAILED"; status=1; }
   if [ "${MATRIX:-0}" = 1 ]; then

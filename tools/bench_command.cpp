@@ -32,6 +32,8 @@ struct BenchArgs {
   double sparse_keep = 0.1;
   bool attention_only = false, e2e_only = false, no_8b = false, no_prefill = false;
   bool policy_defaults = false;  // also the end-to-end steps of every GPU policy at its defaults
+  bool art = false;              // the ART decode attention kernel at forced stops
+  int art_round = 64;            // its round, pages
   std::string json_path;
 };
 
@@ -78,6 +80,30 @@ std::vector<int> int_list(const std::string& s, const std::string& flag) {
   }
   SKIM_REQUIRE(!out.empty(), "{}: give at least one value", flag);
   return out;
+}
+
+// ART decode attention with its stop forced at rounds 1, 2, 4, 8 and never, against dense.
+void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::json& out) {
+  std::printf("ART decode attention (rounds of %d pages; eps so loose that the lists stop at round `patience`; "
+              "lag: rounds read past the stop while it is tested)\n", a.art_round);
+  std::printf("| batch | context | stop round | lag | read | us | dense us | speedup | x floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  out["art_attention"] = nlohmann::json::array();
+  for (int b : int_list(a.attention_batches, "--attention-batches"))
+    for (int ctx : int_list(a.attention_contexts, "--attention-contexts"))
+      for (int patience : {1, 2, 4, 8, 1 << 20}) {
+        auto p = cuda::bench_art_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.art_round, patience);
+        const double floor_us = p.bytes / bw * 1e6;
+        std::printf("| %d | %d | %s | %d | %.3f | %.1f | %.1f | %.2fx | %.2f |\n", b, ctx,
+                    p.stop_round < 0 ? "never" : std::to_string(p.stop_round).c_str(), p.lag, p.read_fraction, p.us,
+                    p.dense_us, p.dense_us / p.us, p.us / floor_us);
+        std::fflush(stdout);
+        out["art_attention"].push_back({{"batch", b}, {"context", ctx}, {"round_pages", p.round_pages},
+                                        {"stop_round", p.stop_round}, {"lag", p.lag}, {"read_fraction", p.read_fraction},
+                                        {"us", p.us}, {"dense_us", p.dense_us}, {"bytes", p.bytes},
+                                        {"floor_us", floor_us}});
+      }
+  std::printf("\n");
 }
 
 void run_bench(const BenchArgs& a) {
@@ -139,6 +165,7 @@ void run_bench(const BenchArgs& a) {
         }
       std::printf("\n");
     }
+    if (a.art) bench_art(a, c, bw, out);
   }
 
   std::vector<std::pair<std::string, std::shared_ptr<const cuda::GpuWeights>>> models;
@@ -216,6 +243,8 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_flag("--e2e-only", a.e2e_only, "only the end-to-end steps");
   app->add_flag("--policy-defaults", a.policy_defaults,
                 "also the end-to-end steps of the GPU policies at their defaults (and streaming at --sparse-keep)");
+  app->add_flag("--art", a.art, "also the ART decode attention kernel at forced stops");
+  app->add_option("--art-round", a.art_round, "ART's round for --art, pages (a multiple of 4)")->capture_default_str();
   app->add_flag("--no-8b", a.no_8b, "skip the random Llama-3.1-8B-shaped model");
   app->add_option("--prefill-contexts", a.prefill_contexts, "prefill lengths (the 8B shape: up to 8K)")->capture_default_str();
   app->add_option("--chunk", a.chunk, "prefill chunk, tokens")->capture_default_str();

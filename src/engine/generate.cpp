@@ -22,7 +22,6 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
     check_request(rq);
     if (rq.prompt_ids.empty()) rq.prompt_ids = tokenizer().encode_prompt(rq.prompt);
     SKIM_REQUIRE(!rq.prompt_ids.empty(), "request {}: empty prompt", i);
-    SKIM_REQUIRE(rq.logprobs < 0 || !on_gpu(), "request {}: logprobs are computed on the CPU path only so far", i);
   }
 
   std::vector<GenerationResult> results(checked.size());

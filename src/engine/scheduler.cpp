@@ -342,7 +342,7 @@ void Scheduler::decode() {
   const double t0 = now_seconds(), bytes0 = engine_.decode_kv_bytes_read();
   std::vector<int> next;
   try {
-    next = decode_step(engine_, seqs, tokens, gens);  // (no logprobs on the GPU: refused up front)
+    next = decode_step(engine_, seqs, tokens, gens);
   } catch (const std::exception& e) {
     fail_running(e.what());
     return;

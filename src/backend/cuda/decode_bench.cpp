@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attention/policy.h"
+#include "backend/cuda/art_decode_attention.cuh"
 #include "backend/cuda/gpu_forward.h"
 #include "backend/cuda/group_page_select.cuh"
 #include "backend/cuda/quest_page_select.cuh"
@@ -252,6 +253,61 @@ QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int
   p.union_fraction = listed / double(lists * c.pages_per_seq);
   sb.time(select, sparse, p.select_us, p.us, p.dense_us);
   p.bytes = sb.bytes(p.union_fraction, heads);
+  return p;
+}
+
+ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_heads, int d, int round_pages,
+                                      int patience) {
+  RandomPagedCache c(batch, context, kv_heads, d);
+  DeviceBuffer<uint16_t> q(size_t(batch) * heads * d);
+  DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
+  fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
+  PagedDecodeArgs dense = c.decode_args(heads, q.data(), o.data(), lse.data());
+  // One list per (sequence, KV head): the sequence's pages in position order (full pages).
+  const size_t lists = size_t(batch) * kv_heads;
+  std::vector<int32_t> t(lists * c.pages_per_seq), l(lists, context);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < kv_heads; ++h)
+      for (int i = 0; i < c.pages_per_seq; ++i) t[(size_t(b) * kv_heads + h) * c.pages_per_seq + i] = b * c.pages_per_seq + i;
+  DeviceBuffer<int32_t> table, lens;
+  upload(table, t.data(), t.size());
+  upload(lens, l.data(), l.size());
+  ArtDecodeArgs art{.attn = dense, .art = {.round_pages = round_pages, .patience = patience, .eps_scale = 1e30f,
+                                           .eps_dir = 1e30f}};
+  art.attn.tables_per_kv_head = true;
+  art.attn.page_table = table.data();
+  art.attn.seq_lens = lens.data();
+  art.art.lag_rounds = art_decode_lag(art);
+  DeviceBuffer<uint8_t> ws(std::max({art_decode_workspace_size(art), paged_decode_workspace_size(dense), size_t(1)}));
+  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+  dense.workspace = art.attn.workspace = ws.data();
+  dense.workspace_bytes = art.attn.workspace_bytes = ws.bytes();
+  DeviceBuffer<ArtDecodeStats> stats(1);
+  check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
+  art.stats = stats.data();
+
+  ArtAttentionPoint p;
+  p.batch = batch;
+  p.context = context;
+  p.round_pages = round_pages;
+  p.lag = art.art.lag_rounds;
+  const int calls = std::max(c.copies, 100);
+  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    art.attn.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    art.attn.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+    check(art_decode_attention(art, s), "art_decode_attention");
+  });
+  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    dense.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    dense.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+    check(paged_decode_attention(dense, s), "paged_decode_attention");
+  });
+  ArtDecodeStats st;
+  check(cudaMemcpy(&st, stats.data(), sizeof st, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  p.read_fraction = st.pages_listed ? double(st.pages_read) / double(st.pages_listed) : 1.0;
+  const int rounds = (c.pages_per_seq + round_pages - 1) / round_pages;
+  p.stop_round = patience < rounds - 1 ? patience : -1;
+  p.bytes = c.kv_bytes() * p.read_fraction + double(batch) * heads * d * (2 + 4) + double(batch) * heads * 4;
   return p;
 }
 

@@ -57,6 +57,21 @@ struct QuestAttentionPoint {
 QuestAttentionPoint bench_quest_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
                                           double budget);
 
+struct ArtAttentionPoint {
+  int batch = 0, context = 0, round_pages = 0, lag = 0;
+  int stop_round = -1;       // the round whose test stops every list (-1: none; patience out of reach)
+  double read_fraction = 0;  // pages read / pages listed (the device's counters)
+  double us = 0;             // ART decode attention, one call
+  double dense_us = 0;       // paged decode attention on the same cache, same run
+  double bytes = 0;          // K/V read + q + o
+};
+
+// ART decode attention on random pages in position order, its stop forced: eps so loose that
+// every round after the first is stable, so the lists stop at round `patience` (or never, with
+// patience past the last round: the test's cost alone), against dense in the same run.
+ArtAttentionPoint bench_art_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
+                                      int round_pages, int patience);
+
 struct EndToEndPoint {
   int batch = 0, context = 0, steps = 0;
   double ms_per_step = 0;

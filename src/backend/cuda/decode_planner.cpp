@@ -41,8 +41,9 @@ class WindowRows final : public RowPlanner {
     return std::min(max_seq_len, ((sink_ + ps - 1) / ps + (window_ + ps - 1) / ps + 1) * ps);
   }
   double bytes_read(int, int length) const override {
+    // The sink pages whole, then every key from the window's first page to the end.
     const WindowPages w = window_pages(length, s_.page_size, sink_, window_);
-    return std::min(length, w.count() * s_.page_size) * kv_bytes_per_token(s_);
+    return (w.sinks * s_.page_size + length - w.first * s_.page_size) * kv_bytes_per_token(s_);
   }
 
  private:

@@ -1,0 +1,60 @@
+// Arguments of ART decode attention, shared by the CUDA kernel and its CPU reference
+// (skim::cuda::art_decode_attention and skim::cpu::art_decode_attention take the same struct):
+// paged decode attention that visits each list in its order and stops reading once the
+// running output is stable (seeds/003; DESIGN.md section 9; the CPU policy is attention/art.h).
+//
+// The traversal, per (sequence, KV head) list of `attn` (tables_per_kv_head, groups of at most
+// 8 query heads, head_masks optional):
+//   * the list is in visiting order (the base policy's priority); its only partial page, if
+//     any, is listed FIRST (the newest page, which every order visits first); seq_lens counts
+//     the listed tokens;
+//   * blocks of kArtBlockPages pages (64 tokens), rounds of round_pages pages; after round r
+//     the group's running state over rounds 0..r is tested against the state after round r-1,
+//     per query head, on a 32-element probe of the normalised output (art_probe_dim: the
+//     elements one warp's lanes hold in the GPU kernel's MMA layout, as the paper's probe): the
+//     round is stable for a head when |(|o_r| - |o_r-1|)| / |o_r-1| < eps_scale and
+//     1 - cos(o_r, o_r-1) < eps_dir (never after round 0: nothing to compare); a head's count
+//     of consecutive stable rounds resets on an unstable one; the list stops at the first round
+//     s where every head of the group has counted `patience`. The last round is not tested;
+//   * the pages read are rounds 0 .. s + lag_rounds (all of them when no round stops): the
+//     GPU's CTAs read ahead while a round is tested, and lag_rounds makes how far a fixed part
+//     of the definition, so the result does not depend on timing (bit-reproducible).
+//     cuda::art_decode_lag gives the lag at which the kernel never waits for a test.
+// o and lse are those of paged decode attention over the pages read. stats (optional) is
+// added to: lists traversed, lists stopped early, pages listed, pages read.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/paged_decode_args.h"
+#include "core/host_device.h"
+
+namespace skim {
+
+inline constexpr int kArtBlockPages = 4;  // 64 tokens of 16-token pages: a GPU warp's batch
+inline constexpr int kArtProbe = 32;      // probe elements per query head
+inline constexpr int kArtMaxGroup = 8;    // query heads per list (one MMA tile)
+
+// Dimension of probe element e (0..31) for head_dim d (64 or 128): element e is held by lane
+// quad e / 8 of the head's MMA row as its (e % 8)-th probe value, dims 8t + 2 * quad with
+// t = (e % 8) * d / 64.
+SKIM_HOST_DEVICE inline int art_probe_dim(int e, int d) { return 8 * ((e % 8) * (d / 64)) + 2 * (e / 8); }
+
+struct ArtDecodeStats {
+  unsigned long long lists = 0, stopped = 0, pages_listed = 0, pages_read = 0;
+};
+
+struct ArtDecodeParams {
+  int round_pages = 16;  // a multiple of kArtBlockPages
+  int lag_rounds = 0;
+  int patience = 16;
+  float eps_scale = 0.001f, eps_dir = 1e-5f;
+};
+
+struct ArtDecodeArgs {
+  PagedDecodeArgs attn;  // bf16; tables_per_kv_head
+  ArtDecodeParams art;
+  ArtDecodeStats* stats = nullptr;  // device memory for the CUDA call, host for the CPU one
+};
+
+}  // namespace skim

@@ -1,0 +1,36 @@
+// ART decode attention on the GPU (attention/art_decode_args.h has the definition): the paged
+// decode kernel's CTAs walk each list in its order, in blocks of four pages strided over every
+// warp of the list's CTAs; each block leaves its 32-element probe state in the workspace, the
+// warp that completes a round merges the round's blocks into the list's running probe and
+// runs the stability test, and a warp starting a block of round r reads on only if no round
+// up to r - lag - 1 has stopped the list (waiting for those tests if need be, so the pages
+// read never depend on timing). The warps' full states merge as in paged decode attention.
+//
+// Same name and arguments as the CPU reference, skim::cpu::art_decode_attention. No device
+// code here: plain C++ includes it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "attention/art_decode_args.h"
+
+namespace skim::cuda {
+
+// Bytes of workspace for these shapes (batch, heads, head_dim, max_pages_per_seq, round_pages,
+// the device); zero-filled once after allocation, every call leaves its counters at zero.
+size_t art_decode_workspace_size(const ArtDecodeArgs& args);
+
+// The smallest lag_rounds the kernel accepts for these shapes (it depends on the split of the
+// lists over CTAs, planned from attn.max_seq_len): a warp's next block is at most this many
+// rounds past the block it is finishing, so it never waits on a round it has not finished.
+// -1 when the shapes are unsupported.
+int art_decode_lag(const ArtDecodeArgs& args);
+
+// Device pointers in args (stats: device memory, or null); asynchronous on `stream`, captures
+// into a CUDA graph. cudaErrorInvalidValue for unsupported shapes, a lag below
+// art_decode_lag or a too small workspace.
+cudaError_t art_decode_attention(const ArtDecodeArgs& args, cudaStream_t stream);
+
+}  // namespace skim::cuda

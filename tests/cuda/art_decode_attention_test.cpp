@@ -1,0 +1,131 @@
+// cuda::art_decode_attention against its CPU reference (cpu::art_decode_attention) on fresh
+// random bf16 inputs, at the lag the kernel asks for: with no round ever stable (the kernel
+// reads every page: paged decode attention with the test's cost), with every round after the
+// first stable (the lists stop at round `patience` and read the lag after it), and at ART's
+// default thresholds on peaked attention (the stops the test finds itself). The pages read
+// (the device's counters) must equal the reference's, the outputs agree within bf16-fitting
+// tolerance, and a second call must repeat the first bit for bit (the counters reset).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "../art_decode_case.h"
+#include "backend/cpu/art_decode_attention.h"
+#include "backend/cuda/art_decode_attention.cuh"
+#include "backend/cuda/device_memory.h"
+#include "device_vectors.h"
+#include "paged_decode_parity.h"
+
+namespace skim {
+namespace {
+
+struct ArtRun {
+  std::vector<float> o, lse;
+  ArtDecodeStats stats;
+};
+
+struct Case {
+  int d, kv, group;
+  std::vector<int> lens;
+  bool masks;
+  float q_scale;
+};
+
+TEST(CudaArtDecodeAttention, ReadsWhatTheCpuReferenceReads) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const ArtDecodeParams never{.round_pages = 16, .patience = 1, .eps_scale = 0, .eps_dir = 0};
+  const ArtDecodeParams forced1{.round_pages = 16, .patience = 1, .eps_scale = 1e30f, .eps_dir = 1e30f};
+  const ArtDecodeParams forced3{.round_pages = 8, .patience = 3, .eps_scale = 1e30f, .eps_dir = 1e30f};
+  const ArtDecodeParams defaults{.round_pages = 4, .patience = 4};
+  for (const Case& c : {Case{128, 8, 4, {33000}, false, 1.0f}, Case{128, 2, 4, {8000, 17, 0, 3001}, false, 1.0f},
+                        Case{64, 3, 3, {20000, 999}, true, 1.0f}, Case{128, 8, 4, std::vector<int>(40, 700), false, 1.0f},
+                        Case{128, 2, 8, {16000, 5000}, false, 4.0f}, Case{64, 1, 4, {40000}, true, 4.0f}})
+    for (const ArtDecodeParams& p : {never, forced1, forced3, defaults}) {
+      SCOPED_TRACE(testing::Message() << "d " << c.d << " kv " << c.kv << " group " << c.group << " batch "
+                                      << c.lens.size() << " masks " << c.masks << " q " << c.q_scale << " round "
+                                      << p.round_pages << " patience " << p.patience << " eps " << p.eps_scale);
+      const test::ArtDecodeCase in(c.d, c.kv, c.group, c.lens, c.masks, c.q_scale);
+      const size_t heads = size_t(in.batch()) * c.kv * c.group;
+      auto dq = test::to_device(in.q), dk = test::to_device(in.k), dv = test::to_device(in.v);
+      auto dt = test::to_device(in.table), dl = test::to_device(in.list_lens);
+      cuda::DeviceBuffer<uint32_t> dm;
+      if (c.masks) dm = test::to_device(in.masks);
+      auto o = test::to_device(std::vector<float>(heads * c.d, NAN)), lse = test::to_device(std::vector<float>(heads, NAN));
+      cuda::DeviceBuffer<ArtDecodeStats> stats(1);
+      ArtDecodeArgs a = in.args(dq.data(), dk.data(), dv.data(), dt.data(), dl.data(), c.masks ? dm.data() : nullptr,
+                                o.data(), lse.data());
+      a.art = p;
+      a.art.lag_rounds = cuda::art_decode_lag(a);
+      ASSERT_GE(a.art.lag_rounds, 0);
+      const size_t ws_bytes = cuda::art_decode_workspace_size(a);
+      ASSERT_GT(ws_bytes, 0u);
+      cuda::DeviceBuffer<uint8_t> ws(ws_bytes);
+      cuda::check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+      a.attn.workspace = ws.data();
+      a.attn.workspace_bytes = ws.bytes();
+      a.stats = stats.data();
+
+      ArtRun gpu[2];
+      for (ArtRun& r : gpu) {
+        cuda::check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
+        ASSERT_EQ(cuda::art_decode_attention(a, nullptr), cudaSuccess);
+        cuda::check(cudaDeviceSynchronize(), "art_decode_attention");
+        r.o = test::to_host(o);
+        r.lse = test::to_host(lse);
+        cuda::check(cudaMemcpy(&r.stats, stats.data(), sizeof r.stats, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      }
+      ArtRun ref;
+      ref.o.assign(heads * c.d, NAN);
+      ref.lse.assign(heads, NAN);
+      ArtDecodeArgs h = in.args(in.q.data(), in.k.data(), in.v.data(), in.table.data(), in.list_lens.data(),
+                                c.masks ? in.masks.data() : nullptr, ref.o.data(), ref.lse.data());
+      h.art = a.art;
+      h.stats = &ref.stats;
+      cpu::art_decode_attention(h);
+
+      EXPECT_EQ(gpu[0].o, gpu[1].o) << "a second call differs: a race, or counters left behind";
+      EXPECT_EQ(gpu[0].stats.pages_read, gpu[1].stats.pages_read);
+      EXPECT_EQ(gpu[0].stats.lists, ref.stats.lists);
+      EXPECT_EQ(gpu[0].stats.pages_listed, ref.stats.pages_listed);
+      EXPECT_EQ(gpu[0].stats.pages_read, ref.stats.pages_read);
+      EXPECT_EQ(gpu[0].stats.stopped, ref.stats.stopped);
+      double max_o = 0, o_err = 0, lse_err = 0;
+      for (size_t i = 0; i < ref.o.size(); ++i) {
+        max_o = std::max(max_o, double(std::fabs(ref.o[i])));
+        o_err = std::max(o_err, double(std::fabs(ref.o[i] - gpu[0].o[i])));
+      }
+      for (size_t i = 0; i < ref.lse.size(); ++i)
+        if (std::isfinite(ref.lse[i])) lse_err = std::max(lse_err, double(std::fabs(ref.lse[i] - gpu[0].lse[i])));
+        else EXPECT_TRUE(std::isinf(gpu[0].lse[i]) && gpu[0].lse[i] < 0);
+      std::printf("[ art      ] d %d kv %d g %d batch %zu%s q %g round %d patience %d eps %g lag %d: read %llu of %llu "
+                  "pages (ref %llu), %llu of %llu lists stopped; o err %.2e (rel), lse err %.2e\n",
+                  c.d, c.kv, c.group, c.lens.size(), c.masks ? " masks" : "", double(c.q_scale), p.round_pages,
+                  p.patience, double(p.eps_scale), a.art.lag_rounds, gpu[0].stats.pages_read,
+                  gpu[0].stats.pages_listed, ref.stats.pages_read, gpu[0].stats.stopped, gpu[0].stats.lists,
+                  o_err / std::max(max_o, 1e-30), lse_err);
+      EXPECT_LT(o_err / std::max(max_o, 1e-30), 2e-3);
+      EXPECT_LT(lse_err, 1e-3);
+    }
+}
+
+TEST(CudaArtDecodeAttention, RefusesALagBelowItsOwn) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const test::ArtDecodeCase in(128, 8, 4, {33000}, false);
+  ArtDecodeArgs a = in.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+  a.art.round_pages = 16;
+  const int lag = cuda::art_decode_lag(a);
+  ASSERT_GT(lag, 0) << "batch 1 at 33K tokens spreads the list over many CTAs";
+  cuda::DeviceBuffer<uint8_t> ws(cuda::art_decode_workspace_size(a));
+  a.attn.workspace = ws.data();
+  a.attn.workspace_bytes = ws.bytes();
+  a.art.lag_rounds = lag - 1;
+  EXPECT_EQ(cuda::art_decode_attention(a, nullptr), cudaErrorInvalidValue);
+  a.art.round_pages = 6;
+  EXPECT_EQ(cuda::art_decode_lag(a), -1);
+}
+
+}  // namespace
+}  // namespace skim

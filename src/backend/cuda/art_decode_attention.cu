@@ -32,32 +32,35 @@ using detail::SplitConfig;
 using detail::SplitParams;
 
 constexpr int kWarps = 8, kStages = 2;
-constexpr int kPartFloats = kArtProbe + 2;        // a block's probe state per head: probe, m, l
-constexpr int kRunFloats = 2 * kArtProbe + 4;     // a list's running state per head (see RunState)
-constexpr int kCtrlInts = 4;                      // per list: rounds tested, stop round + 1, warps done
-
-// A list's running probe state per head, in the workspace:
-//   [0] m, [1] l, [2, 34) probe (unnormalised), [34, 66) previous round's normalised probe,
-//   [66] its norm, [67] consecutive stable rounds.
-struct RunState {
-  static constexpr int kM = 0, kL = 1, kProbe = 2, kPrev = 2 + kArtProbe, kPrevNorm = 2 + 2 * kArtProbe,
-                       kStable = kPrevNorm + 1;
-};
+constexpr int kStateFloats = kArtProbe + 2;  // a probe state per head: probe[32] (unnormalised), m, l
+constexpr int kCheckpointRounds = 8;         // rounds between the prefix checkpoints
 
 struct ArtKernelParams {
   SplitParams sp;  // tables_per_seq = num_kv_heads, sub_groups = 1
   int round_blocks, lag, patience;
   float eps_scale, eps_dir;
-  int max_rounds, max_blocks;
-  int* ctrl;         // [lists][kCtrlInts]
-  int* arrive;       // [lists][max_rounds]: blocks of the round done
-  float* running;    // [lists][kArtMaxGroup][kRunFloats]
-  float* parts;      // [lists][max_blocks][kArtMaxGroup][kPartFloats]
+  int max_rounds, max_blocks, max_checkpoints;
+  // Per list, zero between calls: [0] warps done, [1 ..] one int per round: blocks done
+  // (arrive), round state published (has_round), verdict (0 untested, 1 unstable, 2 stable),
+  // then one per checkpoint (has_checkpoint).
+  int* ints;
+  int ints_per_list;
+  float* blocks;       // [lists][max_blocks][kArtMaxGroup][kStateFloats]
+  float* rounds;       // [lists][max_rounds][kArtMaxGroup][kStateFloats]
+  float* checkpoints;  // [lists][max_checkpoints][kArtMaxGroup][kStateFloats]
   ArtDecodeStats* stats;
 };
 
-__device__ __forceinline__ int ld_volatile(const int* p) { return *reinterpret_cast<const volatile int*>(p); }
-__device__ __forceinline__ void st_volatile(int* p, int v) { *reinterpret_cast<volatile int*>(p) = v; }
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Orders this thread's writes before a flag another CTA reads (with __syncwarp, the warp's).
+__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -65,104 +68,190 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Where one list's traversal state lives, and the rules of its rounds.
+// One lane's share of a head's probe state: element `lane` of the probe, and m, l.
+struct ProbeState {
+  float x = 0.0f, m = -INFINITY, l = 0.0f;
+};
+
+// Merges states [0, n) of `at(i)` (pointers to kStateFloats) as one sum: the max of the m
+// first, then the weighted sums in index order. The same states in the same order give the
+// same bits, whoever merges them: what keeps the verdicts, and so the pages read, reproducible.
+// `prev` gets states [0, n - 1).
+template <class At>
+__device__ __forceinline__ void merge_states(At at, int n, int lane, ProbeState& all, ProbeState* prev = nullptr) {
+  float m_all = -INFINITY, m_prev = -INFINITY;
+  for (int i = 0; i < n; ++i) {
+    const float m = __ldcg(at(i) + kArtProbe);
+    if (i + 1 < n) m_prev = fmaxf(m_prev, m);
+    m_all = fmaxf(m_all, m);
+  }
+  ProbeState a, p;
+  a.m = m_all;
+  p.m = m_prev;
+#pragma unroll 4
+  for (int i = 0; i < n; ++i) {
+    const float* st = at(i);
+    const float m = __ldcg(st + kArtProbe), l = __ldcg(st + kArtProbe + 1), x = __ldcg(st + lane);
+    if (m == -INFINITY) continue;  // saw no key of this head
+    const float w = exp2f(m - m_all);
+    a.x += x * w;
+    a.l += l * w;
+    if (i + 1 < n) {
+      const float wp = exp2f(m - m_prev);
+      p.x += x * wp;
+      p.l += l * wp;
+    }
+  }
+  all = a;
+  if (prev) *prev = p;
+}
+
+__device__ __forceinline__ void store_state(float* st, const ProbeState& s, int lane) {
+  st[lane] = s.x;
+  if (lane == 0) {
+    st[kArtProbe] = s.m;
+    st[kArtProbe + 1] = s.l;
+  }
+}
+
+// Lane l < n waits for flag[l] to be non-zero; returns it (0 for lanes >= n).
+__device__ __forceinline__ int wait_flags(const int* flag, int n, int lane) {
+  int f = 0;
+  if (lane < n)
+    while ((f = ld_acquire(flag + lane)) == 0) __nanosleep(32);
+  __syncwarp();
+  return f;
+}
+
+// One list's traversal state in the workspace, and the rules of its rounds.
+//
+// The verdict on round r compares the prefix states after rounds r and r - 1. Prefixes are
+// never chained from tester to tester (a chain of one L2 round trip per round would be the
+// kernel's speed limit at batch 1): the prefix after round r is defined as one merge of the
+// checkpoint C_k (k = r / 8, the prefix before round 8k) and the round states 8k .. r, and C_k
+// is the same merge over C_k-1 and its eight rounds, published by whichever warp computes it
+// first (all compute the same bits).
 struct ListState {
   const ArtKernelParams* p;
   size_t list;
   int n_pages, n_blocks, n_rounds;
-  __device__ int* ctrl() const { return p->ctrl + list * kCtrlInts; }
-  __device__ int* arrive() const { return p->arrive + list * p->max_rounds; }
-  __device__ float* running(int g) const { return p->running + (list * kArtMaxGroup + g) * kRunFloats; }
-  __device__ float* part(int block, int g) const {
-    return p->parts + ((list * p->max_blocks + block) * kArtMaxGroup + g) * kPartFloats;
+
+  __device__ int* done() const { return p->ints + list * p->ints_per_list; }
+  __device__ int* arrive() const { return done() + 1; }
+  __device__ int* has_round() const { return arrive() + p->max_rounds; }
+  __device__ int* verdict() const { return has_round() + p->max_rounds; }
+  __device__ int* has_checkpoint() const { return verdict() + p->max_rounds; }
+  __device__ float* block(int b, int g) const {
+    return p->blocks + ((list * p->max_blocks + b) * kArtMaxGroup + g) * kStateFloats;
+  }
+  __device__ float* round(int r, int g) const {
+    return p->rounds + ((list * p->max_rounds + r) * kArtMaxGroup + g) * kStateFloats;
+  }
+  __device__ float* checkpoint(int k, int g) const {  // k >= 1 (C_0 is the empty state)
+    return p->checkpoints + ((list * p->max_checkpoints + k) * kArtMaxGroup + g) * kStateFloats;
   }
   __device__ int blocks_in_round(int r) const { return min(p->round_blocks, n_blocks - r * p->round_blocks); }
 
-  // Lane 0 waits until the verdict on round r - lag - 1 is known; the warp learns whether it
-  // may read blocks of round r.
-  __device__ bool may_read(int r, int lane) const {
-    const int decided = r - p->lag - 1;  // the newest round whose verdict applies to round r
-    bool go = true;
-    if (decided >= 0 && lane == 0) {
-      for (;;) {
-        const int stop = ld_volatile(ctrl() + 1);
-        if (stop > 0 && stop - 1 <= decided) {
-          go = false;
-          break;
-        }
-        if (ld_volatile(ctrl()) > decided) break;
-        __nanosleep(100);
-      }
-      __threadfence();
-    }
-    return __shfl_sync(0xffffffffu, go, 0);
+  // Merges C_k (none for k = 0) with round states [k * 8, k * 8 + count) of head g.
+  __device__ void merge_prefix(int k, int count, int g, int lane, ProbeState& all, ProbeState* prev) const {
+    const int first = k * kCheckpointRounds, skip = k == 0 ? 1 : 0;
+    merge_states([&](int i) { return i + skip == 0 ? checkpoint(k, g) : round(first + i + skip - 1, g); },
+                 count + 1 - skip, lane, all, prev);
   }
 
-  // Round r's test, by the warp that completed the round (rounds are tested in order).
-  __device__ void test_round(int r, int rows, int lane) const {
-    if (lane == 0)
-      while (ld_volatile(ctrl()) != r) __nanosleep(64);
-    __syncwarp();
-    __threadfence();
-    if (ld_volatile(ctrl() + 1) == 0) {
-      bool all = true;
+  // Makes checkpoint C_k available (k >= 1): from the newest published one before it.
+  __device__ void ensure_checkpoint(int k, int rows, int lane) const {
+    if (ld_acquire(has_checkpoint() + k)) return;
+    int j = k - 1;
+    while (j > 0 && !ld_acquire(has_checkpoint() + j)) --j;
+    for (int i = j + 1; i <= k; ++i) {  // C_i from C_{i-1} and rounds 8(i-1) .. 8i - 1
+      wait_flags(has_round() + (i - 1) * kCheckpointRounds, kCheckpointRounds, lane);
       for (int g = 0; g < rows; ++g) {
-        float* rs = running(g);
-        float m = r > 0 ? __ldcg(rs + RunState::kM) : -INFINITY, l = r > 0 ? __ldcg(rs + RunState::kL) : 0.0f;
-        float x = r > 0 ? __ldcg(rs + RunState::kProbe + lane) : 0.0f;
-        const int b0 = r * p->round_blocks, b1 = b0 + blocks_in_round(r);
-        for (int blk = b0; blk < b1; ++blk) {
-          const float* ps = part(blk, g);
-          const float mb = __ldcg(ps + kArtProbe), lb = __ldcg(ps + kArtProbe + 1), xb = __ldcg(ps + lane);
-          const float mn = fmaxf(m, mb);
-          if (mn == -INFINITY) continue;  // neither has seen a key of this head
-          const float wa = exp2f(m - mn), wb = exp2f(mb - mn);
-          x = x * wa + xb * wb;
-          l = l * wa + lb * wb;
-          m = mn;
-        }
-        const float c = l > 0.0f ? x / l : 0.0f;
-        const float prev = r > 0 ? __ldcg(rs + RunState::kPrev + lane) : 0.0f;
-        const float prev_norm = r > 0 ? __ldcg(rs + RunState::kPrevNorm) : 0.0f;
-        const int run = r > 0 ? __float_as_int(__ldcg(rs + RunState::kStable)) : 0;
-        const float norm = sqrtf(warp_sum(c * c)), dot = warp_sum(prev * c);
-        const bool stable = prev_norm > 0.0f && norm > 0.0f &&
-                            fabsf(norm - prev_norm) / prev_norm < p->eps_scale &&
-                            1.0f - dot / (norm * prev_norm) < p->eps_dir;
-        const int run_new = stable ? run + 1 : 0;
-        __syncwarp();  // every lane has read the old state
-        rs[RunState::kProbe + lane] = x;
-        rs[RunState::kPrev + lane] = c;
-        if (lane == 0) {
-          rs[RunState::kM] = m;
-          rs[RunState::kL] = l;
-          rs[RunState::kPrevNorm] = norm;
-          rs[RunState::kStable] = __int_as_float(run_new);
-        }
-        all = all && run_new >= p->patience;
+        ProbeState s;
+        merge_prefix(i - 1, kCheckpointRounds, g, lane, s, nullptr);
+        store_state(checkpoint(i, g), s, lane);
       }
-      if (all && lane == 0) st_volatile(ctrl() + 1, r + 1);
+      fence_gpu();
+      __syncwarp();
+      if (lane == 0) st_release(has_checkpoint() + i, 1);
     }
+  }
+
+  // By the warp that completed round r: the round's state from its blocks, then its verdict.
+  __device__ void complete_round(int r, int rows, int lane) const {
+    const int b0 = r * p->round_blocks;
+    for (int g = 0; g < rows; ++g) {
+      ProbeState s;
+      merge_states([&](int i) { return block(b0 + i, g); }, blocks_in_round(r), lane, s);
+      store_state(round(r, g), s, lane);
+    }
+    fence_gpu();
     __syncwarp();
-    __threadfence();
-    if (lane == 0) st_volatile(ctrl(), r + 1);
+    if (lane == 0) st_release(has_round() + r, 1);
+    if (r + 1 >= n_rounds) return;  // the last round: nothing left to stop
+
+    const int k = r / kCheckpointRounds, in_k = r - k * kCheckpointRounds;
+    if (k > 0) ensure_checkpoint(k, rows, lane);
+    wait_flags(has_round() + k * kCheckpointRounds, in_k, lane);  // the rounds before r since C_k
+    bool all = true;
+    for (int g = 0; g < rows; ++g) {
+      ProbeState cur, prev;
+      merge_prefix(k, in_k + 1, g, lane, cur, &prev);
+      const float c = cur.l > 0.0f ? cur.x / cur.l : 0.0f, q = prev.l > 0.0f ? prev.x / prev.l : 0.0f;
+      const float norm = sqrtf(warp_sum(c * c)), prev_norm = sqrtf(warp_sum(q * q)), dot = warp_sum(q * c);
+      all = all && prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < p->eps_scale &&
+            1.0f - dot / (norm * prev_norm) < p->eps_dir;
+      if (in_k == kCheckpointRounds - 1) store_state(checkpoint(k + 1, g), cur, lane);  // C_k+1 = this prefix
+    }
+    if (in_k == kCheckpointRounds - 1) {
+      fence_gpu();
+      __syncwarp();
+      if (lane == 0) st_release(has_checkpoint() + k + 1, 1);
+    }
+    if (lane == 0) st_release(verdict() + r, all ? 2 : 1);
+  }
+
+  // The verdicts of rounds [from, to] in order (waiting for them), counting consecutive
+  // stable rounds in `run`: the first round where the run reaches patience, or -1.
+  __device__ int scan_verdicts(int from, int to, int& run, int lane) const {
+    for (int base = from; base <= to; base += 32) {
+      const int n = min(32, to - base + 1);
+      const int f = wait_flags(verdict() + base, n, lane);
+      for (int i = 0; i < n; ++i) {
+        run = __shfl_sync(0xffffffffu, f, i) == 2 ? run + 1 : 0;
+        if (run >= p->patience) return base + i;
+      }
+    }
+    return -1;
   }
 
   // The last warp of the list: stats, then every counter back to zero for the next call.
   __device__ void finish(int lane) const {
-    const int stop = ld_volatile(ctrl() + 1);
-    const int read_rounds = stop > 0 ? min(n_rounds, stop + p->lag) : n_rounds;
+    int run = 0;
+    const int stop = n_rounds >= 2 ? scan_verdicts(0, n_rounds - 2, run, lane) : -1;
+    const int read_rounds = stop >= 0 ? min(n_rounds, stop + p->lag + 1) : n_rounds;
     const int read = min(n_pages, read_rounds * p->round_blocks * kArtBlockPages);
-    for (int r = lane; r < n_rounds; r += 32) arrive()[r] = 0;
-    if (lane == 0) {
-      if (p->stats) {
-        atomicAdd(&p->stats->lists, 1ull);
-        atomicAdd(&p->stats->stopped, read < n_pages ? 1ull : 0ull);
-        atomicAdd(&p->stats->pages_listed, (unsigned long long)n_pages);
-        atomicAdd(&p->stats->pages_read, (unsigned long long)read);
-      }
-      ctrl()[0] = ctrl()[1] = ctrl()[2] = 0;
+    for (int i = lane; i < p->ints_per_list; i += 32) done()[i] = 0;
+    if (lane == 0 && p->stats) {
+      atomicAdd(&p->stats->lists, 1ull);
+      atomicAdd(&p->stats->stopped, read < n_pages ? 1ull : 0ull);
+      atomicAdd(&p->stats->pages_listed, (unsigned long long)n_pages);
+      atomicAdd(&p->stats->pages_read, (unsigned long long)read);
     }
+  }
+};
+
+// A warp's view of the verdicts: whether it may read blocks of round r, i.e. whether no round
+// up to r - lag - 1 stopped the list (rounds are scanned once, in order, as the warp needs them).
+struct WarpGate {
+  int scanned = 0, run = 0, stop = -1;
+  __device__ bool may_read(const ListState& ls, int r, int lane) {
+    const int decided = r - ls.p->lag - 1;
+    if (stop < 0 && decided >= scanned) {
+      stop = ls.scan_verdicts(scanned, decided, run, lane);
+      scanned = decided + 1;
+    }
+    return stop < 0 || r <= stop + ls.p->lag;
   }
 };
 
@@ -227,6 +316,7 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
   ls.n_blocks = (ls.n_pages + kArtBlockPages - 1) / kArtBlockPages;
   ls.n_rounds = (ls.n_blocks + p.round_blocks - 1) / p.round_blocks;
   const int first_valid = len - (ls.n_pages - 1) * kPageSize;  // the partial page is listed first
+  WarpGate gate;
   WarpBlocks<MASKED> wb{.table = sp.page_table + list * sp.max_pages_per_seq,
                         .masks = MASKED ? sp.head_masks + list * sp.max_pages_per_seq : nullptr,
                         .n_pages = ls.n_pages, .total_warps = int(gridDim.x) * kWarps,
@@ -246,7 +336,7 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
     const int pos = i % kArtBlockPages;
     if (!done && pos == 0 && i > 0) wb.advance();
     const int j = wb.block(wb.k), page = j * kArtBlockPages + pos;
-    if (!done && (page >= ls.n_pages || (pos == 0 && !ls.may_read(j / p.round_blocks, lane)))) done = true;
+    if (!done && (page >= ls.n_pages || (pos == 0 && !gate.may_read(ls, j / p.round_blocks, lane)))) done = true;
     if (!done) {
       ++n_issued;
       const int s = i % kStages;
@@ -286,7 +376,7 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
       const float l_quad = l_blk + __shfl_xor_sync(0xffffffffu, l_blk, 1);
       const float l_all = l_quad + __shfl_xor_sync(0xffffffffu, l_quad, 2);
       if (row < rows) {
-        float* part = ls.part(ended, row);
+        float* part = ls.block(ended, row);
 #pragma unroll
         for (int e = 0; e < 8; ++e) part[quad * 8 + e] = acc[e * (D / 64)][0];
         if (quad == 0) {
@@ -309,12 +399,15 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
       l_blk = 0.0f;
 #pragma unroll
       for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
+      fence_gpu();  // the probe state is visible before the round counts this block
       __syncwarp();
-      __threadfence();  // the probe state is visible before the round counts this block
       const int r = ended / p.round_blocks;
       int last = 0;
       if (lane == 0) last = atomicAdd(ls.arrive() + r, 1) + 1 == ls.blocks_in_round(r);
-      if (__shfl_sync(0xffffffffu, last, 0) && r + 1 < ls.n_rounds) ls.test_round(r, rows, lane);
+      if (__shfl_sync(0xffffffffu, last, 0)) {
+        fence_gpu();  // ... and the other warps' states are visible to this one
+        ls.complete_round(r, rows, lane);
+      }
     }
     issue(i + kStages);
   }
@@ -328,35 +421,36 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
   detail::merge_warp_states<C, D, kWarps>(smem, sp, b, hq0, rows, chunk);
 
   int last = 0;
-  if (lane == 0) {
-    __threadfence();
-    last = atomicAdd(ls.ctrl() + 2, 1) + 1 == wb.total_warps;
-  }
+  fence_gpu();
+  __syncwarp();
+  if (lane == 0) last = atomicAdd(ls.done(), 1) + 1 == wb.total_warps;
   if (__shfl_sync(0xffffffffu, last, 0)) {
-    __threadfence();
+    fence_gpu();
     ls.finish(lane);
   }
 }
 
-// The workspace: the paged decode split's region (chunk partials), then the lists' counters,
-// round arrivals, running probe states and block probe states.
+// The workspace: the paged decode split's region (chunk partials), then per list its ints
+// (ArtKernelParams::ints), block, round and checkpoint probe states.
 struct ArtLayout {
-  size_t ctrl, arrive, running, parts, bytes;
-  int max_rounds, max_blocks;
+  size_t ints, blocks, rounds, checkpoints, bytes;
+  int max_rounds, max_blocks, max_checkpoints, ints_per_list;
 };
 
 ArtLayout art_layout(const ArtDecodeArgs& a, size_t split_bytes) {
   const PagedDecodeArgs& at = a.attn;
-  const size_t lists = size_t(at.batch) * at.num_kv_heads;
+  const size_t lists = size_t(at.batch) * at.num_kv_heads, head_states = size_t(kArtMaxGroup) * kStateFloats * 4;
   ArtLayout l;
   l.max_blocks = (at.max_pages_per_seq + kArtBlockPages - 1) / kArtBlockPages;
   const int round_blocks = a.art.round_pages / kArtBlockPages;
   l.max_rounds = round_blocks > 0 ? (l.max_blocks + round_blocks - 1) / round_blocks : 0;
-  l.ctrl = detail::align_up(split_bytes, 256);
-  l.arrive = l.ctrl + detail::align_up(lists * kCtrlInts * 4, 256);
-  l.running = l.arrive + detail::align_up(lists * l.max_rounds * 4, 256);
-  l.parts = l.running + detail::align_up(lists * kArtMaxGroup * kRunFloats * 4, 256);
-  l.bytes = l.parts + detail::align_up(lists * l.max_blocks * kArtMaxGroup * kPartFloats * 4, 256);
+  l.max_checkpoints = l.max_rounds / kCheckpointRounds + 1;
+  l.ints_per_list = 1 + 3 * l.max_rounds + l.max_checkpoints;
+  l.ints = detail::align_up(split_bytes, 256);
+  l.blocks = l.ints + detail::align_up(lists * l.ints_per_list * 4, 256);
+  l.rounds = l.blocks + detail::align_up(lists * l.max_blocks * head_states, 256);
+  l.checkpoints = l.rounds + detail::align_up(lists * l.max_rounds * head_states, 256);
+  l.bytes = l.checkpoints + detail::align_up(lists * l.max_checkpoints * head_states, 256);
   return l;
 }
 
@@ -455,10 +549,12 @@ struct ArtVariant {
     p.eps_dir = a.art.eps_dir;
     p.max_rounds = l.max_rounds;
     p.max_blocks = l.max_blocks;
-    p.ctrl = reinterpret_cast<int*>(ws + l.ctrl);
-    p.arrive = reinterpret_cast<int*>(ws + l.arrive);
-    p.running = reinterpret_cast<float*>(ws + l.running);
-    p.parts = reinterpret_cast<float*>(ws + l.parts);
+    p.max_checkpoints = l.max_checkpoints;
+    p.ints = reinterpret_cast<int*>(ws + l.ints);
+    p.ints_per_list = l.ints_per_list;
+    p.blocks = reinterpret_cast<float*>(ws + l.blocks);
+    p.rounds = reinterpret_cast<float*>(ws + l.rounds);
+    p.checkpoints = reinterpret_cast<float*>(ws + l.checkpoints);
     p.stats = a.stats;
 
     const dim3 grid(plan.num_chunks, at.num_kv_heads, at.batch);

@@ -13,7 +13,8 @@
 # one point (NCU_BATCH, NCU_CTX); QUICK=1 runs fewer cases and points; SKIP_SDPA=1;
 # ENGINE_ONLY=1 runs the engine steps alone, SKIP_ENGINE=1 the kernel steps alone; MATRIX=1 adds
 # the end-to-end policy matrix of issue 16 -> bench-matrix-*.json; SKIP_SERVE=1 skips the server
-# checks; GTEST_FILTER selects test_cuda's tests; BENCH_ARGS go to `skim bench`)
+# checks; GTEST_FILTER selects test_cuda's tests; BENCH_ARGS go to `skim bench`; BUILD_ONLY=1 with
+# ENGINE_ONLY=1 builds build-gpu/ and stops)
 #
 # The engine build needs the Debian -dev packages a GPU machine may lack: put their .deb files
 # in .devdeps/ (scripts/gpu-deps.sh fetches them) and they are unpacked under /tmp/devroot;
@@ -65,6 +66,7 @@ engine_steps() {
     -DSKIM_NATIVE=OFF > $OUT/engine-cmake.log 2>&1 || { tail -30 $OUT/engine-cmake.log; return 1; }
   cmake --build build-gpu -j "$(nproc)" --target skim test_cuda 2>&1 | grep -E "error|FAILED|warning: .*cuda" | head -40
   [ -x build-gpu/skim ] && [ -x build-gpu/tests/test_cuda ] || { echo "ENGINE BUILD FAILED"; return 1; }
+  [ "${BUILD_ONLY:-0}" = 1 ] && return 0
   step "test_cuda"
   timeout 300 build-gpu/tests/test_cuda 2>&1 | grep -vE '^\[ +(RUN|OK) +\]' | tail -60
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "TEST_CUDA FAILED"; status=1; }

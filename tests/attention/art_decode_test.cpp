@@ -96,6 +96,17 @@ TEST(ArtDecodeReference, StopsAtPatienceAndReadsTheLag) {
     }
 }
 
+// Masked heads (Quest's union) may attend nothing in the first rounds: they count as unstable
+// until they have keys, and the verdicts still come out.
+TEST(ArtDecodeReference, MaskedHeadsWithoutKeysYet) {
+  const test::ArtDecodeCase c(64, 3, 3, {20000, 999}, true);
+  const Result art = run_art(c, {.round_pages = 4, .lag_rounds = 1, .patience = 2, .eps_scale = 1e30f, .eps_dir = 1e30f});
+  EXPECT_EQ(art.stats.lists, 6u);
+  EXPECT_GT(art.stats.stopped, 0u);
+  EXPECT_LT(art.stats.pages_read, art.stats.pages_listed);
+  for (float x : art.o) ASSERT_TRUE(std::isfinite(x));
+}
+
 TEST(ArtDecodeReference, RefusesWhatItCannotRun) {
   const test::ArtDecodeCase c(64, 1, 9, {100}, false);  // a group of 9
   std::vector<float> o(9 * 64), lse(9);

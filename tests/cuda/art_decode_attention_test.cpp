@@ -39,11 +39,13 @@ TEST(CudaArtDecodeAttention, ReadsWhatTheCpuReferenceReads) {
   const ArtDecodeParams never{.round_pages = 16, .patience = 1, .eps_scale = 0, .eps_dir = 0};
   const ArtDecodeParams forced1{.round_pages = 16, .patience = 1, .eps_scale = 1e30f, .eps_dir = 1e30f};
   const ArtDecodeParams forced3{.round_pages = 8, .patience = 3, .eps_scale = 1e30f, .eps_dir = 1e30f};
+  // A stop found late in a warp's window of verdicts (rounds past stop + lag are never read).
+  const ArtDecodeParams forced8{.round_pages = 16, .patience = 8, .eps_scale = 1e30f, .eps_dir = 1e30f};
   const ArtDecodeParams defaults{.round_pages = 4, .patience = 4};
   for (const Case& c : {Case{128, 8, 4, {33000}, false, 1.0f}, Case{128, 2, 4, {8000, 17, 0, 3001}, false, 1.0f},
                         Case{64, 3, 3, {20000, 999}, true, 1.0f}, Case{128, 8, 4, std::vector<int>(40, 700), false, 1.0f},
                         Case{128, 2, 8, {16000, 5000}, false, 4.0f}, Case{64, 1, 4, {40000}, true, 4.0f}})
-    for (const ArtDecodeParams& p : {never, forced1, forced3, defaults}) {
+    for (const ArtDecodeParams& p : {never, forced1, forced3, forced8, defaults}) {
       SCOPED_TRACE(testing::Message() << "d " << c.d << " kv " << c.kv << " group " << c.group << " batch "
                                       << c.lens.size() << " masks " << c.masks << " q " << c.q_scale << " round "
                                       << p.round_pages << " patience " << p.patience << " eps " << p.eps_scale);
@@ -85,6 +87,7 @@ TEST(CudaArtDecodeAttention, ReadsWhatTheCpuReferenceReads) {
       h.art = a.art;
       h.stats = &ref.stats;
       cpu::art_decode_attention(h);
+      std::fflush(stdout);
 
       EXPECT_EQ(gpu[0].o, gpu[1].o) << "a second call differs: a race, or counters left behind";
       EXPECT_EQ(gpu[0].stats.pages_read, gpu[1].stats.pages_read);

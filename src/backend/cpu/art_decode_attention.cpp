@@ -130,7 +130,8 @@ void art_decode_attention(const ArtDecodeArgs& args) {
         qs[size_t(g)] = q;
       }
       // The tests, round by round, on the running state of each head (blocks merged in order).
-      std::vector<State> run(static_cast<size_t>(group));
+      // Heads start empty: zero output, lse -inf (a masked head may see no key for a while).
+      std::vector<State> run(static_cast<size_t>(group), State{std::vector<double>(static_cast<size_t>(d), 0.0)});
       std::vector<HeadTest> tests(static_cast<size_t>(group));
       int stop = -1;
       for (int r = 0; r + 1 < n_rounds && stop < 0; ++r) {

@@ -114,11 +114,21 @@ __device__ __forceinline__ void store_state(float* st, const ProbeState& s, int 
   }
 }
 
+// Waits for *flag to be non-zero and returns it. Every wait ends by construction (see the
+// kernel); one that has not after about a second traps, so a bug surfaces as a launch error
+// rather than a hung GPU.
+__device__ __forceinline__ int wait_flag(const int* flag) {
+  int f;
+  for (int spins = 0; (f = ld_acquire(flag)) == 0; ++spins) {
+    if (spins == (1 << 24)) __trap();
+    __nanosleep(32);
+  }
+  return f;
+}
+
 // Lane l < n waits for flag[l] to be non-zero; returns it (0 for lanes >= n).
 __device__ __forceinline__ int wait_flags(const int* flag, int n, int lane) {
-  int f = 0;
-  if (lane < n)
-    while ((f = ld_acquire(flag + lane)) == 0) __nanosleep(32);
+  const int f = lane < n ? wait_flag(flag + lane) : 0;
   __syncwarp();
   return f;
 }
@@ -211,15 +221,27 @@ struct ListState {
     if (lane == 0) st_release(verdict() + r, all ? 2 : 1);
   }
 
-  // The verdicts of rounds [from, to] in order (waiting for them), counting consecutive
-  // stable rounds in `run`: the first round where the run reaches patience, or -1.
+  // The verdicts of rounds [from, to] in order, counting consecutive stable rounds in `run`:
+  // the first round where the run reaches patience, or -1. A round is waited for only once
+  // every round before it has been found not to stop the list: it is then read (the lag
+  // reads on past any round that is not a stop), so its verdict comes. The verdicts already
+  // out are taken 32 at a time.
   __device__ int scan_verdicts(int from, int to, int& run, int lane) const {
-    for (int base = from; base <= to; base += 32) {
-      const int n = min(32, to - base + 1);
-      const int f = wait_flags(verdict() + base, n, lane);
-      for (int i = 0; i < n; ++i) {
-        run = __shfl_sync(0xffffffffu, f, i) == 2 ? run + 1 : 0;
-        if (run >= p->patience) return base + i;
+    int s = from;
+    while (s <= to) {
+      const int n = min(32, to - s + 1);
+      const int f = lane < n ? ld_acquire(verdict() + s + lane) : 0;
+      int i = 0;
+      for (; i < n; ++i) {
+        const int v = __shfl_sync(0xffffffffu, f, i);
+        if (v == 0) break;  // not tested yet
+        run = v == 2 ? run + 1 : 0;
+        if (run >= p->patience) return s + i;
+      }
+      s += i;
+      if (i < n) {
+        if (lane == 0) wait_flag(verdict() + s);
+        __syncwarp();
       }
     }
     return -1;

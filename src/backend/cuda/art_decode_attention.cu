@@ -32,7 +32,10 @@ using detail::SplitConfig;
 using detail::SplitParams;
 
 constexpr int kWarps = 8, kStages = 2;
-constexpr int kStateFloats = kArtProbe + 2;  // a probe state per head: probe[32] (unnormalised), m, l
+// A probe state per head: probe[32] (unnormalised), m, l, two floats of padding so that each
+// state starts 16-byte aligned (the merges read the probe as float4).
+constexpr int kStateFloats = kArtProbe + 4;
+constexpr int kMaxMergeItems = 32;  // states one merge takes: a round's blocks (<= 32), or a prefix (<= 9)
 constexpr int kCheckpointRounds = 8;         // rounds between the prefix checkpoints
 
 struct ArtKernelParams {
@@ -68,46 +71,78 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// One lane's share of a head's probe state: element `lane` of the probe, and m, l.
-struct ProbeState {
-  float x = 0.0f, m = -INFINITY, l = 0.0f;
-};
-
-// Merges states [0, n) of `at(i)` (pointers to kStateFloats) as one sum: the max of the m
-// first, then the weighted sums in index order. The same states in the same order give the
-// same bits, whoever merges them: what keeps the verdicts, and so the pages read, reproducible.
-// `prev` gets states [0, n - 1).
-template <class At>
-__device__ __forceinline__ void merge_states(At at, int n, int lane, ProbeState& all, ProbeState* prev = nullptr) {
-  float m_all = -INFINITY, m_prev = -INFINITY;
-  for (int i = 0; i < n; ++i) {
-    const float m = __ldcg(at(i) + kArtProbe);
-    if (i + 1 < n) m_prev = fmaxf(m_prev, m);
-    m_all = fmaxf(m_all, m);
-  }
-  ProbeState a, p;
-  a.m = m_all;
-  p.m = m_prev;
-#pragma unroll 4
-  for (int i = 0; i < n; ++i) {
-    const float* st = at(i);
-    const float m = __ldcg(st + kArtProbe), l = __ldcg(st + kArtProbe + 1), x = __ldcg(st + lane);
-    if (m == -INFINITY) continue;  // saw no key of this head
-    const float w = exp2f(m - m_all);
-    a.x += x * w;
-    a.l += l * w;
-    if (i + 1 < n) {
-      const float wp = exp2f(m - m_prev);
-      p.x += x * wp;
-      p.l += l * wp;
-    }
-  }
-  all = a;
-  if (prev) *prev = p;
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
 }
 
-__device__ __forceinline__ void store_state(float* st, const ProbeState& s, int lane) {
-  st[lane] = s.x;
+__device__ __forceinline__ float4 fma4(float4 a, float w, float4 acc) {
+  return make_float4(fmaf(a.x, w, acc.x), fmaf(a.y, w, acc.y), fmaf(a.z, w, acc.z), fmaf(a.w, w, acc.w));
+}
+__device__ __forceinline__ float4 add_xor4(float4 a, int o) {
+  return make_float4(a.x + __shfl_xor_sync(0xffffffffu, a.x, o), a.y + __shfl_xor_sync(0xffffffffu, a.y, o),
+                     a.z + __shfl_xor_sync(0xffffffffu, a.z, o), a.w + __shfl_xor_sync(0xffffffffu, a.w, o));
+}
+__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+
+// A head's probe state as the warp holds it after a merge: lane l has probe elements
+// 4 (l % 8) .. + 3 (replicated over l / 8), and every lane m and l.
+struct HeadState {
+  float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float m = -INFINITY, l = 0.0f;
+  // The normalised probe's norm and its dot product with another's (over the 8 chunk lanes).
+  __device__ float4 normalised() const {
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    return make_float4(x.x * inv, x.y * inv, x.z * inv, x.w * inv);
+  }
+};
+
+__device__ __forceinline__ float chunk_sum(float v) {  // over the 8 lanes holding one probe
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v + __shfl_xor_sync(0xffffffffu, v, 4);
+}
+
+// Merges the states at(0) .. at(n - 1) (n <= 32) of one head: the max of their m, then the
+// weighted sums, lane i summing items i % 4, i % 4 + 4, ... and a fixed shuffle tree the rest,
+// so the same states in the same order give the same bits, whoever merges them: that keeps the
+// verdicts, and so the pages read, reproducible. Every load is issued before any is used (one
+// L2 round trip). `prev` gets the merge of items 0 .. n - 2.
+template <class At>
+__device__ __forceinline__ void merge_head(At at, int n, int lane, HeadState& all, HeadState* prev = nullptr) {
+  const int q = lane >> 3, c = lane & 7;
+  const float mi = lane < n ? __ldcg(at(lane) + kArtProbe) : -INFINITY;
+  const float li = lane < n ? __ldcg(at(lane) + kArtProbe + 1) : 0.0f;
+  float4 xs[kMaxMergeItems / 4];
+#pragma unroll
+  for (int t = 0; t < kMaxMergeItems / 4; ++t) {
+    const int i = q + 4 * t;
+    xs[t] = i < n ? __ldcg(reinterpret_cast<const float4*>(at(i)) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  const bool in_prev = lane + 1 < n;
+  const float m_all = warp_max(mi), m_prev = warp_max(in_prev ? mi : -INFINITY);
+  const float wa = mi == -INFINITY ? 0.0f : exp2f(mi - m_all);
+  const float wp = !in_prev || mi == -INFINITY ? 0.0f : exp2f(mi - m_prev);
+  float4 xa = make_float4(0.0f, 0.0f, 0.0f, 0.0f), xp = xa;
+#pragma unroll
+  for (int t = 0; t < kMaxMergeItems / 4; ++t) {
+    const int i = q + 4 * t;  // < 32
+    xa = fma4(xs[t], __shfl_sync(0xffffffffu, wa, i), xa);
+    xp = fma4(xs[t], __shfl_sync(0xffffffffu, wp, i), xp);
+  }
+  all.x = add_xor4(add_xor4(xa, 8), 16);
+  all.m = m_all;
+  all.l = warp_sum(li * wa);
+  if (prev) {
+    prev->x = add_xor4(add_xor4(xp, 8), 16);
+    prev->m = m_prev;
+    prev->l = warp_sum(li * wp);
+  }
+}
+
+__device__ __forceinline__ void store_state(float* st, const HeadState& s, int lane) {
+  if (lane < 8) reinterpret_cast<float4*>(st)[lane] = s.x;
   if (lane == 0) {
     st[kArtProbe] = s.m;
     st[kArtProbe + 1] = s.l;
@@ -163,10 +198,12 @@ struct ListState {
   __device__ int blocks_in_round(int r) const { return min(p->round_blocks, n_blocks - r * p->round_blocks); }
 
   // Merges C_k (none for k = 0) with round states [k * 8, k * 8 + count) of head g.
-  __device__ void merge_prefix(int k, int count, int g, int lane, ProbeState& all, ProbeState* prev) const {
+  __device__ void merge_prefix(int k, int count, int g, int lane, HeadState& all, HeadState* prev) const {
     const int first = k * kCheckpointRounds, skip = k == 0 ? 1 : 0;
-    merge_states([&](int i) { return i + skip == 0 ? checkpoint(k, g) : round(first + i + skip - 1, g); },
-                 count + 1 - skip, lane, all, prev);
+    merge_head([&](int i) -> const float* {
+                 return i + skip == 0 ? checkpoint(k, g) : round(first + i + skip - 1, g);
+               },
+               count + 1 - skip, lane, all, prev);
   }
 
   // Makes checkpoint C_k available (k >= 1): from the newest published one before it.
@@ -177,7 +214,7 @@ struct ListState {
     for (int i = j + 1; i <= k; ++i) {  // C_i from C_{i-1} and rounds 8(i-1) .. 8i - 1
       wait_flags(has_round() + (i - 1) * kCheckpointRounds, kCheckpointRounds, lane);
       for (int g = 0; g < rows; ++g) {
-        ProbeState s;
+        HeadState s;
         merge_prefix(i - 1, kCheckpointRounds, g, lane, s, nullptr);
         store_state(checkpoint(i, g), s, lane);
       }
@@ -191,8 +228,8 @@ struct ListState {
   __device__ void complete_round(int r, int rows, int lane) const {
     const int b0 = r * p->round_blocks;
     for (int g = 0; g < rows; ++g) {
-      ProbeState s;
-      merge_states([&](int i) { return block(b0 + i, g); }, blocks_in_round(r), lane, s);
+      HeadState s;
+      merge_head([&](int i) -> const float* { return block(b0 + i, g); }, blocks_in_round(r), lane, s);
       store_state(round(r, g), s, lane);
     }
     fence_gpu();
@@ -205,10 +242,11 @@ struct ListState {
     wait_flags(has_round() + k * kCheckpointRounds, in_k, lane);  // the rounds before r since C_k
     bool all = true;
     for (int g = 0; g < rows; ++g) {
-      ProbeState cur, prev;
+      HeadState cur, prev;
       merge_prefix(k, in_k + 1, g, lane, cur, &prev);
-      const float c = cur.l > 0.0f ? cur.x / cur.l : 0.0f, q = prev.l > 0.0f ? prev.x / prev.l : 0.0f;
-      const float norm = sqrtf(warp_sum(c * c)), prev_norm = sqrtf(warp_sum(q * q)), dot = warp_sum(q * c);
+      const float4 c = cur.normalised(), q = prev.normalised();
+      const float norm = sqrtf(chunk_sum(dot4(c, c))), prev_norm = sqrtf(chunk_sum(dot4(q, q)));
+      const float dot = chunk_sum(dot4(q, c));
       all = all && prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < p->eps_scale &&
             1.0f - dot / (norm * prev_norm) < p->eps_dir;
       if (in_k == kCheckpointRounds - 1) store_state(checkpoint(k + 1, g), cur, lane);  // C_k+1 = this prefix
@@ -421,11 +459,13 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
       l_blk = 0.0f;
 #pragma unroll
       for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
-      fence_gpu();  // the probe state is visible before the round counts this block
-      __syncwarp();
+      __syncwarp();  // the lanes' probe writes, then lane 0's release publishes them all
       const int r = ended / p.round_blocks;
       int last = 0;
-      if (lane == 0) last = atomicAdd(ls.arrive() + r, 1) + 1 == ls.blocks_in_round(r);
+      if (lane == 0) {
+        fence_gpu();
+        last = atomicAdd(ls.arrive() + r, 1) + 1 == ls.blocks_in_round(r);
+      }
       if (__shfl_sync(0xffffffffu, last, 0)) {
         fence_gpu();  // ... and the other warps' states are visible to this one
         ls.complete_round(r, rows, lane);
@@ -479,7 +519,8 @@ ArtLayout art_layout(const ArtDecodeArgs& a, size_t split_bytes) {
 bool art_supported(const ArtDecodeArgs& a) {
   const PagedDecodeArgs& at = a.attn;
   return detail::supported(at) && at.tables_per_kv_head && at.group_size() <= kArtMaxGroup &&
-         a.art.round_pages > 0 && a.art.round_pages % kArtBlockPages == 0 && a.art.patience >= 1 &&
+         a.art.round_pages > 0 && a.art.round_pages % kArtBlockPages == 0 &&
+         a.art.round_pages <= kMaxMergeItems * kArtBlockPages && a.art.patience >= 1 &&
          a.art.lag_rounds >= 0;
 }
 
@@ -520,9 +561,12 @@ struct ArtVariant {
     return Split::plan(a.attn, 0, plan);
   }
 
+  // The rounds between a warp's consecutive blocks (so it never waits on its own round), plus
+  // kLagSlack for the verdicts to come while the warps read on.
+  static constexpr int kLagSlack = 2;
   static int lag(const detail::Plan& plan, const ArtDecodeArgs& a) {
     const int warps = plan.num_chunks * kWarps, round_blocks = a.art.round_pages / kArtBlockPages;
-    return (warps + round_blocks - 1) / round_blocks;
+    return (warps + round_blocks - 1) / round_blocks + kLagSlack;
   }
 
   static cudaError_t workspace_size(const ArtDecodeArgs& a, size_t& bytes) {
@@ -542,7 +586,7 @@ struct ArtVariant {
     if (e != cudaSuccess) return e;
     size_t need = 0;
     if ((e = workspace_size(a, need)) != cudaSuccess) return e;
-    if (a.art.lag_rounds < lag(plan, a) || at.workspace == nullptr || at.workspace_bytes < need)
+    if (a.art.lag_rounds < lag(plan, a) - kLagSlack || at.workspace == nullptr || at.workspace_bytes < need)
       return cudaErrorInvalidValue;
     size_t split_bytes = 0;
     if ((e = Split::workspace_size(at, split_bytes)) != cudaSuccess) return e;

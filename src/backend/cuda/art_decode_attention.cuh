@@ -22,15 +22,15 @@ namespace skim::cuda {
 // the device); zero-filled once after allocation, every call leaves its counters at zero.
 size_t art_decode_workspace_size(const ArtDecodeArgs& args);
 
-// The smallest lag_rounds the kernel accepts for these shapes (it depends on the split of the
-// lists over CTAs, planned from attn.max_seq_len): a warp's next block is at most this many
-// rounds past the block it is finishing, so it never waits on a round it has not finished.
-// -1 when the shapes are unsupported.
+// The lag_rounds to run these shapes with (it depends on the split of the lists over CTAs,
+// planned from attn.max_seq_len): the most rounds between a warp's consecutive blocks (the
+// least the kernel accepts: below it a warp could wait on a round it has not finished) plus
+// two, so the verdicts come while the warps read on. -1 when the shapes are unsupported.
 int art_decode_lag(const ArtDecodeArgs& args);
 
 // Device pointers in args (stats: device memory, or null); asynchronous on `stream`, captures
-// into a CUDA graph. cudaErrorInvalidValue for unsupported shapes, a lag below
-// art_decode_lag or a too small workspace.
+// into a CUDA graph. cudaErrorInvalidValue for unsupported shapes, a lag below the least the
+// kernel accepts (art_decode_lag - 2) or a too small workspace.
 cudaError_t art_decode_attention(const ArtDecodeArgs& args, cudaStream_t stream);
 
 }  // namespace skim::cuda

@@ -91,11 +91,13 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
   out["art_attention"] = nlohmann::json::array();
   for (int b : int_list(a.attention_batches, "--attention-batches"))
     for (int ctx : int_list(a.attention_contexts, "--attention-contexts"))
-      for (int patience : {1, 2, 4, 8, 1 << 20}) {
-        auto p = cuda::bench_art_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.art_round, patience);
+      for (int patience : {1, 2, 4, 8, 1 << 20, -1}) {  // -1: never, and a lag that never waits
+        auto p = cuda::bench_art_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.art_round,
+                                           patience < 0 ? 1 << 20 : patience, patience < 0 ? 1 << 20 : 0);
         const double floor_us = p.bytes / bw * 1e6;
         std::printf("| %d | %d | %s | %d | %.3f | %.1f | %.1f | %.2fx | %.2f |\n", b, ctx,
-                    p.stop_round < 0 ? "never" : std::to_string(p.stop_round).c_str(), p.lag, p.read_fraction, p.us,
+                    p.stop_round < 0 ? "never" : std::to_string(p.stop_round).c_str(), std::min(p.lag, 99999),
+                    p.read_fraction, p.us,
                     p.dense_us, p.dense_us / p.us, p.us / floor_us);
         std::fflush(stdout);
         out["art_attention"].push_back({{"batch", b}, {"context", ctx}, {"round_pages", p.round_pages},

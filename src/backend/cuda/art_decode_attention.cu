@@ -527,13 +527,21 @@ bool art_supported(const ArtDecodeArgs& a) {
 template <int D>
 struct ArtVariant {
   using C = SplitConfig<D, kWarps, kStages>;
-  using Split = detail::Variant<D, kWarps, kStages>;  // plans the split like paged decode
+  using Split = detail::Variant<D, kWarps, kStages>;  // its pages per CTA
 
-  static cudaError_t prepare() {
-    static bool done[64] = {};
+  // Sets the kernels' attributes once per device and returns how many CTAs the machine holds
+  // at once. Every CTA of a launch must be resident together (warps wait on each other's
+  // rounds): the plan fills at most this many.
+  static cudaError_t capacity(int& cap) {
+    static int cache[64] = {};
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess || (dev < 64 && done[dev])) return e;
+    if (e != cudaSuccess) return e;
+    if (dev < 64 && cache[dev] > 0) {
+      cap = cache[dev];
+      return cudaSuccess;
+    }
+    int per_sm = 1 << 30;
     for (const void* f : {reinterpret_cast<const void*>(art_split_kernel<D, false>),
                           reinterpret_cast<const void*>(art_split_kernel<D, true>)}) {
       if ((e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes)) != cudaSuccess)
@@ -541,24 +549,25 @@ struct ArtVariant {
       if ((e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
                                     cudaSharedmemCarveoutMaxShared)) != cudaSuccess)
         return e;
+      int n = 0;
+      if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, C::kThreads, C::kSmemBytes)) != cudaSuccess)
+        return e;
+      per_sm = std::min(per_sm, n);
     }
-    // Every CTA of a launch must be resident at once (warps wait on each other's rounds): the
-    // split plan fills the machine with one CTA per SM, which this kernel must also fit.
-    int per_sm = 0;
-    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, art_split_kernel<D, true>, C::kThreads,
-                                                           C::kSmemBytes)) != cudaSuccess)
-      return e;
-    int split_per_sm = 0;
-    if ((e = Split::ctas_per_sm(split_per_sm)) != cudaSuccess) return e;
-    if (per_sm < split_per_sm) return cudaErrorInvalidConfiguration;
-    if (dev < 64) done[dev] = true;
+    if (per_sm < 1) return cudaErrorInvalidConfiguration;
+    detail::DeviceInfo info;
+    if ((e = detail::device_info(info)) != cudaSuccess) return e;
+    cap = info.sms * per_sm;
+    if (dev < 64) cache[dev] = cap;
     return cudaSuccess;
   }
 
   static cudaError_t plan(const ArtDecodeArgs& a, detail::Plan& plan) {
-    cudaError_t e = prepare();
+    int cap = 0;
+    const cudaError_t e = capacity(cap);
     if (e != cudaSuccess) return e;
-    return Split::plan(a.attn, 0, plan);
+    plan = detail::make_plan(a.attn, cap, Split::kMinChunkPages);
+    return cudaSuccess;
   }
 
   // The rounds between a warp's consecutive blocks (so it never waits on its own round), plus
@@ -569,13 +578,18 @@ struct ArtVariant {
     return (warps + round_blocks - 1) / round_blocks + kLagSlack;
   }
 
+  static cudaError_t split_bytes(const ArtDecodeArgs& a, size_t& bytes) {
+    int cap = 0;
+    const cudaError_t e = capacity(cap);
+    if (e == cudaSuccess) bytes = std::max(detail::max_workspace_bytes(a.attn, cap), detail::kCounterBytes);
+    return e;
+  }
+
   static cudaError_t workspace_size(const ArtDecodeArgs& a, size_t& bytes) {
     size_t split = 0;
-    cudaError_t e = Split::workspace_size(a.attn, split);
-    if (e != cudaSuccess) return e;
-    split = std::max(split, detail::kCounterBytes);
-    bytes = art_layout(a, split).bytes;
-    return cudaSuccess;
+    const cudaError_t e = split_bytes(a, split);
+    if (e == cudaSuccess) bytes = art_layout(a, split).bytes;
+    return e;
   }
 
   static cudaError_t launch(const ArtDecodeArgs& a, cudaStream_t stream) {
@@ -588,9 +602,9 @@ struct ArtVariant {
     if ((e = workspace_size(a, need)) != cudaSuccess) return e;
     if (a.art.lag_rounds < lag(plan, a) - kLagSlack || at.workspace == nullptr || at.workspace_bytes < need)
       return cudaErrorInvalidValue;
-    size_t split_bytes = 0;
-    if ((e = Split::workspace_size(at, split_bytes)) != cudaSuccess) return e;
-    const ArtLayout l = art_layout(a, std::max(split_bytes, detail::kCounterBytes));
+    size_t split = 0;
+    if ((e = split_bytes(a, split)) != cudaSuccess) return e;
+    const ArtLayout l = art_layout(a, split);
     char* ws = static_cast<char*>(at.workspace);
     float *part_o = nullptr, *part_lse = nullptr;
     if (!plan.direct) {

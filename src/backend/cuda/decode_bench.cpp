@@ -257,7 +257,7 @@ QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int
 }
 
 ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_heads, int d, int round_pages,
-                                      int patience) {
+                                      int patience, int lag) {
   RandomPagedCache c(batch, context, kv_heads, d);
   DeviceBuffer<uint16_t> q(size_t(batch) * heads * d);
   DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
@@ -277,7 +277,7 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
   art.attn.tables_per_kv_head = true;
   art.attn.page_table = table.data();
   art.attn.seq_lens = lens.data();
-  art.art.lag_rounds = art_decode_lag(art);
+  art.art.lag_rounds = lag > 0 ? lag : art_decode_lag(art);
   DeviceBuffer<uint8_t> ws(std::max({art_decode_workspace_size(art), paged_decode_workspace_size(dense), size_t(1)}));
   check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
   dense.workspace = art.attn.workspace = ws.data();

@@ -69,8 +69,10 @@ struct ArtAttentionPoint {
 // ART decode attention on random pages in position order, its stop forced: eps so loose that
 // every round after the first is stable, so the lists stop at round `patience` (or never, with
 // patience past the last round: the test's cost alone), against dense in the same run.
+// lag > 0 replaces the kernel's (art_decode_lag): a lag past the last round never waits for a
+// verdict, which isolates the cost of the tests from the waits.
 ArtAttentionPoint bench_art_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
-                                      int round_pages, int patience);
+                                      int round_pages, int patience, int lag = 0);
 
 struct EndToEndPoint {
   int batch = 0, context = 0, steps = 0;

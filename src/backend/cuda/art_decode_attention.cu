@@ -431,6 +431,10 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
     detail::compute_pv<C, D>(pr, ks + C::kPageBytes, lane, acc);
     const int ended = stage_block[warp][s];
     __syncwarp();
+    // The next copy goes out before the block's bookkeeping, whose atomics and fence would
+    // otherwise leave the pipeline idle. Its gate waits only on rounds before this block's
+    // (the lag is at least the rounds between a warp's blocks), so this block need not be in.
+    issue(i + kStages);
     if (ended >= 0) {
       // The block's probe state out, then merged into the warp's sum and cleared.
       const float l_quad = l_blk + __shfl_xor_sync(0xffffffffu, l_blk, 1);
@@ -471,7 +475,6 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
         ls.complete_round(r, rows, lane);
       }
     }
-    issue(i + kStages);
   }
   detail::cp_async_wait<0>();
 

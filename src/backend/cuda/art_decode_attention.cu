@@ -149,40 +149,36 @@ __device__ __forceinline__ void store_state(float* st, const HeadState& s, int l
   }
 }
 
-// Waits for *flag to be non-zero and returns it. Every wait ends by construction (see the
-// kernel); one that has not after about a second traps, so a bug surfaces as a launch error
-// rather than a hung GPU.
-__device__ __forceinline__ int wait_flag(const int* flag) {
-  int f;
-  for (int spins = 0; (f = ld_acquire(flag)) == 0; ++spins) {
+// Waits until *counter >= n. Every wait ends by construction (see the kernel); one that has
+// not after about a second traps, so a bug surfaces as a launch error rather than a hung GPU.
+__device__ __forceinline__ void wait_count(const int* counter, int n) {
+  for (int spins = 0; ld_acquire(counter) < n; ++spins) {
     if (spins == (1 << 24)) __trap();
     __nanosleep(32);
   }
-  return f;
-}
-
-// Lane l < n waits for flag[l] to be non-zero; returns it (0 for lanes >= n).
-__device__ __forceinline__ int wait_flags(const int* flag, int n, int lane) {
-  const int f = lane < n ? wait_flag(flag + lane) : 0;
-  __syncwarp();
-  return f;
 }
 
 // One list's traversal state in the workspace, and the rules of its rounds.
 //
-// The verdict on round r compares the prefix states after rounds r and r - 1. Prefixes are
-// never chained from tester to tester (a chain of one L2 round trip per round would be the
-// kernel's speed limit at batch 1): the prefix after round r is defined as one merge of the
-// checkpoint C_k (k = r / 8, the prefix before round 8k) and the round states 8k .. r, and C_k
-// is the same merge over C_k-1 and its eight rounds, published by whichever warp computes it
-// first (all compute the same bits).
+// Nothing here belongs to a particular warp: a round's state (the merge of its blocks' probe
+// states), the prefix checkpoints and the verdicts are computed by whichever warp first needs
+// them, and every warp computes the same bits, so publishing twice is harmless. (Handing the
+// test to the warp that completes a round would give it to the slowest warp, which then falls
+// further behind and completes the next one too.) The warps that need verdicts are those at
+// their gates, i.e. the ones ahead.
+//
+// The verdict on round r compares the prefix states after rounds r and r - 1. The prefix after
+// round r is defined as one merge of the checkpoint C_k (k = r / 8, the prefix before round 8k)
+// and the round states 8k .. r; C_k is the same merge over C_k-1 and its eight rounds. Prefixes
+// are never chained round by round (one L2 round trip per round would cap the kernel's speed).
 struct ListState {
   const ArtKernelParams* p;
   size_t list;
-  int n_pages, n_blocks, n_rounds;
+  int n_pages, n_blocks, n_rounds, rows;
 
   __device__ int* done() const { return p->ints + list * p->ints_per_list; }
-  __device__ int* arrive() const { return done() + 1; }
+  __device__ int* pages_read() const { return done() + 1; }
+  __device__ int* arrive() const { return done() + 2; }
   __device__ int* has_round() const { return arrive() + p->max_rounds; }
   __device__ int* verdict() const { return has_round() + p->max_rounds; }
   __device__ int* has_checkpoint() const { return verdict() + p->max_rounds; }
@@ -197,6 +193,38 @@ struct ListState {
   }
   __device__ int blocks_in_round(int r) const { return min(p->round_blocks, n_blocks - r * p->round_blocks); }
 
+  // The warp's probe states out (store), then a flag that publishes them.
+  __device__ void publish(int* flag, int value, int lane) const {
+    __syncwarp();
+    if (lane == 0) {
+      fence_gpu();
+      st_release(flag, value);
+    }
+    __syncwarp();
+  }
+
+  // Round r's state, from its blocks once they are all in.
+  __device__ void ensure_round(int r, int lane) const {
+    if (ld_acquire(has_round() + r)) return;
+    if (lane == 0) wait_count(arrive() + r, blocks_in_round(r));
+    __syncwarp();
+    fence_gpu();
+    const int b0 = r * p->round_blocks;
+    for (int g = 0; g < rows; ++g) {
+      HeadState s;
+      merge_head([&](int i) -> const float* { return block(b0 + i, g); }, blocks_in_round(r), lane, s);
+      store_state(round(r, g), s, lane);
+    }
+    publish(has_round() + r, 1, lane);
+  }
+
+  // Rounds [first, first + n) (n <= 32): their states, computing those not yet out.
+  __device__ void ensure_rounds(int first, int n, int lane) const {
+    const int have = lane < n ? ld_acquire(has_round() + first + lane) : 1;
+    for (unsigned missing = __ballot_sync(0xffffffffu, have == 0); missing; missing &= missing - 1)
+      ensure_round(first + __ffs(missing) - 1, lane);
+  }
+
   // Merges C_k (none for k = 0) with round states [k * 8, k * 8 + count) of head g.
   __device__ void merge_prefix(int k, int count, int g, int lane, HeadState& all, HeadState* prev) const {
     const int first = k * kCheckpointRounds, skip = k == 0 ? 1 : 0;
@@ -206,40 +234,29 @@ struct ListState {
                count + 1 - skip, lane, all, prev);
   }
 
-  // Makes checkpoint C_k available (k >= 1): from the newest published one before it.
-  __device__ void ensure_checkpoint(int k, int rows, int lane) const {
+  // Checkpoint C_k (k >= 1), from the newest one out before it.
+  __device__ void ensure_checkpoint(int k, int lane) const {
     if (ld_acquire(has_checkpoint() + k)) return;
     int j = k - 1;
     while (j > 0 && !ld_acquire(has_checkpoint() + j)) --j;
     for (int i = j + 1; i <= k; ++i) {  // C_i from C_{i-1} and rounds 8(i-1) .. 8i - 1
-      wait_flags(has_round() + (i - 1) * kCheckpointRounds, kCheckpointRounds, lane);
+      ensure_rounds((i - 1) * kCheckpointRounds, kCheckpointRounds, lane);
       for (int g = 0; g < rows; ++g) {
         HeadState s;
         merge_prefix(i - 1, kCheckpointRounds, g, lane, s, nullptr);
         store_state(checkpoint(i, g), s, lane);
       }
-      fence_gpu();
-      __syncwarp();
-      if (lane == 0) st_release(has_checkpoint() + i, 1);
+      publish(has_checkpoint() + i, 1, lane);
     }
   }
 
-  // By the warp that completed round r: the round's state from its blocks, then its verdict.
-  __device__ void complete_round(int r, int rows, int lane) const {
-    const int b0 = r * p->round_blocks;
-    for (int g = 0; g < rows; ++g) {
-      HeadState s;
-      merge_head([&](int i) -> const float* { return block(b0 + i, g); }, blocks_in_round(r), lane, s);
-      store_state(round(r, g), s, lane);
-    }
-    fence_gpu();
-    __syncwarp();
-    if (lane == 0) st_release(has_round() + r, 1);
-    if (r + 1 >= n_rounds) return;  // the last round: nothing left to stop
-
+  // Round r's verdict (r < n_rounds - 1, a round that is read): 2 stable, 1 not.
+  __device__ int ensure_verdict(int r, int lane) const {
+    const int known = ld_acquire(verdict() + r);
+    if (known) return known;
     const int k = r / kCheckpointRounds, in_k = r - k * kCheckpointRounds;
-    if (k > 0) ensure_checkpoint(k, rows, lane);
-    wait_flags(has_round() + k * kCheckpointRounds, in_k, lane);  // the rounds before r since C_k
+    if (k > 0) ensure_checkpoint(k, lane);
+    ensure_rounds(k * kCheckpointRounds, in_k + 1, lane);
     bool all = true;
     for (int g = 0; g < rows; ++g) {
       HeadState cur, prev;
@@ -251,35 +268,25 @@ struct ListState {
             1.0f - dot / (norm * prev_norm) < p->eps_dir;
       if (in_k == kCheckpointRounds - 1) store_state(checkpoint(k + 1, g), cur, lane);  // C_k+1 = this prefix
     }
-    if (in_k == kCheckpointRounds - 1) {
-      fence_gpu();
-      __syncwarp();
-      if (lane == 0) st_release(has_checkpoint() + k + 1, 1);
-    }
-    if (lane == 0) st_release(verdict() + r, all ? 2 : 1);
+    if (in_k == kCheckpointRounds - 1) publish(has_checkpoint() + k + 1, 1, lane);
+    const int v = all ? 2 : 1;
+    if (lane == 0) st_release(verdict() + r, v);
+    return v;
   }
 
-  // The verdicts of rounds [from, to] in order, counting consecutive stable rounds in `run`:
-  // the first round where the run reaches patience, or -1. A round is waited for only once
-  // every round before it has been found not to stop the list: it is then read (the lag
-  // reads on past any round that is not a stop), so its verdict comes. The verdicts already
-  // out are taken 32 at a time.
+  // The verdicts of rounds [from, to] in order (to < n_rounds - 1), counting consecutive stable
+  // rounds in `run`: the first round where the run reaches patience, or -1. A round's verdict
+  // is computed only once every round before it has been found not to stop the list: it is
+  // then read (the lag reads on past any round that is not a stop), so its blocks come.
   __device__ int scan_verdicts(int from, int to, int& run, int lane) const {
-    int s = from;
-    while (s <= to) {
+    for (int s = from; s <= to; s += 32) {
       const int n = min(32, to - s + 1);
       const int f = lane < n ? ld_acquire(verdict() + s + lane) : 0;
-      int i = 0;
-      for (; i < n; ++i) {
-        const int v = __shfl_sync(0xffffffffu, f, i);
-        if (v == 0) break;  // not tested yet
+      for (int i = 0; i < n; ++i) {
+        int v = __shfl_sync(0xffffffffu, f, i);
+        if (v == 0) v = ensure_verdict(s + i, lane);
         run = v == 2 ? run + 1 : 0;
         if (run >= p->patience) return s + i;
-      }
-      s += i;
-      if (i < n) {
-        if (lane == 0) wait_flag(verdict() + s);
-        __syncwarp();
       }
     }
     return -1;
@@ -287,10 +294,7 @@ struct ListState {
 
   // The last warp of the list: stats, then every counter back to zero for the next call.
   __device__ void finish(int lane) const {
-    int run = 0;
-    const int stop = n_rounds >= 2 ? scan_verdicts(0, n_rounds - 2, run, lane) : -1;
-    const int read_rounds = stop >= 0 ? min(n_rounds, stop + p->lag + 1) : n_rounds;
-    const int read = min(n_pages, read_rounds * p->round_blocks * kArtBlockPages);
+    const int read = ld_acquire(pages_read());
     for (int i = lane; i < p->ints_per_list; i += 32) done()[i] = 0;
     if (lane == 0 && p->stats) {
       atomicAdd(&p->stats->lists, 1ull);
@@ -372,7 +376,7 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
   const int len = min(max(sp.seq_lens[list], 0), sp.max_pages_per_seq * kPageSize);
   uint32_t qf[D / 16][2];
   detail::load_q_fragments<D>(sp, b, hq0, rows, row, quad, qf);
-  ListState ls{&p, list, (len + kPageSize - 1) / kPageSize, 0, 0};
+  ListState ls{&p, list, (len + kPageSize - 1) / kPageSize, 0, 0, rows};
   ls.n_blocks = (ls.n_pages + kArtBlockPages - 1) / kArtBlockPages;
   ls.n_rounds = (ls.n_blocks + p.round_blocks - 1) / p.round_blocks;
   const int first_valid = len - (ls.n_pages - 1) * kPageSize;  // the partial page is listed first
@@ -464,15 +468,9 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
 #pragma unroll
       for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
       __syncwarp();  // the lanes' probe writes, then lane 0's release publishes them all
-      const int r = ended / p.round_blocks;
-      int last = 0;
       if (lane == 0) {
         fence_gpu();
-        last = atomicAdd(ls.arrive() + r, 1) + 1 == ls.blocks_in_round(r);
-      }
-      if (__shfl_sync(0xffffffffu, last, 0)) {
-        fence_gpu();  // ... and the other warps' states are visible to this one
-        ls.complete_round(r, rows, lane);
+        atomicAdd(ls.arrive() + ended / p.round_blocks, 1);
       }
     }
   }
@@ -486,9 +484,12 @@ __global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelP
   detail::merge_warp_states<C, D, kWarps>(smem, sp, b, hq0, rows, chunk);
 
   int last = 0;
-  fence_gpu();
   __syncwarp();
-  if (lane == 0) last = atomicAdd(ls.done(), 1) + 1 == wb.total_warps;
+  if (lane == 0) {
+    atomicAdd(ls.pages_read(), n_issued);
+    fence_gpu();
+    last = atomicAdd(ls.done(), 1) + 1 == wb.total_warps;
+  }
   if (__shfl_sync(0xffffffffu, last, 0)) {
     fence_gpu();
     ls.finish(lane);
@@ -510,7 +511,7 @@ ArtLayout art_layout(const ArtDecodeArgs& a, size_t split_bytes) {
   const int round_blocks = a.art.round_pages / kArtBlockPages;
   l.max_rounds = round_blocks > 0 ? (l.max_blocks + round_blocks - 1) / round_blocks : 0;
   l.max_checkpoints = l.max_rounds / kCheckpointRounds + 1;
-  l.ints_per_list = 1 + 3 * l.max_rounds + l.max_checkpoints;
+  l.ints_per_list = 2 + 3 * l.max_rounds + l.max_checkpoints;
   l.ints = detail::align_up(split_bytes, 256);
   l.blocks = l.ints + detail::align_up(lists * l.ints_per_list * 4, 256);
   l.rounds = l.blocks + detail::align_up(lists * l.max_blocks * head_states, 256);

@@ -182,10 +182,10 @@ struct ListState {
   __device__ int* has_round() const { return arrive() + p->max_rounds; }
   __device__ int* verdict() const { return has_round() + p->max_rounds; }
   __device__ int* has_checkpoint() const { return verdict() + p->max_rounds; }
-  __device__ float* block(int b, int g) const {
+  __device__ __forceinline__ float* block(int b, int g) const {
     return p->blocks + ((list * p->max_blocks + b) * kArtMaxGroup + g) * kStateFloats;
   }
-  __device__ float* round(int r, int g) const {
+  __device__ __forceinline__ float* round(int r, int g) const {
     return p->rounds + ((list * p->max_rounds + r) * kArtMaxGroup + g) * kStateFloats;
   }
   __device__ float* checkpoint(int k, int g) const {  // k >= 1 (C_0 is the empty state)
@@ -194,7 +194,7 @@ struct ListState {
   __device__ int blocks_in_round(int r) const { return min(p->round_blocks, n_blocks - r * p->round_blocks); }
 
   // The warp's probe states out (store), then a flag that publishes them.
-  __device__ void publish(int* flag, int value, int lane) const {
+  __device__ __forceinline__ void publish(int* flag, int value, int lane) const {
     __syncwarp();
     if (lane == 0) {
       fence_gpu();
@@ -204,7 +204,7 @@ struct ListState {
   }
 
   // Round r's state, from its blocks once they are all in.
-  __device__ void ensure_round(int r, int lane) const {
+  __device__ __forceinline__ void ensure_round(int r, int lane) const {
     if (ld_acquire(has_round() + r)) return;
     if (lane == 0) wait_count(arrive() + r, blocks_in_round(r));
     __syncwarp();
@@ -219,14 +219,14 @@ struct ListState {
   }
 
   // Rounds [first, first + n) (n <= 32): their states, computing those not yet out.
-  __device__ void ensure_rounds(int first, int n, int lane) const {
+  __device__ __forceinline__ void ensure_rounds(int first, int n, int lane) const {
     const int have = lane < n ? ld_acquire(has_round() + first + lane) : 1;
     for (unsigned missing = __ballot_sync(0xffffffffu, have == 0); missing; missing &= missing - 1)
       ensure_round(first + __ffs(missing) - 1, lane);
   }
 
   // Merges C_k (none for k = 0) with round states [k * 8, k * 8 + count) of head g.
-  __device__ void merge_prefix(int k, int count, int g, int lane, HeadState& all, HeadState* prev) const {
+  __device__ __forceinline__ void merge_prefix(int k, int count, int g, int lane, HeadState& all, HeadState* prev) const {
     const int first = k * kCheckpointRounds, skip = k == 0 ? 1 : 0;
     merge_head([&](int i) -> const float* {
                  return i + skip == 0 ? checkpoint(k, g) : round(first + i + skip - 1, g);
@@ -235,7 +235,7 @@ struct ListState {
   }
 
   // Checkpoint C_k (k >= 1), from the newest one out before it.
-  __device__ void ensure_checkpoint(int k, int lane) const {
+  __device__ __forceinline__ void ensure_checkpoint(int k, int lane) const {
     if (ld_acquire(has_checkpoint() + k)) return;
     int j = k - 1;
     while (j > 0 && !ld_acquire(has_checkpoint() + j)) --j;
@@ -251,7 +251,7 @@ struct ListState {
   }
 
   // Round r's verdict (r < n_rounds - 1, a round that is read): 2 stable, 1 not.
-  __device__ int ensure_verdict(int r, int lane) const {
+  __device__ __forceinline__ int ensure_verdict(int r, int lane) const {
     const int known = ld_acquire(verdict() + r);
     if (known) return known;
     const int k = r / kCheckpointRounds, in_k = r - k * kCheckpointRounds;
@@ -278,7 +278,7 @@ struct ListState {
   // rounds in `run`: the first round where the run reaches patience, or -1. A round's verdict
   // is computed only once every round before it has been found not to stop the list: it is
   // then read (the lag reads on past any round that is not a stop), so its blocks come.
-  __device__ int scan_verdicts(int from, int to, int& run, int lane) const {
+  __device__ __forceinline__ int scan_verdicts(int from, int to, int& run, int lane) const {
     for (int s = from; s <= to; s += 32) {
       const int n = min(32, to - s + 1);
       const int f = lane < n ? ld_acquire(verdict() + s + lane) : 0;
@@ -293,7 +293,7 @@ struct ListState {
   }
 
   // The last warp of the list: stats, then every counter back to zero for the next call.
-  __device__ void finish(int lane) const {
+  __device__ __forceinline__ void finish(int lane) const {
     const int read = ld_acquire(pages_read());
     for (int i = lane; i < p->ints_per_list; i += 32) done()[i] = 0;
     if (lane == 0 && p->stats) {
@@ -309,7 +309,7 @@ struct ListState {
 // up to r - lag - 1 stopped the list (rounds are scanned once, in order, as the warp needs them).
 struct WarpGate {
   int scanned = 0, run = 0, stop = -1;
-  __device__ bool may_read(const ListState& ls, int r, int lane) {
+  __device__ __forceinline__ bool may_read(const ListState& ls, int r, int lane) {
     const int decided = r - ls.p->lag - 1;
     if (stop < 0 && decided >= scanned) {
       stop = ls.scan_verdicts(scanned, decided, run, lane);
@@ -331,7 +331,7 @@ struct WarpBlocks {
   uint32_t cur_masks = ~0u, nxt_masks = ~0u;
 
   __device__ int block(int kk) const { return gw + kk * total_warps; }
-  __device__ int load_id(int j) const {
+  __device__ __forceinline__ int load_id(int j) const {
     const int pg = j * kArtBlockPages + lane;
     return lane < kArtBlockPages && pg < n_pages ? __ldg(table + pg) : 0;
   }
@@ -356,7 +356,7 @@ struct WarpBlocks {
 };
 
 template <int D, bool MASKED>
-__global__ void __launch_bounds__(kWarps * 32) art_split_kernel(const ArtKernelParams p) {
+__global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKernelParams p) {
   using C = SplitConfig<D, kWarps, kStages>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int stage_valid[kWarps][kStages];

@@ -37,6 +37,8 @@ constexpr int kWarps = 8, kStages = 2;
 constexpr int kStateFloats = kArtProbe + 4;
 constexpr int kMaxMergeItems = 32;  // states one merge takes: a round's blocks (<= 32), or a prefix (<= 9)
 constexpr int kCheckpointRounds = 8;         // rounds between the prefix checkpoints
+// Rounds of lag beyond the least the kernel needs (art_decode_lag): time for the verdicts.
+constexpr int kLagSlack = 2;
 
 struct ArtKernelParams {
   SplitParams sp;  // tables_per_seq = num_kv_heads, sub_groups = 1
@@ -181,7 +183,8 @@ struct ListState {
   __device__ int* arrive() const { return done() + 2; }
   __device__ int* has_round() const { return arrive() + p->max_rounds; }
   __device__ int* verdict() const { return has_round() + p->max_rounds; }
-  __device__ int* has_checkpoint() const { return verdict() + p->max_rounds; }
+  __device__ int* claim() const { return verdict() + p->max_rounds; }
+  __device__ int* has_checkpoint() const { return claim() + p->max_rounds; }
   __device__ __forceinline__ float* block(int b, int g) const {
     return p->blocks + ((list * p->max_blocks + b) * kArtMaxGroup + g) * kStateFloats;
   }
@@ -250,10 +253,21 @@ struct ListState {
     }
   }
 
-  // Round r's verdict (r < n_rounds - 1, a round that is read): 2 stable, 1 not.
+  // Round r's verdict (r < n_rounds - 1, a round that is read): 2 stable, 1 not. One warp
+  // claims the computation; the others wait for it.
   __device__ __forceinline__ int ensure_verdict(int r, int lane) const {
     const int known = ld_acquire(verdict() + r);
     if (known) return known;
+    int won = 0;
+    if (lane == 0) won = atomicCAS(claim() + r, 0, 1) == 0;
+    if (!__shfl_sync(0xffffffffu, won, 0)) {
+      int v = 0;
+      if (lane == 0) {
+        wait_count(verdict() + r, 1);
+        v = ld_acquire(verdict() + r);
+      }
+      return __shfl_sync(0xffffffffu, v, 0);
+    }
     const int k = r / kCheckpointRounds, in_k = r - k * kCheckpointRounds;
     if (k > 0) ensure_checkpoint(k, lane);
     ensure_rounds(k * kCheckpointRounds, in_k + 1, lane);
@@ -272,6 +286,17 @@ struct ListState {
     const int v = all ? 2 : 1;
     if (lane == 0) st_release(verdict() + r, v);
     return v;
+  }
+
+  // Round r's verdict now, if nobody has claimed it and everything it needs is in (no wait):
+  // the warps compute verdicts as their blocks end, so those at their gates seldom have to.
+  __device__ __forceinline__ void try_verdict(int r, int lane) const {
+    if (r < 0 || r + 1 >= n_rounds) return;
+    const int k = r / kCheckpointRounds, first = k * kCheckpointRounds, n = r - first + 1;
+    const bool busy = ld_acquire(claim() + r) != 0 || (k > 0 && !ld_acquire(has_checkpoint() + k));
+    const bool in = lane >= n || ld_acquire(arrive() + first + lane) == blocks_in_round(first + lane);
+    if (busy || !__all_sync(0xffffffffu, in)) return;
+    ensure_verdict(r, lane);
   }
 
   // The verdicts of rounds [from, to] in order (to < n_rounds - 1), counting consecutive stable
@@ -468,10 +493,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
 #pragma unroll
       for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
       __syncwarp();  // the lanes' probe writes, then lane 0's release publishes them all
+      const int r = ended / p.round_blocks;
       if (lane == 0) {
         fence_gpu();
-        atomicAdd(ls.arrive() + ended / p.round_blocks, 1);
+        atomicAdd(ls.arrive() + r, 1);
       }
+      // Verdicts the gates will want: the round before this one, and the one a wave before.
+      ls.try_verdict(r - 1, lane);
+      if (p.lag - kLagSlack > 1) ls.try_verdict(r - (p.lag - kLagSlack), lane);
     }
   }
   detail::cp_async_wait<0>();
@@ -511,7 +540,7 @@ ArtLayout art_layout(const ArtDecodeArgs& a, size_t split_bytes) {
   const int round_blocks = a.art.round_pages / kArtBlockPages;
   l.max_rounds = round_blocks > 0 ? (l.max_blocks + round_blocks - 1) / round_blocks : 0;
   l.max_checkpoints = l.max_rounds / kCheckpointRounds + 1;
-  l.ints_per_list = 2 + 3 * l.max_rounds + l.max_checkpoints;
+  l.ints_per_list = 2 + 4 * l.max_rounds + l.max_checkpoints;
   l.ints = detail::align_up(split_bytes, 256);
   l.blocks = l.ints + detail::align_up(lists * l.ints_per_list * 4, 256);
   l.rounds = l.blocks + detail::align_up(lists * l.max_blocks * head_states, 256);
@@ -576,7 +605,6 @@ struct ArtVariant {
 
   // The rounds between a warp's consecutive blocks (so it never waits on its own round), plus
   // kLagSlack for the verdicts to come while the warps read on.
-  static constexpr int kLagSlack = 2;
   static int lag(const detail::Plan& plan, const ArtDecodeArgs& a) {
     const int warps = plan.num_chunks * kWarps, round_blocks = a.art.round_pages / kArtBlockPages;
     return (warps + round_blocks - 1) / round_blocks + kLagSlack;

@@ -61,6 +61,11 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ int ld_relaxed(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ void st_release(int* p, int v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -293,8 +298,8 @@ struct ListState {
   __device__ __forceinline__ void try_verdict(int r, int lane) const {
     if (r < 0 || r + 1 >= n_rounds) return;
     const int k = r / kCheckpointRounds, first = k * kCheckpointRounds, n = r - first + 1;
-    const bool busy = ld_acquire(claim() + r) != 0 || (k > 0 && !ld_acquire(has_checkpoint() + k));
-    const bool in = lane >= n || ld_acquire(arrive() + first + lane) == blocks_in_round(first + lane);
+    const bool busy = ld_relaxed(claim() + r) != 0 || (k > 0 && !ld_relaxed(has_checkpoint() + k));
+    const bool in = lane >= n || ld_relaxed(arrive() + first + lane) == blocks_in_round(first + lane);
     if (busy || !__all_sync(0xffffffffu, in)) return;
     ensure_verdict(r, lane);
   }
@@ -498,9 +503,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
         fence_gpu();
         atomicAdd(ls.arrive() + r, 1);
       }
-      // Verdicts the gates will want: the round before this one, and the one a wave before.
-      ls.try_verdict(r - 1, lane);
-      if (p.lag - kLagSlack > 1) ls.try_verdict(r - (p.lag - kLagSlack), lane);
+      // One block of each round (a different warp's each round) tries the verdict the gates
+      // will want next: that of the round a wave of blocks before this one.
+      if (ended - r * p.round_blocks == r % ls.blocks_in_round(r)) ls.try_verdict(r - max(1, p.lag - kLagSlack), lane);
     }
   }
   detail::cp_async_wait<0>();

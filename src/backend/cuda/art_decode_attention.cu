@@ -263,16 +263,23 @@ struct ListState {
   __device__ __forceinline__ int ensure_verdict(int r, int lane) const {
     const int known = ld_acquire(verdict() + r);
     if (known) return known;
+    if (claim_verdict(r, lane)) return compute_verdict(r, lane);
+    int v = 0;
+    if (lane == 0) {
+      wait_count(verdict() + r, 1);
+      v = ld_acquire(verdict() + r);
+    }
+    return __shfl_sync(0xffffffffu, v, 0);
+  }
+
+  __device__ __forceinline__ bool claim_verdict(int r, int lane) const {
     int won = 0;
     if (lane == 0) won = atomicCAS(claim() + r, 0, 1) == 0;
-    if (!__shfl_sync(0xffffffffu, won, 0)) {
-      int v = 0;
-      if (lane == 0) {
-        wait_count(verdict() + r, 1);
-        v = ld_acquire(verdict() + r);
-      }
-      return __shfl_sync(0xffffffffu, v, 0);
-    }
+    return __shfl_sync(0xffffffffu, won, 0);
+  }
+
+  // Round r's verdict, by the warp that claimed it.
+  __device__ __forceinline__ int compute_verdict(int r, int lane) const {
     const int k = r / kCheckpointRounds, in_k = r - k * kCheckpointRounds;
     if (k > 0) ensure_checkpoint(k, lane);
     ensure_rounds(k * kCheckpointRounds, in_k + 1, lane);
@@ -301,21 +308,24 @@ struct ListState {
     const bool busy = ld_relaxed(claim() + r) != 0 || (k > 0 && !ld_relaxed(has_checkpoint() + k));
     const bool in = lane >= n || ld_relaxed(arrive() + first + lane) == blocks_in_round(first + lane);
     if (busy || !__all_sync(0xffffffffu, in)) return;
-    ensure_verdict(r, lane);
+    if (claim_verdict(r, lane)) compute_verdict(r, lane);
   }
 
-  // The verdicts of rounds [from, to] in order (to < n_rounds - 1), counting consecutive stable
-  // rounds in `run`: the first round where the run reaches patience, or -1. A round's verdict
-  // is computed only once every round before it has been found not to stop the list: it is
-  // then read (the lag reads on past any round that is not a stop), so its blocks come.
+  // The verdicts of rounds [from, to] (to < n_rounds - 1, rounds this warp knows are read: they
+  // precede a block it has read), counting consecutive stable rounds in `run`: the first round
+  // where the run reaches patience, or -1. Verdicts nobody has claimed are computed first, in
+  // any order (so the warps at their gates share a window's verdicts instead of taking them one
+  // by one), then the window is read in order, waiting for the verdicts others are computing.
   __device__ __forceinline__ int scan_verdicts(int from, int to, int& run, int lane) const {
     for (int s = from; s <= to; s += 32) {
       const int n = min(32, to - s + 1);
-      const int f = lane < n ? ld_acquire(verdict() + s + lane) : 0;
+      const bool open = lane < n && ld_relaxed(verdict() + s + lane) == 0 && ld_relaxed(claim() + s + lane) == 0;
+      for (unsigned todo = __ballot_sync(0xffffffffu, open); todo; todo &= todo - 1) {
+        const int r = s + __ffs(todo) - 1;
+        if (claim_verdict(r, lane)) compute_verdict(r, lane);
+      }
       for (int i = 0; i < n; ++i) {
-        int v = __shfl_sync(0xffffffffu, f, i);
-        if (v == 0) v = ensure_verdict(s + i, lane);
-        run = v == 2 ? run + 1 : 0;
+        run = ensure_verdict(s + i, lane) == 2 ? run + 1 : 0;
         if (run >= p->patience) return s + i;
       }
     }

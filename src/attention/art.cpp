@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention/art_decode_args.h"
 #include "backend/cpu/attention_state.h"
 #include "attention/policy_registry.h"
 
@@ -113,6 +114,74 @@ ArtResult art_traverse(const float* q, const SeqKV& kv, float scale, int d, cons
   return res;
 }
 
+namespace {
+
+// The stability test on the GPU kernel's probe (art_probe_dim's 32 elements) or the full vector.
+struct ProbeTest {
+  std::vector<int> dims;
+  ProbeTest(int d, bool probe) {
+    if (probe)
+      for (int e = 0; e < kArtProbe; ++e) dims.push_back(art_probe_dim(e, d));
+    else
+      for (int i = 0; i < d; ++i) dims.push_back(i);
+  }
+  double norm(const float* v) const {
+    double s = 0;
+    for (int i : dims) s += double(v[i]) * v[i];
+    return std::sqrt(s);
+  }
+  bool stable(const float* prev, const float* cur, double eps_scale, double eps_dir) const {
+    double dot = 0;
+    for (int i : dims) dot += double(prev[i]) * cur[i];
+    const double np = norm(prev), nc = norm(cur);
+    if (np <= 0 || nc <= 0) return false;
+    return std::fabs(nc - np) / np < eps_scale && 1.0 - dot / (np * nc) < eps_dir;
+  }
+};
+
+}  // namespace
+
+std::vector<ArtResult> art_traverse_group(const float* qs, int heads, const SeqKV& kv, float scale, int d,
+                                          const ArtParams& p, const ArtPlan& plan, float* os, float* lses) {
+  std::vector<ArtResult> res(static_cast<size_t>(heads));
+  std::vector<float> bo(static_cast<size_t>(d)), prev(size_t(heads) * d);
+  std::vector<int> run(static_cast<size_t>(heads), 0);
+  const ProbeTest test(d, p.probe_test);
+  auto read = [&](const std::vector<KeyRange>& ranges) {
+    for (int g = 0; g < heads; ++g) {
+      float blse = kEmptyLse;
+      attend(qs + size_t(g) * d, 1, kv, ranges, scale, bo.data(), &blse);
+      merge_state(os + size_t(g) * d, lses[g], bo.data(), blse, d);
+      res[size_t(g)].read.insert(res[size_t(g)].read.end(), ranges.begin(), ranges.end());
+    }
+  };
+  if (!plan.pinned.empty()) read(plan.pinned);
+  const size_t round = size_t(std::max(1, p.round)), n = plan.blocks.size();
+  size_t end = n;  // blocks to read: all, or up to the stopping round plus the lag
+  int visited = 0;
+  for (size_t j = 0; j < end; ++j) {
+    if (j % round == 0) std::copy_n(os, size_t(heads) * d, prev.data());
+    read(plan.blocks[j]);
+    ++visited;
+    const bool round_end = (j + 1) % round == 0 || j + 1 == n;
+    if (!round_end || end < n) continue;  // tested at a round's end, until the list stops
+    bool all = true;
+    for (int g = 0; g < heads; ++g) {
+      const bool st = test.stable(prev.data() + size_t(g) * d, os + size_t(g) * d, p.eps_scale, p.eps_dir);
+      run[size_t(g)] = st ? run[size_t(g)] + 1 : 0;
+      all = all && run[size_t(g)] >= p.patience;
+    }
+    if (all) end = std::min(n, j + 1 + size_t(std::max(0, p.lag)) * round);
+  }
+  for (ArtResult& r : res) {
+    r.blocks = int(n);
+    r.visited = visited;
+    r.stopped = size_t(visited) < n;
+    r.full_stop = r.stopped ? visited - 1 : -1;
+  }
+  return res;
+}
+
 void ArtStats::add(const ArtResult& r) {
   traversals += 1;
   stopped += r.stopped;
@@ -144,7 +213,14 @@ PolicyInfo art_policy_info() {
                               "GQA group's (one order per KV head, as a GPU kernel reads pages)"),
                    integer_key("block", a.block, 1, 1 << 20, "tokens per block"),
                    integer_key("round", a.round, 1, 1 << 16,
-                               "blocks per stability test (patience counts tests): a GPU kernel's round")},
+                               "blocks per stability test (patience counts tests): a GPU kernel's round"),
+                   choice_key("stop", "head", {"head", "group"},
+                              "head: each query head stops on its own; group: the heads of a GQA group that share "
+                              "an order stop together, once all are stable (the GPU kernel's rule)"),
+                   choice_key("test", "full", {"full", "probe"},
+                              "the stability test on the full output vector or on the GPU kernel's 32-element probe"),
+                   integer_key("lag", a.lag, 0, 1 << 16,
+                               "with stop=group: rounds read past the stopping round (the GPU kernel's lag)")},
           .composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "resa", "cs", "mac"},
           .order = "the base's order; for a dense base art:order"};
 }

@@ -39,6 +39,14 @@ struct ArtParams {
   // paper's test per block; a GPU kernel spreads a round's blocks over its CTAs and tests
   // between rounds (DESIGN.md section 9), which this reproduces.
   int round = 1;
+  // The GPU kernel's rule (cuda::art_decode_attention; attention/art_decode_args.h): the heads
+  // of a GQA group that share one order stop together, once every one of them has been stable
+  // `patience` times in a row (group_stop); the test runs on the kernel's 32-element probe
+  // (probe_test, art_probe_dim) instead of the full vector; and `lag` more rounds are read past
+  // the stopping round (a wave of the kernel's warps).
+  bool group_stop = false;
+  bool probe_test = false;
+  int lag = 0;
   // art:order for a dense base. Bound, not the paper's recent-first: on SmolLM2 recent-first
   // never stabilises (99% of blocks visited at 4K), bound order visits 59% at dense quality and
   // the demo model 20% (docs/results.md "Defaults").
@@ -73,6 +81,12 @@ struct ArtResult {
 ArtResult art_traverse(const float* q, const SeqKV& kv, float scale, int d, const ArtParams& p,
                        const ArtPlan& plan, float* o, float& lse, int split = 0, float* split_o = nullptr,
                        float* split_lse = nullptr);
+
+// The traversal of the heads of one GQA group along one shared plan, under the GPU kernel's
+// rule (group_stop, probe_test, lag: see ArtParams); qs, os and lses hold `heads` rows of d.
+// One result per head (the same blocks read for all of them).
+std::vector<ArtResult> art_traverse_group(const float* qs, int heads, const SeqKV& kv, float scale, int d,
+                                          const ArtParams& p, const ArtPlan& plan, float* os, float* lses);
 
 // Mean visited fraction, early-stop rate and probe disagreement over many traversals.
 struct ArtStats {

@@ -153,7 +153,28 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
       cache_lse[i] = mac->cached_lse(b, x.row, x.match.slot, x.head);
     }
 
-  if (art) {
+  if (art && config_.art->group_stop) {
+    // The GPU kernel's rule: each GQA group's heads (consecutive in `heads`, one shared order)
+    // traverse together and stop together.
+    const ArtParams& p = *config_.art;
+    const size_t groups = heads.size() / size_t(group);
+    std::vector<std::vector<ArtResult>> results(groups);
+#pragma omp parallel for schedule(dynamic)
+    for (size_t gi = 0; gi < groups; ++gi) {
+      Head& x0 = heads[gi * group];
+      ArtPlan plan;
+      art_blocks_in_order(x0.ranges, p.block, plan);
+      const size_t s0 = size_t(x0.row) * H + x0.head;  // the group's first head
+      float* os = b.out + s0 * d;
+      std::copy_n(cache_o.data() + s0 * d, size_t(group) * d, os);
+      std::vector<float> lses(cache_lse.begin() + std::ptrdiff_t(s0), cache_lse.begin() + std::ptrdiff_t(s0 + group));
+      SeqKV kv{b.kv, b.tables[x0.row]->pages.data(), x0.head / group};
+      results[gi] = art_traverse_group(b.q + s0 * d, group, kv, b.scale, d, p, plan, os, lses.data());
+      for (int g = 0; g < group; ++g) heads[gi * group + g].read = std::move(results[gi][size_t(g)].read);
+    }
+    for (const auto& rs : results)
+      for (const ArtResult& r : rs) art_stats_.add(r);
+  } else if (art) {
     const ArtParams& p = *config_.art;
     std::vector<ArtResult> results(heads.size());
 #pragma omp parallel for schedule(dynamic)

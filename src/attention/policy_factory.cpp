@@ -106,7 +106,17 @@ ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPar
   a.round = p.integer("round", a.round);
   const std::string o = p.text("order", a.dense_order == ArtOrder::Bound ? "bound" : "recent");
   a.dense_order = o == "bound" ? ArtOrder::Bound : o == "group" ? ArtOrder::GroupBound : ArtOrder::Recent;
+  a.group_stop = p.text("stop", "head") == "group";
+  a.probe_test = p.text("test", "full") == "probe";
+  a.lag = p.integer("lag", a.lag);
   const bool dense = !selector || selector->name == "dense";
+  // The heads of a group stop together only along one shared order: a dense base in the
+  // group's order, or a selection made for the whole group (gbsa, resa).
+  SKIM_REQUIRE(!a.group_stop || (dense ? a.dense_order == ArtOrder::GroupBound
+                                       : selector->name == "gbsa" || selector->name == "resa"),
+               "policy '{}': art:stop=group needs one order per GQA group: art:order=group over a dense base, or gbsa/resa",
+               text);
+  SKIM_REQUIRE(a.group_stop || !p.has("lag"), "policy '{}': art:lag is the GPU rule's, with art:stop=group", text);
   SKIM_REQUIRE(dense || !p.has("order"),
                "policy '{}': art:order chooses the order for a dense base; {} traverses in its own order", text,
                selector ? selector->name : "");
@@ -150,7 +160,11 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
     config.mac = make_mac(text, spec, *m);
     config.corrections.prompt_queries = std::max(config.corrections.prompt_queries, config.mac->params().window);
   }
-  if (const PolicyPart* a = spec.find("art")) config.art = make_art(text, *a, selector, config.art_order);
+  if (const PolicyPart* a = spec.find("art")) {
+    config.art = make_art(text, *a, selector, config.art_order);
+    SKIM_REQUIRE(!config.art->group_stop || !config.mac,
+                 "policy '{}': art:stop=group with mac: a MAC hit gives its head an order of its own", text);
+  }
   if (const PolicyPart* r = spec.find("retro")) return make_retro_policy(text, spec, *r, selector, std::move(config));
   return std::make_unique<PipelinePolicy>(std::move(config));
 }

@@ -194,6 +194,42 @@ TEST(Art, PatienceBeyondBlocksEqualsBasePolicy) {
   }
 }
 
+// The GPU kernel's rule: the heads of a group stop together once all are stable `patience`
+// times in a row, and read `lag` more rounds; with every test stable but the first that is
+// (patience + 1 + lag) rounds for every head, each head's output the attention over them. A
+// patience out of reach reads everything.
+TEST(Art, GroupStopReadsTheLagPastTheStop) {
+  DecodeHarness h{700, 1, 4, 64};
+  for (int i = 0; i < 640; ++i) h.add_token();
+  ArtPlan plan;
+  art_blocks_in_order({{0, 640}}, 16, plan);  // 40 blocks
+  ArtParams p;
+  p.group_stop = true;
+  p.probe_test = true;
+  p.round = test::random_int(1, 3);
+  p.patience = test::random_int(1, 2);
+  p.lag = test::random_int(0, 2);
+  p.eps_scale = 1e9;
+  p.eps_dir = 2;
+  const SeqKV kv{h.cache.layer(0), h.table.pages.data(), 0};
+  for (bool reachable : {true, false}) {
+    if (!reachable) p.patience = 100;
+    std::vector<float> o(4 * 64, 0.0f), lse(4, kEmptyLse), ref(64);
+    const std::vector<ArtResult> r = art_traverse_group(h.q[639].data(), 4, kv, 0.125f, 64, p, plan, o.data(), lse.data());
+    const int blocks = reachable ? (p.patience + 1 + p.lag) * p.round : 40;
+    ASSERT_EQ(r.size(), 4u);
+    for (int g = 0; g < 4; ++g) {
+      EXPECT_EQ(r[size_t(g)].visited, blocks);
+      EXPECT_EQ(r[size_t(g)].stopped, reachable);
+      float ref_lse;
+      const std::vector<KeyRange> read{{0, blocks * 16}};
+      attend_reference(h.q[639].data() + g * 64, 1, kv, read, 0.125f, ref.data(), &ref_lse);
+      EXPECT_LT(test::max_abs_diff(o.data() + g * 64, ref.data(), 64), 1e-5f);
+      EXPECT_NEAR(lse[size_t(g)], ref_lse, 1e-4);
+    }
+  }
+}
+
 TEST(Art, ParameterErrors) {
   EXPECT_THROW(make_policy("quest+art:order=bound"), Error);
   EXPECT_THROW(make_policy("art:order=oldest"), Error);
@@ -205,6 +241,13 @@ TEST(Art, ParameterErrors) {
   EXPECT_NO_THROW(make_policy("dense+art"));
   EXPECT_NO_THROW(make_policy("cs+art"));
   EXPECT_NO_THROW(make_policy("resa+art:patience=4"));
+  // The GPU rule needs one order per group; its lag goes with it.
+  EXPECT_NO_THROW(make_policy("art:order=group,stop=group,test=probe,round=16,lag=2"));
+  EXPECT_NO_THROW(make_policy("gbsa+art:stop=group"));
+  EXPECT_THROW(make_policy("art:order=bound,stop=group"), Error);
+  EXPECT_THROW(make_policy("quest+art:stop=group"), Error);
+  EXPECT_THROW(make_policy("art:order=group,lag=2"), Error);
+  EXPECT_THROW(make_policy("art:order=group,stop=group+mac"), Error);
 }
 
 }  // namespace

@@ -8,16 +8,18 @@
 //    its running sum, merged at each block's end (merging, never subtracting).
 //  * Rounds. Round r is blocks [r B, r B + B), B = round_pages / 4. At a block's end the warp
 //    writes the block's probe state (per query head: max, denominator and the 32 probe
-//    elements, unnormalised) and counts in for its round; the warp that completes the round
-//    waits for round r-1's test to be done (tests run in order), merges the round's probe
-//    states into the list's running probe, tests each head and sets the stop round when
-//    every head has been stable `patience` times in a row.
-//  * The gate. Before its first page of a block in round r > lag, a warp needs the verdict on
-//    round r - lag - 1: it waits until that round is tested (or an earlier one stopped) and
-//    stops if some round <= r - lag - 1 did. The lag is at least the distance between a
-//    warp's consecutive blocks in rounds, so a warp never waits on a round it still has pages
-//    of in flight; every CTA of a launch is resident at once (the plan fills one wave), so
-//    every wait ends.
+//    elements, unnormalised) and counts it into its round (the next page's copy already out).
+//  * Verdicts (ListState). The verdict on round r tests the prefix state after it against the
+//    one before, per head; the list stops at the first round where every head has been stable
+//    `patience` times in a row. Round states, prefix checkpoints and verdicts are merges in a
+//    fixed order, computed by whichever warp first needs them (one warp claims each verdict;
+//    one block per round tries a verdict a wave back as it ends), so every run reads the same
+//    pages whatever the timing.
+//  * The gate (WarpGate). Before its first page of a block in round r > lag, a warp needs the
+//    verdicts up to round r - lag - 1 and stops if one of them stopped the list. The lag is at
+//    least the distance between a warp's consecutive blocks in rounds, so a warp never waits on
+//    a round it still has pages of in flight; every CTA of a launch is resident at once (the
+//    plan fills at most one wave), so every wait ends (and one that does not traps).
 //  * The last warp of a list to finish resets the list's counters and adds to the stats.
 #include "backend/cuda/art_decode_attention.cuh"
 

@@ -1,10 +1,10 @@
 // ART decode attention on the GPU (attention/art_decode_args.h has the definition): the paged
 // decode kernel's CTAs walk each list in its order, in blocks of four pages strided over every
 // warp of the list's CTAs; each block leaves its 32-element probe state in the workspace, the
-// warp that completes a round merges the round's blocks into the list's running probe and
-// runs the stability test, and a warp starting a block of round r reads on only if no round
-// up to r - lag - 1 has stopped the list (waiting for those tests if need be, so the pages
-// read never depend on timing). The warps' full states merge as in paged decode attention.
+// rounds' verdicts are merged from those by whichever warp first needs them, and a warp
+// starting a block of round r reads on only if no round up to r - lag - 1 has stopped the
+// list (waiting for those verdicts if need be, so the pages read never depend on timing). The
+// warps' full states merge as in paged decode attention.
 //
 // Same name and arguments as the CPU reference, skim::cpu::art_decode_attention. No device
 // code here: plain C++ includes it.

@@ -34,6 +34,7 @@ struct BenchArgs {
   bool policy_defaults = false;  // also the end-to-end steps of every GPU policy at its defaults
   bool art = false;              // the ART decode attention kernel at forced stops
   int art_round = 64;            // its round, pages
+  int art_max_warps = 0;         // its warps per list (0: paged decode attention's split)
   std::string json_path;
 };
 
@@ -93,7 +94,8 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
     for (int ctx : int_list(a.attention_contexts, "--attention-contexts"))
       for (int patience : {1, 2, 4, 8, 1 << 20, -1}) {  // -1: never, and a lag that never waits
         auto p = cuda::bench_art_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.art_round,
-                                           patience < 0 ? 1 << 20 : patience, patience < 0 ? 1 << 20 : 0);
+                                           patience < 0 ? 1 << 20 : patience, patience < 0 ? 1 << 20 : 0,
+                                           a.art_max_warps);
         const double floor_us = p.bytes / bw * 1e6;
         std::printf("| %d | %d | %s | %d | %.3f | %.1f | %.1f | %.2fx | %.2f |\n", b, ctx,
                     p.stop_round < 0 ? "never" : std::to_string(p.stop_round).c_str(), std::min(p.lag, 99999),
@@ -102,7 +104,8 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
         std::fflush(stdout);
         out["art_attention"].push_back({{"batch", b}, {"context", ctx}, {"round_pages", p.round_pages},
                                         {"stop_round", p.stop_round}, {"lag", p.lag}, {"read_fraction", p.read_fraction},
-                                        {"us", p.us}, {"dense_us", p.dense_us}, {"bytes", p.bytes},
+                                        {"max_warps", p.max_warps}, {"us", p.us}, {"dense_us", p.dense_us},
+                                        {"bytes", p.bytes},
                                         {"floor_us", floor_us}});
       }
   std::printf("\n");
@@ -247,6 +250,8 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
                 "also the end-to-end steps of the GPU policies at their defaults (and streaming at --sparse-keep)");
   app->add_flag("--art", a.art, "also the ART decode attention kernel at forced stops");
   app->add_option("--art-round", a.art_round, "ART's round for --art, pages (a multiple of 4)")->capture_default_str();
+  app->add_option("--art-max-warps", a.art_max_warps, "ART's warps per list for --art (0: paged decode's split)")
+      ->capture_default_str();
   app->add_flag("--no-8b", a.no_8b, "skip the random Llama-3.1-8B-shaped model");
   app->add_option("--prefill-contexts", a.prefill_contexts, "prefill lengths (the 8B shape: up to 8K)")->capture_default_str();
   app->add_option("--chunk", a.chunk, "prefill chunk, tokens")->capture_default_str();

@@ -49,6 +49,9 @@ struct ArtDecodeParams {
   int lag_rounds = 0;
   int patience = 16;
   float eps_scale = 0.001f, eps_dir = 1e-5f;
+  // GPU only: at most this many warps per list (0: as many as paged decode attention would
+  // use). Fewer warps read less past a stop (the lag is a wave of them) and more slowly.
+  int max_warps = 0;
 };
 
 struct ArtDecodeArgs {

@@ -42,13 +42,16 @@ TEST(CudaArtDecodeAttention, ReadsWhatTheCpuReferenceReads) {
   // A stop found late in a warp's window of verdicts (rounds past stop + lag are never read).
   const ArtDecodeParams forced8{.round_pages = 16, .patience = 8, .eps_scale = 1e30f, .eps_dir = 1e30f};
   const ArtDecodeParams defaults{.round_pages = 4, .patience = 4};
+  // Fewer warps per list than paged decode attention's split (a shorter lag).
+  const ArtDecodeParams narrow{.round_pages = 16, .patience = 2, .eps_scale = 1e30f, .eps_dir = 1e30f, .max_warps = 16};
   for (const Case& c : {Case{128, 8, 4, {33000}, false, 1.0f}, Case{128, 2, 4, {8000, 17, 0, 3001}, false, 1.0f},
                         Case{64, 3, 3, {20000, 999}, true, 1.0f}, Case{128, 8, 4, std::vector<int>(40, 700), false, 1.0f},
                         Case{128, 2, 8, {16000, 5000}, false, 4.0f}, Case{64, 1, 4, {40000}, true, 4.0f}})
-    for (const ArtDecodeParams& p : {never, forced1, forced3, forced8, defaults}) {
+    for (const ArtDecodeParams& p : {never, forced1, forced3, forced8, defaults, narrow}) {
       SCOPED_TRACE(testing::Message() << "d " << c.d << " kv " << c.kv << " group " << c.group << " batch "
                                       << c.lens.size() << " masks " << c.masks << " q " << c.q_scale << " round "
-                                      << p.round_pages << " patience " << p.patience << " eps " << p.eps_scale);
+                                      << p.round_pages << " patience " << p.patience << " eps " << p.eps_scale
+                                      << " max warps " << p.max_warps);
       const test::ArtDecodeCase in(c.d, c.kv, c.group, c.lens, c.masks, c.q_scale);
       const size_t heads = size_t(in.batch()) * c.kv * c.group;
       auto dq = test::to_device(in.q), dk = test::to_device(in.k), dv = test::to_device(in.v);

@@ -617,6 +617,12 @@ struct ArtVariant {
     const cudaError_t e = capacity(cap);
     if (e != cudaSuccess) return e;
     plan = detail::make_plan(a.attn, cap, Split::kMinChunkPages);
+    if (a.art.max_warps > 0 && plan.num_chunks * kWarps > a.art.max_warps) {  // fewer CTAs per list
+      plan.num_chunks = std::max(1, a.art.max_warps / kWarps);
+      plan.direct = plan.num_chunks == 1;
+      const int pages = (std::max(a.attn.max_seq_len, 1) + kPageSize - 1) / kPageSize;
+      plan.chunk_pages = (pages + plan.num_chunks - 1) / plan.num_chunks;
+    }
     return cudaSuccess;
   }
 

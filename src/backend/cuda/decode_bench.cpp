@@ -257,7 +257,7 @@ QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int
 }
 
 ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_heads, int d, int round_pages,
-                                      int patience, int lag) {
+                                      int patience, int lag, int max_warps) {
   RandomPagedCache c(batch, context, kv_heads, d);
   DeviceBuffer<uint16_t> q(size_t(batch) * heads * d);
   DeviceBuffer<float> o(size_t(batch) * heads * d), lse(size_t(batch) * heads);
@@ -274,6 +274,7 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
   upload(lens, l.data(), l.size());
   ArtDecodeArgs art{.attn = dense, .art = {.round_pages = round_pages, .patience = patience, .eps_scale = 1e30f,
                                            .eps_dir = 1e30f}};
+  art.art.max_warps = max_warps;
   art.attn.tables_per_kv_head = true;
   art.attn.page_table = table.data();
   art.attn.seq_lens = lens.data();
@@ -291,6 +292,7 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
   p.context = context;
   p.round_pages = round_pages;
   p.lag = art.art.lag_rounds;
+  p.max_warps = max_warps;
   const int calls = std::max(c.copies, 100);
   p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
     art.attn.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;

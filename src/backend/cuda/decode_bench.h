@@ -58,7 +58,7 @@ QuestAttentionPoint bench_quest_attention(int batch, int context, int num_heads,
                                           double budget);
 
 struct ArtAttentionPoint {
-  int batch = 0, context = 0, round_pages = 0, lag = 0;
+  int batch = 0, context = 0, round_pages = 0, lag = 0, max_warps = 0;
   int stop_round = -1;       // the round whose test stops every list (-1: none; patience out of reach)
   double read_fraction = 0;  // pages read / pages listed (the device's counters)
   double us = 0;             // ART decode attention, one call
@@ -72,7 +72,7 @@ struct ArtAttentionPoint {
 // lag > 0 replaces the kernel's (art_decode_lag): a lag past the last round never waits for a
 // verdict, which isolates the cost of the tests from the waits.
 ArtAttentionPoint bench_art_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
-                                      int round_pages, int patience, int lag = 0);
+                                      int round_pages, int patience, int lag = 0, int max_warps = 0);
 
 struct EndToEndPoint {
   int batch = 0, context = 0, steps = 0;

@@ -7,7 +7,8 @@
 // q_i kmax_i), the n_local most recent pages forced in (the newest first of all), and the top
 // n = min(M, max(n_min, ceil(M * keep))) of the M pages kept; ties go to the lower page index.
 // The output is a page list per (sequence, KV head) in position order, ready for
-// paged_decode_attention with tables_per_kv_head: the newest page, the only partial one, last.
+// paged_decode_attention with tables_per_kv_head: the newest page, the only partial one, last
+// (with by_score, in descending bound order, the newest page first).
 //
 // Layouts (row-major), elements bf16 (GroupPageSelectArgs, the GPU cache's) or fp32
 // (GroupPageSelectArgsF32, the CPU cache's):
@@ -52,6 +53,10 @@ struct GroupPageSelectArgsOf {
   double keep = 0.1;  // fraction of the pages kept
   int n_min = 16;     // at least this many pages
   int n_local = 1;    // most recent pages always kept
+  // The kept pages in descending bound order instead of position order: the newest first, then
+  // the other forced pages by position, then by bound (ties by position). ART's visiting order:
+  // its lists list the partial page first (attention/art_decode_args.h).
+  bool by_score = false;
 
   const Elem* q = nullptr;
   const Elem* kmin = nullptr;

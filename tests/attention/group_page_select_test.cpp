@@ -64,6 +64,14 @@ TEST_P(GroupPageSelectReference, KeepsTheBestPagesByTheBound) {
   a.out_lens = out_lens.data();
   std::vector<float> scores;
   cpu::group_page_select(a, &scores);
+  // by_score: the same pages in descending bound order, the newest first, ties by position.
+  std::vector<int32_t> by_score(out_table.size(), -1), by_score_lens(out_lens.size(), -1);
+  GroupPageSelectArgs bs = a;
+  bs.by_score = true;
+  bs.out_table = by_score.data();
+  bs.out_lens = by_score_lens.data();
+  cpu::group_page_select(bs);
+  EXPECT_EQ(by_score_lens, out_lens);
 
   for (int b = 0; b < batch; ++b)
     for (int h = 0; h < hkv; ++h) {
@@ -116,6 +124,20 @@ TEST_P(GroupPageSelectReference, KeepsTheBestPagesByTheBound) {
         else best_dropped = std::max(best_dropped, double(got));
       }
       EXPECT_GE(worst_kept, best_dropped) << "a dropped page scores above a kept one";
+      std::vector<int> ordered;
+      for (int i = 0; i < n; ++i) {
+        const int32_t id = by_score[list * pages.stride + i];
+        ordered.push_back(int(std::find(pages.table.begin() + b * pages.stride,
+                                        pages.table.begin() + b * pages.stride + m, id) -
+                              (pages.table.begin() + b * pages.stride)));
+      }
+      EXPECT_EQ(ordered.front(), m - 1) << "by_score: the newest page first";
+      for (int i = 2; i < n; ++i) {  // after the newest: by bound, ties (the other forced pages) by position
+        const float prev = scores[list * pages.stride + ordered[i - 1]], cur = scores[list * pages.stride + ordered[i]];
+        EXPECT_TRUE(cur < prev || (cur == prev && ordered[i] > ordered[i - 1])) << "by_score: order at " << i;
+      }
+      std::sort(ordered.begin(), ordered.end());
+      EXPECT_EQ(ordered, kept) << "by_score: another set of pages";
     }
 }
 

@@ -201,5 +201,86 @@ TEST(CudaGroupPageSelect, MatchesCpuReferenceAndFeedsDecodeAttention) {
   }
 }
 
+// by_score: the kept pages in descending bound order, the newest first (ART's visiting order).
+// Against the CPU reference's scores: the list starts with the newest page, the forced pages
+// follow it, and the bounds along the list never rise by more than rounding (the GPU sums them
+// in another order, so near-ties may swap); the set kept is checked above.
+TEST(CudaGroupPageSelect, ByScoreListsDescendingBounds) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (const Case& c : {Case{128, 8, 4, {8192, 100, 0, 3001}, 0.1, 16, 1}, Case{64, 3, 1, {2049, 700, 33}, 1.0, 1, 2},
+                        Case{128, 2, 4, {33000}, 1.0, 1, 1}}) {
+    SCOPED_TRACE(testing::Message() << "d " << c.d << " kv " << c.kv_heads << " keep " << c.keep);
+    auto& rng = test::rng();
+    const int ps = 16, d = c.d, hkv = c.kv_heads, heads = hkv * c.group, batch = int(c.lens.size());
+    const test::ShuffledPages pages = test::shuffled_pages(c.lens, ps, 3, 2, rng);
+    std::vector<uint16_t> kmin(size_t(pages.num_pages) * hkv * d), kmax(kmin.size()), q(size_t(batch) * heads * d);
+    const std::vector<float> lo = test::random_vector(kmin.size()), gap = test::random_vector(kmin.size());
+    for (size_t i = 0; i < kmin.size(); ++i) {
+      kmin[i] = f32_to_bf16(lo[i]);
+      kmax[i] = f32_to_bf16(lo[i] + std::fabs(gap[i]));
+    }
+    const std::vector<float> qf = test::random_vector(q.size());
+    std::transform(qf.begin(), qf.end(), q.begin(), f32_to_bf16);
+    GroupPageSelectArgs a{.batch = batch, .num_heads = heads, .num_kv_heads = hkv, .head_dim = d,
+                          .max_pages_per_seq = pages.stride, .keep = c.keep, .n_min = c.n_min, .n_local = c.n_local,
+                          .by_score = true};
+    const size_t lists = size_t(batch) * hkv;
+    std::vector<int32_t> ref_table(lists * pages.stride, -1), ref_lens(lists, -1);
+    std::vector<float> scores;
+    GroupPageSelectArgs h = a;
+    h.q = q.data();
+    h.kmin = kmin.data();
+    h.kmax = kmax.data();
+    h.page_table = pages.table.data();
+    h.seq_lens = c.lens.data();
+    h.out_table = ref_table.data();
+    h.out_lens = ref_lens.data();
+    cpu::group_page_select(h, &scores);
+
+    auto dq = to_device(q), dmin = to_device(kmin), dmax = to_device(kmax);
+    auto dtable = to_device(pages.table), dlens = to_device(c.lens);
+    cuda::DeviceBuffer<int32_t> out_table(lists * pages.stride), out_lens(lists);
+    cuda::check(cudaMemset(out_table.data(), 0xff, out_table.bytes()), "cudaMemset");
+    cuda::DeviceBuffer<uint8_t> ws(cuda::group_page_select_workspace_size(a));
+    cuda::check(cudaMemset(ws.data(), 0x5a, ws.bytes()), "cudaMemset");
+    a.q = dq.data();
+    a.kmin = dmin.data();
+    a.kmax = dmax.data();
+    a.page_table = dtable.data();
+    a.seq_lens = dlens.data();
+    a.out_table = out_table.data();
+    a.out_lens = out_lens.data();
+    a.workspace = ws.data();
+    a.workspace_bytes = ws.bytes();
+    for (int run = 0; run < 2; ++run) ASSERT_EQ(cuda::group_page_select(a, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<int32_t> gpu_table = to_host(out_table), gpu_lens = to_host(out_lens);
+    int swapped = 0;
+    for (int b = 0; b < batch; ++b)
+      for (int kh = 0; kh < hkv; ++kh) {
+        const size_t list = size_t(b) * hkv + kh;
+        ASSERT_EQ(gpu_lens[list], ref_lens[list]);
+        const int m = pages.pages_of(c.lens[b], ps), n = a.pages_kept(m);
+        if (m == 0) continue;
+        const int32_t* row = pages.table.data() + size_t(b) * pages.stride;
+        std::vector<int> pos;
+        for (int i = 0; i < n; ++i)
+          pos.push_back(int(std::find(row, row + m, gpu_table[list * pages.stride + i]) - row));
+        ASSERT_EQ(pos[0], m - 1) << "the newest page first";
+        const int forced = std::min(c.n_local, m);
+        for (int i = 1; i < forced; ++i) EXPECT_EQ(pos[size_t(i)], m - 1 - forced + i) << "the forced pages next";
+        const float* s = scores.data() + list * pages.stride;
+        for (int i = forced + 1; i < n; ++i) {
+          const float prev = s[pos[size_t(i - 1)]], cur = s[pos[size_t(i)]];
+          EXPECT_LE(cur, prev + 1e-4f * (1 + std::fabs(prev))) << "bounds rise at " << i;
+          swapped += cur > prev;
+        }
+        EXPECT_EQ(std::set<int>(pos.begin(), pos.end()).size(), pos.size()) << "a page twice";
+      }
+    std::printf("[ by_score ] d %d kv %d keep %g: %d near-tie swaps against the CPU's order\n", d, hkv, c.keep,
+                swapped);
+  }
+}
+
 }  // namespace
 }  // namespace skim

@@ -60,8 +60,8 @@ void select_all(const GroupPageSelectArgsOf<Elem>& a, std::vector<float>* scores
     const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
     const int len = a.seq_lens[b], m = pages_of(a, b);
     for (int h = 0; h < a.num_kv_heads; ++h) {
-      std::vector<int> kept = select_list(a, b, h, scores);
-      std::sort(kept.begin(), kept.end());
+      std::vector<int> kept = select_list(a, b, h, scores);  // by descending bound
+      if (!a.by_score) std::sort(kept.begin(), kept.end());
       const size_t list = size_t(b) * a.num_kv_heads + h;
       for (size_t i = 0; i < kept.size(); ++i) {
         a.out_table[list * a.max_pages_per_seq + i] = table[kept[i]];

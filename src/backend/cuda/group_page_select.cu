@@ -3,15 +3,47 @@
 
 #include <cuda_bf16.h>
 
-#include "backend/cuda/page_select_common.cuh"
+#include <cub/device/device_segmented_radix_sort.cuh>
+
 #include <cstdint>
 #include <type_traits>
+
+#include "backend/cuda/page_select_common.cuh"
 
 namespace skim::cuda {
 
 namespace {
 
 using namespace page_select;
+
+// The workspace: the page keys; with by_score also the kept pages' keys and the sort's output
+// (both [lists][max_pages_per_seq]), the lists' segments [begin, end) and CUB's scratch.
+struct Layout {
+  size_t slots, sort_keys, sorted_keys, sorted_pages, begin, end, scratch, scratch_bytes, bytes;
+};
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+Layout layout_of(const GroupPageSelectArgs& a) {
+  Layout l{};
+  const size_t lists = size_t(a.batch) * a.num_kv_heads;
+  l.slots = lists * a.max_pages_per_seq;
+  l.sort_keys = align256(l.slots * 4);
+  l.sorted_keys = l.sort_keys + align256(l.slots * 4);
+  l.sorted_pages = l.sorted_keys + align256(l.slots * 4);
+  l.begin = l.sorted_pages + align256(l.slots * 4);
+  l.end = l.begin + align256(lists * 4);
+  l.scratch = l.end + align256(lists * 4);
+  l.bytes = a.by_score ? l.scratch : l.slots * 4;
+  if (a.by_score && lists > 0) {
+    cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, l.scratch_bytes, static_cast<const uint32_t*>(nullptr),
+                                                       static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                       static_cast<int32_t*>(nullptr), int(l.slots), int(lists),
+                                                       static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+    l.bytes = l.scratch + align256(l.scratch_bytes);
+  }
+  return l;
+}
 
 __device__ __forceinline__ uint32_t* keys_of(const GroupPageSelectArgs& a, int b, int kvh) {
   return static_cast<uint32_t*>(a.workspace) + (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
@@ -38,26 +70,45 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const GroupPage
   }
 }
 
-__global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a) {
+// by_score: where the kept pages' keys go, and each list's segment for the sort.
+struct SortOut {
+  uint32_t* keys = nullptr;  // [lists][max_pages_per_seq]
+  int* begin = nullptr;
+  int* end = nullptr;
+};
+
+__global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
   __shared__ SelectSmem sm;
   const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
+  const size_t list = size_t(b) * a.num_kv_heads + kvh;
+  const int first = int(list) * a.max_pages_per_seq;
+  if (so.keys && t == 0) so.begin[list] = so.end[list] = first;  // rows not planned: nothing to sort
   if (!a.rows.has(b)) return;
   const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
   const int m = pages_of(len, a.page_size), n = a.pages_kept(m);
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-  const size_t list = size_t(b) * a.num_kv_heads + kvh;
   int32_t* out = a.out_table + list * a.max_pages_per_seq;
   uint32_t* masks = a.out_masks ? a.out_masks + list * a.max_pages_per_seq : nullptr;
+  const uint32_t* keys = keys_of(a, b, kvh);
   if (t == 0) a.out_lens[list] = m == 0 ? 0 : (n - 1) * a.page_size + (len - (m - 1) * a.page_size);
+  if (so.keys && t == 0) so.end[list] = first + n;
   const auto keep = [&](int p, int rank) {
     out[rank] = table[p];
     if (masks) masks[rank] = ~0u;  // every head of the group attends the group's pages
+    if (so.keys) so.keys[first + rank] = keys[p];
   };
   if (n == m) {  // every page kept (short sequences)
     for (int p = t; p < m; p += kThreads) keep(p, p);
     return;
   }
-  select_top_pages(sm, keys_of(a, b, kvh), m, n, keep, [](int) {});
+  select_top_pages(sm, keys, m, n, keep, [](int) {});
+}
+
+// by_score: the sorted page ids back into each list.
+__global__ void copy_sorted_kernel(const GroupPageSelectArgs a, const int32_t* sorted, const int* begin,
+                                   const int* end) {
+  const size_t list = blockIdx.x;
+  for (int i = begin[list] + int(threadIdx.x); i < end[list]; i += int(blockDim.x)) a.out_table[i] = sorted[i];
 }
 
 bool supported(const GroupPageSelectArgs& a) {
@@ -69,7 +120,7 @@ bool supported(const GroupPageSelectArgs& a) {
 }  // namespace
 
 size_t group_page_select_workspace_size(const GroupPageSelectArgs& a) {
-  return supported(a) ? size_t(a.batch) * a.num_kv_heads * a.max_pages_per_seq * sizeof(uint32_t) : 0;
+  return supported(a) ? layout_of(a).bytes : 0;
 }
 
 cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream) {
@@ -78,7 +129,27 @@ cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream)
   if (a.batch == 0) return cudaSuccess;
   const cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
-  select_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a);
+  const Layout l = layout_of(a);
+  char* ws = static_cast<char*>(a.workspace);
+  SortOut so;
+  if (a.by_score) {
+    so.keys = reinterpret_cast<uint32_t*>(ws + l.sort_keys);
+    so.begin = reinterpret_cast<int*>(ws + l.begin);
+    so.end = reinterpret_cast<int*>(ws + l.end);
+  }
+  select_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a, so);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || !a.by_score) return err;
+  // Each list's kept pages by descending key; the radix sort is stable, so equal keys (the forced
+  // pages, ties) stay in position order, as on the CPU.
+  const int lists = a.batch * a.num_kv_heads;
+  size_t scratch_bytes = l.scratch_bytes;
+  int32_t* sorted = reinterpret_cast<int32_t*>(ws + l.sorted_pages);
+  err = cub::DeviceSegmentedRadixSort::SortPairsDescending(
+      ws + l.scratch, scratch_bytes, so.keys, reinterpret_cast<uint32_t*>(ws + l.sorted_keys), a.out_table, sorted,
+      int(l.slots), lists, so.begin, so.end, 0, 32, stream);
+  if (err != cudaSuccess) return err;
+  copy_sorted_kernel<<<lists, 256, 0, stream>>>(a, sorted, so.begin, so.end);
   return cudaGetLastError();
 }
 

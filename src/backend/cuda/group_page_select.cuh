@@ -7,7 +7,9 @@
 // per (sequence, KV head) finds the n-th largest key by a 4-pass radix select over the keys
 // (8 bits a pass, histograms in shared memory), then writes the kept page ids in position
 // order with a block-wide scan (ties at the threshold go to the lower page index, as on the
-// CPU). No host synchronisation; captures into a CUDA graph. This header holds no device code.
+// CPU). With by_score, the kept pages' keys go beside them and CUB's segmented radix sort
+// (stable, descending) puts each list in bound order, the newest page first. No host
+// synchronisation; captures into a CUDA graph. This header holds no device code.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,7 +20,8 @@
 
 namespace skim::cuda {
 
-// Bytes of workspace (one key per (sequence, KV head, page slot)); no zero-filling needed.
+// Bytes of workspace (one key per (sequence, KV head, page slot); with by_score the sort's
+// buffers and scratch too); no zero-filling needed.
 size_t group_page_select_workspace_size(const GroupPageSelectArgs& args);
 
 // Device pointers in args; asynchronous on `stream`. Supported: head_dim 64 or 128. Returns

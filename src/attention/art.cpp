@@ -28,6 +28,24 @@ void art_blocks_in_order(const std::vector<KeyRange>& ranges, int block, ArtPlan
   if (!cur.empty()) plan.blocks.push_back(std::move(cur));
 }
 
+void art_blocks_by_pages(const std::vector<KeyRange>& ranges, int pages, int page_size, ArtPlan& plan) {
+  std::vector<KeyRange> cur;
+  int filled = 0;
+  for (KeyRange r : ranges)
+    for (int b = r.begin; b < r.end;) {
+      const int e = std::min(r.end, (b / page_size + 1) * page_size);  // to the end of b's page
+      if (!cur.empty() && cur.back().end == b) cur.back().end = e;
+      else cur.push_back({b, e});
+      b = e;
+      if (++filled == pages) {
+        plan.blocks.push_back(std::move(cur));
+        cur.clear();
+        filled = 0;
+      }
+    }
+  if (!cur.empty()) plan.blocks.push_back(std::move(cur));
+}
+
 void art_blocks_recent(KeyRange range, int block, ArtPlan& plan) {
   for (int end = range.end; end > range.begin; end -= block)
     plan.blocks.push_back({KeyRange{std::max(range.begin, end - block), end}});

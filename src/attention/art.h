@@ -62,6 +62,9 @@ struct ArtPlan {
 
 // Cuts priority-ordered ranges into consecutive blocks of `block` tokens.
 void art_blocks_in_order(const std::vector<KeyRange>& ranges, int block, ArtPlan& plan);
+// Cuts priority-ordered ranges of whole pages (the last page of the sequence may be partial)
+// into blocks of `pages` pages each: the GPU kernel's blocks, which count pages, not tokens.
+void art_blocks_by_pages(const std::vector<KeyRange>& ranges, int pages, int page_size, ArtPlan& plan);
 // Cuts one range into blocks of `block` tokens from its end backwards: most recent first.
 void art_blocks_recent(KeyRange range, int block, ArtPlan& plan);
 

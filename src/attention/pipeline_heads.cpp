@@ -162,8 +162,8 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
 #pragma omp parallel for schedule(dynamic)
     for (size_t gi = 0; gi < groups; ++gi) {
       Head& x0 = heads[gi * group];
-      ArtPlan plan;
-      art_blocks_in_order(x0.ranges, p.block, plan);
+      ArtPlan plan;  // in pages, as the kernel cuts its lists (the newest, partial page counts as one)
+      art_blocks_by_pages(x0.ranges, std::max(1, p.block / b.kv.page_size), b.kv.page_size, plan);
       const size_t s0 = size_t(x0.row) * H + x0.head;  // the group's first head
       float* os = b.out + s0 * d;
       std::copy_n(cache_o.data() + s0 * d, size_t(group) * d, os);

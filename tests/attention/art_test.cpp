@@ -230,6 +230,23 @@ TEST(Art, GroupStopReadsTheLagPastTheStop) {
   }
 }
 
+// Blocks of whole pages in the given order, the partial newest page counting as one.
+TEST(Art, BlocksByPages) {
+  ArtPlan plan;
+  art_blocks_by_pages({{96, 101}, {0, 32}, {48, 96}, {32, 48}}, 2, 16, plan);  // pages 6 (5 tokens), 0-1, 3-5, 2
+  ASSERT_EQ(plan.blocks.size(), 4u);
+  EXPECT_EQ(plan.blocks[0].size(), 2u);  // page 6, page 0
+  EXPECT_EQ(plan.blocks[0][0].end, 101);
+  EXPECT_EQ(plan.blocks[0][1].begin, 0);
+  EXPECT_EQ(plan.blocks[0][1].end, 16);
+  EXPECT_EQ(plan.blocks[1].size(), 2u);  // page 1, page 3: not adjacent
+  EXPECT_EQ(plan.blocks[2].size(), 1u);  // pages 4-5 joined
+  EXPECT_EQ(plan.blocks[2][0].begin, 64);
+  EXPECT_EQ(plan.blocks[2][0].end, 96);
+  EXPECT_EQ(plan.blocks[3][0].begin, 32);  // page 2 alone
+  EXPECT_EQ(plan.blocks[3][0].end, 48);
+}
+
 TEST(Art, ParameterErrors) {
   EXPECT_THROW(make_policy("quest+art:order=bound"), Error);
   EXPECT_THROW(make_policy("art:order=oldest"), Error);

@@ -54,10 +54,25 @@ struct ArtDecodeParams {
   int max_warps = 0;
 };
 
+// One policy's rule, for a batch whose rows follow several (a decode batch mixing ART with other
+// policies). active 0: the row is read whole, its list in paged decode attention's order (the
+// partial page last), and counts in no stats; else ART as above with these parameters, the lag
+// at least the launch's (art.lag_rounds) and round_pages at least art.round_pages (which sizes
+// the workspace), a multiple of 4 of at most 128.
+struct ArtRowRule {
+  int active = 1;
+  int round_pages = 16, lag_rounds = 0, patience = 16;
+  float eps_scale = 0.001f, eps_dir = 1e-5f;
+};
+
 struct ArtDecodeArgs {
   PagedDecodeArgs attn;  // bf16; tables_per_kv_head
   ArtDecodeParams art;
   ArtDecodeStats* stats = nullptr;  // device memory for the CUDA call, host for the CPU one
+  // Optional, together: row b follows rules[row_policy[b]] instead of `art` (device memory for
+  // the CUDA call, host for the CPU one).
+  const int32_t* row_policy = nullptr;
+  const ArtRowRule* rules = nullptr;
 };
 
 }  // namespace skim

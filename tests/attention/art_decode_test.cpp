@@ -107,6 +107,36 @@ TEST(ArtDecodeReference, MaskedHeadsWithoutKeysYet) {
   for (float x : art.o) ASSERT_TRUE(std::isfinite(x));
 }
 
+// Per-row rules: a row whose policy is not ART reads its whole list (paged decode order, the
+// partial page last) and counts in no stats; an ART row follows its rule.
+TEST(ArtDecodeReference, RowsFollowTheirPolicysRule) {
+  const test::ArtDecodeCase c(64, 1, 4, {3000, 3000}, false);
+  std::vector<int32_t> t_all, l_all;
+  std::vector<uint32_t> m_all;
+  c.prefix(1 << 20, t_all, l_all, m_all);
+  std::vector<int32_t> table = c.table;  // row 0 not ART: paged decode order
+  std::copy_n(t_all.begin(), c.pages.stride, table.begin());
+  const std::vector<int32_t> row_policy{0, 1};
+  const std::vector<ArtRowRule> rules{ArtRowRule{.active = 0},
+                                      ArtRowRule{.active = 1, .round_pages = 8, .lag_rounds = 1, .patience = 1,
+                                                 .eps_scale = 1e30f, .eps_dir = 1e30f}};
+  Result art;
+  art.o.assign(2 * 4 * 64, NAN);
+  art.lse.assign(8, NAN);
+  ArtDecodeArgs a = c.args(c.q.data(), c.k.data(), c.v.data(), table.data(), c.list_lens.data(), nullptr, art.o.data(),
+                           art.lse.data());
+  a.art.round_pages = 8;
+  a.row_policy = row_policy.data();
+  a.rules = rules.data();
+  a.stats = &art.stats;
+  cpu::art_decode_attention(a);
+  EXPECT_EQ(art.stats.lists, 1u);
+  EXPECT_EQ(art.stats.pages_read, 3u * 8u);  // rounds 0, 1 (the stop) and the lag's 2
+  const Result all = run_prefix(c, 1 << 20), first = run_prefix(c, 24);
+  for (int i = 0; i < 4 * 64; ++i) EXPECT_NEAR(art.o[size_t(i)], all.o[size_t(i)], 1e-5) << "row 0, " << i;
+  for (int i = 4 * 64; i < 8 * 64; ++i) EXPECT_NEAR(art.o[size_t(i)], first.o[size_t(i)], 1e-5) << "row 1, " << i;
+}
+
 TEST(ArtDecodeReference, RefusesWhatItCannotRun) {
   const test::ArtDecodeCase c(64, 1, 9, {100}, false);  // a group of 9
   std::vector<float> o(9 * 64), lse(9);

@@ -117,6 +117,75 @@ TEST(CudaArtDecodeAttention, ReadsWhatTheCpuReferenceReads) {
     }
 }
 
+// Rows of several policies in one call (ArtRowRule): a row that is not ART reads its whole list
+// in paged decode order (the partial page last); the ART rows follow their own rules. Against
+// the CPU reference with the same rules.
+TEST(CudaArtDecodeAttention, RowsFollowTheirPolicysRule) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<int> lens{20000, 999, 33000, 5000, 17};
+  const test::ArtDecodeCase in(128, 4, 4, lens, false);
+  const std::vector<int32_t> row_policy{0, 1, 2, 1, 0};
+  const std::vector<ArtRowRule> rules{
+      ArtRowRule{.active = 0},
+      ArtRowRule{.active = 1, .round_pages = 16, .lag_rounds = 0, .patience = 1, .eps_scale = 1e30f, .eps_dir = 1e30f},
+      ArtRowRule{.active = 1, .round_pages = 32, .lag_rounds = 50, .patience = 2, .eps_scale = 1e30f, .eps_dir = 1e30f}};
+  // Policy 0's rows list their pages in paged decode order.
+  std::vector<int32_t> table = in.table, lens_t = in.list_lens, t_all, l_all;
+  std::vector<uint32_t> m_all;
+  in.prefix(1 << 20, t_all, l_all, m_all);
+  for (int b = 0; b < in.batch(); ++b)
+    if (row_policy[size_t(b)] == 0)
+      for (int h = 0; h < in.kv_heads; ++h)
+        std::copy_n(t_all.begin() + long(in.list(b, h) * in.pages.stride), in.pages.stride,
+                    table.begin() + long(in.list(b, h) * in.pages.stride));
+  const size_t heads = size_t(in.batch()) * in.kv_heads * in.group;
+  auto dq = test::to_device(in.q), dk = test::to_device(in.k), dv = test::to_device(in.v);
+  auto dt = test::to_device(table), dl = test::to_device(lens_t), dp = test::to_device(row_policy);
+  cuda::DeviceBuffer<ArtRowRule> dr;
+  cuda::upload(dr, rules.data(), rules.size());
+  auto o = test::to_device(std::vector<float>(heads * 128, NAN)), lse = test::to_device(std::vector<float>(heads, NAN));
+  cuda::DeviceBuffer<ArtDecodeStats> stats(1);
+  cuda::check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
+  ArtDecodeArgs a = in.args(dq.data(), dk.data(), dv.data(), dt.data(), dl.data(), nullptr, o.data(), lse.data());
+  a.art.round_pages = 16;
+  a.art.lag_rounds = cuda::art_decode_lag(a);
+  a.row_policy = dp.data();
+  a.rules = dr.data();
+  a.stats = stats.data();
+  cuda::DeviceBuffer<uint8_t> ws(cuda::art_decode_workspace_size(a));
+  cuda::check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+  a.attn.workspace = ws.data();
+  a.attn.workspace_bytes = ws.bytes();
+  ASSERT_EQ(cuda::art_decode_attention(a, nullptr), cudaSuccess);
+  cuda::check(cudaDeviceSynchronize(), "art_decode_attention");
+  const std::vector<float> go = test::to_host(o), gl = test::to_host(lse);
+  ArtDecodeStats gs;
+  cuda::check(cudaMemcpy(&gs, stats.data(), sizeof gs, cudaMemcpyDeviceToHost), "cudaMemcpy");
+
+  std::vector<float> ro(heads * 128, NAN), rl(heads, NAN);
+  ArtDecodeStats rs;
+  ArtDecodeArgs h = in.args(in.q.data(), in.k.data(), in.v.data(), table.data(), lens_t.data(), nullptr, ro.data(),
+                            rl.data());
+  h.art = a.art;
+  h.row_policy = row_policy.data();
+  h.rules = rules.data();
+  h.stats = &rs;
+  cpu::art_decode_attention(h);
+  EXPECT_EQ(gs.lists, rs.lists);
+  EXPECT_EQ(gs.lists, 3u * in.kv_heads) << "only the ART rows count";
+  EXPECT_EQ(gs.pages_read, rs.pages_read);
+  EXPECT_EQ(gs.stopped, rs.stopped);
+  double max_o = 0, err = 0;
+  for (size_t i = 0; i < ro.size(); ++i) {
+    max_o = std::max(max_o, double(std::fabs(ro[i])));
+    err = std::max(err, double(std::fabs(ro[i] - go[i])));
+  }
+  std::printf("[ art rows ] read %llu of %llu pages, %llu of %llu lists stopped; o err %.2e (rel)\n", gs.pages_read,
+              gs.pages_listed, gs.stopped, gs.lists, err / max_o);
+  EXPECT_LT(err / max_o, 2e-3);
+  for (size_t i = 0; i < rl.size(); ++i) EXPECT_NEAR(gl[i], rl[i], 1e-3) << "lse " << i;
+}
+
 TEST(CudaArtDecodeAttention, RefusesALagBelowItsOwn) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const test::ArtDecodeCase in(128, 8, 4, {33000}, false);

@@ -47,9 +47,9 @@ struct List {
   const PagedDecodeArgs& a;
   const int32_t* table;
   const uint32_t* masks;
-  int h, n_pages, first_valid;
+  int h, n_pages, partial_valid, partial;  // the partial page: its tokens and place in the list
 
-  int valid(int i) const { return i == 0 ? first_valid : a.page_size; }
+  int valid(int i) const { return i == partial ? partial_valid : a.page_size; }
   State attend(const std::vector<float>& q, int g, int begin, int end) const {
     const int d = a.head_dim;
     State st;
@@ -110,10 +110,23 @@ struct HeadTest {
 void art_decode_attention(const ArtDecodeArgs& args) {
   check(args);
   const PagedDecodeArgs& a = args.attn;
-  const ArtDecodeParams& p = args.art;
   const int d = a.head_dim, group = a.group_size(), ps = a.page_size;
   std::vector<float> q(static_cast<size_t>(d));
   for (int b = 0; b < a.batch; ++b) {
+    // The row's rule: the call's, or its policy's (ArtRowRule; lag at least the call's).
+    ArtDecodeParams p = args.art;
+    bool active = true;
+    if (args.rules) {
+      const ArtRowRule& r = args.rules[args.row_policy[b]];
+      active = r.active != 0;
+      p.round_pages = r.round_pages;
+      p.lag_rounds = std::max(r.lag_rounds, args.art.lag_rounds);
+      p.patience = r.patience;
+      p.eps_scale = r.eps_scale;
+      p.eps_dir = r.eps_dir;
+      if (active && (p.round_pages < args.art.round_pages || p.round_pages % kArtBlockPages != 0 || p.patience < 1))
+        throw std::invalid_argument("art_decode_attention: a row's rule out of range");
+    }
     for (int h = 0; h < a.num_kv_heads; ++h) {
       const size_t list = a.table_index(b, h);
       const int len = a.seq_lens[list];
@@ -121,7 +134,7 @@ void art_decode_attention(const ArtDecodeArgs& args) {
       const int n_pages = (len + ps - 1) / ps;
       const List l{a, a.page_table + list * a.max_pages_per_seq,
                    a.head_masks ? a.head_masks + list * a.max_pages_per_seq : nullptr, h, n_pages,
-                   len - (n_pages - 1) * ps};
+                   len - (n_pages - 1) * ps, active ? 0 : n_pages - 1};
       const int n_rounds = (n_pages + p.round_pages - 1) / p.round_pages;
       std::vector<std::vector<float>> qs(static_cast<size_t>(group));
       for (int g = 0; g < group; ++g) {
@@ -134,7 +147,7 @@ void art_decode_attention(const ArtDecodeArgs& args) {
       std::vector<State> run(static_cast<size_t>(group), State{std::vector<double>(static_cast<size_t>(d), 0.0)});
       std::vector<HeadTest> tests(static_cast<size_t>(group));
       int stop = -1;
-      for (int r = 0; r + 1 < n_rounds && stop < 0; ++r) {
+      for (int r = 0; active && r + 1 < n_rounds && stop < 0; ++r) {
         bool all = true;
         for (int g = 0; g < group; ++g) {
           for (int blk = r * p.round_pages; blk < std::min(n_pages, (r + 1) * p.round_pages); blk += kArtBlockPages)
@@ -152,7 +165,7 @@ void art_decode_attention(const ArtDecodeArgs& args) {
         for (int k = 0; k < d; ++k) a.o[head * d + k] = float(st.o[size_t(k)]);
         a.lse[head] = float(st.lse);
       }
-      if (args.stats) {
+      if (args.stats && active) {
         args.stats->lists += 1;
         args.stats->stopped += read < n_pages;
         args.stats->pages_listed += unsigned(n_pages);

@@ -47,6 +47,8 @@ struct ArtKernelParams {
   int round_blocks, lag, patience;
   float eps_scale, eps_dir;
   int max_rounds, max_blocks, max_checkpoints;
+  const int32_t* row_policy;  // with rules: row b follows rules[row_policy[b]] (ArtRowRule)
+  const ArtRowRule* rules;
   // Per list, zero between calls: [0] warps done, [1 ..] one int per round: blocks done
   // (arrive), round state published (has_round), verdict (0 untested, 1 unstable, 2 stable),
   // then one per checkpoint (has_checkpoint).
@@ -184,6 +186,10 @@ struct ListState {
   const ArtKernelParams* p;
   size_t list;
   int n_pages, n_blocks, n_rounds, rows;
+  // The list's rule (the launch's, or its row's ArtRowRule); an inactive list is read whole.
+  bool active;
+  int round_blocks, lag, patience;
+  float eps_scale, eps_dir;
 
   __device__ int* done() const { return p->ints + list * p->ints_per_list; }
   __device__ int* pages_read() const { return done() + 1; }
@@ -201,7 +207,7 @@ struct ListState {
   __device__ float* checkpoint(int k, int g) const {  // k >= 1 (C_0 is the empty state)
     return p->checkpoints + ((list * p->max_checkpoints + k) * kArtMaxGroup + g) * kStateFloats;
   }
-  __device__ int blocks_in_round(int r) const { return min(p->round_blocks, n_blocks - r * p->round_blocks); }
+  __device__ int blocks_in_round(int r) const { return min(round_blocks, n_blocks - r * round_blocks); }
 
   // The warp's probe states out (store), then a flag that publishes them.
   __device__ __forceinline__ void publish(int* flag, int value, int lane) const {
@@ -219,7 +225,7 @@ struct ListState {
     if (lane == 0) wait_count(arrive() + r, blocks_in_round(r));
     __syncwarp();
     fence_gpu();
-    const int b0 = r * p->round_blocks;
+    const int b0 = r * round_blocks;
     for (int g = 0; g < rows; ++g) {
       HeadState s;
       merge_head([&](int i) -> const float* { return block(b0 + i, g); }, blocks_in_round(r), lane, s);
@@ -292,8 +298,8 @@ struct ListState {
       const float4 c = cur.normalised(), q = prev.normalised();
       const float norm = sqrtf(chunk_sum(dot4(c, c))), prev_norm = sqrtf(chunk_sum(dot4(q, q)));
       const float dot = chunk_sum(dot4(q, c));
-      all = all && prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < p->eps_scale &&
-            1.0f - dot / (norm * prev_norm) < p->eps_dir;
+      all = all && prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < eps_scale &&
+            1.0f - dot / (norm * prev_norm) < eps_dir;
       if (in_k == kCheckpointRounds - 1) store_state(checkpoint(k + 1, g), cur, lane);  // C_k+1 = this prefix
     }
     if (in_k == kCheckpointRounds - 1) publish(has_checkpoint() + k + 1, 1, lane);
@@ -328,7 +334,7 @@ struct ListState {
       }
       for (int i = 0; i < n; ++i) {
         run = ensure_verdict(s + i, lane) == 2 ? run + 1 : 0;
-        if (run >= p->patience) return s + i;
+        if (run >= patience) return s + i;
       }
     }
     return -1;
@@ -338,7 +344,7 @@ struct ListState {
   __device__ __forceinline__ void finish(int lane) const {
     const int read = ld_acquire(pages_read());
     for (int i = lane; i < p->ints_per_list; i += 32) done()[i] = 0;
-    if (lane == 0 && p->stats) {
+    if (lane == 0 && p->stats && active) {
       atomicAdd(&p->stats->lists, 1ull);
       atomicAdd(&p->stats->stopped, read < n_pages ? 1ull : 0ull);
       atomicAdd(&p->stats->pages_listed, (unsigned long long)n_pages);
@@ -352,12 +358,13 @@ struct ListState {
 struct WarpGate {
   int scanned = 0, run = 0, stop = -1;
   __device__ __forceinline__ bool may_read(const ListState& ls, int r, int lane) {
-    const int decided = r - ls.p->lag - 1;
+    if (!ls.active) return true;
+    const int decided = r - ls.lag - 1;
     if (stop < 0 && decided >= scanned) {
       stop = ls.scan_verdicts(scanned, decided, run, lane);
       scanned = decided + 1;
     }
-    return stop < 0 || r <= stop + ls.p->lag;
+    return stop < 0 || r <= stop + ls.lag;
   }
 };
 
@@ -418,10 +425,21 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
   const int len = min(max(sp.seq_lens[list], 0), sp.max_pages_per_seq * kPageSize);
   uint32_t qf[D / 16][2];
   detail::load_q_fragments<D>(sp, b, hq0, rows, row, quad, qf);
-  ListState ls{&p, list, (len + kPageSize - 1) / kPageSize, 0, 0, rows};
+  ListState ls{&p, list, (len + kPageSize - 1) / kPageSize, 0, 0, rows,
+               true, p.round_blocks, p.lag, p.patience, p.eps_scale, p.eps_dir};
+  if (p.rules) {
+    const ArtRowRule r = p.rules[p.row_policy[b]];
+    ls.active = r.active != 0;
+    ls.round_blocks = max(r.round_pages / kArtBlockPages, p.round_blocks);
+    ls.lag = max(r.lag_rounds, p.lag);
+    ls.patience = r.patience;
+    ls.eps_scale = r.eps_scale;
+    ls.eps_dir = r.eps_dir;
+  }
   ls.n_blocks = (ls.n_pages + kArtBlockPages - 1) / kArtBlockPages;
-  ls.n_rounds = (ls.n_blocks + p.round_blocks - 1) / p.round_blocks;
-  const int first_valid = len - (ls.n_pages - 1) * kPageSize;  // the partial page is listed first
+  ls.n_rounds = (ls.n_blocks + ls.round_blocks - 1) / ls.round_blocks;
+  // The partial page: listed first by ART's lists, last by an inactive row's (paged decode's).
+  const int partial_valid = len - (ls.n_pages - 1) * kPageSize, partial = ls.active ? 0 : ls.n_pages - 1;
   WarpGate gate;
   WarpBlocks<MASKED> wb{.table = sp.page_table + list * sp.max_pages_per_seq,
                         .masks = MASKED ? sp.head_masks + list * sp.max_pages_per_seq : nullptr,
@@ -442,18 +460,18 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
     const int pos = i % kArtBlockPages;
     if (!done && pos == 0 && i > 0) wb.advance();
     const int j = wb.block(wb.k), page = j * kArtBlockPages + pos;
-    if (!done && (page >= ls.n_pages || (pos == 0 && !gate.may_read(ls, j / p.round_blocks, lane)))) done = true;
+    if (!done && (page >= ls.n_pages || (pos == 0 && !gate.may_read(ls, j / ls.round_blocks, lane)))) done = true;
     if (!done) {
       ++n_issued;
       const int s = i % kStages;
       const int id = __shfl_sync(0xffffffffu, wb.cur_ids, pos);
       const uint32_t mask = MASKED ? __shfl_sync(0xffffffffu, wb.cur_masks, pos) : ~0u;
       if (lane == 0) {
-        stage_valid[warp][s] = page == 0 ? first_valid : kPageSize;
+        stage_valid[warp][s] = page == partial ? partial_valid : kPageSize;
         stage_block[warp][s] = pos == kArtBlockPages - 1 || page == ls.n_pages - 1 ? j : -1;
         stage_mask[warp][s] = mask;
       }
-      detail::copy_page_async<C>(kbase, vbase, size_t(id) * sp.page_stride, page == 0 ? first_valid : kPageSize,
+      detail::copy_page_async<C>(kbase, vbase, size_t(id) * sp.page_stride, page == partial ? partial_valid : kPageSize,
                                  wbuf_s + s * C::kStageBytes, lane);
     }
     detail::cp_async_commit();
@@ -510,14 +528,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
 #pragma unroll
       for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
       __syncwarp();  // the lanes' probe writes, then lane 0's release publishes them all
-      const int r = ended / p.round_blocks;
+      const int r = ended / ls.round_blocks;
       if (lane == 0) {
         fence_gpu();
         atomicAdd(ls.arrive() + r, 1);
       }
       // One block of each round (a different warp's each round) tries the verdict the gates
       // will want next: that of the round a wave of blocks before this one.
-      if (ended - r * p.round_blocks == r % ls.blocks_in_round(r)) ls.try_verdict(r - max(1, p.lag - kLagSlack), lane);
+      if (ls.active && ended - r * ls.round_blocks == r % ls.blocks_in_round(r))
+        ls.try_verdict(r - max(1, p.lag - kLagSlack), lane);
     }
   }
   detail::cp_async_wait<0>();
@@ -691,6 +710,8 @@ struct ArtVariant {
     p.rounds = reinterpret_cast<float*>(ws + l.rounds);
     p.checkpoints = reinterpret_cast<float*>(ws + l.checkpoints);
     p.stats = a.stats;
+    p.row_policy = a.rules ? a.row_policy : nullptr;
+    p.rules = a.row_policy ? a.rules : nullptr;
 
     const dim3 grid(plan.num_chunks, at.num_kv_heads, at.batch);
     if (at.head_masks)

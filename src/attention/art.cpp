@@ -238,9 +238,15 @@ PolicyInfo art_policy_info() {
                    choice_key("test", "full", {"full", "probe"},
                               "the stability test on the full output vector or on the GPU kernel's 32-element probe"),
                    integer_key("lag", a.lag, 0, 1 << 16,
-                               "with stop=group: rounds read past the stopping round (the GPU kernel's lag)")},
+                               "with stop=group: rounds read past the stopping round (the GPU kernel's lag)"),
+                   integer_key("warps", a.warps, 0, 1 << 16,
+                               "GPU only: the kernel's warps per list (0: the decode kernel's split); fewer read "
+                               "less past a stop and stream more slowly")},
           .composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "resa", "cs", "mac"},
-          .order = "the base's order; for a dense base art:order"};
+          .order = "the base's order; for a dense base art:order",
+          // On the GPU with stop=group,test=probe over dense (order=group), gbsa or resa: the
+          // planner refuses the rest with the reason.
+          .backends = {"cpu", "cuda"}};
 }
 
 }  // namespace skim

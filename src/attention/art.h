@@ -47,6 +47,7 @@ struct ArtParams {
   bool group_stop = false;
   bool probe_test = false;
   int lag = 0;
+  int warps = 0;  // GPU only: the kernel's warps per list (0: the decode kernel's split)
   // art:order for a dense base. Bound, not the paper's recent-first: on SmolLM2 recent-first
   // never stabilises (99% of blocks visited at 4K), bound order visits 59% at dense quality and
   // the demo model 20% (docs/results.md "Defaults").

@@ -63,6 +63,7 @@ struct ArtRowRule {
   int active = 1;
   int round_pages = 16, lag_rounds = 0, patience = 16;
   float eps_scale = 0.001f, eps_dir = 1e-5f;
+  int max_warps = 0;  // the policy's art.max_warps (a launch takes the smallest one set; kernels ignore it)
 };
 
 struct ArtDecodeArgs {

@@ -109,6 +109,7 @@ ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPar
   a.group_stop = p.text("stop", "head") == "group";
   a.probe_test = p.text("test", "full") == "probe";
   a.lag = p.integer("lag", a.lag);
+  a.warps = p.integer("warps", a.warps);
   const bool dense = !selector || selector->name == "dense";
   // The heads of a group stop together only along one shared order: a dense base in the
   // group's order, or a selection made for the whole group (gbsa, resa).

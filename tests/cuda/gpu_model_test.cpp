@@ -258,10 +258,13 @@ TEST_P(GpuSparsePolicy, DecodeMatchesTheCpuPolicy) {
 // context, most of this prompt); quest in every layer too.
 INSTANTIATE_TEST_SUITE_P(Policies, GpuSparsePolicy,
                          ::testing::Values("gbsa:keep=0.1,n_min=16", "quest:budget=0.1,min=0",
-                                           "quest:budget=0.1,min=0,dense_layers=0", "streaming:sink=4,window=512"),
+                                           "quest:budget=0.1,min=0,dense_layers=0", "streaming:sink=4,window=512",
+                                           // ART whose patience outlasts the list: its base, read in bound order
+                                           "gbsa:keep=0.3,n_min=16+art:stop=group,test=probe,round=16,patience=100000"),
                          [](const auto& info) {
                            const std::string& p = info.param;
-                           return p.substr(0, p.find(':')) + (p.find("dense_layers=0") != std::string::npos ? "_all_layers" : "");
+                           return p.substr(0, p.find(':')) + (p.find("dense_layers=0") != std::string::npos ? "_all_layers" : "") +
+                                  (p.find("+art") != std::string::npos ? "_art" : "");
                          });
 
 // ReSA on the GPU: group-sparse decode steps, and every f steps the engine re-runs the last f
@@ -402,6 +405,61 @@ TEST(GpuEngine, SchedulerRunsRequestsOfSeveralPoliciesTogether) {
   EXPECT_EQ(failed, 0);
   EXPECT_EQ(scheduler.metrics().policy_switches, 0u);
   EXPECT_EQ(most_running, 3);
+}
+
+// dense+art on the GPU (the kernel's rule over every page in the group's bound order): with a
+// patience beyond the list it is dense (within the two kernels' rounding); with every round
+// stable it stops after round 1 plus the lag, reads fewer bytes than dense (counted on the
+// device) and moves the logits.
+TEST(GpuEngine, ArtOverDenseReadsWhatItsRuleSays) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
+  const std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  const std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
+  // One CTA per list: a lag of 4 rounds of 16 pages, so a stop after round 1 reads 96 of the 256.
+  const std::string rule = "art:order=group,stop=group,test=probe,round=4,warps=8,";
+  auto run = [&](const std::string& policy, double& bytes) {
+    EngineOptions o = gpu_options(int(prompt.size()) + 32);
+    o.policy = policy;
+    Engine e(o);
+    const int s = e.open_sequence();
+    e.append(s, std::vector<int>(prompt.begin(), prompt.end() - 1), {});
+    const double before = e.decode_kv_bytes_read();
+    std::vector<float> all;
+    for (int i = 0; i < 8; ++i) {
+      const int t = i == 0 ? prompt.back() : forced[size_t(i - 1)];
+      const std::vector<float> l = e.decode(std::span<const int>(&s, 1), std::span<const int>(&t, 1));
+      all.insert(all.end(), l.begin(), l.end());
+    }
+    bytes = e.decode_kv_bytes_read() - before;
+    return all;
+  };
+  double dense_bytes = 0, never_bytes = 0, stop_bytes = 0;
+  const std::vector<float> dense = run("dense", dense_bytes);
+  const std::vector<float> never = run(rule + "patience=100000", never_bytes);
+  const std::vector<float> stop = run(rule + "patience=1,eps_scale=1e30,eps_dir=2", stop_bytes);
+  float never_diff = 0, stop_diff = 0;
+  for (size_t i = 0; i < dense.size(); ++i) {
+    never_diff = std::max(never_diff, std::fabs(never[i] - dense[i]));
+    stop_diff = std::max(stop_diff, std::fabs(stop[i] - dense[i]));
+  }
+  std::printf("[ art      ] dense+art on the GPU, demo-long, 8 steps: never stopping max |diff| = %.4f (bytes %.2f of "
+              "dense's), stopping after round 1: %.3f (bytes %.2f)\n",
+              never_diff, never_bytes / dense_bytes, stop_diff, stop_bytes / dense_bytes);
+  EXPECT_LT(never_diff, 0.05f);
+  EXPECT_GE(never_bytes, dense_bytes);  // every page, and the digests
+  EXPECT_LT(stop_bytes, dense_bytes);
+  EXPECT_GT(stop_diff, 0.01f);
+}
+
+TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (const char* policy : {"gbsa+art", "quest+art:stop=group,test=probe", "art:order=bound,stop=group,test=probe",
+                             "art:order=group,stop=group,test=probe,round=64"}) {
+    EngineOptions o = gpu_options(256);
+    o.policy = policy;
+    EXPECT_THROW(Engine e(o), Error) << policy;
+  }
 }
 
 TEST(GpuEngine, RefusesPoliciesThatRunOnTheCpuOnly) {

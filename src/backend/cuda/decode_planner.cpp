@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "attention/art.h"
 #include "attention/policy_registry.h"
 #include "attention/policy_spec.h"
 #include "attention/selectors.h"
@@ -83,8 +85,10 @@ class SelectionRows : public RowPlanner {
 // ReSA's group block-sparse selection: group_page_select, one list per (row, KV head).
 class GroupPageRows final : public SelectionRows {
  public:
-  GroupPageRows(const PlannerShape& s, const GroupBlockParams& p, int dense_layers, const std::string& policy)
-      : SelectionRows(s, dense_layers), p_(p) {
+  // With an ART rule, the lists come in bound order (by_score), the newest page first.
+  GroupPageRows(const PlannerShape& s, const GroupBlockParams& p, int dense_layers, const std::string& policy,
+                std::optional<ArtRowRule> art = std::nullopt)
+      : SelectionRows(s, dense_layers), p_(p), art_(art) {
     workspace_ = group_page_select_workspace_size(args(PlanInput{.n = s.max_rows}, 0, Out{}));
     SKIM_REQUIRE(workspace_ > 0, "policy {}: keep {} / n_min {} / n_local {} out of the GPU selection's range",
                  policy, p.keep, p.n_min, p.n_local);
@@ -93,19 +97,26 @@ class GroupPageRows final : public SelectionRows {
   void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
     check(group_page_select(args(in, rows, out), stream), "group_page_select");
   }
+  const ArtRowRule* art_rule() const override { return art_ ? &*art_ : nullptr; }
+  // ART's K/V are counted on the device (the pages it read); the digests here.
+  double host_bytes(int layer, int length) const override {
+    return art_ && !dense_in(layer) ? digest_bytes(length) : bytes_read(layer, length);
+  }
 
  private:
   int head_pages(int pages, int) const override { return group_pages_kept(pages, p_.keep, p_.n_min); }
   GroupPageSelectArgs args(const PlanInput& in, uint32_t rows, const Out& out) const {
     return {.batch = in.n, .num_heads = s_.num_heads, .num_kv_heads = s_.num_kv_heads, .head_dim = s_.head_dim,
             .page_size = s_.page_size, .max_pages_per_seq = s_.max_pages_per_seq, .keep = p_.keep,
-            .n_min = p_.n_min, .n_local = p_.n_local, .q = in.q, .kmin = in.kmin, .kmax = in.kmax,
+            .n_min = p_.n_min, .n_local = p_.n_local, .by_score = art_.has_value(), .q = in.q, .kmin = in.kmin,
+            .kmax = in.kmax,
             .page_table = in.page_table, .seq_lens = in.seq_lens, .out_table = out.table,
             .out_lens = out.lens, .out_masks = out.masks, .rows = rows_of(in, rows),
             .workspace = out.workspace, .workspace_bytes = out.workspace_bytes};
   }
 
   GroupBlockParams p_;
+  std::optional<ArtRowRule> art_;
   size_t workspace_ = 0;
 };
 
@@ -153,8 +164,42 @@ class QuestPageRows final : public SelectionRows {
 // The rows planner of a policy string's selector (dense when it has none). The registry's
 // `backends` decide which policies run on the GPU (the engine refuses the others first); a
 // selector the registry lists for cuda without a planner here is an internal error.
+// ART on the GPU runs the kernel's rule (cuda::art_decode_attention), which the CPU policy runs
+// with stop=group and test=probe: the policy must say so, so that both devices run one rule.
+ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art) {
+  SKIM_REQUIRE(art.text("stop", "head") == "group" && art.text("test", "full") == "probe",
+               "policy {}: art on the GPU stops a GQA group's heads together on the 32-element probe: write "
+               "art:stop=group,test=probe (the CPU runs the same rule with them)", policy);
+  const ArtParams d;
+  const int block = art.integer("block", d.block), round = art.integer("round", d.round);
+  SKIM_REQUIRE(block == 64, "policy {}: art:block is 64 tokens (4 pages) on the GPU", policy);
+  SKIM_REQUIRE(round * 4 <= 128, "policy {}: art:round is at most 32 blocks on the GPU", policy);
+  return ArtRowRule{.active = 1, .round_pages = round * 4, .lag_rounds = art.integer("lag", 0),
+                    .patience = art.integer("patience", d.patience),
+                    .eps_scale = float(art.number("eps_scale", d.eps_scale)),
+                    .eps_dir = float(art.number("eps_dir", d.eps_dir)), .max_warps = art.integer("warps", 0)};
+}
+
 std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const PlannerShape& shape) {
   const PolicySpec spec = parse_policy_spec(policy);
+  if (const PolicyPart* art = spec.find("art")) {
+    const ArtRowRule rule = gpu_art_rule(policy, *art);
+    const PolicyPart* base = nullptr;
+    for (const PolicyPart& part : spec.parts)
+      if (find_policy_info(part.name)->stage == PolicyStage::Selector) base = &part;
+    if (!base || base->name == "dense") {  // every page, in the group's bound order
+      SKIM_REQUIRE(art->text("order", "bound") == "group",
+                   "policy {}: art over a dense base on the GPU reads in the group's order: art:order=group", policy);
+      return std::make_unique<GroupPageRows>(shape, GroupBlockParams{.keep = 1.0, .n_min = 1, .n_local = 1}, 0,
+                                             policy, rule);
+    }
+    SKIM_REQUIRE(base->name == "gbsa" || base->name == "resa",
+                 "policy {}: art on the GPU composes with dense (art:order=group), gbsa and resa so far, not {}",
+                 policy, base->name);
+    int dense_layers = 0;
+    const GroupBlockParams p = group_block_params(*base, dense_layers);
+    return std::make_unique<GroupPageRows>(shape, p, dense_layers, policy, rule);
+  }
   for (const PolicyPart& part : spec.parts) {
     const PolicyInfo* info = find_policy_info(part.name);
     if (info->stage != PolicyStage::Selector) continue;
@@ -185,6 +230,8 @@ DecodePlanner::DecodePlanner(const std::string& policy, const PlannerShape& shap
     : s_(shape), dense_(std::make_unique<WindowRows>(shape, 0, 0)) {
   listed_.resize(1);
   check(cudaMemset(listed_.data(), 0, listed_.bytes()), "cudaMemset");
+  const std::vector<ArtRowRule> none(kMaxPolicies, ArtRowRule{.active = 0});
+  upload(rules_, none.data(), none.size());
   bool moved = false;
   acquire(policy, moved);
 }
@@ -206,6 +253,8 @@ int DecodePlanner::acquire(const std::string& policy, bool& moved) {
     moved = true;  // the index's graphs ran the policy it held before
   }
   reserve(*p, moved);
+  const ArtRowRule rule = p->art_rule() ? *p->art_rule() : ArtRowRule{.active = 0};
+  check(cudaMemcpy(rules_.data() + at, &rule, sizeof rule, cudaMemcpyHostToDevice), "cudaMemcpy (ART rule)");
   if (at == slots_.size()) slots_.emplace_back();
   slots_[at] = Slot{policy, std::move(p), 1};
   return int(at);
@@ -256,12 +305,24 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
     dense_->select(in, dense, out, stream);
     bound = in.max_seq_len;
   }
+  int art_round = 0, art_warps = 0;
   for (uint32_t m = select; m; m &= m - 1) {
     RowPlanner& p = *slots_[size_t(std::countr_zero(m))].planner;
     p.select(in, m & ~(m - 1), out, stream);
     bound = std::max(bound, p.list_tokens(in.max_seq_len));
+    if (const ArtRowRule* r = p.art_rule()) {
+      art_round = art_round ? std::min(art_round, r->round_pages) : r->round_pages;
+      if (r->max_warps > 0) art_warps = art_warps ? std::min(art_warps, r->max_warps) : r->max_warps;
+    }
   }
-  return {true, table_.data(), lens_.data(), std::min(in.max_seq_len, bound), out.masks};
+  return {true, table_.data(), lens_.data(), std::min(in.max_seq_len, bound), out.masks,
+          art_round ? rules_.data() : nullptr, art_round, art_warps};
+}
+
+bool DecodePlanner::has_art() const {
+  for (const Slot& s : slots_)
+    if (s.planner && s.planner->art_rule()) return true;
+  return false;
 }
 
 double DecodePlanner::bytes_read(int index, int layer, int length) const {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/art_decode_args.h"
 #include "backend/cuda/device_memory.h"
 #include "model/config.h"
 
@@ -45,6 +46,11 @@ struct DevicePlan {
   const int32_t* lens = nullptr;
   int max_seq_len = 0;  // host bound of the lists' tokens
   const uint32_t* head_masks = nullptr;  // per-head page masks (quest); null: every head
+  // When a row of the step runs ART here: every row's rule by its policy index (art_decode_args.h
+  // ArtRowRule; the others inactive), and the smallest round of the present ART policies.
+  const ArtRowRule* art_rules = nullptr;
+  int art_round_pages = 0;
+  int art_max_warps = 0;  // the smallest art:warps of the present ART policies (0: none set)
 };
 
 struct PlannerShape {
@@ -80,6 +86,8 @@ class RowPlanner {
   // The part of those the host counts: all of them, but for a union counted on the device
   // (quest's K/V: Out::listed_tokens), which is left out here.
   virtual double host_bytes(int layer, int length) const { return bytes_read(layer, length); }
+  // ART over this policy's lists (they are then in visiting order, the partial page first).
+  virtual const ArtRowRule* art_rule() const { return nullptr; }
 };
 
 // The GPU forward's planner: the policies its sequences run, by index, and the plan buffers
@@ -106,6 +114,7 @@ class DecodePlanner {
   double bytes_read(int index, int layer, int length) const;
   double host_bytes(int index, int layer, int length) const;
   double device_bytes(cudaStream_t stream) const;
+  bool has_art() const;  // some registered policy runs ART (the forward then needs its workspace)
 
  private:
   void reserve(const RowPlanner& p, bool& moved);
@@ -122,6 +131,7 @@ class DecodePlanner {
   DeviceBuffer<uint32_t> masks_;
   DeviceBuffer<uint8_t> workspace_;
   DeviceBuffer<unsigned long long> listed_;  // tokens the unions listed, every step and layer
+  DeviceBuffer<ArtRowRule> rules_;           // [kMaxPolicies] each index's ART rule (inactive: none)
 };
 
 }  // namespace skim::cuda

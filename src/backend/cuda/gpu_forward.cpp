@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/cuda/ops.cuh"
+#include "backend/cuda/art_decode_attention.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
 #include "backend/cuda/paged_prefill_attention.cuh"
 #include "backend/cuda/token_logprobs.cuh"
@@ -82,6 +83,8 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   planner_ = std::make_unique<DecodePlanner>(o.policy, PlannerShape{c.num_layers, c.num_heads, c.num_kv_heads,
                                                                      c.head_dim, shape.page_size, o.max_rows,
                                                                      o.max_pages_per_seq});
+  bool moved = false;
+  reserve_art(moved);
   check(cudaDeviceSynchronize(), "GPU forward set-up");
 }
 
@@ -105,8 +108,43 @@ int GpuForward::acquire_policy(const std::string& policy) {
   check(cudaStreamSynchronize(stream_), "forward pass");
   bool moved = false;
   const int index = planner_->acquire(policy, moved);
+  reserve_art(moved);
   if (moved) drop_graphs();  // they point at the old plan buffers, or ran another policy at an index
   return index;
+}
+
+// ART's workspace, the first time a policy with art is registered: sized for every batch and
+// the smallest round (the most rounds per list), zero-filled once (the kernel leaves it so).
+void GpuForward::reserve_art(bool& moved) {
+  if (art_workspace_.size() > 0 || !planner_->has_art()) return;
+  const ModelConfig& c = w_.config;
+  ArtDecodeArgs a;
+  a.attn = PagedDecodeArgs{.num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
+                           .max_pages_per_seq = opt_.max_pages_per_seq,
+                           .max_seq_len = opt_.max_pages_per_seq * cache_.shape().page_size,
+                           .tables_per_kv_head = true};
+  a.art.round_pages = kArtBlockPages;
+  size_t ws = 0;
+  for (a.attn.batch = 1; a.attn.batch <= opt_.max_rows; ++a.attn.batch) ws = std::max(ws, art_decode_workspace_size(a));
+  SKIM_REQUIRE(ws > 0, "GPU forward: ART does not run this model's attention shape ({} query heads per KV head, "
+               "head_dim {}; it needs at most 8 and 64 or 128)", c.num_heads / c.num_kv_heads, c.head_dim);
+  art_workspace_.resize(ws);
+  check(cudaMemset(art_workspace_.data(), 0, art_workspace_.bytes()), "cudaMemset");
+  art_stats_.resize(1);
+  check(cudaMemset(art_stats_.data(), 0, art_stats_.bytes()), "cudaMemset");
+  moved = true;
+}
+
+ArtDecodeStats GpuForward::art_stats() const {
+  ArtDecodeStats s;
+  if (art_stats_.size() == 0) return s;
+  check(cudaStreamSynchronize(stream_), "forward pass");
+  check(cudaMemcpy(&s, art_stats_.data(), sizeof s, cudaMemcpyDeviceToHost), "cudaMemcpy (ART stats)");
+  return s;
+}
+
+double GpuForward::art_bytes_read() const {  // K and V of the pages ART read, one KV head each
+  return double(art_stats().pages_read) * cache_.shape().page_size * 2.0 * w_.config.head_dim * sizeof(uint16_t);
 }
 
 void GpuForward::release_policy(int index) { planner_->release(index); }
@@ -270,7 +308,21 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
                           .head_masks = plan.head_masks, .o = o_.data(),
                           .lse = lse_.data(), .workspace = attn_workspace_.data(),
                           .workspace_bytes = attn_workspace_.bytes()};
-  check(paged_decode_attention(a, s), "paged_decode_attention");
+  if (!plan.art_rules) {
+    check(paged_decode_attention(a, s), "paged_decode_attention");
+    return;
+  }
+  // Some row runs ART: every row goes through its kernel, each by its policy's rule (a row
+  // without art reads its whole list, as paged_decode_attention would).
+  ArtDecodeArgs art{.attn = a, .stats = art_stats_.data(),
+                    .row_policy = inputs_.data() + InputLayout(opt_.max_rows).policy, .rules = plan.art_rules};
+  art.art.round_pages = plan.art_round_pages;
+  art.art.max_warps = plan.art_max_warps;
+  art.attn.workspace = art_workspace_.data();
+  art.attn.workspace_bytes = art_workspace_.bytes();
+  art.art.lag_rounds = art_decode_lag(art);
+  SKIM_REQUIRE(art.art.lag_rounds >= 0, "GPU forward: ART cannot run this step's shape");
+  check(art_decode_attention(art, s), "art_decode_attention");
 }
 
 int GpuForward::bucket(int max_seq_len) const {

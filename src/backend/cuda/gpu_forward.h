@@ -29,6 +29,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attention/art_decode_args.h"
 #include "backend/cuda/decode_planner.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gpu_kv_cache.h"
@@ -85,8 +86,10 @@ class GpuForward final : public Forward, private Backend {
   // The bytes every decode row run so far read (Forward): counted by the host from the plans'
   // shapes, and for quest's unions on the device (read back here: waits for the stream).
   std::optional<double> decode_kv_bytes_read() const override {
-    return decode_bytes_total_ + planner_->device_bytes(stream_);
+    return decode_bytes_total_ + planner_->device_bytes(stream_) + art_bytes_read();
   }
+  // ART's counters since the forward began (the device's: waits for the stream).
+  ArtDecodeStats art_stats() const;
 
   GpuKVCache& cache() { return cache_; }
   const GpuWeights& weights() const { return w_; }
@@ -140,6 +143,12 @@ class GpuForward final : public Forward, private Backend {
   DeviceBuffer<float> x_, y_, qkv_, o_, lse_, gate_up_, logits_;
   DeviceBuffer<uint16_t> h_, h_rows_, q_, o16_, inter_;
   DeviceBuffer<uint8_t> attn_workspace_;
+  // ART (cuda::art_decode_attention), once a policy with art is registered: its workspace (for
+  // any batch, rounds of 4 pages: the most rounds) and its counters.
+  DeviceBuffer<uint8_t> art_workspace_;
+  DeviceBuffer<ArtDecodeStats> art_stats_;
+  void reserve_art(bool& moved);
+  double art_bytes_read() const;
   DeviceBuffer<uint8_t> prefill_workspace_;  // key splits of short prefill chunks
   std::unique_ptr<DecodePlanner> planner_;  // the policies' selection stage
   double decode_bytes_total_ = 0;  // the host-counted part

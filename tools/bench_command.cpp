@@ -62,6 +62,17 @@ std::vector<std::pair<std::string, int>> e2e_policies(const BenchArgs& a, int co
   }
   if (a.policy_defaults)
     for (const char* p : {"quest", "gbsa", "streaming"}) out.push_back({p, std::string(p) == "gbsa" ? 32 : 0});
+  if (a.art) {
+    // ART under its GPU rule over every page (random K/V: at its thresholds it may never stop,
+    // which shows its cost), and with every round stable (a stop after round 2: what a stop
+    // saves), over dense and over gbsa at --sparse-keep.
+    const std::string rule = fmt::format("art:stop=group,test=probe,round={}", a.art_round / 4);
+    out.push_back({"art:order=group," + rule.substr(4), 0});
+    out.push_back({"art:order=group," + rule.substr(4) + ",patience=2,eps_scale=1000,eps_dir=2", 0});
+    if (a.sparse_keep > 0)
+      out.push_back({fmt::format("gbsa:keep={},n_min={}+{},patience=2,eps_scale=1000,eps_dir=2", a.sparse_keep,
+                                 kBenchMinBlocks, rule), 0});
+  }
   return out;
 }
 
@@ -248,7 +259,9 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_flag("--e2e-only", a.e2e_only, "only the end-to-end steps");
   app->add_flag("--policy-defaults", a.policy_defaults,
                 "also the end-to-end steps of the GPU policies at their defaults (and streaming at --sparse-keep)");
-  app->add_flag("--art", a.art, "also the ART decode attention kernel at forced stops");
+  app->add_flag("--art", a.art,
+                "also the ART decode attention kernel at forced stops, and ART policies end to end (their KV "
+                "bytes as counted on the device)");
   app->add_option("--art-round", a.art_round, "ART's round for --art, pages (a multiple of 4)")->capture_default_str();
   app->add_option("--art-max-warps", a.art_max_warps, "ART's warps per list for --art (0: paged decode's split)")
       ->capture_default_str();

@@ -50,15 +50,14 @@ TeacherForcedRun teacher_forced_decode(Engine& engine, int seq, std::span<const 
                targets.size());
   TeacherForcedRun run;
   run.nll.reserve(feed.size());
-  double overhead0 = overhead_seconds ? overhead_seconds() : 0;
-  DecodeWorkMeter meter(engine, seq);
+  DecodeWorkMeter meter(engine, seq, overhead_seconds);
   for (size_t i = 0; i < feed.size(); ++i) {
     std::vector<float> logits = engine.decode(std::span<const int>(&seq, 1), feed.subspan(i, 1));
     meter.step_done();
     run.nll.push_back(token_nll(logits, targets[i]));
     if (on_step) on_step(int(i + 1), int(feed.size()));
   }
-  run.work = meter.finish(overhead_seconds ? overhead_seconds() - overhead0 : 0);
+  run.work = meter.finish();
   return run;
 }
 

@@ -17,6 +17,8 @@ void DecodeWork::add(const DecodeWork& o) {
   rectified_tokens += o.rectified_tokens;
   rectify_keys += o.rectify_keys;
   seconds += o.seconds;
+  first_steps += o.first_steps;
+  first_step_seconds += o.first_step_seconds;
 }
 
 WorkSummary summarize(const DecodeWork& w, int head_dim, int bytes_per_value) {
@@ -29,7 +31,13 @@ WorkSummary summarize(const DecodeWork& w, int head_dim, int bytes_per_value) {
                      s.rectify_bytes_per_step;
   s.dense_bytes_per_step = double(w.dense_keys) * row_bytes / steps;
   s.relative_to_dense = s.dense_bytes_per_step > 0 ? s.bytes_per_step / s.dense_bytes_per_step : 0;
-  s.tokens_per_second = w.seconds > 0 ? steps / w.seconds : 0;
+  // Steady decode speed: without each run's first step when the runs have later ones (a run of
+  // one step has nothing else to measure).
+  const bool steady = w.steps > w.first_steps && w.seconds > w.first_step_seconds;
+  const double timed_steps = steady ? double(w.steps - w.first_steps) : steps;
+  const double timed_seconds = steady ? w.seconds - w.first_step_seconds : w.seconds;
+  s.tokens_per_second = timed_seconds > 0 ? timed_steps / timed_seconds : 0;
+  s.first_step_seconds = w.first_steps ? w.first_step_seconds / double(w.first_steps) : 0;
   return s;
 }
 
@@ -50,13 +58,15 @@ DecodeWork counters(Engine& e) {
 }
 }  // namespace
 
-DecodeWorkMeter::DecodeWorkMeter(Engine& engine, int seq)
-    : engine_(engine), seq_(seq), start_(counters(engine)), start_seconds_(now_seconds()) {
+DecodeWorkMeter::DecodeWorkMeter(Engine& engine, int seq, std::function<double()> overhead)
+    : engine_(engine), seq_(seq), start_(counters(engine)), overhead_(std::move(overhead)) {
   run_.rectified_tokens = start_.rectified_tokens;
+  start_seconds_ = now_seconds() - overhead_seconds();  // time on the decode clock
 }
 
 void DecodeWorkMeter::step_done() {
   run_.steps += 1;
+  if (run_.steps == 1) first_step_seconds_ = std::max(0.0, now_seconds() - overhead_seconds() - start_seconds_);
   uint64_t rect = engine_.rectified_tokens();
   if (rect != run_.rectified_tokens) {
     // A rectification pass ran: one dense prefill chunk over the whole cache, which a tiled
@@ -67,7 +77,7 @@ void DecodeWorkMeter::step_done() {
   }
 }
 
-DecodeWork DecodeWorkMeter::finish(double overhead_seconds) {
+DecodeWork DecodeWorkMeter::finish() {
   DecodeWork now = counters(engine_);
   DecodeWork w;
   w.steps = run_.steps;
@@ -76,7 +86,11 @@ DecodeWork DecodeWorkMeter::finish(double overhead_seconds) {
   w.dense_keys = now.dense_keys - start_.dense_keys;
   w.rectified_tokens = now.rectified_tokens - start_.rectified_tokens;
   w.rectify_keys = run_.rectify_keys;
-  w.seconds = std::max(0.0, now_seconds() - start_seconds_ - overhead_seconds);
+  w.seconds = std::max(0.0, now_seconds() - overhead_seconds() - start_seconds_);
+  if (w.steps > 0) {
+    w.first_steps = 1;
+    w.first_step_seconds = std::min(first_step_seconds_, w.seconds);
+  }
   return w;
 }
 

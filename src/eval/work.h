@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace skim {
 class Engine;
@@ -19,6 +20,11 @@ struct DecodeWork {
   uint64_t rectified_tokens = 0;
   uint64_t rectify_keys = 0;    // rows rectification reads: the whole cache once per pass
   double seconds = 0;           // decode wall time, evaluation overhead excluded
+  // The first step of each measured run, apart: a policy builds its per-sequence state there
+  // (CSAttention's tables, MAC's prefix states of the prompt's ring entries), a cost paid
+  // once per request, like the prefill's, not per generated token.
+  uint64_t first_steps = 0;
+  double first_step_seconds = 0;
 
   void add(const DecodeWork& o);
 };
@@ -29,7 +35,8 @@ struct WorkSummary {
   double dense_bytes_per_step = 0;
   double rectify_bytes_per_step = 0;  // included in bytes_per_step
   double relative_to_dense = 0;
-  double tokens_per_second = 0;
+  double tokens_per_second = 0;   // steady: the steps after each run's first
+  double first_step_seconds = 0;  // mean over runs of the first step's time
 };
 WorkSummary summarize(const DecodeWork& w, int head_dim, int bytes_per_value = 4);
 
@@ -37,17 +44,21 @@ WorkSummary summarize(const DecodeWork& w, int head_dim, int bytes_per_value = 4
 // construct before the loop, call step_done after each Engine::decode, finish after.
 class DecodeWorkMeter {
  public:
-  DecodeWorkMeter(Engine& engine, int seq);
+  // `overhead_seconds`, when given, is a clock of the time spent inside the loop on evaluation
+  // (observers), not decoding; it is subtracted from the step times.
+  DecodeWorkMeter(Engine& engine, int seq, std::function<double()> overhead_seconds = {});
   void step_done();
-  // `overhead_seconds`: time spent inside the loop on evaluation (observers), not decoding.
-  DecodeWork finish(double overhead_seconds = 0);
+  DecodeWork finish();
 
  private:
   Engine& engine_;
   int seq_;
   DecodeWork start_;  // policy counters when the meter started
   DecodeWork run_;    // steps and rectification seen by this meter
+  std::function<double()> overhead_;
   double start_seconds_ = 0;
+  double first_step_seconds_ = 0;
+  double overhead_seconds() const { return overhead_ ? overhead_() : 0.0; }
 };
 
 double now_seconds();  // monotonic clock

@@ -76,6 +76,9 @@ TEST(EngineMetrics, DenseAgainstDenseIsExact) {
   }
   WorkSummary w = summarize(a.forced.work, e->config().head_dim);
   EXPECT_EQ(a.forced.work.steps, 39u);
+  EXPECT_EQ(a.forced.work.first_steps, 1u);
+  EXPECT_GT(w.tokens_per_second, 0.0);
+  EXPECT_LE(a.forced.work.first_step_seconds, a.forced.work.seconds);
   EXPECT_DOUBLE_EQ(w.relative_to_dense, 1.0);
 
   e->set_policy("dense");
@@ -88,6 +91,29 @@ TEST(EngineMetrics, DenseAgainstDenseIsExact) {
   EXPECT_EQ(g1.tokens, g2.tokens);
   EXPECT_EQ(edit_similarity(g1.tokens, g2.tokens), 1.0);
   EXPECT_EQ(first_divergence(g1.tokens, g2.tokens), 24u);
+}
+
+// Decode speed leaves out each run's first step (where cs builds its tables, mac its ring
+// states) and reports it apart; a run of one step is all there is to time.
+TEST(EngineMetrics, TokensPerSecondIsSteadyWithTheFirstStepApart) {
+  DecodeWork a;
+  a.steps = 11;
+  a.seconds = 7.0;
+  a.first_steps = 1;
+  a.first_step_seconds = 5.0;
+  DecodeWork b = a;
+  b.first_step_seconds = 3.0;
+  b.seconds = 5.0;
+  a.add(b);  // two runs: 20 later steps in 4 s, first steps 5 s and 3 s
+  WorkSummary s = summarize(a, 64);
+  EXPECT_DOUBLE_EQ(s.tokens_per_second, 5.0);
+  EXPECT_DOUBLE_EQ(s.first_step_seconds, 4.0);
+  DecodeWork one;
+  one.steps = 1;
+  one.seconds = 0.5;
+  one.first_steps = 1;
+  one.first_step_seconds = 0.5;
+  EXPECT_DOUBLE_EQ(summarize(one, 64).tokens_per_second, 2.0);
 }
 
 TEST(EngineMetrics, SparsePolicyReadsLessAndErrs) {

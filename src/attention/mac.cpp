@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention/mac_decode_args.h"
 #include "backend/cpu/attention_state.h"
 #include "core/error.h"
 #include "attention/policy_registry.h"
@@ -126,6 +127,7 @@ void MacReuse::match(const AttentionBatch& b, int row, Match* out) {
     if (m.slot < 0) continue;
     m.dist = std::sqrt(best[size_t(h)]);
     m.pos = r.pos[size_t(m.slot)];
+    m.prefix = prefix_end(m.pos, b.kv.page_size);
     m.hit = m.dist < norm * float(1.0 - p_.tau);
     const double x = m.dist / norm;
     st.dist += x;
@@ -147,11 +149,13 @@ void MacReuse::record(int layer, int head, const Match& m, int pos, int num_head
   MacHeadStats& st = stat(layer, head, num_heads);
   st.decisions += 1;
   if (!m.hit) return;
-  const int prefix = std::max(0, m.pos + 1 - p_.band);
+  const int prefix = m.prefix;
   st.hits += 1;
   st.skipped += double(prefix) / double(pos + 1);
   st.band_keys += double(pos + 1 - prefix);
 }
+
+int MacReuse::prefix_end(int pos, int page_size) const { return mac_prefix_end(pos, p_.band, page_size); }
 
 void MacReuse::push(const AttentionBatch& b, int row, const float* o, const float* lse) {
   const size_t width = size_t(b.num_heads) * b.head_dim;

@@ -1,16 +1,28 @@
 // MAC-Attention's reuse stage (seeds/002; DESIGN.md sections 2, 3, 9): per (sequence, layer,
 // query head) a ring of the last K pre-RoPE queries and, for each, its attention state over the
-// prefix [1, p-r] (1-based; here the 0-based key range [0, p+1-r) of the token at position p).
+// prefix [1, p-r] (1-based; here the 0-based key range [0, p+1-r) of the token at position p,
+// rounded down to a page: see below).
 //
 // A decode query at position m matches the ring entry nearest in L2 distance of pre-RoPE
 // queries; a hit when the distance is below sqrt(2d)(1-tau). On a hit the output is the
-// cached prefix merged with a fresh state over [p+1-r, m+1) (equation (7) of the paper); on a
+// cached prefix merged with a fresh state over the band+tail (equation (7) of the paper); on a
 // miss the pipeline attends over the base selection. Either way the state cached for m covers
-// [0, m+1-r) and is built by merging (reused prefix or nothing) with a partial computed over
-// the keys below m+1-r that were read for m: nothing is ever subtracted.
+// its prefix and is built by merging (reused prefix or nothing) with a partial computed over
+// the keys below the prefix end that were read for m: nothing is ever subtracted.
+//
+// Prefixes end on page boundaries: the prefix of the token at p is [0, mac_prefix_end(p)),
+// the paper's [1, p-r] rounded down to a whole page (attention/mac_decode_args.h), so a band
+// holds r to r + page_size - 1 keys and every part of a step is a list of whole pages, what the
+// paged decode kernel reads on both backends.
 //
 // The ring is filled from prefill rows too: the prefill's causal attention computes each row's
 // prefix state beside its output (causal_attend.h), so decode can hit from its first step.
+//
+// Decode runs as plan + kernel (pipeline_mac.cpp) over a base that plans pages: the match, then
+// cpu::mac_page_plan cuts each head's pages at the step's prefix end, the paged decode kernel
+// attends both parts, and cpu::mac_merge_states merges them with the reused prefixes. With
+// `art` or a per-token base (cs) the per-head path of pipeline_heads.cpp runs instead, with
+// the same prefixes.
 //
 // A ring holds its K entries in preallocated arrays (reserved at its first entry; memory pages
 // are touched only as entries arrive), overwriting the oldest once full: a decode step
@@ -55,7 +67,7 @@ class MacReuse {
   explicit MacReuse(MacParams p) : p_(p) {}
   const MacParams& params() const { return p_; }
 
-  // A prefill batch: its rows become ring entries, with their states over [0, p+1-r) computed
+  // A prefill batch: its rows become ring entries, with their states over their prefixes computed
   // by the prefill's attention (prefix_o [num_rows][num_heads][d], prefix_lse [num_rows][num_heads]).
   void observe_prefill(const AttentionBatch& b, const float* prefix_o, const float* prefix_lse);
 
@@ -64,6 +76,7 @@ class MacReuse {
     float dist = 0;      // its L2 distance
     bool hit = false;
     int pos = -1;        // its position p
+    int prefix = 0;      // the end of p's cached prefix: a hit's band+tail starts here
   };
   // Nearest entry for each query head of a decode batch's row (out: [num_heads]), in one pass
   // over the ring; records the distance statistics.
@@ -71,9 +84,11 @@ class MacReuse {
   // The cached state (o, lse) of the slot's entry for `head`.
   const float* cached_o(const AttentionBatch& b, int row, int slot, int head) const;
   float cached_lse(const AttentionBatch& b, int row, int slot, int head) const;
-  // Records one decision's work (after match); `keys_after_prefix` the band+tail length on a hit.
+  // Records one decision's work (after match) for the row at `pos`.
   void record(int layer, int head, const Match& m, int pos, int num_heads);
-  // Appends the decode row's entry: its pre-RoPE queries and per-head states over [0, m+1-r).
+  // The end of the prefix cached for the token at `pos` (mac_prefix_end with this band).
+  int prefix_end(int pos, int page_size) const;
+  // Appends the decode row's entry: its pre-RoPE queries and per-head states over its prefix.
   void push(const AttentionBatch& b, int row, const float* o, const float* lse);
 
   // A ring entry of a sequence in a layer (tests): its position and state of `head`; `i`
@@ -105,7 +120,7 @@ class MacReuse {
     int heads = 0, width = 0;  // num_heads; num_heads * head_dim
     std::vector<int> pos;      // [K]
     std::vector<float> q_pre;  // [K][num_heads][d]
-    std::vector<float> o;      // [K][num_heads][d]: state over [0, pos+1-r)
+    std::vector<float> o;      // [K][num_heads][d]: state over [0, prefix_end(pos))
     std::vector<float> lse;    // [K][num_heads]
     int size() const { return int(pos.size()); }
     int slot(int i) const { return (first + i) % size(); }  // of the i-th oldest entry

@@ -19,7 +19,8 @@
 // head_masks uint32 [batch][num_kv_heads][max_pages_per_seq], bit g of an entry set when query
 // head g of the group attends that page (groups of at most 32 heads). The CUDA kernel reads
 // the union once for the group (a page a head does not attend scores -inf for it); the fp32
-// CPU kernel attends head by head. A head that attends no page gets (0, -inf).
+// CPU kernel reads each key once for the heads that attend it (attend_shared_keys). A head
+// that attends no page gets (0, -inf).
 //
 // The element type is a parameter: PagedDecodeArgs (bf16, as raw 16-bit patterns; core/dtype.h
 // converts) is the GPU cache's and the CUDA kernel's; PagedDecodeArgsF32 is the CPU cache's

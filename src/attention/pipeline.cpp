@@ -65,6 +65,7 @@ void attend_prefill(const AttentionBatch& b, const PrefixStates* prefix) {
     run.first_pos = b.positions[t.row];
     if (prefix) {
       run.prefix_band = prefix->band;
+      run.prefix_page = b.kv.page_size;
       run.prefix_o = prefix->o + offset;
       run.prefix_lse = prefix->lse + size_t(t.row) * b.num_heads + size_t(t.kv_head) * group;
       run.lse_stride = b.num_heads;
@@ -145,7 +146,12 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
   }
   const bool sparse = b.decode && config_.selector && b.layer >= config_.dense_layers;
   Selector& selector = sparse ? *config_.selector : *dense_;
-  if (config_.mac || config_.art) {
+  if (config_.mac && !config_.art && selector.plan(b, plan_)) {  // plan + kernel, as on the GPU
+    attend_mac_plan(b, plan_, sparse);
+    notify(b);
+    return;
+  }
+  if (config_.mac || config_.art) {  // per head: ART's traversal, MAC over a per-token base (cs)
     attend_heads(b, selector, sparse);
     notify(b);
     return;

@@ -1,7 +1,9 @@
 // The policy pipeline (DESIGN.md section 3): select -> reuse -> traverse -> merge -> update.
 // Prefill chunks always attend densely; decode rows go through the selector, except in the
-// first `dense_layers` layers. With `mac` (reuse) or `art` (traverse) in the policy, decode
-// rows go query head by query head through pipeline_heads.cpp.
+// first `dense_layers` layers. A selector that plans pages is attended as plan + kernel (the
+// paged decode kernel over its page plan), with `mac` too (pipeline_mac.cpp); with `art`
+// (traverse), or `mac` over a per-token selector (cs), decode rows go query head by query head
+// through pipeline_heads.cpp.
 #pragma once
 
 #include <memory>
@@ -25,8 +27,8 @@ struct PipelineConfig {
   ArtOrder art_order = ArtOrder::Given;  // the block order for the selector's layers
 };
 
-// MAC's ring rows: each row's state over its keys [0, position + 1 - band), written by the
-// prefill's attention beside the row's output.
+// MAC's ring rows: each row's state over its prefix [0, mac_prefix_end(position, band,
+// page_size)), written by the prefill's attention beside the row's output.
 struct PrefixStates {
   int band = 0;
   float* o = nullptr;    // [num_rows][num_heads][head_dim]
@@ -60,12 +62,20 @@ class PipelinePolicy : public AttentionPolicy {
   void attend_heads(const AttentionBatch& b, Selector& selector, bool sparse);
   // Decode through a page plan: the backend's paged decode kernel over the plan's lists.
   void attend_plan(const AttentionBatch& b, const PagePlan& plan, bool sparse);
+  // MAC over a base page plan: match, plan, kernel, merge (pipeline_mac.cpp).
+  void attend_mac_plan(const AttentionBatch& b, const PagePlan& base, bool sparse);
   void notify_plan(const AttentionBatch& b, const PagePlan& plan) const;
 
   PipelineConfig config_;
   std::unique_ptr<Selector> dense_;
   ArtStats art_stats_;
   PagePlan plan_;  // the decode batch's, kept to reuse its memory
+  struct MacBuffers {  // attend_mac_plan's, kept to reuse their memory
+    std::vector<MacReuse::Match> matches;
+    std::vector<int32_t> band_begin;
+    PagePlan rows, below, above;
+    std::vector<float> cache_o, cache_lse, below_o, below_lse, above_o, above_lse;
+  } mac_buffers_;
 };
 
 }  // namespace skim

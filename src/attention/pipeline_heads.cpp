@@ -4,9 +4,9 @@
 // attention still reads each key once for all the heads of its KV group that need it
 // (attend_shared_keys), ART traverses per head.
 //
-// Per head, the keys read for the output are the band+tail [p+1-r, m+1) on a MAC hit and the
+// Per head, the keys read for the output are the band+tail [prefix(p), m+1) on a MAC hit and the
 // base selection on a miss (or with no MAC). With MAC they are read as two disjoint parts, below
-// and from split = m+1-r: the state cached for m is the reused prefix (or nothing) merged with
+// and from split = prefix(m) (mac.h: m+1-r rounded down to a page): the state cached for m is the reused prefix (or nothing) merged with
 // the part below the split, and the output is that merged with the part from the split on.
 // Each key is read once and nothing is subtracted.
 //
@@ -128,12 +128,12 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
         x.ranges = sel.heads[sel.shared() ? 0 : size_t(g)];
         x.order = order;
         if (mac) {
-          x.split = std::max(0, ctx - mac->params().band);
+          x.split = mac->prefix_end(ctx - 1, b.kv.page_size);
           x.match = matches[size_t(x.head)];
           mac->record(b.layer, x.head, x.match, b.positions[r], H);
           if (x.match.hit) {  // the band+tail, most recent first; the cached state is read
             meta += uint64_t(d + 1) * sizeof(float);
-            x.ranges = {KeyRange{std::max(0, x.match.pos + 1 - mac->params().band), ctx}};
+            x.ranges = {KeyRange{x.match.prefix, ctx}};
             x.order = ArtOrder::Recent;
           }
         }

@@ -1,10 +1,12 @@
 // MAC-Attention through the pipeline on random one-layer sequences: a miss equals dense, a hit
 // equals equation (7) of seeds/002 evaluated by brute force, and the state cached for m is the
-// state over [1, m-r] (1-based) built without subtraction.
+// state over [1, m-r] (1-based, rounded down to a page: mac_prefix_end) built without
+// subtraction.
 #include "attention/mac.h"
 
 #include <gtest/gtest.h>
 
+#include "attention/mac_decode_args.h"
 #include "attention/pipeline.h"
 #include "decode_harness.h"
 
@@ -12,6 +14,11 @@ namespace skim {
 namespace {
 
 using test::DecodeHarness;
+
+constexpr int kPage = 16;  // the harness's page size
+
+// The end of the prefix cached for the token at `pos`.
+int prefix_of(int pos, int band) { return mac_prefix_end(pos, band, kPage); }
 
 const MacReuse& mac_of(const AttentionPolicy& p) {
   const MacReuse* m = dynamic_cast<const PipelinePolicy&>(p).mac();
@@ -57,10 +64,10 @@ TEST(Mac, MissCachesStateOverPrefix) {
     for (int head = 0; head < h.heads; ++head) {
       std::vector<double> o;
       double lse;
-      h.brute_state(h.q[size_t(m)].data() + head * h.d, head / h.group, 0, m + 1 - band, o, lse);
+      h.brute_state(h.q[size_t(m)].data() + head * h.d, head / h.group, 0, prefix_of(m, band), o, lse);
       auto e = mac_of(*policy).newest(&h.table, 0, head, h.d);
       EXPECT_EQ(e.pos, m);
-      if (m + 1 - band <= 0) {
+      if (prefix_of(m, band) == 0) {
         EXPECT_EQ(e.lse, kEmptyLse);
         continue;
       }
@@ -92,8 +99,8 @@ TEST(Mac, PrefillStatesEqualBruteForce) {
       EXPECT_EQ(e.pos, prompt - mac.ring_size(&h.table, 0) + i);
       std::vector<double> o;
       double lse;
-      h.brute_state(h.q[size_t(e.pos)].data() + head * h.d, head / h.group, 0, e.pos + 1 - band, o, lse);
-      if (e.pos + 1 - band <= 0) {
+      h.brute_state(h.q[size_t(e.pos)].data() + head * h.d, head / h.group, 0, prefix_of(e.pos, band), o, lse);
+      if (prefix_of(e.pos, band) == 0) {
         EXPECT_EQ(e.lse, kEmptyLse);
         continue;
       }
@@ -115,14 +122,14 @@ TEST(Mac, HitEqualsEquation7) {
     h.q_pre.back() = h.q_pre[size_t(p)];
     AttentionBatch b = h.batch(h.table.length - 1, 1, true);
     policy->attend(b);
-    const int m = h.table.length - 1, prefix = std::max(0, p + 1 - band);
+    const int m = h.table.length - 1, prefix = prefix_of(p, band);
     for (int head = 0; head < h.heads; ++head) {
       const int kvh = head / h.group;
       std::vector<double> op, om, oc;
       double lp, lm, lc;
       h.brute_state(h.q[size_t(p)].data() + head * h.d, kvh, 0, prefix, op, lp);        // S, Z of p over [1, p-r]
       h.brute_state(h.q[size_t(m)].data() + head * h.d, kvh, prefix, m + 1, om, lm);    // S, Z of m over [p-r+1, m]
-      h.brute_state(h.q[size_t(m)].data() + head * h.d, kvh, prefix, m + 1 - band, oc, lc);  // [p-r+1, m-r]
+      h.brute_state(h.q[size_t(m)].data() + head * h.d, kvh, prefix, prefix_of(m, band), oc, lc);  // [p-r+1, m-r]
       std::vector<double> out = op, cache = op;
       double lo = lp, lcache = lp;
       merge_double(out, lo, om, lm);
@@ -173,6 +180,88 @@ TEST(Mac, ComposedSelectorMissesUseSelection) {
     AttentionBatch b = h.batch(h.table.length - 1, 1, true);
     q->attend(b);
     EXPECT_LT(test::max_abs_diff(a.data(), h.out.data(), a.size()), 1e-5f);
+  }
+}
+
+// Steps where some heads repeat a ring entry's pre-RoPE query (hits) and the others are new
+// (misses), so hits and misses share KV groups.
+void mixed_step(DecodeHarness& h, int step, int prompt, int window, const std::vector<bool>& hit_heads) {
+  h.add_token();
+  const int p = prompt - window + 1 + 3 * step;
+  for (int head = 0; head < h.heads; ++head)
+    if (hit_heads[size_t(head)])
+      std::copy_n(h.q_pre[size_t(p)].begin() + head * h.d, h.d, h.q_pre.back().begin() + head * h.d);
+}
+
+// The plan + kernel path (a base that plans pages) and the per-head path (art never stopping)
+// give the same outputs and ring states, hits and misses mixed in a group, up to fp32 rounding.
+TEST(Mac, PlanPathEqualsThePerHeadPath) {
+  const int band = test::random_int(1, 70), window = 48, prompt = test::random_int(120, 260);
+  const std::string spec = "mac:tau=0.45,window=48,band=" + std::to_string(band);
+  auto plan = make_policy(spec);
+  auto heads = make_policy(spec + "+art:patience=1000000,order=recent");
+  DecodeHarness h(400, 2, 3, 32);
+  h.prefill(*plan, prompt);
+  {
+    AttentionBatch b = h.batch(0, prompt, false);
+    heads->attend(b);
+  }
+  std::vector<bool> hit_heads(size_t(h.heads));
+  for (int s = 0; s < 10; ++s) {
+    for (size_t i = 0; i < hit_heads.size(); ++i) hit_heads[i] = test::random_int(0, 1) == 1;
+    mixed_step(h, s, prompt, window, hit_heads);
+    AttentionBatch b = h.batch(h.table.length - 1, 1, true);
+    plan->attend(b);
+    std::vector<float> a = h.out;
+    heads->attend(b);
+    EXPECT_LT(test::max_abs_diff(a.data(), h.out.data(), a.size()), 2e-5f) << "step " << s;
+    for (int head = 0; head < h.heads; ++head) {
+      auto x = mac_of(*plan).newest(&h.table, 0, head, h.d), y = mac_of(*heads).newest(&h.table, 0, head, h.d);
+      ASSERT_EQ(x.lse == kEmptyLse, y.lse == kEmptyLse);
+      if (x.lse == kEmptyLse) continue;
+      EXPECT_NEAR(x.lse, y.lse, 2e-5);
+      EXPECT_LT(test::max_abs_diff(x.o, y.o, size_t(h.d)), 2e-5f) << "ring state, step " << s << " head " << head;
+    }
+  }
+  EXPECT_EQ(plan->counters().at("mac_hit_rate"), heads->counters().at("mac_hit_rate"));
+  EXPECT_GT(plan->counters().at("mac_hit_rate"), 0.0);
+  EXPECT_LT(plan->counters().at("mac_hit_rate"), 1.0);
+}
+
+// quest+mac with hits and misses in the same groups: a hit head is equation (7), a miss head is
+// quest's own output for that head.
+TEST(Mac, ComposedSelectorHitsAndMissesShareAGroup) {
+  const int band = 32, window = 64, prompt = 250;
+  auto mq = make_policy("quest:budget=64,min=0,dense_layers=0+mac:tau=0.45,window=64,band=32");
+  auto q = make_policy("quest:budget=64,min=0,dense_layers=0");
+  DecodeHarness h(400, 2, 3, 32);
+  h.prefill(*mq, prompt);
+  {
+    AttentionBatch b = h.batch(0, prompt, false);
+    q->attend(b);
+  }
+  std::vector<bool> hit_heads(size_t(h.heads));
+  for (int s = 0; s < 8; ++s) {
+    for (size_t i = 0; i < hit_heads.size(); ++i) hit_heads[i] = (i + size_t(s)) % 2 == 0;
+    mixed_step(h, s, prompt, window, hit_heads);
+    AttentionBatch b = h.batch(h.table.length - 1, 1, true);
+    mq->attend(b);
+    const std::vector<float> a = h.out;
+    q->attend(b);
+    const int m = h.table.length - 1, p = prompt - window + 1 + 3 * s;
+    for (int head = 0; head < h.heads; ++head) {
+      const float* got = a.data() + size_t(head) * h.d;
+      if (!hit_heads[size_t(head)]) {
+        EXPECT_LT(test::max_abs_diff(got, h.out.data() + size_t(head) * h.d, size_t(h.d)), 2e-5f) << "miss, head " << head;
+        continue;
+      }
+      std::vector<double> op, om;
+      double lp, lm;
+      h.brute_state(h.q[size_t(p)].data() + head * h.d, head / h.group, 0, prefix_of(p, band), op, lp);
+      h.brute_state(h.q[size_t(m)].data() + head * h.d, head / h.group, prefix_of(p, band), m + 1, om, lm);
+      merge_double(op, lp, om, lm);
+      for (int i = 0; i < h.d; ++i) EXPECT_NEAR(got[i], op[size_t(i)], 1e-5) << "hit, head " << head;
+    }
   }
 }
 

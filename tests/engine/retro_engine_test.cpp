@@ -58,7 +58,9 @@ TEST(RetroEngine, SparseBudgetSupplementsPastQueries) {
   auto quest = run(*make_engine(base, 600), prompt, feed);
   auto e = make_engine(base + "+retro:w=4", 600);
   auto retro = run(*e, prompt, feed);
-  EXPECT_EQ(max_diff(quest[0], retro[0]), 0.0f);  // step 0 has no past rows
+  // Step 0 has no past rows: quest's output, up to fp32 rounding (quest's plan reads each key
+  // once for the heads of its group that attend it; retro's rows attend head by head).
+  EXPECT_LT(max_diff(quest[0], retro[0]), 1e-5f);
   float later = 0;
   for (size_t i = 1; i < feed.size(); ++i) later = std::max(later, max_diff(quest[i], retro[i]));
   EXPECT_GT(later, 0.0f);  // past rows were updated, so later steps differ

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "attention/mac_decode_args.h"
 #include "backend/cpu/attention_state.h"
 
 namespace skim {
@@ -103,7 +104,7 @@ void attend_causal(const CausalRun& run, const SeqKV& kv, float scale) {
         const int visible = std::min(nk, pos - k0 + 1);  // causal mask inside the tile
         float bm = kEmptyLse;
         for (int j = 0; j < visible; ++j) bm = std::max(bm, s[a][j] *= scale);
-        const int prefix_keys = pos + 1 - run.prefix_band - k0;  // of this tile, when it ends here
+        const int prefix_keys = mac_prefix_end(pos, run.prefix_band, run.prefix_page) - k0;  // of this tile, when it ends here
         if (run.prefix_o && prefix_keys > 0 && prefix_keys <= nk) {
           float *o, *lse;
           prefix_at(vec, o, lse);

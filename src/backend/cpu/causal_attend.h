@@ -3,8 +3,8 @@
 // multiplied as small matrices in registers, so prefill runs at arithmetic speed rather than
 // one dot product at a time. The result equals `attend` over [0, position + 1) for each row.
 //
-// MAC's ring rows also need each row's state over a prefix of its keys, [0, position + 1 - band)
-// (mac.h). The prefix ends inside one key tile of the row: there the running state (the keys
+// MAC's ring rows also need each row's state over a prefix of its keys,
+// [0, mac_prefix_end(position, band, page_size)) (mac.h). The prefix ends inside one key tile of the row: there the running state (the keys
 // before the tile) is merged with the tile's keys below the prefix end into a copy, so the
 // prefix costs no extra key reads and the row's own output keeps its bits.
 #pragma once
@@ -23,6 +23,7 @@ struct CausalRun {
   // Optional prefix states: row r, head g at prefix_o + r * row_stride + g * head_dim and
   // prefix_lse[r * lse_stride + g]; null: none.
   int prefix_band = 0;
+  int prefix_page = 1;  // prefixes end on multiples of this (MAC: the cache's page size)
   float* prefix_o = nullptr;
   float* prefix_lse = nullptr;
   int lse_stride = 0;

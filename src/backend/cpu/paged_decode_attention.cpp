@@ -57,27 +57,37 @@ void paged_decode_attention(const PagedDecodeArgsF32& a) {
                         .kv = KVLayerView{.k = a.k_pool, .v = a.v_pool, .num_kv_heads = a.num_kv_heads,
                                           .head_dim = a.head_dim, .page_size = a.page_size},
                         .q = a.q, .out = a.o};
-  std::vector<AttendTask> tasks;
-  tasks.reserve(size_t(a.batch) * a.num_kv_heads);
+  std::vector<AttendTask> tasks;  // unmasked lists: the group reads the list's tokens once
+  std::vector<HeadKeys> masked;   // masked lists: each head its own pages of the list
   for (int b = 0; b < a.batch; ++b) {
     for (int h = 0; h < a.num_kv_heads; ++h) {
       const size_t list = a.table_index(b, h);
       const int len = list_len(a, list);
       const int32_t* pages = a.page_table + list * a.max_pages_per_seq;
-      if (!a.head_masks) {  // the group reads the list's tokens once, in its order
+      if (!a.head_masks) {
         AttendTask t{b, h, h * group, group, {}, pages};
         if (len > 0) t.ranges.push_back({0, len});
         tasks.push_back(std::move(t));
         continue;
       }
-      // Masked: each query head over its own pages of the list (the arithmetic of a per-head
-      // selection attended head by head, as the CPU always has).
       for (int g = 0; g < group; ++g)
-        tasks.push_back({b, h, h * group + g, 1,
-                         masked_ranges(a.head_masks + list * a.max_pages_per_seq, len, a.page_size, g), pages});
+        masked.push_back({b, h * group + g, masked_ranges(a.head_masks + list * a.max_pages_per_seq, len, a.page_size, g),
+                          pages});
     }
   }
-  attend_tasks(rows, tasks, a.lse);
+  if (!a.head_masks) {
+    attend_tasks(rows, tasks, a.lse);
+    return;
+  }
+  // Keys the group's heads share are read once for all of them (attend_shared_keys), as the
+  // CUDA kernel reads a listed page once for the group.
+  std::vector<float> o(masked.size() * size_t(a.head_dim)), lse(masked.size());
+  attend_shared_keys(rows, masked, o.data(), lse.data());
+  for (size_t e = 0; e < masked.size(); ++e) {
+    const size_t at = size_t(masked[e].row) * a.num_heads + masked[e].head;
+    std::copy_n(o.data() + e * a.head_dim, a.head_dim, a.o + at * a.head_dim);
+    if (a.lse) a.lse[at] = lse[e];
+  }
 }
 
 void paged_decode_attention(const PagedDecodeArgs& a) {

@@ -5,7 +5,7 @@
 //    exactly to fp32.
 //  - fp32 (PagedDecodeArgsF32): the CPU backend's kernel over its fp32 cache, what the CPU
 //    engine runs for a page plan (attention/page_plan.h). Each key is read once for the
-//    query heads of its GQA group (with head_masks, each head attends its own pages) and
+//    query heads of its GQA group that attend it (with head_masks, each head its own pages) and
 //    long lists are split across threads, their states merged (split_attend.h); tested
 //    against the definition on bf16-exact inputs. Needs the default pool layout
 //    (page_stride = head_stride = 0); lse may be null.

@@ -47,6 +47,7 @@ void cut(size_t task, const std::vector<KeyRange>& ranges, int chunk, std::vecto
 // Keys of one (row, KV head) that the same entries read, attended once for all of them.
 struct SharedPart {
   int row = 0, kv_head = 0;
+  const int32_t* pages = nullptr;  // null: the row's table
   std::vector<int> members;  // entry indices
   std::vector<KeyRange> ranges;
 };
@@ -77,7 +78,8 @@ void shared_parts(const std::vector<HeadKeys>& entries, const std::vector<int>& 
     if (members.empty()) continue;
     auto same = std::find_if(out.begin() + long(first), out.end(), [&](const SharedPart& p) { return p.members == members; });
     if (same == out.end()) {
-      out.push_back({entries[size_t(group[0])].row, kv_head, members, {piece}});
+      const HeadKeys& e0 = entries[size_t(group[0])];
+      out.push_back({e0.row, kv_head, e0.pages, members, {piece}});
     } else if (same->ranges.back().end == piece.begin) {
       same->ranges.back().end = piece.end;
     } else {
@@ -114,7 +116,7 @@ void attend_shared_keys(const AttendRows& b, const std::vector<HeadKeys>& entrie
       const HeadKeys& e = entries[size_t(p.members[m])];
       std::copy_n(b.q + (size_t(e.row) * b.num_heads + e.head) * d, d, q.data() + m * d);
     }
-    SeqKV kv{b.kv, b.tables[p.row]->pages.data(), p.kv_head};
+    SeqKV kv{b.kv, p.pages ? p.pages : b.tables[p.row]->pages.data(), p.kv_head};
     attend(q.data(), int(p.members.size()), kv, pieces[i].ranges, b.scale, part_o.data() + at[i] * d,
            part_lse.data() + at[i]);
   }

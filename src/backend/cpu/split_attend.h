@@ -37,6 +37,9 @@ void attend_tasks(const AttendRows& rows, const std::vector<AttendTask>& tasks, 
 struct HeadKeys {
   int row = 0, head = 0;
   std::vector<KeyRange> ranges;
+  // The page list the ranges' positions index (a page plan's list, the same for the entries of
+  // one (row, KV head)); null: the row's table.
+  const int32_t* pages = nullptr;
 };
 
 // The state of each entry over its ranges: o [entries][head_dim], lse [entries]. Entries of the

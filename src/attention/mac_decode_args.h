@@ -1,0 +1,73 @@
+// Arguments of MAC's decode stages around the paged decode kernel, shared by the CUDA kernels
+// and their CPU references (skim::cuda:: and skim::cpu::mac_page_plan / mac_merge_states take
+// the same structs): the page plan before the kernel, the merge of states after it.
+//
+// MAC-Attention (seeds/002; attention/mac.h) on page lists. For a decode row at position m
+// (len = m + 1 tokens), the state cached for m covers the keys [0, split) with
+// split = mac_prefix_end(m, band, page_size): the paper's [1, m - r] (1-based) rounded down to
+// a whole page, so every part below is a list of whole pages the paged decode kernel reads.
+// Per query head g, the keys of the output are:
+//   a hit on ring entry p: the band+tail [mac_prefix_end(p), len), the rest is the cached state;
+//   a miss: the base policy's pages (every page for dense, a selection for quest/gbsa/...).
+// The plan cuts each head's pages at split into two lists per (row, KV head):
+//   below: its pages < split  (merged into the cached state: the state cached for m)
+//   above: its pages >= split (merged with that for the output)
+// Each list is the union of the group's heads' pages in position order with a per-head mask
+// (PagedDecodeArgs::head_masks), so the kernel reads a page once for the group; `below`'s pages
+// are all full, `above` ends with the row's newest page. A head with no page in a list gets
+// the empty state (0, -inf), which merges as nothing.
+//
+// Layouts: page_table int32 [batch][max_pages_per_seq], seq_lens int32 [batch] (the rows' own
+// tables); base_table / base_masks [base lists][max_pages_per_seq], base_lens [base lists]
+// (base lists: batch, or batch x num_kv_heads with base_per_kv_head; base_masks null: every
+// head attends every listed page); band_begin int32 [batch][num_heads]: a hit's first key
+// (a multiple of page_size), or -1 for a miss; outputs [batch][num_kv_heads][max_pages_per_seq]
+// and lens [batch][num_kv_heads]. Rows outside `rows` are not written.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attention/plan_rows.h"
+#include "core/host_device.h"
+
+namespace skim {
+
+// The end of the prefix whose state MAC caches for the token at `pos`: the keys below
+// pos + 1 - band, rounded down to a page boundary (0 when none).
+SKIM_HOST_DEVICE inline int mac_prefix_end(int pos, int band, int page_size) {
+  const int end = pos + 1 - band;
+  return end <= 0 ? 0 : end / page_size * page_size;
+}
+
+struct MacPagePlanArgs {
+  int batch = 0, num_heads = 0, num_kv_heads = 0, page_size = 16, max_pages_per_seq = 0;
+  int band = 256;  // r
+  const int32_t *page_table = nullptr, *seq_lens = nullptr;
+  bool base_per_kv_head = false;
+  const int32_t *base_table = nullptr, *base_lens = nullptr;
+  const uint32_t* base_masks = nullptr;
+  const int32_t* band_begin = nullptr;
+  int32_t *below_table = nullptr, *below_lens = nullptr, *above_table = nullptr, *above_lens = nullptr;
+  uint32_t *below_masks = nullptr, *above_masks = nullptr;
+  PlanRows rows{};
+
+  SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
+  SKIM_HOST_DEVICE size_t base_list(int b, int h) const {
+    return base_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);
+  }
+};
+
+// After the kernel has attended both lists: per (row, query head), the state cached for m is
+// the reused prefix (a hit's ring state, or nothing) merged with the part below the split, and
+// the output is that merged with the part above it. Nothing is subtracted.
+//   below_o / above_o / out fp32 [batch][num_heads][head_dim], below_lse / above_lse [batch][num_heads]
+//   cache_o [batch][num_heads][head_dim], cache_lse [batch][num_heads]: in, the reused prefix
+//   ((0, -inf) on a miss); out, the state cached for m (the row's new ring entry)
+struct MacMergeArgs {
+  int batch = 0, num_heads = 0, head_dim = 0;
+  const float *below_o = nullptr, *below_lse = nullptr, *above_o = nullptr, *above_lse = nullptr;
+  float *cache_o = nullptr, *cache_lse = nullptr, *out = nullptr;
+};
+
+}  // namespace skim

@@ -1,0 +1,94 @@
+// MAC decode as plan + kernel (mac.h, attention/mac_decode_args.h): what the GPU runs, on the
+// CPU's kernels. Per layer of a decode batch:
+//   match:  each (row, query head)'s nearest ring entry, a hit or a miss (MacReuse::match);
+//   plan:   the base policy's page plan, cut at each row's prefix end into a `below` and an
+//           `above` list per (row, KV head), a hit head's pages being its band+tail
+//           (cpu::mac_page_plan);
+//   kernel: paged decode attention over each list, every page read once for the group;
+//   merge:  the state cached for m = reused prefix + below; output = that + above
+//           (cpu::mac_merge_states); the row's new ring entry.
+#include <algorithm>
+
+#include "attention/pipeline.h"
+#include "attention/selectors.h"
+#include "backend/cpu/attention_state.h"
+#include "backend/cpu/mac_decode.h"
+#include "backend/cpu/paged_decode_attention.h"
+#include "core/error.h"
+
+namespace skim {
+
+namespace {
+
+// Paged decode attention over `plan` (per (row, KV head) lists with masks) into o and lse.
+void attend_list(const AttentionBatch& b, const PagePlan& plan, float* o, float* lse) {
+  cpu::paged_decode_attention(PagedDecodeArgsF32{
+      .batch = b.num_rows, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads, .head_dim = b.head_dim,
+      .page_size = b.kv.page_size, .max_pages_per_seq = plan.max_pages, .scale = b.scale,
+      .tables_per_kv_head = true, .q = b.q, .k_pool = b.kv.k, .v_pool = b.kv.v, .page_table = plan.table.data(),
+      .seq_lens = plan.lens.data(), .head_masks = plan.head_masks.data(), .o = o, .lse = lse});
+}
+
+}  // namespace
+
+void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& base, bool sparse) {
+  MacReuse& mac = *config_.mac;
+  const int H = b.num_heads, d = b.head_dim, rows = b.num_rows;
+  MacBuffers& m = mac_buffers_;
+  m.matches.resize(size_t(H));
+  m.band_begin.assign(size_t(rows) * H, -1);
+  m.cache_o.assign(size_t(rows) * H * d, 0.0f);
+  m.cache_lse.assign(size_t(rows) * H, kEmptyLse);
+  uint64_t meta = base.metadata_bytes, context = 0;
+  for (int r = 0; r < rows; ++r) {
+    mac.match(b, r, m.matches.data());
+    meta += uint64_t(mac.ring_size(b.tables[r], b.layer)) * H * d * sizeof(float);  // the queries matched
+    context += uint64_t(b.positions[r] + 1) * b.num_kv_heads;
+    for (int h = 0; h < H; ++h) {
+      const MacReuse::Match& x = m.matches[size_t(h)];
+      mac.record(b.layer, h, x, b.positions[r], H);
+      if (!x.hit) continue;
+      const size_t i = size_t(r) * H + h;
+      m.band_begin[i] = x.prefix;
+      std::copy_n(mac.cached_o(b, r, x.slot, h), d, m.cache_o.data() + i * d);
+      m.cache_lse[i] = mac.cached_lse(b, r, x.slot, h);
+      meta += uint64_t(d + 1) * sizeof(float);  // the cached state read
+    }
+  }
+
+  DenseSelector().plan(b, m.rows);  // the rows' own tables in the plan's layout
+  const int lists = rows * b.num_kv_heads, stride = m.rows.max_pages;
+  SKIM_REQUIRE(base.max_pages <= stride, "mac: the base plan's stride {} exceeds its rows' {}", base.max_pages, stride);
+  for (PagePlan* p : {&m.below, &m.above}) {
+    p->reset(true, lists, stride);
+    p->head_masks.assign(p->table.size(), 0u);
+  }
+  cpu::mac_page_plan({.batch = rows, .num_heads = H, .num_kv_heads = b.num_kv_heads, .page_size = b.kv.page_size,
+                      .max_pages_per_seq = stride, .band = mac.params().band, .page_table = m.rows.table.data(),
+                      .seq_lens = m.rows.lens.data(), .base_per_kv_head = base.per_kv_head,
+                      .base_table = base.table.data(), .base_lens = base.lens.data(),
+                      .base_masks = base.head_masks.empty() ? nullptr : base.head_masks.data(),
+                      .band_begin = m.band_begin.data(), .below_table = m.below.table.data(),
+                      .below_lens = m.below.lens.data(), .above_table = m.above.table.data(),
+                      .above_lens = m.above.lens.data(), .below_masks = m.below.head_masks.data(),
+                      .above_masks = m.above.head_masks.data()});
+  m.below_o.resize(size_t(rows) * H * d);
+  m.above_o.resize(m.below_o.size());
+  m.below_lse.resize(size_t(rows) * H);
+  m.above_lse.resize(m.below_lse.size());
+  attend_list(b, m.below, m.below_o.data(), m.below_lse.data());
+  attend_list(b, m.above, m.above_o.data(), m.above_lse.data());
+  cpu::mac_merge_states({.batch = rows, .num_heads = H, .head_dim = d, .below_o = m.below_o.data(),
+                         .below_lse = m.below_lse.data(), .above_o = m.above_o.data(),
+                         .above_lse = m.above_lse.data(), .cache_o = m.cache_o.data(),
+                         .cache_lse = m.cache_lse.data(), .out = b.out});
+  for (int r = 0; r < rows; ++r)
+    mac.push(b, r, m.cache_o.data() + size_t(r) * H * d, m.cache_lse.data() + size_t(r) * H);
+
+  uint64_t keys = 0;  // per (row, KV head) the union of its heads' pages: what a GQA kernel loads
+  for (int i = 0; i < lists; ++i) keys += uint64_t(m.below.lens[size_t(i)]) + uint64_t(m.above.lens[size_t(i)]);
+  stats_.add_decode_call(keys, meta, uint64_t(rows), context);
+  if (sparse && has_selection_observer()) notify_plan(b, base);
+}
+
+}  // namespace skim

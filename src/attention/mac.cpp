@@ -27,6 +27,14 @@ double quantile(const std::vector<uint64_t>& h, double q) {
 
 }  // namespace
 
+MacParams mac_params(const PolicyPart& p) {
+  MacParams m;
+  m.window = p.integer("window", m.window);
+  m.band = p.integer("band", m.band);
+  m.tau = p.number("tau", m.tau);
+  return m;
+}
+
 MacReuse::Ring& MacReuse::ring(const AttentionBatch& b, int row) {
   SeqRings& s = seqs_[b.tables[row]];
   if (s.size() <= size_t(b.layer)) s.resize(size_t(b.layer) + 1);
@@ -229,7 +237,7 @@ PolicyInfo mac_policy_info() {
                    integer_key("band", m.band, 0, kNoUpperBound, "r: keys before the matched position recomputed"),
                    unit_key("tau", m.tau, "match threshold: hit when the pre-RoPE distance is below sqrt(2d)(1-tau)")},
           .composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "cs", "art"}, .sequence_state = true,
-          .order = "on a hit: band and tail, most recent first"};
+          .order = "on a hit: band and tail, most recent first", .backends = {"cpu", "cuda"}};
 }
 
 }  // namespace skim

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "attention/policy.h"
+#include "attention/policy_spec.h"
 
 namespace skim {
 
@@ -50,6 +51,10 @@ struct MacParams {
   // docs/results.md "Defaults"); stricter matches keep dense quality.
   double tau = 0.8;   // hit when ||q~_m - q~_p|| < sqrt(2d)(1 - tau)
 };
+
+// mac's keys of a policy string (checked against the registry by the parser): the CPU policy and
+// the GPU planner (backend/cuda/decode_planner.cpp) read them through this.
+MacParams mac_params(const PolicyPart& part);
 
 // Work and match statistics of one (layer, query head), summed over decode decisions.
 struct MacHeadStats {

@@ -22,7 +22,7 @@
 // (base lists: batch, or batch x num_kv_heads with base_per_kv_head; base_masks null: every
 // head attends every listed page); band_begin int32 [batch][num_heads]: a hit's first key
 // (a multiple of page_size), or -1 for a miss; outputs [batch][num_kv_heads][max_pages_per_seq]
-// and lens [batch][num_kv_heads]. Rows outside `rows` are not written.
+// and lens [batch][num_kv_heads].
 #pragma once
 
 #include <cstddef>
@@ -40,9 +40,13 @@ SKIM_HOST_DEVICE inline int mac_prefix_end(int pos, int band, int page_size) {
   return end <= 0 ? 0 : end / page_size * page_size;
 }
 
+struct MacRowRule;
+
 struct MacPagePlanArgs {
   int batch = 0, num_heads = 0, num_kv_heads = 0, page_size = 16, max_pages_per_seq = 0;
-  int band = 256;  // r
+  int band = 256;  // r, unless each row's comes from its policy's rule (rules, row_policy)
+  const MacRowRule* rules = nullptr;
+  const int32_t* row_policy = nullptr;
   const int32_t *page_table = nullptr, *seq_lens = nullptr;
   bool base_per_kv_head = false;
   const int32_t *base_table = nullptr, *base_lens = nullptr;
@@ -51,12 +55,25 @@ struct MacPagePlanArgs {
   int32_t *below_table = nullptr, *below_lens = nullptr, *above_table = nullptr, *above_lens = nullptr;
   uint32_t *below_masks = nullptr, *above_masks = nullptr;
   PlanRows rows{};
+  unsigned long long* listed_tokens = nullptr;
+  int num_pool_pages = 0;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 
   SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
   SKIM_HOST_DEVICE size_t base_list(int b, int h) const {
     return base_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);
   }
+  SKIM_HOST_DEVICE int band_of(int b) const;
 };
+
+// Pass-through rows: rows outside `rows` (a batch mixing MAC with other policies) get their
+// base list whole as `above` (masks copied, or ~0u) and an empty `below`, so their output is
+// the base policy's attention.
+//
+// GPU only: listed_tokens (optional, device) adds the tokens of the lists of the rows in `rows`,
+// the K/V the kernel reads for MAC (the other rows' policies count theirs); workspace holds an inverse page map of the pool (num_pool_pages ints) and a
+// per-position mask for each list (batch x num_kv_heads x max_pages_per_seq uint32).
 
 // After the kernel has attended both lists: per (row, query head), the state cached for m is
 // the reused prefix (a hit's ring state, or nothing) merged with the part below the split, and
@@ -64,10 +81,72 @@ struct MacPagePlanArgs {
 //   below_o / above_o / out fp32 [batch][num_heads][head_dim], below_lse / above_lse [batch][num_heads]
 //   cache_o [batch][num_heads][head_dim], cache_lse [batch][num_heads]: in, the reused prefix
 //   ((0, -inf) on a miss); out, the state cached for m (the row's new ring entry)
+//   above_o / above_lse null: no part above (a prompt row's prefix state); out null: not written
 struct MacMergeArgs {
   int batch = 0, num_heads = 0, head_dim = 0;
   const float *below_o = nullptr, *below_lse = nullptr, *above_o = nullptr, *above_lse = nullptr;
   float *cache_o = nullptr, *cache_lse = nullptr, *out = nullptr;
+};
+
+// ---- the GPU's rings and the kernels around them (backend/cuda/mac_decode.cuh) ----
+//
+// One policy's MAC parameters, by policy index (a batch mixing policies: inactive rows have no
+// rings and pass through).
+struct MacRowRule {
+  int active = 0;
+  int window = 256;  // K: the row's ring capacity (at most the rings' capacity)
+  int band = 256;    // r
+  float tau = 0.8f;
+};
+
+// The rings of one layer for every sequence slot: per slot K entries, each a token's pre-RoPE
+// queries (bf16, what the GPU's match reads) and its per-head state over its prefix (fp32).
+// fill [slots][2]: the storage index of the oldest entry and the number of entries; entry i
+// (age order) lives at (first + i) % window, window the row's rule's K.
+struct MacRingsView {
+  int capacity = 0;            // entries per slot, the largest rule's window
+  uint16_t* q_pre = nullptr;   // [slots][capacity][num_heads][head_dim]
+  float* o = nullptr;          // [slots][capacity][num_heads][head_dim]
+  float* lse = nullptr;        // [slots][capacity][num_heads]
+  int32_t* pos = nullptr;      // [slots][capacity]
+  int32_t* fill = nullptr;     // [slots][2]
+};
+
+SKIM_HOST_DEVICE inline int MacPagePlanArgs::band_of(int b) const {
+  return rules ? rules[row_policy ? row_policy[b] : 0].band : band;
+}
+
+// Match: per (row, query head) of a row whose policy is active, the ring entry nearest in L2
+// distance of pre-RoPE queries (ties: the most recent), a hit when the distance is below
+// sqrt(2d)(1 - tau): band_begin = mac_prefix_end(entry's position), hit_entry = its storage
+// index; else -1 both. Inactive rows: -1. bytes (optional, device) adds the ring entries'
+// queries scanned and the cached states of hits, in bytes.
+struct MacMatchArgs {
+  int batch = 0, num_heads = 0, head_dim = 0, page_size = 16;
+  const uint16_t* q_pre = nullptr;       // [batch][num_heads][head_dim] bf16
+  const int32_t* row_slot = nullptr;     // [batch] ring slot, -1 for none
+  const int32_t* row_policy = nullptr;   // [batch] policy index; null: rules[0] for every row
+  const MacRowRule* rules = nullptr;
+  MacRingsView rings;
+  int32_t* band_begin = nullptr;         // [batch][num_heads]
+  int32_t* hit_entry = nullptr;          // [batch][num_heads]
+  unsigned long long* bytes = nullptr;
+};
+
+// Merge and push: per (row, query head), cache = the hit entry's state (or empty), merged with
+// the part below the split; out = cache merged with the part above; for an active row the
+// new ring entry (its pre-RoPE query, cache and position) is written over the oldest once the
+// ring is full, then the row's fill advances. cache_o/cache_lse are scratch of merge's shape.
+struct MacMergePushArgs {
+  MacMergeArgs merge;
+  float* out_lse = nullptr;              // [batch][num_heads] the output's lse (optional)
+  const int32_t* hit_entry = nullptr;    // match's
+  const int32_t* row_slot = nullptr;
+  const int32_t* positions = nullptr;    // [batch]
+  const uint16_t* q_pre = nullptr;
+  const int32_t* row_policy = nullptr;
+  const MacRowRule* rules = nullptr;
+  MacRingsView rings;
 };
 
 }  // namespace skim

@@ -83,10 +83,7 @@ std::unique_ptr<Selector> make_selector(const PolicyPart& p, int& dense_layers) 
 // MAC's reuse stage (DESIGN.md section 9 defaults). Rectification rewrites K/V that the cached
 // prefix states summarise, so MAC refuses it rather than serve stale states.
 std::unique_ptr<MacReuse> make_mac(const std::string& text, const PolicySpec& spec, const PolicyPart& p) {
-  MacParams m;
-  m.window = p.integer("window", m.window);
-  m.band = p.integer("band", m.band);
-  m.tau = p.number("tau", m.tau);
+  const MacParams m = mac_params(p);
   SKIM_REQUIRE(!spec.find("rectify") && !spec.find("resa"),
                "policy '{}': mac caches prefix states of keys that rectification rewrites; use gbsa "
                "instead of resa, or drop rectify",

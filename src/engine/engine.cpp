@@ -211,6 +211,7 @@ int Engine::open_sequence() {
 void Engine::close_sequence(int seq) {
   Sequence& s = impl_->sequence(seq);
   impl_->policy->forget(&s.table);
+  impl_->forward->drop_state(s.table);
   impl_->forward->release(s.table);
   if (impl_->forward->mixes_policies()) impl_->forward->release_policy(s.policy_index);
   impl_->sequences.erase(seq);
@@ -273,6 +274,7 @@ int Engine::fork_sequence(int seq) {
   int id = impl_->next_id++;
   auto it = impl_->sequences.emplace(id, std::move(copy)).first;
   impl_->policy->fork(&src, &it->second.table);  // per-sequence policy state follows the copy
+  impl_->forward->fork_state(src, it->second.table);
   return id;
 }
 
@@ -283,6 +285,7 @@ void Engine::truncate_sequence(int seq, int length) {
   s.decode_steps = 0;
   s.retro_steps = 0;
   impl_->policy->forget(&s.table);
+  impl_->forward->drop_state(s.table);
 }
 
 uint64_t Engine::rectified_tokens() const { return impl_->rectified_tokens; }
@@ -336,10 +339,12 @@ std::vector<float> Engine::append(int seq, std::span<const int> tokens,
     ForwardBatch fb;
     fb.decode = (n == 1 && t.length > 0);
     std::vector<size_t> dest;
+    const bool mixes = m.forward->mixes_policies();
     for (int i = b; i < e; ++i) {
       fb.tokens.push_back(tokens[i]);
       fb.positions.push_back(t.length + (i - b));
       fb.tables.push_back(&t);
+      if (mixes) fb.policy.push_back(m.sequence(seq).policy_index);  // the GPU's MAC rings fill from prompts
     }
     for (size_t j = 0; j < logits_at.size(); ++j)
       if (logits_at[j] >= b && logits_at[j] < e) {

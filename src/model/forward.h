@@ -66,6 +66,11 @@ class Forward {
   virtual void release(PageTable& table) = 0;
   virtual void shrink(PageTable& table, int length) = 0;
   virtual void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) = 0;
+  // Per-sequence policy state the forward keeps itself (the GPU's MAC rings; the CPU's lives in
+  // its AttentionPolicy): `to` became a copy of `from` (after copy_pages), or `table`'s state
+  // is no longer valid (its sequence closed or was cut).
+  virtual void fork_state(const PageTable& /*from*/, const PageTable& /*to*/) {}
+  virtual void drop_state(const PageTable& /*table*/) {}
 };
 
 class CpuForward final : public Forward, private Backend {

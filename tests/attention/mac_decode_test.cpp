@@ -7,6 +7,7 @@
 #include <set>
 
 #include "../mac_plan_case.h"
+#include "../mac_ring_case.h"
 #include "backend/cpu/attention_state.h"
 #include "backend/cpu/mac_decode.h"
 
@@ -135,6 +136,151 @@ TEST(MacMergeStates, CachesPrefixPlusBelowAndOutputsThatPlusAbove) {
   EXPECT_EQ(co, want_c);
   EXPECT_EQ(cl, want_cl);
   EXPECT_EQ(out, want_o);
+}
+
+// Rows outside PlanRows (another policy's) get their base list whole above, nothing below.
+TEST(MacPagePlan, OtherPoliciesRowsPassThrough) {
+  const MacPlanCase c(2, 3, 64, true, true, {700, 33, 1500});
+  const std::vector<int32_t> row_policy = {0, 1, 0};
+  PlanOut p(c);
+  MacPagePlanArgs a = c.args();
+  a.page_table = c.pages.table.data();
+  a.seq_lens = c.lens.data();
+  a.base_table = c.base_table.data();
+  a.base_lens = c.base_lens.data();
+  a.base_masks = c.base_masks.data();
+  a.band_begin = c.band_begin.data();
+  a.below_table = p.below.data();
+  a.below_lens = p.below_lens.data();
+  a.below_masks = p.below_masks.data();
+  a.above_table = p.above.data();
+  a.above_lens = p.above_lens.data();
+  a.above_masks = p.above_masks.data();
+  a.rows = PlanRows{row_policy.data(), 1u << 0};
+  cpu::mac_page_plan(a);
+  for (int h = 0; h < c.kv_heads; ++h) {
+    const size_t list = size_t(1) * c.kv_heads + h;
+    EXPECT_EQ(p.below_lens[list], 0);
+    EXPECT_EQ(p.above_lens[list], c.base_lens[list]);
+    for (int j = 0; j * c.page_size < c.base_lens[list]; ++j) {
+      EXPECT_EQ(p.above[list * c.pages.stride + j], c.base_table[list * c.pages.stride + j]);
+      EXPECT_EQ(p.above_masks[list * c.pages.stride + j], c.base_masks[list * c.pages.stride + j]);
+    }
+    expect_list(c, 0, h, p.below, p.below_masks, p.below_lens[size_t(h)], true, "below, row 0");
+  }
+}
+
+// The GPU's match over bf16 rings (cpu::mac_match, the CUDA kernel's oracle) against its
+// definition: a row with a ring and an active rule takes its nearest entry (a copied query is
+// at distance 0), a hit below sqrt(2d)(1 - tau), its band starting at the entry's prefix end;
+// the other rows miss.
+TEST(MacMatch, NearestEntryByDefinition) {
+  const test::MacRingCase c(5, 4, 64, 24);
+  std::vector<int32_t> band(size_t(c.batch) * c.heads, 7), hit(band.size(), 7);
+  unsigned long long bytes = 0;
+  MacRingsView rings{.capacity = c.capacity, .q_pre = const_cast<uint16_t*>(c.ring_q.data()),
+                     .o = const_cast<float*>(c.ring_o.data()), .lse = const_cast<float*>(c.ring_lse.data()),
+                     .pos = const_cast<int32_t*>(c.pos.data()), .fill = const_cast<int32_t*>(c.fill.data())};
+  cpu::mac_match({.batch = c.batch, .num_heads = c.heads, .head_dim = c.d, .page_size = c.page_size,
+                  .q_pre = c.q_pre.data(), .row_slot = c.row_slot.data(), .row_policy = c.row_policy.data(),
+                  .rules = c.rules.data(), .rings = rings, .band_begin = band.data(), .hit_entry = hit.data(),
+                  .bytes = &bytes});
+  int hits = 0;
+  unsigned long long want_bytes = 0;
+  for (int b = 0; b < c.batch; ++b)
+    for (int h = 0; h < c.heads; ++h) {
+      const size_t i = size_t(b) * c.heads + h;
+      const int s = c.row_slot[size_t(b)];
+      const MacRowRule& rule = c.rules[size_t(c.row_policy[size_t(b)])];
+      if (s < 0 || !rule.active) {
+        EXPECT_EQ(hit[i], -1);
+        EXPECT_EQ(band[i], -1);
+        continue;
+      }
+      const int first = c.fill[2 * s], count = c.fill[2 * s + 1];
+      double best = INFINITY;
+      int best_e = -1;
+      for (int k = 0; k < count; ++k) {
+        const int e = (first + k) % rule.window;
+        double dist = 0;
+        for (int x = 0; x < c.d; ++x) {
+          const double diff = double(bf16_to_f32(c.q_pre[i * c.d + x])) -
+                              bf16_to_f32(c.ring_q[((size_t(s) * c.capacity + e) * c.heads + h) * c.d + x]);
+          dist += diff * diff;
+        }
+        if (dist <= best) best = dist, best_e = e;
+      }
+      const bool want = best_e >= 0 && std::sqrt(best) < std::sqrt(2.0 * c.d) * (1.0 - rule.tau);
+      want_bytes += (unsigned long long)count * c.d * 2 + (want ? (c.d + 1) * 4 : 0);
+      ASSERT_EQ(hit[i] >= 0, want) << "row " << b << " head " << h;
+      if (!want) continue;
+      ++hits;
+      EXPECT_EQ(hit[i], best_e);
+      EXPECT_EQ(band[i], mac_prefix_end(c.pos[size_t(s) * c.capacity + best_e], rule.band, c.page_size));
+    }
+  EXPECT_EQ(bytes, want_bytes);
+  EXPECT_GT(hits, 0) << "the case copies entries: some heads must hit";
+}
+
+// Merge and push: the output is reused prefix + below + above, the row's new entry is
+// prefix + below with its query and position, written after the newest (or over the oldest),
+// and the ring's fill advances; rows without a ring or an active rule push nothing.
+TEST(MacMergePush, MergesAndPushesByDefinition) {
+  test::MacRingCase c(4, 3, 64, 8);
+  std::vector<int32_t> hit(size_t(c.batch) * c.heads, -1);
+  for (int b = 1; b < c.batch; ++b)
+    for (int h = 0; h < c.heads; ++h)
+      if (c.fill[2 * b + 1] > 0 && test::random_int(0, 1)) hit[size_t(b) * c.heads + h] = c.fill[2 * b];
+  std::vector<uint16_t> rq = c.ring_q;
+  std::vector<float> ro = c.ring_o, rl = c.ring_lse, out(c.below_o.size()), out_lse(c.below_lse.size());
+  std::vector<int32_t> rp = c.pos, rf = c.fill;
+  MacRingsView rings{.capacity = c.capacity, .q_pre = rq.data(), .o = ro.data(), .lse = rl.data(), .pos = rp.data(),
+                     .fill = rf.data()};
+  cpu::mac_merge_push({.merge = {.batch = c.batch, .num_heads = c.heads, .head_dim = c.d, .below_o = c.below_o.data(),
+                                 .below_lse = c.below_lse.data(), .above_o = c.above_o.data(),
+                                 .above_lse = c.above_lse.data(), .out = out.data()},
+                       .out_lse = out_lse.data(), .hit_entry = hit.data(), .row_slot = c.row_slot.data(),
+                       .positions = c.positions.data(), .q_pre = c.q_pre.data(), .row_policy = c.row_policy.data(),
+                       .rules = c.rules.data(), .rings = rings});
+  const int K = c.rules[0].window;
+  for (int b = 0; b < c.batch; ++b) {
+    const int s = c.row_slot[size_t(b)];
+    const bool push = s >= 0 && c.rules[size_t(c.row_policy[size_t(b)])].active;
+    const int first = s >= 0 ? c.fill[2 * s] : 0, count = s >= 0 ? c.fill[2 * s + 1] : 0;
+    const int e = count < K ? (first + count) % K : first;
+    for (int h = 0; h < c.heads; ++h) {
+      const size_t i = size_t(b) * c.heads + h;
+      std::vector<float> cache(size_t(c.d), 0.0f);
+      float lse = kEmptyLse;
+      if (s >= 0 && hit[i] >= 0) {
+        const size_t at = (size_t(s) * c.capacity + hit[i]) * c.heads + h;
+        std::copy_n(c.ring_o.begin() + long(at * c.d), c.d, cache.begin());
+        lse = c.ring_lse[at];
+      }
+      merge_state(cache.data(), lse, c.below_o.data() + i * c.d, c.below_lse[i], c.d);
+      std::vector<float> o = cache;
+      float lo = lse;
+      merge_state(o.data(), lo, c.above_o.data() + i * c.d, c.above_lse[i], c.d);
+      for (int x = 0; x < c.d; ++x) ASSERT_NEAR(out[i * c.d + x], o[size_t(x)], 1e-6) << "row " << b << " head " << h;
+      if (lo == kEmptyLse) EXPECT_EQ(out_lse[i], kEmptyLse);
+      else EXPECT_NEAR(out_lse[i], lo, 1e-6);
+      if (!push) continue;
+      const size_t at = (size_t(s) * c.capacity + e) * c.heads + h;
+      for (int x = 0; x < c.d; ++x) {
+        EXPECT_EQ(rq[at * c.d + x], c.q_pre[i * c.d + x]);
+        EXPECT_NEAR(ro[at * c.d + x], cache[size_t(x)], 1e-6);
+      }
+    }
+    if (s < 0) continue;
+    if (!push) {
+      EXPECT_EQ(rf[2 * s], c.fill[2 * s]);
+      EXPECT_EQ(rf[2 * s + 1], c.fill[2 * s + 1]);
+      continue;
+    }
+    EXPECT_EQ(rp[size_t(s) * c.capacity + e], c.positions[size_t(b)]);
+    EXPECT_EQ(rf[2 * s + 1], std::min(count + 1, K));
+    EXPECT_EQ(rf[2 * s], count < K ? first : (first + 1) % K);
+  }
 }
 
 }  // namespace

@@ -184,13 +184,18 @@ TEST(Mac, ComposedSelectorMissesUseSelection) {
 }
 
 // Steps where some heads repeat a ring entry's pre-RoPE query (hits) and the others are new
-// (misses), so hits and misses share KV groups.
+// (misses), so hits and misses share KV groups. A miss head's query is scaled far from every
+// entry (a random query near an entry by chance would hit).
 void mixed_step(DecodeHarness& h, int step, int prompt, int window, const std::vector<bool>& hit_heads) {
   h.add_token();
   const int p = prompt - window + 1 + 3 * step;
-  for (int head = 0; head < h.heads; ++head)
+  for (int head = 0; head < h.heads; ++head) {
+    float* q = h.q_pre.back().data() + head * h.d;
     if (hit_heads[size_t(head)])
-      std::copy_n(h.q_pre[size_t(p)].begin() + head * h.d, h.d, h.q_pre.back().begin() + head * h.d);
+      std::copy_n(h.q_pre[size_t(p)].begin() + head * h.d, h.d, q);
+    else
+      for (int i = 0; i < h.d; ++i) q[i] *= 8.0f;
+  }
 }
 
 // The plan + kernel path (a base that plans pages) and the per-head path (art never stopping)

@@ -335,7 +335,7 @@ TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
   mixed.append(seqs[0], prefix, {});
   for (int i = 1; i < n; ++i) seqs.push_back(mixed.fork_sequence(seqs[0]));
   for (int i = 0; i < n; ++i) mixed.set_sequence_policy(seqs[size_t(i)], policies[size_t(i)]);
-  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "quest+mac"), Error) << "mac runs on the CPU only";
+  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "quest+retro"), Error) << "retro runs on the CPU only";
   EXPECT_EQ(mixed.sequence_policy(seqs[0]), "dense");
   std::vector<std::vector<float>> together;  // [step] n rows of logits
   for (int i = 0; i < steps; ++i) together.push_back(mixed.decode(seqs, std::vector<int>(size_t(n), token(i))));
@@ -452,10 +452,60 @@ TEST(GpuEngine, ArtOverDenseReadsWhatItsRuleSays) {
   EXPECT_GT(stop_diff, 0.01f);
 }
 
+// MAC on the GPU against the CPU policy (demo-long, teacher-forced from a prompt whose code
+// repeats itself, so heads hit): the rings fill from the prompt, each step matches, cuts its
+// base's pages at the prefix end and merges with the reused prefixes. The GPU matches bf16
+// pre-RoPE queries where the CPU matches fp32 ones: a decision near the threshold may flip,
+// which the logit tolerance covers (printed). A fork decodes as its source.
+TEST(GpuEngine, MacFollowsTheCpuPolicy) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
+  std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
+  const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
+  auto token = [&](int i) { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; };
+  const int steps = 16;
+  for (const std::string policy : {"mac:tau=0.6,window=64,band=64", "quest:budget=0.25,min=0+mac:tau=0.6,window=64,band=64",
+                                   "gbsa:keep=0.3,n_min=16+mac:tau=0.6,window=128,band=32"}) {
+    EngineOptions co = gpu_options(int(prompt.size()) + 64), go = co;
+    co.device = "cpu";
+    co.policy = go.policy = policy;
+    Engine cpu(co), gpu(go), dense(gpu_options(int(prompt.size()) + 64));
+    const int sc = cpu.open_sequence(), sg = gpu.open_sequence(), sd = dense.open_sequence();
+    cpu.append(sc, prefix, {});
+    gpu.append(sg, prefix, {});
+    dense.append(sd, prefix, {});
+    const int fork = gpu.fork_sequence(sg);
+    float worst = 0, from_dense = 0, from_fork = 0;
+    for (int i = 0; i < steps; ++i) {
+      const int t = token(i);
+      const std::vector<float> c = cpu.decode(std::span<const int>(&sc, 1), std::span<const int>(&t, 1));
+      const std::vector<float> g = gpu.decode(std::span<const int>(&sg, 1), std::span<const int>(&t, 1));
+      const std::vector<float> f = gpu.decode(std::span<const int>(&fork, 1), std::span<const int>(&t, 1));
+      const std::vector<float> d = dense.decode(std::span<const int>(&sd, 1), std::span<const int>(&t, 1));
+      for (size_t v = 0; v < c.size(); ++v) {
+        worst = std::max(worst, std::fabs(c[v] - g[v]));
+        from_dense = std::max(from_dense, std::fabs(g[v] - d[v]));
+        from_fork = std::max(from_fork, std::fabs(g[v] - f[v]));
+      }
+    }
+    const double hit_rate = cpu.policy_stats().counters.at("mac_hit_rate");
+    std::printf("[ mac      ] %s, demo-long, %d steps: CPU hit rate %.2f, max |GPU - CPU| = %.3f, |GPU - dense| = %.3f, "
+                "GPU bytes %.3g vs dense %.3g\n",
+                policy.c_str(), steps, hit_rate, worst, from_dense, gpu.decode_kv_bytes_read() / 2,
+                dense.decode_kv_bytes_read());
+    EXPECT_GT(hit_rate, 0.05) << policy << ": the test needs hits";
+    EXPECT_LT(worst, kLogitTol) << policy;
+    EXPECT_EQ(from_fork, 0.0f) << policy << ": a fork's rings are its source's";
+    EXPECT_GT(from_dense, 0.01f) << policy << " ran as dense?";
+  }
+}
+
 TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   for (const char* policy : {"gbsa+art", "quest+art:stop=group,test=probe", "art:order=bound,stop=group,test=probe",
-                             "art:order=group,stop=group,test=probe,round=64"}) {
+                             "art:order=group,stop=group,test=probe,round=64",
+                             "gbsa+mac+art:stop=group,test=probe"}) {
     EngineOptions o = gpu_options(256);
     o.policy = policy;
     EXPECT_THROW(Engine e(o), Error) << policy;
@@ -465,7 +515,7 @@ TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {
 TEST(GpuEngine, RefusesPoliciesThatRunOnTheCpuOnly) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   EngineOptions o = gpu_options(256);
-  o.policy = "quest+mac";
+  o.policy = "quest+retro";
   try {
     Engine e(o);
     FAIL() << "expected an error";

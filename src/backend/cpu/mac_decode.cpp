@@ -1,10 +1,12 @@
 #include "backend/cpu/mac_decode.h"
 
+#include <cmath>
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
 
 #include "backend/cpu/attention_state.h"
+#include "core/dtype.h"
 
 namespace skim::cpu {
 
@@ -43,6 +45,20 @@ void base_masks_by_position(const MacPagePlanArgs& a, int b, int h, int m, uint3
   if (j != n) throw std::invalid_argument("mac_page_plan: a base list is not its row's pages in position order");
 }
 
+// A row of another policy: its base list whole as `above`, nothing below.
+void pass_through(const MacPagePlanArgs& a, int b) {
+  for (int h = 0; h < a.num_kv_heads; ++h) {
+    const size_t list = size_t(b) * a.num_kv_heads + h, base = a.base_list(b, h);
+    const int n = (a.base_lens[base] + a.page_size - 1) / a.page_size;
+    for (int j = 0; j < n; ++j) {
+      a.above_table[list * a.max_pages_per_seq + j] = a.base_table[base * a.max_pages_per_seq + j];
+      a.above_masks[list * a.max_pages_per_seq + j] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + j] : ~0u;
+    }
+    a.above_lens[list] = a.base_lens[base];
+    a.below_lens[list] = 0;
+  }
+}
+
 }  // namespace
 
 void mac_page_plan(const MacPagePlanArgs& a) {
@@ -52,12 +68,15 @@ void mac_page_plan(const MacPagePlanArgs& a) {
     throw std::invalid_argument("mac_page_plan: bad shapes or parameters");
   std::vector<uint32_t> base(static_cast<size_t>(a.max_pages_per_seq));
   for (int b = 0; b < a.batch; ++b) {
-    if (!a.rows.has(b)) continue;
+    if (!a.rows.has(b)) {
+      pass_through(a, b);
+      continue;
+    }
     const int len = a.seq_lens[b];
     if (len <= 0 || len > a.max_pages_per_seq * a.page_size)
       throw std::invalid_argument("mac_page_plan: seq_len out of range");
     const int m = (len + a.page_size - 1) / a.page_size;
-    const int split_page = mac_prefix_end(len - 1, a.band, a.page_size) / a.page_size;
+    const int split_page = mac_prefix_end(len - 1, a.band_of(b), a.page_size) / a.page_size;
     const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
     for (int h = 0; h < a.num_kv_heads; ++h) {
       // Per head of the group: a hit's first page of its band+tail, or -1 (the base's pages).
@@ -93,10 +112,95 @@ void mac_merge_states(const MacMergeArgs& a) {
   for (size_t i = 0; i < size_t(a.batch) * a.num_heads; ++i) {
     float* cache = a.cache_o + i * d;
     merge_state(cache, a.cache_lse[i], a.below_o + i * d, a.below_lse[i], d);
+    if (!a.out) continue;
     float* out = a.out + i * d;
     float lse = a.cache_lse[i];
     std::copy_n(cache, d, out);
-    merge_state(out, lse, a.above_o + i * d, a.above_lse[i], d);
+    if (a.above_o) merge_state(out, lse, a.above_o + i * d, a.above_lse[i], d);
+  }
+}
+
+namespace {
+
+const MacRowRule& rule_of(const MacRowRule* rules, const int32_t* row_policy, int b) {
+  return rules[row_policy ? row_policy[b] : 0];
+}
+
+}  // namespace
+
+void mac_match(const MacMatchArgs& a) {
+  const int d = a.head_dim, H = a.num_heads;
+  const MacRingsView& r = a.rings;
+  for (int b = 0; b < a.batch; ++b)
+    for (int h = 0; h < H; ++h) {
+      const size_t out = size_t(b) * H + h;
+      a.band_begin[out] = a.hit_entry[out] = -1;
+      const int slot = a.row_slot[b];
+      const MacRowRule& rule = rule_of(a.rules, a.row_policy, b);
+      if (slot < 0 || !rule.active) continue;
+      const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
+      float best = 0.0f;
+      int age = -1;
+      for (int i = 0; i < count; ++i) {  // the kernel's arithmetic: fp32 fma over the dimensions in order
+        const uint16_t* x = r.q_pre + ((size_t(slot) * r.capacity + (first + i) % K) * H + h) * d;
+        float s = 0.0f;
+        for (int k = 0; k < d; ++k) {
+          const float diff = bf16_to_f32(a.q_pre[out * d + k]) - bf16_to_f32(x[k]);
+          s = std::fma(diff, diff, s);
+        }
+        if (age < 0 || s <= best) best = s, age = i;  // ties: the newer
+      }
+      if (age < 0 || !(std::sqrt(best) < std::sqrt(2.0f * float(d)) * (1.0f - rule.tau))) {
+        if (a.bytes) *a.bytes += (unsigned long long)(count) * d * sizeof(uint16_t);
+        continue;
+      }
+      const int e = (first + age) % K;
+      a.hit_entry[out] = e;
+      a.band_begin[out] = mac_prefix_end(r.pos[size_t(slot) * r.capacity + e], rule.band, a.page_size);
+      if (a.bytes) *a.bytes += (unsigned long long)(count) * d * sizeof(uint16_t) + (d + 1) * sizeof(float);
+    }
+}
+
+void mac_merge_push(const MacMergePushArgs& a) {
+  const MacMergeArgs& m = a.merge;
+  const int d = m.head_dim, H = m.num_heads;
+  const MacRingsView& r = a.rings;
+  std::vector<float> c(static_cast<size_t>(d)), o(static_cast<size_t>(d));
+  for (int b = 0; b < m.batch; ++b) {
+    const int slot = a.row_slot ? a.row_slot[b] : -1;
+    const MacRowRule& rule = rule_of(a.rules, a.row_policy, b);
+    const bool push = slot >= 0 && rule.active;
+    const int first = push ? r.fill[2 * slot] : 0, count = push ? r.fill[2 * slot + 1] : 0;
+    const int e_new = count < rule.window ? (first + count) % rule.window : first;
+    for (int h = 0; h < H; ++h) {
+      const size_t i = size_t(b) * H + h;
+      const int entry = a.hit_entry ? a.hit_entry[i] : -1;
+      float lse = kEmptyLse;
+      std::fill(c.begin(), c.end(), 0.0f);
+      if (slot >= 0 && entry >= 0) {
+        std::copy_n(r.o + ((size_t(slot) * r.capacity + entry) * H + h) * d, d, c.data());
+        lse = r.lse[(size_t(slot) * r.capacity + entry) * H + h];
+      }
+      merge_state(c.data(), lse, m.below_o + i * d, m.below_lse[i], d);
+      if (m.out) {
+        float l = lse;
+        o = c;
+        if (m.above_o) merge_state(o.data(), l, m.above_o + i * d, m.above_lse[i], d);
+        std::copy(o.begin(), o.end(), m.out + i * d);
+        if (a.out_lse) a.out_lse[i] = l;
+      }
+      if (m.cache_o) std::copy(c.begin(), c.end(), m.cache_o + i * d);
+      if (m.cache_lse) m.cache_lse[i] = lse;
+      if (!push) continue;
+      const size_t at = (size_t(slot) * r.capacity + e_new) * H + h;
+      std::copy_n(a.q_pre + i * d, d, r.q_pre + at * d);
+      std::copy(c.begin(), c.end(), r.o + at * d);
+      r.lse[at] = lse;
+    }
+    if (!push) continue;
+    r.pos[size_t(slot) * r.capacity + e_new] = a.positions[b];
+    if (count < rule.window) r.fill[2 * slot + 1] += 1;
+    else r.fill[2 * slot] = (first + 1) % rule.window;
   }
 }
 

@@ -13,4 +13,9 @@ void mac_page_plan(const MacPagePlanArgs& args);
 
 void mac_merge_states(const MacMergeArgs& args);
 
+// The GPU's match and merge-and-push over bf16 rings in host memory: the CUDA kernels' oracles
+// (the CPU policy keeps its rings in MacReuse, fp32).
+void mac_match(const MacMatchArgs& args);
+void mac_merge_push(const MacMergePushArgs& args);
+
 }  // namespace skim::cpu

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "attention/art.h"
+#include "attention/mac.h"
 #include "attention/policy_registry.h"
 #include "attention/policy_spec.h"
 #include "attention/selectors.h"
@@ -71,6 +72,7 @@ class SelectionRows : public RowPlanner {
     const int ps = s_.page_size, pages = (length + ps - 1) / ps;
     return double(pages) * s_.num_kv_heads * s_.head_dim * 2 * sizeof(uint16_t);
   }
+  double metadata_bytes(int layer, int length) const final { return dense_in(layer) ? 0 : digest_bytes(length); }
 
  protected:
   SelectionRows(const PlannerShape& s, int dense_layers) : s_(s), dense_layers_(dense_layers) {}
@@ -180,8 +182,50 @@ ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art) {
                     .eps_dir = float(art.number("eps_dir", d.eps_dir)), .max_warps = art.integer("warps", 0)};
 }
 
+// MAC over a base's plan: the base plans (its digests are counted here, its K/V not), the
+// forward cuts each row's lists at its prefix end and merges with the rings (mac_decode.cuh).
+// The K/V of the cut lists and the rings' bytes are counted on the device.
+class MacRows final : public RowPlanner {
+ public:
+  MacRows(std::unique_ptr<RowPlanner> base, const MacParams& p)
+      : base_(std::move(base)), rule_{.active = 1, .window = p.window, .band = p.band, .tau = float(p.tau)} {}
+  bool dense_in(int layer) const override { return base_->dense_in(layer); }
+  bool writes_masks() const override { return base_->writes_masks(); }
+  size_t workspace_bytes() const override { return base_->workspace_bytes(); }
+  void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
+    Out o = out;
+    o.listed_tokens = nullptr;  // the cut lists are counted instead (mac_page_plan)
+    base_->select(in, rows, o, stream);
+  }
+  int list_tokens(int max_seq_len) const override { return base_->list_tokens(max_seq_len); }
+  double bytes_read(int layer, int length) const override { return base_->bytes_read(layer, length); }
+  double host_bytes(int layer, int length) const override { return base_->metadata_bytes(layer, length); }
+  double metadata_bytes(int layer, int length) const override { return base_->metadata_bytes(layer, length); }
+  const MacRowRule* mac_rule() const override { return &rule_; }
+
+ private:
+  std::unique_ptr<RowPlanner> base_;
+  MacRowRule rule_;
+};
+
+std::unique_ptr<RowPlanner> make_selection_planner(const std::string& policy, const PolicySpec& spec,
+                                                   const PlannerShape& shape);
+
 std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const PlannerShape& shape) {
   const PolicySpec spec = parse_policy_spec(policy);
+  if (const PolicyPart* mac = spec.find("mac")) {
+    SKIM_REQUIRE(!spec.find("art"), "policy {}: mac with art does not run on the GPU yet (a hit head reads its band "
+                 "most recent first, an order of its own)", policy);
+    const MacParams p = mac_params(*mac);
+    SKIM_REQUIRE(p.window <= 4096, "policy {}: mac:window={} exceeds the GPU rings' 4096 entries", policy, p.window);
+    return std::make_unique<MacRows>(make_selection_planner(policy, spec, shape), p);
+  }
+  return make_selection_planner(policy, spec, shape);
+}
+
+// The selection (and ART) of a policy string, without MAC.
+std::unique_ptr<RowPlanner> make_selection_planner(const std::string& policy, const PolicySpec& spec,
+                                                   const PlannerShape& shape) {
   if (const PolicyPart* art = spec.find("art")) {
     const ArtRowRule rule = gpu_art_rule(policy, *art);
     const PolicyPart* base = nullptr;
@@ -232,6 +276,8 @@ DecodePlanner::DecodePlanner(const std::string& policy, const PlannerShape& shap
   check(cudaMemset(listed_.data(), 0, listed_.bytes()), "cudaMemset");
   const std::vector<ArtRowRule> none(kMaxPolicies, ArtRowRule{.active = 0});
   upload(rules_, none.data(), none.size());
+  const std::vector<MacRowRule> no_mac(kMaxPolicies, MacRowRule{.active = 0});
+  upload(mac_rules_, no_mac.data(), no_mac.size());
   bool moved = false;
   acquire(policy, moved);
 }
@@ -255,6 +301,8 @@ int DecodePlanner::acquire(const std::string& policy, bool& moved) {
   reserve(*p, moved);
   const ArtRowRule rule = p->art_rule() ? *p->art_rule() : ArtRowRule{.active = 0};
   check(cudaMemcpy(rules_.data() + at, &rule, sizeof rule, cudaMemcpyHostToDevice), "cudaMemcpy (ART rule)");
+  const MacRowRule mac = p->mac_rule() ? *p->mac_rule() : MacRowRule{.active = 0};
+  check(cudaMemcpy(mac_rules_.data() + at, &mac, sizeof mac, cudaMemcpyHostToDevice), "cudaMemcpy (MAC rule)");
   if (at == slots_.size()) slots_.emplace_back();
   slots_[at] = Slot{policy, std::move(p), 1};
   return int(at);
@@ -297,7 +345,14 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
     (p.dense_in(in.layer) ? dense : select) |= 1u << i;
     if (!p.dense_in(in.layer)) masks |= p.writes_masks();
   }
-  if (select == 0) return {false, in.page_table, in.seq_lens, in.max_seq_len};
+  uint32_t mac = 0;  // present policies running MAC
+  for (uint32_t m = in.policies; m; m &= m - 1)
+    if (slots_[size_t(std::countr_zero(m))].planner->mac_rule()) mac |= m & ~(m - 1);
+  if (select == 0) {
+    DevicePlan p{false, in.page_table, in.seq_lens, in.max_seq_len};
+    if (mac) p.mac_rules = mac_rules_.data(), p.mac_policies = mac;
+    return p;
+  }
   const RowPlanner::Out out{table_.data(), lens_.data(), masks ? masks_.data() : nullptr, workspace_.data(),
                             workspace_.bytes(), listed_.data()};
   int bound = 0;
@@ -316,7 +371,19 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
     }
   }
   return {true, table_.data(), lens_.data(), std::min(in.max_seq_len, bound), out.masks,
-          art_round ? rules_.data() : nullptr, art_round, art_warps};
+          art_round ? rules_.data() : nullptr, art_round, art_warps, mac ? mac_rules_.data() : nullptr, mac};
+}
+
+int DecodePlanner::mac_capacity() const {
+  int k = 0;
+  for (const Slot& s : slots_)
+    if (s.planner && s.planner->mac_rule()) k = std::max(k, s.planner->mac_rule()->window);
+  return k;
+}
+
+const MacRowRule* DecodePlanner::mac_rule(int index) const {
+  return size_t(index) < slots_.size() && slots_[size_t(index)].planner ? slots_[size_t(index)].planner->mac_rule()
+                                                                         : nullptr;
 }
 
 bool DecodePlanner::has_art() const {

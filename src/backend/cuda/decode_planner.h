@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attention/art_decode_args.h"
+#include "attention/mac_decode_args.h"
 #include "backend/cuda/device_memory.h"
 #include "model/config.h"
 
@@ -51,6 +52,10 @@ struct DevicePlan {
   const ArtRowRule* art_rules = nullptr;
   int art_round_pages = 0;
   int art_max_warps = 0;  // the smallest art:warps of the present ART policies (0: none set)
+  // When a row of the step runs MAC: every policy index's rule (inactive for the others) and the
+  // present policies that have one (the rows mac_page_plan cuts; the others pass through).
+  const MacRowRule* mac_rules = nullptr;
+  uint32_t mac_policies = 0;
 };
 
 struct PlannerShape {
@@ -86,8 +91,12 @@ class RowPlanner {
   // The part of those the host counts: all of them, but for a union counted on the device
   // (quest's K/V: Out::listed_tokens), which is left out here.
   virtual double host_bytes(int layer, int length) const { return bytes_read(layer, length); }
+  // The digest bytes of those (what a selection reads besides K/V).
+  virtual double metadata_bytes(int /*layer*/, int /*length*/) const { return 0; }
   // ART over this policy's lists (they are then in visiting order, the partial page first).
   virtual const ArtRowRule* art_rule() const { return nullptr; }
+  // MAC over this policy's lists (its base's plan, cut at each row's prefix end).
+  virtual const MacRowRule* mac_rule() const { return nullptr; }
 };
 
 // The GPU forward's planner: the policies its sequences run, by index, and the plan buffers
@@ -115,6 +124,11 @@ class DecodePlanner {
   double host_bytes(int index, int layer, int length) const;
   double device_bytes(cudaStream_t stream) const;
   bool has_art() const;  // some registered policy runs ART (the forward then needs its workspace)
+  // The largest ring a registered MAC policy keeps (0: none runs MAC), and whether index
+  // `index` runs MAC.
+  int mac_capacity() const;
+  const MacRowRule* mac_rule(int index) const;
+  const MacRowRule* mac_rules_device() const { return mac_rules_.data(); }  // [kMaxPolicies]
 
  private:
   void reserve(const RowPlanner& p, bool& moved);
@@ -132,6 +146,7 @@ class DecodePlanner {
   DeviceBuffer<uint8_t> workspace_;
   DeviceBuffer<unsigned long long> listed_;  // tokens the unions listed, every step and layer
   DeviceBuffer<ArtRowRule> rules_;           // [kMaxPolicies] each index's ART rule (inactive: none)
+  DeviceBuffer<MacRowRule> mac_rules_;       // [kMaxPolicies] each index's MAC rule (inactive: none)
 };
 
 }  // namespace skim::cuda

@@ -6,27 +6,18 @@
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/art_decode_attention.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
+#include "backend/cuda/gpu_inputs.h"
 #include "backend/cuda/paged_prefill_attention.cuh"
 #include "backend/cuda/token_logprobs.cuh"
 #include "model/llama_forward.h"
 
 namespace skim::cuda {
 
-namespace {
-
-// Offsets of the step inputs in inputs_ (int32 elements).
-struct InputLayout {
-  size_t tokens, positions, seq_lens, rows, policy, table;
-  explicit InputLayout(int max_rows)
-      : tokens(0), positions(size_t(max_rows)), seq_lens(2 * size_t(max_rows)),
-        rows(3 * size_t(max_rows)), policy(4 * size_t(max_rows)), table(5 * size_t(max_rows)) {}
-};
-
-}  // namespace
-
 GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheShape& shape,
                        const GpuForwardOptions& o)
-    : weights_(std::move(weights)), w_(*weights_), cache_(shape), opt_(o) {
+    : weights_(std::move(weights)), w_(*weights_), cache_(shape), opt_(o),
+      mac_(MacShape{w_.config.num_layers, w_.config.num_heads, w_.config.num_kv_heads, w_.config.head_dim, o.max_rows,
+                    o.max_pages_per_seq, shape.num_pages}) {
   const ModelConfig& c = w_.config;
   SKIM_REQUIRE(o.max_rows > 0 && o.max_pages_per_seq > 0, "GPU forward: invalid options");
   SKIM_REQUIRE(c.head_dim == 64 || c.head_dim == 128,
@@ -85,6 +76,7 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
                                                                      o.max_pages_per_seq});
   bool moved = false;
   reserve_art(moved);
+  reserve_mac(moved);
   check(cudaDeviceSynchronize(), "GPU forward set-up");
 }
 
@@ -109,6 +101,7 @@ int GpuForward::acquire_policy(const std::string& policy) {
   bool moved = false;
   const int index = planner_->acquire(policy, moved);
   reserve_art(moved);
+  reserve_mac(moved);
   if (moved) drop_graphs();  // they point at the old plan buffers, or ran another policy at an index
   return index;
 }
@@ -171,6 +164,9 @@ uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const i
     SKIM_REQUIRE(policy >= 0 && policy < DecodePlanner::kMaxPolicies, "GPU forward: policy index {}", policy);
     staging_[in.policy + r] = policy;
     present |= 1u << policy;
+    bool moved = false;  // a new ring slot may grow MAC's buffers: the graphs then point at freed memory
+    staging_[in.mac_slot + r] = planner_->mac_rule(policy) ? mac_.slot_for(&t, policy, moved, stream_) : -1;
+    if (moved) drop_graphs();
     std::copy(t.pages.begin(), t.pages.end(), staging_ + in.table + size_t(r) * maxp);
   }
   for (size_t i = 0; i < logits_rows.size(); ++i) staging_[in.rows + i] = logits_rows[i];
@@ -241,6 +237,7 @@ void GpuForward::qkv_rope_append(int n, int layer) {
   qa.head_dim = c.head_dim;
   qa.page_size = cache_.shape().page_size;
   qa.q = q_.data();
+  qa.q_pre = mac_.active() ? q_pre_.data() : nullptr;
   qa.k_pool = cache_.k(layer);
   qa.v_pool = cache_.v(layer);
   cuda::qkv_rope_append(qa, stream_);
@@ -270,6 +267,7 @@ void GpuForward::attention(int n, int layer) {
     pa.workspace = prefill_workspace_.data();
     pa.workspace_bytes = prefill_workspace_.bytes();
     check(paged_prefill_attention(pa, stream_), "paged_prefill_attention");
+    if (pass_.mac_first >= 0) fill_mac_rings(layer, n, stream_);
   } else {
     attend_decode(layer, n, pass_.max_seq_len, table, inputs_.data() + in.seq_lens, stream_);
   }
@@ -308,12 +306,20 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
                           .head_masks = plan.head_masks, .o = o_.data(),
                           .lse = lse_.data(), .workspace = attn_workspace_.data(),
                           .workspace_bytes = attn_workspace_.bytes()};
+  if (plan.mac_rules) {  // some row runs MAC: its lists cut at its prefix end, merged with its rings
+    attend_mac(l, n, plan, a, s);
+    return;
+  }
   if (!plan.art_rules) {
     check(paged_decode_attention(a, s), "paged_decode_attention");
     return;
   }
-  // Some row runs ART: every row goes through its kernel, each by its policy's rule (a row
-  // without art reads its whole list, as paged_decode_attention would).
+  run_art(a, plan, s);
+}
+
+// Some row runs ART: every row goes through its kernel, each by its policy's rule (a row
+// without art reads its whole list, as paged_decode_attention would).
+void GpuForward::run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t s) {
   ArtDecodeArgs art{.attn = a, .stats = art_stats_.data(),
                     .row_policy = inputs_.data() + InputLayout(opt_.max_rows).policy, .rules = plan.art_rules};
   art.art.round_pages = plan.art_round_pages;
@@ -378,12 +384,17 @@ int GpuForward::launch(const ForwardBatch& batch) {
   bool chunk = !batch.decode;
   for (int r = 1; chunk && r < n; ++r)
     chunk = batch.tables[size_t(r)] == batch.tables[0] && batch.positions[size_t(r)] == batch.positions[0] + r;
-  if (batch.decode && all_rows)
+  if (batch.decode && all_rows) {
     check(cudaGraphLaunch(graph(n, max_len, false, policies), stream_), "cudaGraphLaunch");
-  else
-    enqueue(n, nl,
-            Pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .decode = batch.decode, .policies = policies},
-            false);
+    return nl;
+  }
+  Pass pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .decode = batch.decode, .policies = policies};
+  const MacRowRule* mac = chunk && !batch.policy.empty() ? planner_->mac_rule(batch.policy[0]) : nullptr;
+  if (mac) {  // the chunk's last ring's worth of rows fill the sequence's rings
+    pass.mac_first = std::max(0, n - mac->window);
+    pass.mac_band = mac->band;
+  }
+  enqueue(n, nl, pass, false);
   return nl;
 }
 

@@ -34,6 +34,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gpu_kv_cache.h"
 #include "backend/cuda/gpu_weights.h"
+#include "backend/cuda/mac_state.h"
 #include "backend/cuda/ops.cuh"
 #include "model/forward.h"
 
@@ -64,10 +65,20 @@ class GpuForward final : public Forward, private Backend {
                                    std::span<const SampleParams> params, std::span<const int32_t> top_logprobs = {},
                                    std::vector<TokenLogprob>* logprobs = nullptr) override;
   void reserve(PageTable& table, int length) override { cache_.pool().reserve(table, length); }
-  void release(PageTable& table) override { cache_.pool().release(table); }
+  void release(PageTable& table) override {
+    mac_.drop(&table);
+    cache_.pool().release(table);
+  }
   void shrink(PageTable& table, int length) override { cache_.pool().shrink(table, length); }
   // Enqueued on the stream, no wait: every later use of the pages runs on the same stream.
   void copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) override;
+  // MAC's rings follow a forked sequence (enqueued, no wait) and are dropped with a cut one.
+  void fork_state(const PageTable& from, const PageTable& to) override {
+    bool moved = false;
+    mac_.fork(&from, &to, moved, stream_);
+    if (moved) drop_graphs();  // the rings grew: the graphs point at freed memory
+  }
+  void drop_state(const PageTable& table) override { mac_.drop(&table); }
   // A decode batch mixes policies: each row is planned by its own (decode_planner.h).
   bool mixes_policies() const override { return true; }
   int acquire_policy(const std::string& policy) override;
@@ -86,7 +97,7 @@ class GpuForward final : public Forward, private Backend {
   // The bytes every decode row run so far read (Forward): counted by the host from the plans'
   // shapes, and for quest's unions on the device (read back here: waits for the stream).
   std::optional<double> decode_kv_bytes_read() const override {
-    return decode_bytes_total_ + planner_->device_bytes(stream_) + art_bytes_read();
+    return decode_bytes_total_ + planner_->device_bytes(stream_) + art_bytes_read() + mac_.bytes_read(stream_);
   }
   // ART's counters since the forward began (the device's: waits for the stream).
   ArtDecodeStats art_stats() const;
@@ -104,6 +115,9 @@ class GpuForward final : public Forward, private Backend {
                           // chunk): attention runs as paged prefill attention, not row by row
     bool decode = false;  // every row is a decode step (the planner's selection applies)
     uint32_t policies = 1;  // bit i: some row runs policy index i
+    // A prefill chunk of a sequence that runs MAC: its rows [mac_first, n) (the last ring's
+    // worth) become ring entries, their prefix states over [0, mac_prefix_end(pos, mac_band)).
+    int mac_first = -1, mac_band = 0;
   };
   // Enqueues the whole forward pass of n staged rows on the stream, logits of `logits_n` rows;
   // `advance`: then each row's argmax becomes its next input (decode_greedy).
@@ -122,6 +136,12 @@ class GpuForward final : public Forward, private Backend {
                  std::span<const int32_t> policies);
   void attend_decode(int layer, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
                      cudaStream_t stream);
+  // MAC (gpu_forward_mac.cpp): the step's layer over the base `plan` (match, cut, two kernel
+  // passes, merge and push), and a prefill chunk's rows into the rings.
+  void attend_mac(int layer, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t stream);
+  void fill_mac_rings(int layer, int n, cudaStream_t stream);
+  void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
+  void reserve_mac(bool& moved);
   cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies);
   void enqueue_logprobs(int nl, std::span<const int32_t> top_n);
   std::vector<TokenLogprob> collect_logprobs(std::span<const int32_t> tokens, std::span<const int32_t> top_n) const;
@@ -151,6 +171,8 @@ class GpuForward final : public Forward, private Backend {
   double art_bytes_read() const;
   DeviceBuffer<uint8_t> prefill_workspace_;  // key splits of short prefill chunks
   std::unique_ptr<DecodePlanner> planner_;  // the policies' selection stage
+  MacState mac_;                            // MAC's rings, once a MAC policy is registered
+  DeviceBuffer<uint16_t> q_pre_;            // pre-RoPE queries [max_rows][heads][head_dim] (MAC)
   double decode_bytes_total_ = 0;  // the host-counted part
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.

@@ -82,6 +82,11 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
   const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
 
   if (is_q) {
+    if (a.q_pre) {
+      uint16_t* qp = a.q_pre + (size_t(r) * a.num_heads + head) * a.head_dim;
+      qp[i] = bf16_bits(x0);
+      qp[i + half] = bf16_bits(x1);
+    }
     uint16_t* q = a.q + (size_t(r) * a.num_heads + head) * a.head_dim;
     q[i] = bf16_bits(y0);
     q[i + half] = bf16_bits(y1);

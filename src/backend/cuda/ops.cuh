@@ -45,6 +45,7 @@ struct QkvRopeAppendArgs {
   int max_pages_per_seq = 0;
   int n = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, page_size = 16;
   uint16_t* q = nullptr;       // out: [n][num_heads][head_dim]
+  uint16_t* q_pre = nullptr;   // out, optional: q before RoPE (after bias and q_norm), MAC's match
   uint16_t* k_pool = nullptr;  // [num_pages][num_kv_heads][page_size][head_dim]
   uint16_t* v_pool = nullptr;
 };

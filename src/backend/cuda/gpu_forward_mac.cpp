@@ -1,0 +1,117 @@
+// MAC-Attention in the GPU forward (attention/mac_decode_args.h; the CPU form is
+// attention/pipeline_mac.cpp): per layer of a decode step whose batch has MAC rows,
+//   match (mac_match) -> cut the base plan at each row's prefix end (mac_page_plan) ->
+//   paged decode attention over the `below` and `above` lists (ART's kernel for `above` when
+//   a row of the step runs ART) -> merge with the reused prefixes and push each row's new
+//   ring entry (mac_merge_push),
+// all inside the step's graph; rows of other policies pass through whole. A prefill chunk of a
+// MAC sequence fills its rings from the chunk's last rows.
+#include "backend/cuda/gpu_forward.h"
+
+#include <cmath>
+
+#include "backend/cuda/gpu_inputs.h"
+#include "backend/cuda/mac_decode.cuh"
+#include "backend/cuda/paged_decode_attention.cuh"
+
+namespace skim::cuda {
+
+void GpuForward::reserve_mac(bool& moved) {
+  const int capacity = planner_->mac_capacity();
+  if (capacity == 0) return;
+  mac_.reserve(capacity, moved);
+  if (q_pre_.size() == 0) {  // qkv_rope_append writes it from now on: graphs captured before do not
+    q_pre_.resize(size_t(opt_.max_rows) * w_.config.q_dim());
+    moved = true;
+  }
+}
+
+void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t s) {
+  const ModelConfig& c = w_.config;
+  const InputLayout in(opt_.max_rows);
+  const int ps = cache_.shape().page_size;
+  const int32_t* row_policy = inputs_.data() + in.policy;
+  const int32_t* row_slot = inputs_.data() + in.mac_slot;
+  const MacState::Scratch x = mac_.scratch();
+  const MacRingsView rings = mac_.rings(l);
+  check(mac_match({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .page_size = ps,
+                   .q_pre = q_pre_.data(), .row_slot = row_slot, .row_policy = row_policy, .rules = plan.mac_rules,
+                   .rings = rings, .band_begin = x.band_begin, .hit_entry = x.hit_entry, .bytes = x.bytes + 1},
+                  s),
+        "mac_match");
+  check(mac_page_plan({.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads, .page_size = ps,
+                       .max_pages_per_seq = opt_.max_pages_per_seq, .rules = plan.mac_rules,
+                       .row_policy = row_policy, .page_table = inputs_.data() + in.table,
+                       .seq_lens = inputs_.data() + in.seq_lens, .base_per_kv_head = plan.per_kv_head,
+                       .base_table = plan.table, .base_lens = plan.lens, .base_masks = plan.head_masks,
+                       .band_begin = x.band_begin, .below_table = x.below_table, .below_lens = x.below_lens,
+                       .above_table = x.above_table, .above_lens = x.above_lens, .below_masks = x.below_masks,
+                       .above_masks = x.above_masks, .rows = PlanRows{row_policy, plan.mac_policies},
+                       .listed_tokens = x.bytes, .num_pool_pages = cache_.shape().num_pages,
+                       .workspace = x.plan_workspace, .workspace_bytes = x.plan_workspace_bytes},
+                      s),
+        "mac_page_plan");
+
+  // Both parts: every list of the row's keys, whatever its base's bound (a hit's band reaches
+  // past a streaming window), so the pass's context bound.
+  PagedDecodeArgs below = base;
+  below.max_seq_len = pass_.max_seq_len;
+  below.tables_per_kv_head = true;
+  below.page_table = x.below_table;
+  below.seq_lens = x.below_lens;
+  below.head_masks = x.below_masks;
+  below.o = x.below_o;
+  below.lse = x.below_lse;
+  PagedDecodeArgs above = below;
+  above.page_table = x.above_table;
+  above.seq_lens = x.above_lens;
+  above.head_masks = x.above_masks;
+  above.o = x.above_o;
+  above.lse = x.above_lse;
+  check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");
+  if (plan.art_rules)  // ART rows pass through whole into `above`, in their visiting order
+    run_art(above, plan, s);
+  else
+    check(paged_decode_attention(above, s), "paged_decode_attention (MAC, above the prefix end)");
+
+  check(mac_merge_push({.merge = {.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim,
+                                  .below_o = x.below_o, .below_lse = x.below_lse, .above_o = x.above_o,
+                                  .above_lse = x.above_lse, .out = o_.data()},
+                        .out_lse = lse_.data(), .hit_entry = x.hit_entry, .row_slot = row_slot,
+                        .positions = inputs_.data() + in.positions, .q_pre = q_pre_.data(),
+                        .row_policy = row_policy, .rules = plan.mac_rules, .rings = rings},
+                       s),
+        "mac_merge_push");
+}
+
+// A prefill chunk's rows [pass_.mac_first, n) become ring entries: each row's state over its
+// prefix, the pages [0, mac_prefix_end(pos)) (whole pages: the decode kernel over its own
+// table cut short), pushed with its pre-RoPE query.
+void GpuForward::fill_mac_rings(int l, int n, cudaStream_t s) {
+  const ModelConfig& c = w_.config;
+  const InputLayout in(opt_.max_rows);
+  const int first = pass_.mac_first, rows = n - first, maxp = opt_.max_pages_per_seq;
+  if (rows <= 0) return;
+  const MacState::Scratch x = mac_.scratch();
+  const int32_t* positions = inputs_.data() + in.positions + first;
+  check(mac_prefix_lens(positions, rows, pass_.mac_band, cache_.shape().page_size, x.prefix_lens, s),
+        "mac_prefix_lens");
+  const size_t q_at = size_t(first) * c.q_dim();
+  const PagedDecodeArgs a{.batch = rows, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
+                          .head_dim = c.head_dim, .max_pages_per_seq = maxp, .max_seq_len = pass_.max_seq_len,
+                          .scale = 1.0f / std::sqrt(float(c.head_dim)), .q = q_.data() + q_at,
+                          .k_pool = cache_.k(l), .v_pool = cache_.v(l),
+                          .page_table = inputs_.data() + in.table + size_t(first) * maxp, .seq_lens = x.prefix_lens,
+                          .o = x.below_o, .lse = x.below_lse, .workspace = attn_workspace_.data(),
+                          .workspace_bytes = attn_workspace_.bytes()};
+  check(paged_decode_attention(a, s), "paged_decode_attention (MAC prefix states)");
+  check(mac_merge_push({.merge = {.batch = rows, .num_heads = c.num_heads, .head_dim = c.head_dim,
+                                  .below_o = x.below_o, .below_lse = x.below_lse},
+                        .row_slot = inputs_.data() + in.mac_slot + first, .positions = positions,
+                        .q_pre = q_pre_.data() + q_at, .row_policy = inputs_.data() + in.policy + first,
+                        .rules = planner_->mac_rules_device(), .rings = mac_.rings(l)},
+                       s),
+        "mac_merge_push (prompt rows)");
+}
+
+}  // namespace skim::cuda

@@ -1,0 +1,308 @@
+// MAC's decode-stage kernels (see mac_decode.cuh).
+#include "backend/cuda/mac_decode.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include <cfloat>
+#include <cstdint>
+
+namespace skim::cuda {
+
+namespace {
+
+__device__ __forceinline__ float bf16_load(const uint16_t* p) { return __bfloat162float(__ushort_as_bfloat16(*p)); }
+
+__device__ __forceinline__ const MacRowRule* rule_of(const MacRowRule* rules, const int32_t* row_policy, int b) {
+  return rules + (row_policy ? row_policy[b] : 0);
+}
+
+// ---- match ----
+
+constexpr int kMatchThreads = 128;
+
+// Nearest entry of one ring for one query head: each thread scans entries t, t + 128, ... in
+// age order; the block keeps the smallest distance, ties to the larger age (the newest).
+__global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs a) {
+  __shared__ float q[128];
+  __shared__ float best_d[kMatchThreads];
+  __shared__ int best_i[kMatchThreads];
+  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, d = a.head_dim, H = a.num_heads;
+  const size_t out = size_t(b) * H + h;
+  const int slot = a.row_slot[b];
+  const MacRowRule& rule = *rule_of(a.rules, a.row_policy, b);
+  if (slot < 0 || !rule.active) {
+    if (t == 0) a.band_begin[out] = a.hit_entry[out] = -1;
+    return;
+  }
+  for (int i = t; i < d; i += kMatchThreads) q[i] = bf16_load(a.q_pre + out * d + i);
+  __syncthreads();
+  const MacRingsView& r = a.rings;
+  const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
+  float dist = FLT_MAX;
+  int age = -1;
+  for (int i = t; i < count; i += kMatchThreads) {
+    const int e = (first + i) % K;
+    const uint16_t* x = r.q_pre + ((size_t(slot) * r.capacity + e) * H + h) * d;
+    float s = 0.0f;
+    for (int k = 0; k < d; ++k) {
+      const float diff = q[k] - bf16_load(x + k);
+      s = fmaf(diff, diff, s);
+    }
+    if (s <= dist) dist = s, age = i;  // ascending ages: ties go to the newer
+  }
+  best_d[t] = dist;
+  best_i[t] = age;
+  __syncthreads();
+  for (int w = kMatchThreads / 2; w > 0; w >>= 1) {
+    if (t < w) {
+      const float od = best_d[t + w];
+      const int oi = best_i[t + w];
+      if (od < best_d[t] || (od == best_d[t] && oi > best_i[t])) best_d[t] = od, best_i[t] = oi;
+    }
+    __syncthreads();
+  }
+  if (t != 0) return;
+  const int i = best_i[0];
+  const bool hit = i >= 0 && sqrtf(best_d[0]) < sqrtf(2.0f * float(d)) * (1.0f - rule.tau);
+  const int e = i < 0 ? -1 : (first + i) % K;
+  a.hit_entry[out] = hit ? e : -1;
+  a.band_begin[out] = hit ? mac_prefix_end(r.pos[size_t(slot) * r.capacity + e], rule.band, a.page_size) : -1;
+  if (a.bytes)
+    atomicAdd(a.bytes, (unsigned long long)(count) * d * sizeof(uint16_t) + (hit ? (d + 1) * sizeof(float) : 0));
+}
+
+// ---- page plan ----
+
+constexpr int kPlanThreads = 256;
+constexpr int kPlanItems = 8;  // consecutive pages per thread in the walk
+
+__host__ __device__ size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+__host__ __device__ size_t inverse_bytes(const MacPagePlanArgs& a) { return align256(size_t(a.num_pool_pages) * sizeof(int32_t)); }
+size_t mask_bytes(const MacPagePlanArgs& a) {
+  return size_t(a.batch) * a.num_kv_heads * a.max_pages_per_seq * sizeof(uint32_t);
+}
+
+__device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
+
+// Each page of a row's table: its index in the table (rows hold distinct pages).
+__global__ void __launch_bounds__(kPlanThreads) inverse_kernel(const MacPagePlanArgs a) {
+  const int b = blockIdx.x;
+  const int m = pages_of(min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size), a.page_size);
+  int32_t* inv = static_cast<int32_t*>(a.workspace);
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+  for (int i = threadIdx.x; i < m; i += kPlanThreads) inv[table[i]] = i;
+}
+
+// A row of another policy: its base list whole as `above`.
+__device__ void pass_through(const MacPagePlanArgs& a, int b, int kvh, size_t list) {
+  const size_t base = a.base_list(b, kvh);
+  const int n = pages_of(a.base_lens[base], a.page_size);
+  for (int j = threadIdx.x; j < n; j += kPlanThreads) {
+    a.above_table[list * a.max_pages_per_seq + j] = a.base_table[base * a.max_pages_per_seq + j];
+    a.above_masks[list * a.max_pages_per_seq + j] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + j] : ~0u;
+  }
+  if (threadIdx.x == 0) {  // its policy counts what it reads (listed_tokens counts MAC rows only)
+    a.above_lens[list] = a.base_lens[base];
+    a.below_lens[list] = 0;
+  }
+}
+
+// One CTA per (KV head, row): the base list's masks by position, then every page's mask of
+// the group's heads (a hit head: its band+tail; a miss: the base), listed below or above the
+// split in position order.
+__global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArgs a) {
+  using Scan = cub::BlockScan<int, kPlanThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int hit_page[32];
+  __shared__ int last_in;  // the list holding the row's last page: 0 none, 1 below, 2 above
+  const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
+  const size_t list = size_t(b) * a.num_kv_heads + kvh;
+  if (!a.rows.has(b)) {
+    pass_through(a, b, kvh, list);
+    return;
+  }
+  const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * ps), m = pages_of(len, ps);
+  const int split = mac_prefix_end(len - 1, a.band_of(b), ps) / ps;
+  const int32_t* inv = static_cast<const int32_t*>(a.workspace);
+  uint32_t* pos_mask = reinterpret_cast<uint32_t*>(static_cast<char*>(a.workspace) + inverse_bytes(a)) +
+                       list * a.max_pages_per_seq;
+  const size_t base = a.base_list(b, kvh);
+  const int n_base = pages_of(a.base_lens[base], ps);
+  for (int i = t; i < m; i += kPlanThreads) pos_mask[i] = 0u;
+  if (t < group) {
+    const int begin = a.band_begin[size_t(b) * a.num_heads + kvh * group + t];
+    hit_page[t] = begin < 0 ? -1 : begin / ps;
+  }
+  if (t == 0) last_in = 0;
+  __syncthreads();
+  for (int j = t; j < n_base; j += kPlanThreads)
+    pos_mask[inv[a.base_table[base * a.max_pages_per_seq + j]]] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + j] : ~0u;
+  __syncthreads();
+
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+  const size_t at = list * a.max_pages_per_seq;
+  int below = 0, above = 0;  // written so far
+  for (int chunk = 0; chunk < m; chunk += kPlanThreads * kPlanItems) {
+    const int p0 = chunk + t * kPlanItems;
+    uint32_t mask[kPlanItems];
+    int nb = 0, na = 0;
+#pragma unroll
+    for (int k = 0; k < kPlanItems; ++k) {
+      const int i = p0 + k;
+      mask[k] = 0u;
+      if (i >= m) continue;
+      for (int g = 0; g < group; ++g) {
+        const bool attends = hit_page[g] >= 0 ? i >= hit_page[g] : (pos_mask[i] >> g & 1u) != 0u;
+        mask[k] |= uint32_t(attends) << g;
+      }
+      if (mask[k]) (i < split ? nb : na) += 1;
+    }
+    // One scan for both lists: below's count in the low 16 bits (a chunk lists < 65536 pages).
+    int pos, total;
+    Scan(scan).ExclusiveSum(nb | (na << 16), pos, total);
+    __syncthreads();
+    int pb = below + (pos & 0xffff), pa = above + (pos >> 16);
+#pragma unroll
+    for (int k = 0; k < kPlanItems; ++k) {
+      const int i = p0 + k;
+      if (!mask[k]) continue;
+      const bool lower = i < split;
+      const int slot = lower ? pb++ : pa++;
+      (lower ? a.below_table : a.above_table)[at + slot] = table[i];
+      (lower ? a.below_masks : a.above_masks)[at + slot] = mask[k];
+      if (i == m - 1) last_in = lower ? 1 : 2;
+    }
+    below += total & 0xffff;
+    above += total >> 16;
+  }
+  __syncthreads();
+  if (t == 0) {
+    const int short_by = m * ps - len;  // tokens the last page lacks
+    const int bl = below * ps - (last_in == 1 ? short_by : 0), al = above * ps - (last_in == 2 ? short_by : 0);
+    a.below_lens[list] = bl;
+    a.above_lens[list] = al;
+    if (a.listed_tokens) atomicAdd(a.listed_tokens, (unsigned long long)(bl + al));
+  }
+}
+
+// ---- merge and push ----
+
+// (o, lse) <- merge((o, lse), (ob, lb)) for this thread's element; every thread of the CTA
+// computes the same weights.
+__device__ __forceinline__ void merge_into(float& o, float& lse, float ob, float lb) {
+  if (lb == -INFINITY) return;
+  if (lse == -INFINITY) {
+    o = ob;
+    lse = lb;
+    return;
+  }
+  const float m = fmaxf(lse, lb), wa = expf(lse - m), wb = expf(lb - m), inv = 1.0f / (wa + wb);
+  o = (wa * o + wb * ob) * inv;
+  lse = m + logf(wa + wb);
+}
+
+// One CTA of head_dim threads per (row, query head).
+__global__ void merge_push_kernel(const MacMergePushArgs a) {
+  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
+  const MacMergeArgs& mg = a.merge;
+  const int d = mg.head_dim, H = mg.num_heads;
+  const size_t i = size_t(b) * H + h;
+  const MacRingsView& r = a.rings;
+  const int slot = a.row_slot ? a.row_slot[b] : -1;
+  const MacRowRule& rule = *rule_of(a.rules, a.row_policy, b);
+  const int entry = a.hit_entry ? a.hit_entry[i] : -1;
+  float c = 0.0f, lse = -INFINITY;  // the reused prefix, or nothing
+  if (slot >= 0 && entry >= 0) {
+    c = r.o[((size_t(slot) * r.capacity + entry) * H + h) * d + t];
+    lse = r.lse[(size_t(slot) * r.capacity + entry) * H + h];
+  }
+  __syncthreads();  // every thread has read the hit entry before thread 0 may overwrite its lse
+  merge_into(c, lse, mg.below_o[i * d + t], mg.below_lse[i]);
+  if (mg.out) {
+    float o = c, l = lse;
+    if (mg.above_o) merge_into(o, l, mg.above_o[i * d + t], mg.above_lse[i]);
+    mg.out[i * d + t] = o;
+    if (a.out_lse && t == 0) a.out_lse[i] = l;
+  }
+  if (mg.cache_o) mg.cache_o[i * d + t] = c;
+  if (mg.cache_lse && t == 0) mg.cache_lse[i] = lse;
+  if (slot < 0 || !rule.active) return;
+  // The new entry: over the oldest once the ring holds K (the hit entry was read above, before
+  // the barrier).
+  const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
+  const int e = count < K ? (first + count) % K : first;
+  const size_t at = (size_t(slot) * r.capacity + e) * H + h;
+  r.q_pre[at * d + t] = a.q_pre[i * d + t];
+  r.o[at * d + t] = c;
+  if (t == 0) r.lse[at] = lse;
+  if (t == 0 && h == 0) r.pos[size_t(slot) * r.capacity + e] = a.positions[b];
+}
+
+// After every head has pushed: each active row's ring holds one more entry (or has dropped its
+// oldest).
+__global__ void advance_kernel(const MacMergePushArgs a, int batch) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= batch) return;
+  const int slot = a.row_slot ? a.row_slot[b] : -1;
+  const MacRowRule& rule = *rule_of(a.rules, a.row_policy, b);
+  if (slot < 0 || !rule.active) return;
+  int32_t* f = a.rings.fill + 2 * slot;
+  if (f[1] < rule.window) f[1] += 1;
+  else f[0] = (f[0] + 1) % rule.window;
+}
+
+__global__ void prefix_lens_kernel(const int32_t* positions, int n, int band, int page_size, int32_t* lens) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < n) lens[r] = mac_prefix_end(positions[r], band, page_size);
+}
+
+bool supported_dims(int heads, int kv_heads, int d) {
+  return heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= 32 && (d == 64 || d == 128);
+}
+
+}  // namespace
+
+cudaError_t mac_match(const MacMatchArgs& a, cudaStream_t stream) {
+  if (a.batch < 0 || !supported_dims(a.num_heads, 1, a.head_dim) || a.page_size <= 0) return cudaErrorInvalidValue;
+  if (a.batch == 0) return cudaSuccess;
+  match_kernel<<<dim3(a.num_heads, a.batch), kMatchThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+size_t mac_page_plan_workspace_size(const MacPagePlanArgs& a) {
+  if (a.batch < 0 || a.num_pool_pages <= 0 || !supported_dims(a.num_heads, a.num_kv_heads, 64)) return 0;
+  return inverse_bytes(a) + mask_bytes(a);
+}
+
+cudaError_t mac_page_plan(const MacPagePlanArgs& a, cudaStream_t stream) {
+  if (a.batch < 0 || a.page_size <= 0 || a.max_pages_per_seq <= 0 || a.band < 0 || a.workspace == nullptr ||
+      mac_page_plan_workspace_size(a) == 0 || a.workspace_bytes < mac_page_plan_workspace_size(a))
+    return cudaErrorInvalidValue;
+  if (a.batch == 0) return cudaSuccess;
+  inverse_kernel<<<a.batch, kPlanThreads, 0, stream>>>(a);
+  plan_kernel<<<dim3(a.num_kv_heads, a.batch), kPlanThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t mac_merge_push(const MacMergePushArgs& a, cudaStream_t stream) {
+  const MacMergeArgs& m = a.merge;
+  if (m.batch < 0 || !supported_dims(m.num_heads, 1, m.head_dim)) return cudaErrorInvalidValue;
+  if (m.batch == 0) return cudaSuccess;
+  merge_push_kernel<<<dim3(m.num_heads, m.batch), m.head_dim, 0, stream>>>(a);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || !a.row_slot) return e;
+  advance_kernel<<<(m.batch + 127) / 128, 128, 0, stream>>>(a, m.batch);
+  return cudaGetLastError();
+}
+
+cudaError_t mac_prefix_lens(const int32_t* positions, int n, int band, int page_size, int32_t* lens,
+                            cudaStream_t stream) {
+  if (n < 0 || band < 0 || page_size <= 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  prefix_lens_kernel<<<(n + 127) / 128, 128, 0, stream>>>(positions, n, band, page_size, lens);
+  return cudaGetLastError();
+}
+
+}  // namespace skim::cuda

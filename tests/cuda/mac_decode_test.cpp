@@ -1,0 +1,218 @@
+// MAC's decode-stage kernels against their CPU references (backend/cpu/mac_decode.h, which
+// tests/attention/mac_decode_test.cpp holds to the definitions), on fresh random inputs: the
+// page plan exactly (lists, masks, lengths; rows of other policies passed through); the match
+// exactly (the kernel's arithmetic is the reference's: fp32 fma over the dimensions in order);
+// merge and push within float rounding of expf against std::exp, ring fills exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "../mac_plan_case.h"
+#include "../mac_ring_case.h"
+#include "backend/cpu/mac_decode.h"
+#include "backend/cuda/mac_decode.cuh"
+#include "device_vectors.h"
+#include "paged_decode_parity.h"
+
+namespace skim {
+namespace {
+
+using test::to_device;
+using test::to_host;
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = a.size() == b.size() ? 0.0f : INFINITY;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+TEST(CudaMacPagePlan, EqualsTheCpuReference) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (int trial = 0; trial < 9; ++trial) {
+    const bool per_head = trial % 3 != 0, masked = trial % 3 == 2;
+    const test::MacPlanCase c(test::random_int(1, 4), test::random_int(1, 8), test::random_int(0, 600), per_head,
+                              masked, {test::random_int(1, 9000), test::random_int(1, 40), 16, 1, 2500, 4097});
+    std::vector<int32_t> row_policy(size_t(c.batch()));
+    for (int32_t& p : row_policy) p = test::random_int(0, 3) == 0 ? 1 : 0;  // policy 1: another policy's rows
+    std::vector<int32_t> table(c.slots(), -7), lens(c.lists(), -7);
+    std::vector<uint32_t> masks(c.slots(), 0xdeadbeefu);
+    std::vector<int32_t> cb = table, ca = table, cbl = lens, cal = lens;
+    std::vector<uint32_t> cbm = masks, cam = masks;
+    MacPagePlanArgs a = c.args();
+    a.rows = PlanRows{row_policy.data(), 1u};
+    a.page_table = c.pages.table.data();
+    a.seq_lens = c.lens.data();
+    a.base_table = c.base_table.data();
+    a.base_lens = c.base_lens.data();
+    a.base_masks = c.masked ? c.base_masks.data() : nullptr;
+    a.band_begin = c.band_begin.data();
+    a.below_table = cb.data();
+    a.below_lens = cbl.data();
+    a.below_masks = cbm.data();
+    a.above_table = ca.data();
+    a.above_lens = cal.data();
+    a.above_masks = cam.data();
+    cpu::mac_page_plan(a);
+
+    auto d_rp = to_device(row_policy), d_pt = to_device(c.pages.table), d_lens = to_device(c.lens);
+    auto d_bt = to_device(c.base_table), d_bl = to_device(c.base_lens), d_band = to_device(c.band_begin);
+    auto d_bm = to_device(c.masked ? c.base_masks : std::vector<uint32_t>(1, 0u));
+    auto gb = to_device(table), ga = to_device(table), gbl = to_device(lens), gal = to_device(lens);
+    auto gbm = to_device(masks), gam = to_device(masks);
+    cuda::DeviceBuffer<unsigned long long> listed(1);
+    cuda::check(cudaMemset(listed.data(), 0, listed.bytes()), "cudaMemset");
+    MacPagePlanArgs g = a;
+    g.rows = PlanRows{d_rp.data(), 1u};
+    g.page_table = d_pt.data();
+    g.seq_lens = d_lens.data();
+    g.base_table = d_bt.data();
+    g.base_lens = d_bl.data();
+    g.base_masks = c.masked ? d_bm.data() : nullptr;
+    g.band_begin = d_band.data();
+    g.below_table = gb.data();
+    g.below_lens = gbl.data();
+    g.below_masks = gbm.data();
+    g.above_table = ga.data();
+    g.above_lens = gal.data();
+    g.above_masks = gam.data();
+    g.listed_tokens = listed.data();
+    g.num_pool_pages = c.pages.num_pages;
+    cuda::DeviceBuffer<uint8_t> ws(cuda::mac_page_plan_workspace_size(g));
+    g.workspace = ws.data();
+    g.workspace_bytes = ws.bytes();
+    ASSERT_EQ(cuda::mac_page_plan(g, nullptr), cudaSuccess);
+    cuda::check(cudaDeviceSynchronize(), "mac_page_plan");
+    // Slots past a list hold whatever: compare the listed part and the lengths.
+    const std::vector<int32_t> hb = to_host(gb), ha = to_host(ga), hbl = to_host(gbl), hal = to_host(gal);
+    const std::vector<uint32_t> hbm = to_host(gbm), ham = to_host(gam);
+    EXPECT_EQ(hbl, cbl) << "trial " << trial;
+    EXPECT_EQ(hal, cal) << "trial " << trial;
+    unsigned long long want = 0;
+    for (size_t l = 0; l < c.lists(); ++l) {
+      if (row_policy[l / size_t(c.kv_heads)] == 0) want += uint64_t(cbl[l]) + uint64_t(cal[l]);  // MAC rows only
+      for (int j = 0; j * c.page_size < cbl[l]; ++j) {
+        const size_t at = l * c.pages.stride + j;
+        ASSERT_EQ(hb[at], cb[at]) << "below, list " << l << " slot " << j;
+        ASSERT_EQ(hbm[at], cbm[at]) << "below mask, list " << l << " slot " << j;
+      }
+      for (int j = 0; j * c.page_size < cal[l]; ++j) {
+        const size_t at = l * c.pages.stride + j;
+        ASSERT_EQ(ha[at], ca[at]) << "above, list " << l << " slot " << j;
+        ASSERT_EQ(ham[at], cam[at]) << "above mask, list " << l << " slot " << j;
+      }
+    }
+    EXPECT_EQ(to_host(listed)[0], want);
+  }
+}
+
+struct DeviceRings {
+  cuda::DeviceBuffer<uint16_t> q;
+  cuda::DeviceBuffer<float> o, lse;
+  cuda::DeviceBuffer<int32_t> pos, fill;
+  explicit DeviceRings(const test::MacRingCase& c)
+      : q(to_device(c.ring_q)), o(to_device(c.ring_o)), lse(to_device(c.ring_lse)), pos(to_device(c.pos)),
+        fill(to_device(c.fill)) {}
+  MacRingsView view(int capacity) {
+    return {.capacity = capacity, .q_pre = q.data(), .o = o.data(), .lse = lse.data(), .pos = pos.data(),
+            .fill = fill.data()};
+  }
+};
+
+TEST(CudaMacMatch, EqualsTheCpuReference) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (int d : {64, 128}) {
+    const test::MacRingCase c(6, 5, d, test::random_int(1, 300));
+    std::vector<int32_t> band(size_t(c.batch) * c.heads, 7), hit(band.size(), 7);
+    unsigned long long bytes = 0;
+    std::vector<uint16_t> rq = c.ring_q;
+    std::vector<float> ro = c.ring_o, rl = c.ring_lse;
+    std::vector<int32_t> rp = c.pos, rf = c.fill;
+    MacMatchArgs a{.batch = c.batch, .num_heads = c.heads, .head_dim = d, .page_size = c.page_size,
+                   .q_pre = c.q_pre.data(), .row_slot = c.row_slot.data(), .row_policy = c.row_policy.data(),
+                   .rules = c.rules.data(),
+                   .rings = {.capacity = c.capacity, .q_pre = rq.data(), .o = ro.data(), .lse = rl.data(),
+                             .pos = rp.data(), .fill = rf.data()},
+                   .band_begin = band.data(), .hit_entry = hit.data(), .bytes = &bytes};
+    cpu::mac_match(a);
+    DeviceRings r(c);
+    auto dq = to_device(c.q_pre);
+    auto ds = to_device(c.row_slot), dp = to_device(c.row_policy);
+    auto drules = to_device(c.rules);
+    auto gband = to_device(std::vector<int32_t>(band.size(), 7)), ghit = to_device(std::vector<int32_t>(band.size(), 7));
+    cuda::DeviceBuffer<unsigned long long> gbytes(1);
+    cuda::check(cudaMemset(gbytes.data(), 0, gbytes.bytes()), "cudaMemset");
+    MacMatchArgs g = a;
+    g.q_pre = dq.data();
+    g.row_slot = ds.data();
+    g.row_policy = dp.data();
+    g.rules = drules.data();
+    g.rings = r.view(c.capacity);
+    g.band_begin = gband.data();
+    g.hit_entry = ghit.data();
+    g.bytes = gbytes.data();
+    ASSERT_EQ(cuda::mac_match(g, nullptr), cudaSuccess);
+    cuda::check(cudaDeviceSynchronize(), "mac_match");
+    EXPECT_EQ(to_host(ghit), hit) << "d " << d;
+    EXPECT_EQ(to_host(gband), band) << "d " << d;
+    EXPECT_EQ(to_host(gbytes)[0], bytes);
+  }
+}
+
+TEST(CudaMacMergePush, EqualsTheCpuReference) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (int d : {64, 128}) {
+    const test::MacRingCase c(5, 3, d, test::random_int(1, 12));
+    std::vector<int32_t> hit(size_t(c.batch) * c.heads, -1);
+    for (int b = 1; b < c.batch; ++b)
+      for (int h = 0; h < c.heads; ++h)
+        if (c.fill[2 * b + 1] > 0 && test::random_int(0, 1)) hit[size_t(b) * c.heads + h] = c.fill[2 * b];
+    std::vector<uint16_t> rq = c.ring_q;
+    std::vector<float> ro = c.ring_o, rl = c.ring_lse, out(c.below_o.size()), out_lse(c.below_lse.size());
+    std::vector<int32_t> rp = c.pos, rf = c.fill;
+    MacMergePushArgs a{.merge = {.batch = c.batch, .num_heads = c.heads, .head_dim = d, .below_o = c.below_o.data(),
+                                 .below_lse = c.below_lse.data(), .above_o = c.above_o.data(),
+                                 .above_lse = c.above_lse.data(), .out = out.data()},
+                       .out_lse = out_lse.data(), .hit_entry = hit.data(), .row_slot = c.row_slot.data(),
+                       .positions = c.positions.data(), .q_pre = c.q_pre.data(), .row_policy = c.row_policy.data(),
+                       .rules = c.rules.data(),
+                       .rings = {.capacity = c.capacity, .q_pre = rq.data(), .o = ro.data(), .lse = rl.data(),
+                                 .pos = rp.data(), .fill = rf.data()}};
+    cpu::mac_merge_push(a);
+    DeviceRings r(c);
+    auto bo = to_device(c.below_o), bl = to_device(c.below_lse), ao = to_device(c.above_o), al = to_device(c.above_lse);
+    auto dh = to_device(hit), ds = to_device(c.row_slot), dpos = to_device(c.positions);
+    auto dq = to_device(c.q_pre);
+    auto dp = to_device(c.row_policy);
+    auto drules = to_device(c.rules);
+    cuda::DeviceBuffer<float> gout(out.size()), glse(out_lse.size());
+    MacMergePushArgs g = a;
+    g.merge.below_o = bo.data();
+    g.merge.below_lse = bl.data();
+    g.merge.above_o = ao.data();
+    g.merge.above_lse = al.data();
+    g.merge.out = gout.data();
+    g.out_lse = glse.data();
+    g.hit_entry = dh.data();
+    g.row_slot = ds.data();
+    g.positions = dpos.data();
+    g.q_pre = dq.data();
+    g.row_policy = dp.data();
+    g.rules = drules.data();
+    g.rings = r.view(c.capacity);
+    ASSERT_EQ(cuda::mac_merge_push(g, nullptr), cudaSuccess);
+    cuda::check(cudaDeviceSynchronize(), "mac_merge_push");
+    EXPECT_LT(max_abs_diff(to_host(gout), out), 1e-5f) << "d " << d;
+    const std::vector<float> hl = to_host(glse);
+    for (size_t i = 0; i < hl.size(); ++i)
+      if (std::isinf(out_lse[i])) EXPECT_EQ(hl[i], out_lse[i]);
+      else EXPECT_NEAR(hl[i], out_lse[i], 1e-5);
+    EXPECT_EQ(to_host(r.q), rq);
+    EXPECT_LT(max_abs_diff(to_host(r.o), ro), 1e-5f);
+    EXPECT_EQ(to_host(r.pos), rp);
+    EXPECT_EQ(to_host(r.fill), rf);
+  }
+}
+
+}  // namespace
+}  // namespace skim

@@ -1,0 +1,69 @@
+// Random MAC rings and a decode batch over them, for the match and merge-and-push tests (CPU:
+// tests/attention/mac_decode_test.cpp, against the definition; GPU: against the CPU): a few
+// ring slots partly or wholly filled (the oldest entry anywhere), bf16 pre-RoPE queries with
+// some rows' heads copying an entry's query exactly (hits) and the rest random (misses), states
+// below / above the split for the merge. Rows may have no slot or an inactive rule. Pointers are
+// left for the caller (host or device). No gtest here.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "attention/mac_decode_args.h"
+#include "core/dtype.h"
+#include "test_random.h"
+
+namespace skim::test {
+
+struct MacRingCase {
+  int batch, heads, d, slots, capacity, page_size = 16;
+  std::vector<MacRowRule> rules;  // [0] active, [1] inactive
+  std::vector<int32_t> row_slot, row_policy, positions, fill, pos;
+  std::vector<uint16_t> q_pre, ring_q;
+  std::vector<float> ring_o, ring_lse, below_o, below_lse, above_o, above_lse;
+
+  MacRingCase(int batch_, int heads_, int d_, int window)
+      : batch(batch_), heads(heads_), d(d_), slots(batch_ + 1), capacity(window + 3) {
+    rules = {MacRowRule{.active = 1, .window = window, .band = random_int(0, 100), .tau = 0.5f},
+             MacRowRule{.active = 0}};
+    fill.resize(size_t(slots) * 2);
+    pos.assign(size_t(slots) * capacity, -1);
+    for (int s = 0; s < slots; ++s) {
+      const int count = random_int(0, window);
+      fill[2 * s] = count < window ? 0 : random_int(0, window - 1);
+      fill[2 * s + 1] = count;
+      for (int i = 0; i < count; ++i) pos[size_t(s) * capacity + (fill[2 * s] + i) % window] = 300 + 7 * i;
+    }
+    ring_q = bf16_vector(size_t(slots) * capacity * heads * d);
+    ring_o = random_vector(size_t(slots) * capacity * heads * d);
+    ring_lse = random_vector(size_t(slots) * capacity * heads, 3.0f);
+    q_pre = bf16_vector(size_t(batch) * heads * d);
+    for (int b = 0; b < batch; ++b) {
+      row_slot.push_back(b == 0 ? -1 : b);  // row 0 has no ring; the others their own slot
+      row_policy.push_back(b == batch - 1 ? 1 : 0);  // the last row's policy has no MAC
+      positions.push_back(1000 + b);
+      const int s = row_slot.back(), count = s < 0 ? 0 : fill[2 * s + 1];
+      for (int h = 0; h < heads; ++h)
+        if (count > 0 && random_int(0, 1)) {  // copy an entry's query: a hit (distance 0)
+          const int e = (fill[2 * s] + random_int(0, count - 1)) % window;
+          std::copy_n(ring_q.begin() + long(((size_t(s) * capacity + e) * heads + h) * d), d,
+                      q_pre.begin() + long((size_t(b) * heads + h) * d));
+        }
+    }
+    below_o = random_vector(size_t(batch) * heads * d);
+    above_o = random_vector(size_t(batch) * heads * d);
+    below_lse = random_vector(size_t(batch) * heads, 3.0f);
+    above_lse = random_vector(size_t(batch) * heads, 3.0f);
+    below_lse[1] = above_lse[2] = -INFINITY;  // empty parts merge as nothing
+  }
+
+  static std::vector<uint16_t> bf16_vector(size_t n) {
+    std::vector<float> f = random_vector(n);
+    std::vector<uint16_t> v(n);
+    std::transform(f.begin(), f.end(), v.begin(), f32_to_bf16);
+    return v;
+  }
+};
+
+}  // namespace skim::test

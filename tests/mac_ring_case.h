@@ -25,7 +25,8 @@ struct MacRingCase {
 
   MacRingCase(int batch_, int heads_, int d_, int window)
       : batch(batch_), heads(heads_), d(d_), slots(batch_ + 1), capacity(window + 3) {
-    rules = {MacRowRule{.active = 1, .window = window, .band = random_int(0, 100), .tau = 0.5f},
+    // Row 1 (position 1001) is below the rule's min_context: it matches nothing.
+    rules = {MacRowRule{.active = 1, .window = window, .band = random_int(0, 100), .tau = 0.5f, .min_context = 1003},
              MacRowRule{.active = 0}};
     fill.resize(size_t(slots) * 2);
     pos.assign(size_t(slots) * capacity, -1);

@@ -32,6 +32,7 @@ MacParams mac_params(const PolicyPart& p) {
   m.window = p.integer("window", m.window);
   m.band = p.integer("band", m.band);
   m.tau = p.number("tau", m.tau);
+  m.min_context = p.integer("min_context", m.min_context);
   return m;
 }
 
@@ -101,13 +102,14 @@ void MacReuse::observe_prefill(const AttentionBatch& b, const float* prefix_o, c
   }
 }
 
-void MacReuse::match(const AttentionBatch& b, int row, Match* out) {
+bool MacReuse::match(const AttentionBatch& b, int row, Match* out) {
   const int d = b.head_dim, H = b.num_heads;
+  for (int h = 0; h < H; ++h) out[h] = Match{};
+  if (b.positions[row] + 1 < p_.min_context) return false;
   const float* q = b.q_pre + size_t(row) * H * d;
   const Ring& r = ring(b, row);
   std::vector<float>& best = best_;  // per head; reused so that a decode step allocates nothing
   best.assign(size_t(H), INFINITY);
-  for (int h = 0; h < H; ++h) out[h] = Match{};
   // Oldest to newest, each entry's heads together (one contiguous read of the ring).
   for (int i = 0; i < r.size(); ++i) {
     const int slot = r.slot(i);
@@ -141,6 +143,7 @@ void MacReuse::match(const AttentionBatch& b, int row, Match* out) {
     st.dist += x;
     hist_[size_t(b.layer)][size_t(std::clamp(int(x / 0.01), 0, kDistBins - 1))] += 1;
   }
+  return true;
 }
 
 const float* MacReuse::cached_o(const AttentionBatch& b, int row, int slot, int head) const {
@@ -235,7 +238,9 @@ PolicyInfo mac_policy_info() {
           .stage = PolicyStage::Reuse,
           .keys = {integer_key("window", m.window, 1, 1 << 20, "K: ring entries per sequence, layer and query head"),
                    integer_key("band", m.band, 0, kNoUpperBound, "r: keys before the matched position recomputed"),
-                   unit_key("tau", m.tau, "match threshold: hit when the pre-RoPE distance is below sqrt(2d)(1-tau)")},
+                   unit_key("tau", m.tau, "match threshold: hit when the pre-RoPE distance is below sqrt(2d)(1-tau)"),
+                   integer_key("min_context", m.min_context, 0, kNoUpperBound,
+                               "rows with a shorter context attend the base without matching (the ring still fills)")},
           .composes_with = {"dense", "streaming", "quest", "oracle", "gbsa", "cs", "art"}, .sequence_state = true,
           .order = "on a hit: band and tail, most recent first", .backends = {"cpu", "cuda"}};
 }

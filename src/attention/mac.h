@@ -50,6 +50,9 @@ struct MacParams {
   // The paper's 0.45 costs SmolLM2 +6% perplexity at 4K (0.75: +1.1%, 0.9: +0.3%;
   // docs/results.md "Defaults"); stricter matches keep dense quality.
   double tau = 0.8;   // hit when ||q~_m - q~_p|| < sqrt(2d)(1 - tau)
+  // Rows whose context is shorter attend their base without matching (the ring still fills):
+  // there is little prefix to skip and the scan would cost more (the official code's 2048).
+  int min_context = 2048;
 };
 
 // mac's keys of a policy string (checked against the registry by the parser): the CPU policy and
@@ -84,8 +87,9 @@ class MacReuse {
     int prefix = 0;      // the end of p's cached prefix: a hit's band+tail starts here
   };
   // Nearest entry for each query head of a decode batch's row (out: [num_heads]), in one pass
-  // over the ring; records the distance statistics.
-  void match(const AttentionBatch& b, int row, Match* out);
+  // over the ring; records the distance statistics. Returns whether it matched: a row whose
+  // context is below min_context gets misses without a scan.
+  bool match(const AttentionBatch& b, int row, Match* out);
   // The cached state (o, lse) of the slot's entry for `head`.
   const float* cached_o(const AttentionBatch& b, int row, int slot, int head) const;
   float cached_lse(const AttentionBatch& b, int row, int slot, int head) const;

@@ -97,6 +97,7 @@ struct MacRowRule {
   int window = 256;  // K: the row's ring capacity (at most the rings' capacity)
   int band = 256;    // r
   float tau = 0.8f;
+  int min_context = 2048;  // rows with a shorter context match nothing (their ring still fills)
 };
 
 // The rings of one layer for every sequence slot: per slot K entries, each a token's pre-RoPE
@@ -119,11 +120,13 @@ SKIM_HOST_DEVICE inline int MacPagePlanArgs::band_of(int b) const {
 // Match: per (row, query head) of a row whose policy is active, the ring entry nearest in L2
 // distance of pre-RoPE queries (ties: the most recent), a hit when the distance is below
 // sqrt(2d)(1 - tau): band_begin = mac_prefix_end(entry's position), hit_entry = its storage
-// index; else -1 both. Inactive rows: -1. bytes (optional, device) adds the ring entries'
+// index; else -1 both. Inactive rows, and rows whose context is below the rule's min_context
+// (no scan): -1. bytes (optional, device) adds the ring entries'
 // queries scanned and the cached states of hits, in bytes.
 struct MacMatchArgs {
   int batch = 0, num_heads = 0, head_dim = 0, page_size = 16;
   const uint16_t* q_pre = nullptr;       // [batch][num_heads][head_dim] bf16
+  const int32_t* positions = nullptr;    // [batch]: a row's context is its position + 1
   const int32_t* row_slot = nullptr;     // [batch] ring slot, -1 for none
   const int32_t* row_policy = nullptr;   // [batch] policy index; null: rules[0] for every row
   const MacRowRule* rules = nullptr;

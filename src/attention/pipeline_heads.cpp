@@ -95,9 +95,10 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
   uint64_t meta = 0, context = 0;
   for (int r = 0; r < b.num_rows; ++r) {
     const int ctx = b.positions[r] + 1;
+    bool matched = false;
     if (mac) {
-      mac->match(b, r, matches.data());
-      meta += uint64_t(mac->ring_size(b.tables[r], b.layer)) * H * d * sizeof(float);  // the queries matched
+      matched = mac->match(b, r, matches.data());
+      if (matched) meta += uint64_t(mac->ring_size(b.tables[r], b.layer)) * H * d * sizeof(float);  // the queries matched
     }
     for (int h = 0; h < b.num_kv_heads; ++h) {
       sel.heads.clear();
@@ -130,7 +131,7 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
         if (mac) {
           x.split = mac->prefix_end(ctx - 1, b.kv.page_size);
           x.match = matches[size_t(x.head)];
-          mac->record(b.layer, x.head, x.match, b.positions[r], H);
+          if (matched) mac->record(b.layer, x.head, x.match, b.positions[r], H);
           if (x.match.hit) {  // the band+tail, most recent first; the cached state is read
             meta += uint64_t(d + 1) * sizeof(float);
             x.ranges = {KeyRange{x.match.prefix, ctx}};

@@ -41,12 +41,12 @@ void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& ba
   m.cache_lse.assign(size_t(rows) * H, kEmptyLse);
   uint64_t meta = base.metadata_bytes, context = 0;
   for (int r = 0; r < rows; ++r) {
-    mac.match(b, r, m.matches.data());
-    meta += uint64_t(mac.ring_size(b.tables[r], b.layer)) * H * d * sizeof(float);  // the queries matched
+    const bool matched = mac.match(b, r, m.matches.data());
+    if (matched) meta += uint64_t(mac.ring_size(b.tables[r], b.layer)) * H * d * sizeof(float);  // the queries matched
     context += uint64_t(b.positions[r] + 1) * b.num_kv_heads;
     for (int h = 0; h < H; ++h) {
       const MacReuse::Match& x = m.matches[size_t(h)];
-      mac.record(b.layer, h, x, b.positions[r], H);
+      if (matched) mac.record(b.layer, h, x, b.positions[r], H);
       if (!x.hit) continue;
       const size_t i = size_t(r) * H + h;
       m.band_begin[i] = x.prefix;

@@ -166,8 +166,8 @@ TEST(Art, PatienceBeyondBlocksEqualsBasePolicy) {
       {"quest:budget=96,dense_layers=0", "quest:budget=96,dense_layers=0+art:" + huge},
       {"gbsa:keep=0.2,n_min=2", "gbsa:keep=0.2,n_min=2+art:" + huge},
       {"streaming:sink=4,window=100", "streaming:sink=4,window=100+art:" + huge},
-      {"mac:band=32,window=64", "mac:band=32,window=64+art:" + huge},
-      {"quest:budget=96,dense_layers=0+mac:band=32", "quest:budget=96,dense_layers=0+mac:band=32+art:" + huge},
+      {"mac:band=32,window=64,min_context=0", "mac:band=32,window=64,min_context=0+art:" + huge},
+      {"quest:budget=96,dense_layers=0+mac:band=32,min_context=0", "quest:budget=96,dense_layers=0+mac:band=32,min_context=0+art:" + huge},
   };
   for (auto& [base_spec, art_spec] : cases) {
     auto base = make_policy(base_spec), art = make_policy(art_spec);

@@ -182,9 +182,9 @@ TEST(MacMatch, NearestEntryByDefinition) {
                      .o = const_cast<float*>(c.ring_o.data()), .lse = const_cast<float*>(c.ring_lse.data()),
                      .pos = const_cast<int32_t*>(c.pos.data()), .fill = const_cast<int32_t*>(c.fill.data())};
   cpu::mac_match({.batch = c.batch, .num_heads = c.heads, .head_dim = c.d, .page_size = c.page_size,
-                  .q_pre = c.q_pre.data(), .row_slot = c.row_slot.data(), .row_policy = c.row_policy.data(),
-                  .rules = c.rules.data(), .rings = rings, .band_begin = band.data(), .hit_entry = hit.data(),
-                  .bytes = &bytes});
+                  .q_pre = c.q_pre.data(), .positions = c.positions.data(), .row_slot = c.row_slot.data(),
+                  .row_policy = c.row_policy.data(), .rules = c.rules.data(), .rings = rings, .band_begin = band.data(),
+                  .hit_entry = hit.data(), .bytes = &bytes});
   int hits = 0;
   unsigned long long want_bytes = 0;
   for (int b = 0; b < c.batch; ++b)
@@ -192,7 +192,7 @@ TEST(MacMatch, NearestEntryByDefinition) {
       const size_t i = size_t(b) * c.heads + h;
       const int s = c.row_slot[size_t(b)];
       const MacRowRule& rule = c.rules[size_t(c.row_policy[size_t(b)])];
-      if (s < 0 || !rule.active) {
+      if (s < 0 || !rule.active || c.positions[size_t(b)] + 1 < rule.min_context) {
         EXPECT_EQ(hit[i], -1);
         EXPECT_EQ(band[i], -1);
         continue;

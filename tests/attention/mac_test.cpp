@@ -41,7 +41,7 @@ void merge_double(std::vector<double>& o, double& lse, const std::vector<double>
 
 TEST(Mac, NoHitsEqualsDense) {
   // tau near 1: the threshold is 1% of sqrt(2d), which random queries never reach.
-  auto policy = make_policy("mac:tau=0.99,window=64,band=32");
+  auto policy = make_policy("mac:tau=0.99,window=64,band=32,min_context=0");
   DecodeHarness h(400, 2, 3, 32);
   h.prefill(*policy, 200);
   for (int s = 0; s < 20; ++s) {
@@ -55,7 +55,7 @@ TEST(Mac, NoHitsEqualsDense) {
 
 TEST(Mac, MissCachesStateOverPrefix) {
   const int band = test::random_int(8, 60);
-  auto policy = make_policy("mac:tau=0.99,window=32,band=" + std::to_string(band));
+  auto policy = make_policy("mac:tau=0.99,window=32,min_context=0,band=" + std::to_string(band));
   DecodeHarness h(300, 2, 2, 32);
   h.prefill(*policy, test::random_int(30, 150));
   for (int s = 0; s < 10; ++s) {
@@ -82,7 +82,7 @@ TEST(Mac, MissCachesStateOverPrefix) {
 // [0, p+1-r) by the definition.
 TEST(Mac, PrefillStatesEqualBruteForce) {
   const int band = test::random_int(1, 90), window = test::random_int(20, 120), prompt = test::random_int(150, 300);
-  auto policy = make_policy("mac:window=" + std::to_string(window) + ",band=" + std::to_string(band));
+  auto policy = make_policy("mac:min_context=0,window=" + std::to_string(window) + ",band=" + std::to_string(band));
   DecodeHarness h(400, 2, 3, 32);
   for (int i = 0; i < prompt; ++i) h.add_token();
   for (int first = 0; first < prompt;) {  // chunks of random length
@@ -112,7 +112,7 @@ TEST(Mac, PrefillStatesEqualBruteForce) {
 // Decode queries whose pre-RoPE query repeats a ring entry's exactly: every head hits it.
 TEST(Mac, HitEqualsEquation7) {
   const int band = test::random_int(4, 40), window = 64, prompt = test::random_int(120, 250);
-  auto policy = make_policy("mac:tau=0.45,window=64,band=" + std::to_string(band));
+  auto policy = make_policy("mac:tau=0.45,window=64,min_context=0,band=" + std::to_string(band));
   DecodeHarness h(400, 2, 2, 32);
   h.prefill(*policy, prompt);
   for (int s = 0; s < 12; ++s) {
@@ -152,7 +152,7 @@ TEST(Mac, HitEqualsEquation7) {
 
 // A hit whose band reaches the first key reads everything: the output is dense's.
 TEST(Mac, ShortPrefixHitIsDense) {
-  auto policy = make_policy("mac:band=64");
+  auto policy = make_policy("mac:band=64,min_context=0");
   DecodeHarness h(200, 1, 4, 16);
   h.prefill(*policy, 40);
   h.add_token();
@@ -167,7 +167,7 @@ TEST(Mac, ShortPrefixHitIsDense) {
 
 TEST(Mac, ComposedSelectorMissesUseSelection) {
   // With no hits, quest+mac is quest.
-  auto mq = make_policy("quest:budget=64,dense_layers=0+mac:tau=0.99,band=16");
+  auto mq = make_policy("quest:budget=64,dense_layers=0+mac:tau=0.99,band=16,min_context=0");
   auto q = make_policy("quest:budget=64,dense_layers=0");
   DecodeHarness h(400, 2, 2, 32);
   h.prefill(*mq, 250);
@@ -202,7 +202,7 @@ void mixed_step(DecodeHarness& h, int step, int prompt, int window, const std::v
 // give the same outputs and ring states, hits and misses mixed in a group, up to fp32 rounding.
 TEST(Mac, PlanPathEqualsThePerHeadPath) {
   const int band = test::random_int(1, 70), window = 48, prompt = test::random_int(120, 260);
-  const std::string spec = "mac:tau=0.45,window=48,band=" + std::to_string(band);
+  const std::string spec = "mac:tau=0.45,window=48,min_context=0,band=" + std::to_string(band);
   auto plan = make_policy(spec);
   auto heads = make_policy(spec + "+art:patience=1000000,order=recent");
   DecodeHarness h(400, 2, 3, 32);
@@ -237,7 +237,7 @@ TEST(Mac, PlanPathEqualsThePerHeadPath) {
 // quest's own output for that head.
 TEST(Mac, ComposedSelectorHitsAndMissesShareAGroup) {
   const int band = 32, window = 64, prompt = 250;
-  auto mq = make_policy("quest:budget=64,min=0,dense_layers=0+mac:tau=0.45,window=64,band=32");
+  auto mq = make_policy("quest:budget=64,min=0,dense_layers=0+mac:tau=0.45,window=64,band=32,min_context=0");
   auto q = make_policy("quest:budget=64,min=0,dense_layers=0");
   DecodeHarness h(400, 2, 3, 32);
   h.prefill(*mq, prompt);

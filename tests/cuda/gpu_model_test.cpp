@@ -465,8 +465,8 @@ TEST(GpuEngine, MacFollowsTheCpuPolicy) {
   const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
   auto token = [&](int i) { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; };
   const int steps = 16;
-  for (const std::string policy : {"mac:tau=0.6,window=64,band=64", "quest:budget=0.25,min=0+mac:tau=0.6,window=64,band=64",
-                                   "gbsa:keep=0.3,n_min=16+mac:tau=0.6,window=128,band=32"}) {
+  for (const std::string policy : {"mac:tau=0.6,window=64,band=64,min_context=0", "quest:budget=0.25,min=0+mac:tau=0.6,window=64,band=64,min_context=0",
+                                   "gbsa:keep=0.3,n_min=16+mac:tau=0.6,window=128,band=32,min_context=0"}) {
     EngineOptions co = gpu_options(int(prompt.size()) + 64), go = co;
     co.device = "cpu";
     co.policy = go.policy = policy;

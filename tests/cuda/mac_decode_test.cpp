@@ -129,21 +129,22 @@ TEST(CudaMacMatch, EqualsTheCpuReference) {
     std::vector<float> ro = c.ring_o, rl = c.ring_lse;
     std::vector<int32_t> rp = c.pos, rf = c.fill;
     MacMatchArgs a{.batch = c.batch, .num_heads = c.heads, .head_dim = d, .page_size = c.page_size,
-                   .q_pre = c.q_pre.data(), .row_slot = c.row_slot.data(), .row_policy = c.row_policy.data(),
-                   .rules = c.rules.data(),
+                   .q_pre = c.q_pre.data(), .positions = c.positions.data(), .row_slot = c.row_slot.data(),
+                   .row_policy = c.row_policy.data(), .rules = c.rules.data(),
                    .rings = {.capacity = c.capacity, .q_pre = rq.data(), .o = ro.data(), .lse = rl.data(),
                              .pos = rp.data(), .fill = rf.data()},
                    .band_begin = band.data(), .hit_entry = hit.data(), .bytes = &bytes};
     cpu::mac_match(a);
     DeviceRings r(c);
     auto dq = to_device(c.q_pre);
-    auto ds = to_device(c.row_slot), dp = to_device(c.row_policy);
+    auto ds = to_device(c.row_slot), dp = to_device(c.row_policy), dpos = to_device(c.positions);
     auto drules = to_device(c.rules);
     auto gband = to_device(std::vector<int32_t>(band.size(), 7)), ghit = to_device(std::vector<int32_t>(band.size(), 7));
     cuda::DeviceBuffer<unsigned long long> gbytes(1);
     cuda::check(cudaMemset(gbytes.data(), 0, gbytes.bytes()), "cudaMemset");
     MacMatchArgs g = a;
     g.q_pre = dq.data();
+    g.positions = dpos.data();
     g.row_slot = ds.data();
     g.row_policy = dp.data();
     g.rules = drules.data();

@@ -37,9 +37,10 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(MacArtEngine, CompositionsRun) {
   auto prompt = random_ids(300), tokens = random_ids(6);
-  for (const char* spec : {"quest:dense_layers=0+art", "resa+art", "mac+art", "mac", "quest+mac", "quest:dense_layers=1+mac+art",
-                           "streaming+art",
-                           "art:order=bound", "dense+art:order=recent", "cs+art", "gbsa+mac:tau=0.75"}) {
+  // MAC at a context this short only with min_context lowered (its default waits for 2048 keys).
+  for (const char* spec : {"quest:dense_layers=0+art", "resa+art", "mac:min_context=0+art", "mac:min_context=0",
+                           "quest+mac:min_context=0", "quest:dense_layers=1+mac:min_context=0+art", "streaming+art",
+                           "art:order=bound", "dense+art:order=recent", "cs+art", "gbsa+mac:tau=0.75,min_context=0"}) {
     std::map<std::string, double> c;
     auto l = run(spec, prompt, tokens, &c);
     SCOPED_TRACE(spec);
@@ -61,7 +62,7 @@ TEST(MacArtEngine, ExactLimits) {
   // whatever tau. Fed tokens unseen in the prompt and distinct keep every layer missing.
   auto prompt = random_ids(300, 0, 399), tokens = std::vector<int>{400, 410, 420, 430, 440, 450, 460, 470};
   auto dense = run("dense", prompt, tokens), quest = run("quest:budget=64,dense_layers=1", prompt, tokens);
-  auto mac_miss = run("mac:tau=0.99", prompt, tokens);
+  auto mac_miss = run("mac:tau=0.99,min_context=0", prompt, tokens);
   auto quest_art = run("quest:budget=64,dense_layers=1+art:patience=1000000", prompt, tokens);
   auto dense_art = run("art:order=bound,patience=1000000", prompt, tokens);
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -74,7 +75,7 @@ TEST(MacArtEngine, ExactLimits) {
 // The eval forks after prefill: the fork must decode exactly as the original would.
 TEST(MacArtEngine, ForkKeepsRings) {
   auto prompt = random_ids(200), tokens = random_ids(6);
-  const std::string spec = "mac:tau=0,window=64,band=16";  // tau 0: hits whenever nearer than sqrt(2d)
+  const std::string spec = "mac:tau=0,window=64,band=16,min_context=0";  // tau 0: hits whenever nearer than sqrt(2d)
   std::map<std::string, double> c;
   auto direct = run(spec, prompt, tokens, &c);
   auto e = make_engine(spec, 1000);

@@ -137,7 +137,7 @@ void mac_match(const MacMatchArgs& a) {
       a.band_begin[out] = a.hit_entry[out] = -1;
       const int slot = a.row_slot[b];
       const MacRowRule& rule = rule_of(a.rules, a.row_policy, b);
-      if (slot < 0 || !rule.active) continue;
+      if (slot < 0 || !rule.active || a.positions[b] + 1 < rule.min_context) continue;
       const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
       float best = 0.0f;
       int age = -1;

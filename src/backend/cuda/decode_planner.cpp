@@ -188,7 +188,8 @@ ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art) {
 class MacRows final : public RowPlanner {
  public:
   MacRows(std::unique_ptr<RowPlanner> base, const MacParams& p)
-      : base_(std::move(base)), rule_{.active = 1, .window = p.window, .band = p.band, .tau = float(p.tau)} {}
+      : base_(std::move(base)),
+        rule_{.active = 1, .window = p.window, .band = p.band, .tau = float(p.tau), .min_context = p.min_context} {}
   bool dense_in(int layer) const override { return base_->dense_in(layer); }
   bool writes_masks() const override { return base_->writes_masks(); }
   size_t workspace_bytes() const override { return base_->workspace_bytes(); }

@@ -35,7 +35,7 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
   const MacState::Scratch x = mac_.scratch();
   const MacRingsView rings = mac_.rings(l);
   check(mac_match({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .page_size = ps,
-                   .q_pre = q_pre_.data(), .row_slot = row_slot, .row_policy = row_policy, .rules = plan.mac_rules,
+                   .q_pre = q_pre_.data(), .positions = inputs_.data() + in.positions, .row_slot = row_slot, .row_policy = row_policy, .rules = plan.mac_rules,
                    .rings = rings, .band_begin = x.band_begin, .hit_entry = x.hit_entry, .bytes = x.bytes + 1},
                   s),
         "mac_match");

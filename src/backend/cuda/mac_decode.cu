@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs
   const size_t out = size_t(b) * H + h;
   const int slot = a.row_slot[b];
   const MacRowRule& rule = *rule_of(a.rules, a.row_policy, b);
-  if (slot < 0 || !rule.active) {
+  if (slot < 0 || !rule.active || a.positions[b] + 1 < rule.min_context) {
     if (t == 0) a.band_begin[out] = a.hit_entry[out] = -1;
     return;
   }

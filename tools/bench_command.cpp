@@ -32,6 +32,7 @@ struct BenchArgs {
   double sparse_keep = 0.1;
   bool attention_only = false, e2e_only = false, no_8b = false, no_prefill = false;
   bool policy_defaults = false;  // also the end-to-end steps of every GPU policy at its defaults
+  bool mac = false;              // MAC's end-to-end steps at forced hit rates
   bool art = false;              // the ART decode attention kernel at forced stops
   int art_round = 64;            // its round, pages
   int art_max_warps = 0;         // its warps per list (0: paged decode attention's split)
@@ -62,6 +63,8 @@ std::vector<std::pair<std::string, int>> e2e_policies(const BenchArgs& a, int co
   }
   if (a.policy_defaults)
     for (const char* p : {"quest", "gbsa", "streaming"}) out.push_back({p, std::string(p) == "gbsa" ? 32 : 0});
+  if (a.mac)  // MAC over a dense base at forced hit rates (issue 17): its step against dense's
+    for (int hits : {0, 500, 900, 1000}) out.push_back({fmt::format("mac@hits={}", hits), 0});
   if (a.art) {
     // ART under its GPU rule over every page (random K/V: at its thresholds it may never stop,
     // which shows its cost), and with every round stable (a stop after round 2: what a stop
@@ -259,6 +262,8 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_flag("--e2e-only", a.e2e_only, "only the end-to-end steps");
   app->add_flag("--policy-defaults", a.policy_defaults,
                 "also the end-to-end steps of the GPU policies at their defaults (and streaming at --sparse-keep)");
+  app->add_flag("--mac", a.mac,
+                 "end-to-end: mac over dense at forced hit rates 0, 50, 90 and 100% (label mac@hits=N per mille)");
   app->add_flag("--art", a.art,
                 "also the ART decode attention kernel at forced stops, and ART policies end to end (their KV "
                 "bytes as counted on the device)");

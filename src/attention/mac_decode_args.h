@@ -134,7 +134,18 @@ struct MacMatchArgs {
   int32_t* band_begin = nullptr;         // [batch][num_heads]
   int32_t* hit_entry = nullptr;          // [batch][num_heads]
   unsigned long long* bytes = nullptr;
+  // Benchmarks only (skim bench's forced hit rates): >= 0, a head with a nearest entry hits iff
+  // mac_forced_hit(row, head, position) < forced_hits (per mille), whatever its distance.
+  int forced_hits = -1;
 };
+
+// A pseudo-random number in [0, 1000) per (row, head, position): which heads a forced hit rate
+// picks, the same on both backends.
+SKIM_HOST_DEVICE inline int mac_forced_hit(int row, int head, int position) {
+  uint32_t x = uint32_t(row) * 73856093u ^ uint32_t(head) * 19349663u ^ uint32_t(position) * 83492791u;
+  x *= 2654435761u;
+  return int((x >> 8) % 1000u);
+}
 
 // Merge and push: per (row, query head), cache = the hit entry's state (or empty), merged with
 // the part below the split; out = cache merged with the part above; for an active row the

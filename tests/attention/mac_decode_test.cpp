@@ -222,6 +222,29 @@ TEST(MacMatch, NearestEntryByDefinition) {
   EXPECT_GT(hits, 0) << "the case copies entries: some heads must hit";
 }
 
+// Forced hit rates (skim bench): every head of a matching row with entries hits at 1000 per
+// mille, none at 0, whatever the distances.
+TEST(MacMatch, ForcedHitRates) {
+  const test::MacRingCase c(5, 4, 64, 24);
+  MacRingsView rings{.capacity = c.capacity, .q_pre = const_cast<uint16_t*>(c.ring_q.data()),
+                     .o = const_cast<float*>(c.ring_o.data()), .lse = const_cast<float*>(c.ring_lse.data()),
+                     .pos = const_cast<int32_t*>(c.pos.data()), .fill = const_cast<int32_t*>(c.fill.data())};
+  for (int forced : {0, 1000}) {
+    std::vector<int32_t> band(size_t(c.batch) * c.heads), hit(band.size());
+    cpu::mac_match({.batch = c.batch, .num_heads = c.heads, .head_dim = c.d, .page_size = c.page_size,
+                    .q_pre = c.q_pre.data(), .positions = c.positions.data(), .row_slot = c.row_slot.data(),
+                    .row_policy = c.row_policy.data(), .rules = c.rules.data(), .rings = rings,
+                    .band_begin = band.data(), .hit_entry = hit.data(), .forced_hits = forced});
+    for (int b = 0; b < c.batch; ++b) {
+      const int s = c.row_slot[size_t(b)];
+      const bool matches = s >= 0 && c.rules[size_t(c.row_policy[size_t(b)])].active &&
+                           c.positions[size_t(b)] + 1 >= c.rules[0].min_context && c.fill[2 * s + 1] > 0;
+      for (int h = 0; h < c.heads; ++h)
+        EXPECT_EQ(hit[size_t(b) * c.heads + h] >= 0, matches && forced == 1000) << "forced " << forced << " row " << b;
+    }
+  }
+}
+
 // Merge and push: the output is reused prefix + below + above, the row's new entry is
 // prefix + below with its query and position, written after the newest (or over the oldest),
 // and the ring's fill advances; rows without a ring or an active rule push nothing.

@@ -150,7 +150,9 @@ void mac_match(const MacMatchArgs& a) {
         }
         if (age < 0 || s <= best) best = s, age = i;  // ties: the newer
       }
-      if (age < 0 || !(std::sqrt(best) < std::sqrt(2.0f * float(d)) * (1.0f - rule.tau))) {
+      const bool hit = age >= 0 && (a.forced_hits >= 0 ? mac_forced_hit(b, h, a.positions[b]) < a.forced_hits
+                                                      : std::sqrt(best) < std::sqrt(2.0f * float(d)) * (1.0f - rule.tau));
+      if (!hit) {
         if (a.bytes) *a.bytes += (unsigned long long)(count) * d * sizeof(uint16_t);
         continue;
       }

@@ -314,7 +314,12 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
 }
 
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
-                               const std::string& policy, int rectify_f) {
+                               const std::string& label, int rectify_f) {
+  // "POLICY@hits=N": MAC rows hit N per mille of the time, forced (random weights give no
+  // similar queries).
+  const size_t at_hits = label.find("@hits=");
+  const std::string policy = label.substr(0, at_hits);
+  const int forced_hits = at_hits == std::string::npos ? -1 : std::stoi(label.substr(at_hits + 6));
   // A mixed batch: policies separated by ';', given to the sequences in turn.
   std::vector<std::string> mix;
   for (size_t at = 0; at <= policy.size();) {
@@ -341,6 +346,7 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   o.policy = mix[0];
   GpuForward fwd(weights, shape, o);
   fwd.cache().fill_random(7, fwd.stream());  // K/V and digests
+  if (forced_hits >= 0) fwd.force_mac_hits(forced_hits);
   std::vector<int32_t> policies;
   for (int b = 0; b < batch; ++b) policies.push_back(fwd.acquire_policy(mix[size_t(b) % mix.size()]));
 
@@ -368,7 +374,8 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   const int mean_len = context + warm + (steps + 1) / 2;
   for (int32_t index : policies) p.kv_bytes += fwd.decode_bytes_read(mean_len, index);
   // ART reads what its verdicts let it: the bytes counted (on the device) over the timed steps.
-  if (policy.find("art") != std::string::npos) p.kv_bytes = counted / steps;
+  // So does MAC: the cut lists' K/V and the rings scanned.
+  if (policy.find("art") != std::string::npos || policy.find("mac") != std::string::npos) p.kv_bytes = counted / steps;
   p.floor_ms = (p.weight_bytes + p.kv_bytes) / copy_bw * 1e3;
   if (sparse && rectify_f > 0) {
     // As Engine::rectify does it: per sequence, one prefill chunk of its last f tokens (the

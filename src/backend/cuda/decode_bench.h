@@ -92,7 +92,8 @@ struct EndToEndPoint {
 // `context` tokens per sequence whose K/V and digests are random (no prefill: only the step is
 // timed); `policy` plans the decode steps (the GPU's planners; several separated by ';' are
 // given to the sequences in turn, one mixed batch), and a sparse one also times a
-// rectification of `rectify_f` tokens.
+// rectification of `rectify_f` tokens. "POLICY@hits=N" forces its MAC rows' hit rate (per
+// mille; the match still scans the ring, a hit's band+tail is read and its prefix reused).
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
                                const std::string& policy = "dense", int rectify_f = 32);
 

@@ -101,6 +101,12 @@ class GpuForward final : public Forward, private Backend {
   }
   // ART's counters since the forward began (the device's: waits for the stream).
   ArtDecodeStats art_stats() const;
+  // Benchmarks only: MAC rows hit at this rate (per mille; -1: by their rule), whatever the
+  // distances, so that skim bench times the hit rates it names.
+  void force_mac_hits(int per_mille) {
+    mac_forced_hits_ = per_mille;
+    drop_graphs();
+  }
 
   GpuKVCache& cache() { return cache_; }
   const GpuWeights& weights() const { return w_; }
@@ -172,6 +178,7 @@ class GpuForward final : public Forward, private Backend {
   DeviceBuffer<uint8_t> prefill_workspace_;  // key splits of short prefill chunks
   std::unique_ptr<DecodePlanner> planner_;  // the policies' selection stage
   MacState mac_;                            // MAC's rings, once a MAC policy is registered
+  int mac_forced_hits_ = -1;
   DeviceBuffer<uint16_t> q_pre_;            // pre-RoPE queries [max_rows][heads][head_dim] (MAC)
   double decode_bytes_total_ = 0;  // the host-counted part
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page

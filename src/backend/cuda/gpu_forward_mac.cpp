@@ -36,7 +36,8 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
   const MacRingsView rings = mac_.rings(l);
   check(mac_match({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .page_size = ps,
                    .q_pre = q_pre_.data(), .positions = inputs_.data() + in.positions, .row_slot = row_slot, .row_policy = row_policy, .rules = plan.mac_rules,
-                   .rings = rings, .band_begin = x.band_begin, .hit_entry = x.hit_entry, .bytes = x.bytes + 1},
+                   .rings = rings, .band_begin = x.band_begin, .hit_entry = x.hit_entry, .bytes = x.bytes + 1,
+                   .forced_hits = mac_forced_hits_},
                   s),
         "mac_match");
   check(mac_page_plan({.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads, .page_size = ps,

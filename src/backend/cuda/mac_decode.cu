@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs
   }
   if (t != 0) return;
   const int i = best_i[0];
-  const bool hit = i >= 0 && sqrtf(best_d[0]) < sqrtf(2.0f * float(d)) * (1.0f - rule.tau);
+  const bool hit = i >= 0 && (a.forced_hits >= 0 ? mac_forced_hit(b, h, a.positions[b]) < a.forced_hits
+                                                  : sqrtf(best_d[0]) < sqrtf(2.0f * float(d)) * (1.0f - rule.tau));
   const int e = i < 0 ? -1 : (first + i) % K;
   a.hit_entry[out] = hit ? e : -1;
   a.band_begin[out] = hit ? mac_prefix_end(r.pos[size_t(slot) * r.capacity + e], rule.band, a.page_size) : -1;

@@ -26,6 +26,7 @@ void MacState::allocate(int slots, int capacity) {
   pos_.resize(L * S * K);
   fill_.resize(L * S * 2);
   check(cudaMemset(fill_.data(), 0, fill_.bytes()), "cudaMemset (MAC rings)");
+  check(cudaDeviceSynchronize(), "MAC rings");  // done before the forward's stream uses them
   if (ints_.size() == 0) {  // the scratch depends on the shape only
     ints_.resize(2 * R * H + 2 * R * kvh * P + 2 * R * kvh + R);
     masks_.resize(2 * R * kvh * P);

@@ -160,26 +160,25 @@ struct ProbeTest {
 }  // namespace
 
 std::vector<ArtResult> art_traverse_group(const float* qs, int heads, const SeqKV& kv, float scale, int d,
-                                          const ArtParams& p, const ArtPlan& plan, float* os, float* lses) {
+                                          const ArtParams& p, const ArtPlan* plans, float* os, float* lses) {
   std::vector<ArtResult> res(static_cast<size_t>(heads));
   std::vector<float> bo(static_cast<size_t>(d)), prev(size_t(heads) * d);
   std::vector<int> run(static_cast<size_t>(heads), 0);
   const ProbeTest test(d, p.probe_test);
-  auto read = [&](const std::vector<KeyRange>& ranges) {
-    for (int g = 0; g < heads; ++g) {
-      float blse = kEmptyLse;
-      attend(qs + size_t(g) * d, 1, kv, ranges, scale, bo.data(), &blse);
-      merge_state(os + size_t(g) * d, lses[g], bo.data(), blse, d);
-      res[size_t(g)].read.insert(res[size_t(g)].read.end(), ranges.begin(), ranges.end());
-    }
+  auto read_head = [&](int g, const std::vector<KeyRange>& ranges) {
+    if (ranges.empty()) return;
+    float blse = kEmptyLse;
+    attend(qs + size_t(g) * d, 1, kv, ranges, scale, bo.data(), &blse);
+    merge_state(os + size_t(g) * d, lses[g], bo.data(), blse, d);
+    res[size_t(g)].read.insert(res[size_t(g)].read.end(), ranges.begin(), ranges.end());
   };
-  if (!plan.pinned.empty()) read(plan.pinned);
-  const size_t round = size_t(std::max(1, p.round)), n = plan.blocks.size();
+  for (int g = 0; g < heads; ++g) read_head(g, plans[g].pinned);
+  const size_t round = size_t(std::max(1, p.round)), n = plans[0].blocks.size();
   size_t end = n;  // blocks to read: all, or up to the stopping round plus the lag
   int visited = 0;
   for (size_t j = 0; j < end; ++j) {
     if (j % round == 0) std::copy_n(os, size_t(heads) * d, prev.data());
-    read(plan.blocks[j]);
+    for (int g = 0; g < heads; ++g) read_head(g, plans[g].blocks[j]);
     ++visited;
     const bool round_end = (j + 1) % round == 0 || j + 1 == n;
     if (!round_end || end < n) continue;  // tested at a round's end, until the list stops

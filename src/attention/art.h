@@ -86,11 +86,13 @@ ArtResult art_traverse(const float* q, const SeqKV& kv, float scale, int d, cons
                        const ArtPlan& plan, float* o, float& lse, int split = 0, float* split_o = nullptr,
                        float* split_lse = nullptr);
 
-// The traversal of the heads of one GQA group along one shared plan, under the GPU kernel's
+// The traversal of the heads of one GQA group along one shared order, under the GPU kernel's
 // rule (group_stop, probe_test, lag: see ArtParams); qs, os and lses hold `heads` rows of d.
-// One result per head (the same blocks read for all of them).
+// plans[g] is head g's: the same blocks for every head (the group's list cut in blocks of
+// pages), each holding the pages of the block that head attends (a per-head selection's mask;
+// a block may be empty for a head). One result per head (the same blocks read for all).
 std::vector<ArtResult> art_traverse_group(const float* qs, int heads, const SeqKV& kv, float scale, int d,
-                                          const ArtParams& p, const ArtPlan& plan, float* os, float* lses);
+                                          const ArtParams& p, const ArtPlan* plans, float* os, float* lses);
 
 // Mean visited fraction, early-stop rate and probe disagreement over many traversals.
 struct ArtStats {

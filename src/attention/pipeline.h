@@ -69,7 +69,8 @@ class PipelinePolicy : public AttentionPolicy {
   PipelineConfig config_;
   std::unique_ptr<Selector> dense_;
   ArtStats art_stats_;
-  PagePlan plan_;  // the decode batch's, kept to reuse its memory
+  PagePlan plan_;      // the decode batch's, kept to reuse its memory
+  PagePlan visiting_;  // ART's group order (art:stop=group), likewise
   struct MacBuffers {  // attend_mac_plan's, kept to reuse their memory
     std::vector<MacReuse::Match> matches;
     std::vector<int32_t> band_begin;

@@ -16,12 +16,14 @@
 // stay exact. MAC runs in every decode layer.
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "attention/pipeline.h"
 #include "backend/cpu/attention_state.h"
 #include "backend/cpu/group_page_select.h"
 #include "backend/cpu/page_digest.h"
 #include "backend/cpu/split_attend.h"
+#include "core/error.h"
 
 namespace skim {
 
@@ -63,6 +65,29 @@ std::vector<KeyRange> by_bound(const AttentionBatch& b, int row, int kv_head, in
 void recent_blocks(std::vector<KeyRange> ranges, int block, ArtPlan& plan) {
   std::sort(ranges.begin(), ranges.end(), [](KeyRange a, KeyRange c) { return a.begin > c.begin; });
   for (KeyRange r : ranges) art_blocks_recent(r, block, plan);
+}
+
+// Head g's blocks of a (row, KV head)'s visiting-order list: the list cut in blocks of `pages`
+// pages (the GPU kernel's blocks), each block holding the pages the head's mask bit keeps.
+std::vector<ArtPlan> group_art_plans(const AttentionBatch& b, const PagePlan& plan, int row, int kv_head, int pages) {
+  const int ps = b.kv.page_size, group = b.num_heads / b.num_kv_heads, ctx = b.positions[row] + 1;
+  const int list = plan.per_kv_head ? row * b.num_kv_heads + kv_head : row;
+  const int n = (plan.lens[size_t(list)] + ps - 1) / ps;
+  const std::vector<int32_t>& table = b.tables[row]->pages;
+  std::unordered_map<int32_t, int> index;  // page id -> its place in the row's table
+  for (int i = 0; i * ps < ctx; ++i) index[table[size_t(i)]] = i;
+  std::vector<ArtPlan> plans(static_cast<size_t>(group));
+  for (int j = 0; j < n; j += pages)
+    for (int g = 0; g < group; ++g) {
+      std::vector<KeyRange> block;
+      for (int k = j; k < std::min(n, j + pages); ++k) {
+        if (!plan.head_masks.empty() && !(plan.head_masks[size_t(list) * plan.max_pages + k] >> g & 1u)) continue;
+        const int i = index.at(plan.list(list)[k]);
+        block.push_back({i * ps, std::min(ctx, (i + 1) * ps)});
+      }
+      plans[size_t(g)].blocks.push_back(std::move(block));
+    }
+  return plans;
 }
 
 uint64_t count_keys(const std::vector<KeyRange>& r) {
@@ -155,22 +180,25 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
     }
 
   if (art && config_.art->group_stop) {
-    // The GPU kernel's rule: each GQA group's heads (consecutive in `heads`, one shared order)
-    // traverse together and stop together.
+    // The GPU kernel's rule: each GQA group's heads (consecutive in `heads`) traverse the
+    // group's list in the base's visiting order, the plan the GPU reads (plan_visiting: the
+    // union of a per-head selection with its masks), and stop together.
     const ArtParams& p = *config_.art;
+    SKIM_REQUIRE(selector.plan_visiting(b, visiting_), "policy {}: art:stop=group needs an order per GQA group",
+                 config_.spec);
     const size_t groups = heads.size() / size_t(group);
     std::vector<std::vector<ArtResult>> results(groups);
 #pragma omp parallel for schedule(dynamic)
     for (size_t gi = 0; gi < groups; ++gi) {
       Head& x0 = heads[gi * group];
-      ArtPlan plan;  // in pages, as the kernel cuts its lists (the newest, partial page counts as one)
-      art_blocks_by_pages(x0.ranges, std::max(1, p.block / b.kv.page_size), b.kv.page_size, plan);
+      const std::vector<ArtPlan> plans = group_art_plans(b, visiting_, x0.row, x0.head / group,
+                                                         std::max(1, p.block / b.kv.page_size));
       const size_t s0 = size_t(x0.row) * H + x0.head;  // the group's first head
       float* os = b.out + s0 * d;
       std::copy_n(cache_o.data() + s0 * d, size_t(group) * d, os);
       std::vector<float> lses(cache_lse.begin() + std::ptrdiff_t(s0), cache_lse.begin() + std::ptrdiff_t(s0 + group));
       SeqKV kv{b.kv, b.tables[x0.row]->pages.data(), x0.head / group};
-      results[gi] = art_traverse_group(b.q + s0 * d, group, kv, b.scale, d, p, plan, os, lses.data());
+      results[gi] = art_traverse_group(b.q + s0 * d, group, kv, b.scale, d, p, plans.data(), os, lses.data());
       for (int g = 0; g < group; ++g) heads[gi * group + g].read = std::move(results[gi][size_t(g)].read);
     }
     for (const auto& rs : results)

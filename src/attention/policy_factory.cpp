@@ -109,11 +109,13 @@ ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPar
   a.warps = p.integer("warps", a.warps);
   const bool dense = !selector || selector->name == "dense";
   // The heads of a group stop together only along one shared order: a dense base in the
-  // group's order, or a selection made for the whole group (gbsa, resa).
+  // group's order, a selection made for the whole group (gbsa, resa, streaming), or quest's union
+  // in the order of its pages' best bound (each head attending its own pages of it).
   SKIM_REQUIRE(!a.group_stop || (dense ? a.dense_order == ArtOrder::GroupBound
-                                       : selector->name == "gbsa" || selector->name == "resa"),
-               "policy '{}': art:stop=group needs one order per GQA group: art:order=group over a dense base, or gbsa/resa",
-               text);
+                                       : selector->name == "gbsa" || selector->name == "resa" ||
+                                             selector->name == "streaming" || selector->name == "quest"),
+               "policy '{}': art:stop=group needs one order per GQA group: art:order=group over a dense base, or "
+               "gbsa/resa/streaming/quest", text);
   SKIM_REQUIRE(a.group_stop || !p.has("lag"), "policy '{}': art:lag is the GPU rule's, with art:stop=group", text);
   SKIM_REQUIRE(dense || !p.has("order"),
                "policy '{}': art:order chooses the order for a dense base; {} traverses in its own order", text,

@@ -17,6 +17,9 @@
 //   out_masks   uint32, the same shape: bit g = query head g of the group keeps the page
 //   out_lens    int32 [batch][num_kv_heads]             (tokens in the listed pages)
 // Rows outside `rows` (plan_rows.h) are not planned: their lists stay as they are.
+// With by_score the union comes in descending order of its pages' best bound over the heads
+// that keep them (ties in position order), the newest page first: ART's visiting order
+// (art_decode_args.h: the partial page first).
 #pragma once
 
 #include <cstddef>
@@ -52,6 +55,7 @@ struct QuestPageSelectArgsOf {
   int batch = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, page_size = 16, max_pages_per_seq = 0;
   double budget = 0.5;    // as QuestParams::budget
   int min_tokens = 3072;  // as QuestParams::min_tokens
+  bool by_score = false;  // the union by descending best bound, the newest page first
 
   // Inputs and outputs, in the layouts above.
   const Elem *q = nullptr, *kmin = nullptr, *kmax = nullptr;

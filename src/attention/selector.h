@@ -44,6 +44,11 @@ class Selector {
   // then attends through the plan. Selectors choosing per query head or per token return
   // false, and the pipeline attends their select() ranges.
   virtual bool plan(const AttentionBatch& /*batch*/, PagePlan& /*plan*/) { return false; }
+  // The same pages in ART's visiting order for a GQA group: one list per (row, KV head) or per
+  // row, the newest page first, then the base's priority (descending bound: the group's mean
+  // query for dense and gbsa, the best of the heads keeping a page for quest; the sinks then the
+  // window newest first for streaming), what the GPU's ART kernel reads. False: no group order.
+  virtual bool plan_visiting(const AttentionBatch& /*batch*/, PagePlan& /*plan*/) { return false; }
   // The sequence's cache was released: drop its per-sequence state.
   virtual void forget(const PageTable* /*table*/) {}
   // `to` is a copy of `from` (Engine::fork_sequence): copy the per-sequence state.

@@ -60,6 +60,16 @@ bool StreamingSelector::plan(const AttentionBatch& b, PagePlan& plan) {
   return true;
 }
 
+bool StreamingSelector::plan_visiting(const AttentionBatch& b, PagePlan& plan) {
+  DenseSelector().plan(b, rows_);
+  plan.reset(false, b.num_rows, rows_.max_pages);
+  cpu::window_page_plan({.batch = b.num_rows, .num_kv_heads = 1, .page_size = b.kv.page_size,
+                         .max_pages_per_seq = rows_.max_pages, .sink = p_.sink, .window = p_.window,
+                         .recent_first = true, .page_table = rows_.table.data(), .seq_lens = rows_.lens.data(),
+                         .out_table = plan.table.data(), .out_lens = plan.lens.data()});
+  return true;
+}
+
 namespace {
 
 // Quest's selection for `rows` rows of the batch from `first_row`, whose page tables are the
@@ -86,13 +96,17 @@ void QuestSelector::select(const SelectInput& in, Selection& out) {
   out.metadata_bytes = digest_bytes(b, in.context);
 }
 
-bool QuestSelector::plan(const AttentionBatch& b, PagePlan& plan) {
+bool QuestSelector::plan(const AttentionBatch& b, PagePlan& plan) { return plan_union(b, plan, false); }
+bool QuestSelector::plan_visiting(const AttentionBatch& b, PagePlan& plan) { return plan_union(b, plan, true); }
+
+bool QuestSelector::plan_union(const AttentionBatch& b, PagePlan& plan, bool by_score) {
   if (b.num_heads / b.num_kv_heads > 32) return false;  // a mask holds 32 heads: select() per head
   DenseSelector().plan(b, rows_);  // the rows' own tables in the plan's layout: the input
   plan.reset(true, b.num_rows * b.num_kv_heads, rows_.max_pages);
   plan.head_masks.assign(plan.table.size(), 0u);
   QuestPageSelectArgsF32 a =
       quest_select_args(b, p_, 0, b.num_rows, rows_.table.data(), rows_.max_pages, rows_.lens.data());
+  a.by_score = by_score;
   a.out_table = plan.table.data();
   a.out_masks = plan.head_masks.data();
   a.out_lens = plan.lens.data();
@@ -151,6 +165,19 @@ bool DenseSelector::plan(const AttentionBatch& b, PagePlan& plan) {
   return true;
 }
 
+bool DenseSelector::plan_visiting(const AttentionBatch& b, PagePlan& out) {
+  plan(b, rows_);
+  out.reset(true, b.num_rows * b.num_kv_heads, rows_.max_pages);
+  GroupPageSelectArgsF32 a = group_select_args(b, GroupBlockParams{.keep = 1.0, .n_min = 1, .n_local = 1}, 0,
+                                               b.num_rows, rows_.table.data(), rows_.max_pages, rows_.lens.data());
+  a.by_score = true;
+  a.out_table = out.table.data();
+  a.out_lens = out.lens.data();
+  cpu::group_page_select(a);
+  out.metadata_bytes = digest_bytes(b, rows_.lens);
+  return true;
+}
+
 void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
   const AttentionBatch& b = in.batch;
   const std::vector<int32_t>& pages = b.tables[in.row]->pages;
@@ -160,11 +187,15 @@ void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
   out.metadata_bytes = digest_bytes(b, in.context);
 }
 
-bool GroupBlockSelector::plan(const AttentionBatch& b, PagePlan& plan) {
+bool GroupBlockSelector::plan(const AttentionBatch& b, PagePlan& plan) { return plan_group(b, plan, false); }
+bool GroupBlockSelector::plan_visiting(const AttentionBatch& b, PagePlan& plan) { return plan_group(b, plan, true); }
+
+bool GroupBlockSelector::plan_group(const AttentionBatch& b, PagePlan& plan, bool by_score) {
   DenseSelector().plan(b, rows_);  // the rows' own tables in the plan's layout: the input
   plan.reset(true, b.num_rows * b.num_kv_heads, rows_.max_pages);
   GroupPageSelectArgsF32 a =
       group_select_args(b, p_, 0, b.num_rows, rows_.table.data(), rows_.max_pages, rows_.lens.data());
+  a.by_score = by_score;
   a.out_table = plan.table.data();
   a.out_lens = plan.lens.data();
   cpu::group_page_select(a);

@@ -16,6 +16,11 @@ class DenseSelector : public Selector {
   std::string name() const override { return "dense"; }
   void select(const SelectInput& in, Selection& out) override;
   bool plan(const AttentionBatch& batch, PagePlan& plan) override;  // each row's own pages
+  // Every page by the group's mean-query bound (gbsa's ranking keeping every page).
+  bool plan_visiting(const AttentionBatch& batch, PagePlan& plan) override;
+
+ private:
+  PagePlan rows_;
 };
 
 // StreamingLLM: attention sinks plus a recent window, in whole pages (window_page_plan_args.h:
@@ -34,6 +39,7 @@ class StreamingSelector : public Selector {
   std::string name() const override { return "streaming"; }
   void select(const SelectInput& in, Selection& out) override;
   bool plan(const AttentionBatch& batch, PagePlan& plan) override;  // cpu::window_page_plan
+  bool plan_visiting(const AttentionBatch& batch, PagePlan& plan) override;  // recent_first
 
  private:
   StreamingParams p_;
@@ -65,8 +71,10 @@ class QuestSelector : public Selector {
   // Per (row, KV head) the union of its heads' pages with a per-head mask
   // (cpu::quest_page_select).
   bool plan(const AttentionBatch& batch, PagePlan& plan) override;
+  bool plan_visiting(const AttentionBatch& batch, PagePlan& plan) override;  // by_score
 
  private:
+  bool plan_union(const AttentionBatch& batch, PagePlan& plan, bool by_score);
   QuestParams p_;
   PagePlan rows_;  // the batch's own page tables, the selection's input (kept for its memory)
 };
@@ -104,8 +112,10 @@ class GroupBlockSelector : public Selector {
   std::string name() const override { return "gbsa"; }
   void select(const SelectInput& in, Selection& out) override;
   bool plan(const AttentionBatch& batch, PagePlan& plan) override;  // cpu::group_page_select
+  bool plan_visiting(const AttentionBatch& batch, PagePlan& plan) override;  // by_score
 
  private:
+  bool plan_group(const AttentionBatch& batch, PagePlan& plan, bool by_score);
   GroupBlockParams p_;
   PagePlan rows_;  // the batch's own page tables, the selection's input (kept for its memory)
 };

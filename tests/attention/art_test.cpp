@@ -168,6 +168,12 @@ TEST(Art, PatienceBeyondBlocksEqualsBasePolicy) {
       {"streaming:sink=4,window=100", "streaming:sink=4,window=100+art:" + huge},
       {"mac:band=32,window=64,min_context=0", "mac:band=32,window=64,min_context=0+art:" + huge},
       {"quest:budget=96,dense_layers=0+mac:band=32,min_context=0", "quest:budget=96,dense_layers=0+mac:band=32,min_context=0+art:" + huge},
+      // The GPU kernel's rule, over the plans it reads in visiting order (quest: the union, each
+      // head its own pages of it).
+      {"dense", "art:order=group,stop=group,test=probe,round=2," + huge},
+      {"quest:budget=96,dense_layers=0", "quest:budget=96,dense_layers=0+art:stop=group,test=probe," + huge},
+      {"gbsa:keep=0.2,n_min=2", "gbsa:keep=0.2,n_min=2+art:stop=group,test=probe,round=3," + huge},
+      {"streaming:sink=4,window=100", "streaming:sink=4,window=100+art:stop=group,test=probe," + huge},
   };
   for (auto& [base_spec, art_spec] : cases) {
     auto base = make_policy(base_spec), art = make_policy(art_spec);
@@ -215,7 +221,9 @@ TEST(Art, GroupStopReadsTheLagPastTheStop) {
   for (bool reachable : {true, false}) {
     if (!reachable) p.patience = 100;
     std::vector<float> o(4 * 64, 0.0f), lse(4, kEmptyLse), ref(64);
-    const std::vector<ArtResult> r = art_traverse_group(h.q[639].data(), 4, kv, 0.125f, 64, p, plan, o.data(), lse.data());
+    const std::vector<ArtPlan> plans(4, plan);  // every head the same pages
+    const std::vector<ArtResult> r =
+        art_traverse_group(h.q[639].data(), 4, kv, 0.125f, 64, p, plans.data(), o.data(), lse.data());
     const int blocks = reachable ? (p.patience + 1 + p.lag) * p.round : 40;
     ASSERT_EQ(r.size(), 4u);
     for (int g = 0; g < 4; ++g) {
@@ -262,7 +270,9 @@ TEST(Art, ParameterErrors) {
   EXPECT_NO_THROW(make_policy("art:order=group,stop=group,test=probe,round=16,lag=2"));
   EXPECT_NO_THROW(make_policy("gbsa+art:stop=group"));
   EXPECT_THROW(make_policy("art:order=bound,stop=group"), Error);
-  EXPECT_THROW(make_policy("quest+art:stop=group"), Error);
+  EXPECT_NO_THROW(make_policy("quest+art:stop=group"));  // quest's union by its pages' best bound
+  EXPECT_NO_THROW(make_policy("streaming+art:stop=group"));
+  EXPECT_THROW(make_policy("cs+art:stop=group"), Error);
   EXPECT_THROW(make_policy("art:order=group,lag=2"), Error);
   EXPECT_THROW(make_policy("art:order=group,stop=group+mac"), Error);
 }

@@ -119,5 +119,35 @@ TEST(MixedPlan, RowsOutsideTheMaskAreLeftAsTheyAre) {
   EXPECT_EQ(p.masks, untouched.masks);
 }
 
+// The window plan in ART's visiting order: the same pages, the newest first, then the sinks,
+// then the window newest first.
+TEST(WindowPagePlan, RecentFirstIsTheVisitingOrder) {
+  for (int trial = 0; trial < 20; ++trial) {
+    const int ps = 16, len = test::random_int(1, 3000), sink = test::random_int(0, 40), window = test::random_int(0, 900);
+    const test::ShuffledPages pages = test::shuffled_pages({len}, ps, 1, 1, test::rng());
+    std::vector<int32_t> pos(size_t(pages.stride), -7), rec(size_t(pages.stride), -7);
+    int32_t pos_len = -1, rec_len = -1;
+    WindowPagePlanArgs a{.batch = 1, .num_kv_heads = 1, .page_size = ps, .max_pages_per_seq = pages.stride,
+                         .sink = sink, .window = window, .page_table = pages.table.data(), .seq_lens = &len,
+                         .out_table = pos.data(), .out_lens = &pos_len};
+    cpu::window_page_plan(a);
+    a.recent_first = true;
+    a.out_table = rec.data();
+    a.out_lens = &rec_len;
+    cpu::window_page_plan(a);
+    EXPECT_EQ(rec_len, pos_len);
+    const WindowPages w = window_pages(len, ps, sink, window);
+    std::vector<int32_t> want;
+    want.push_back(pages.table[size_t(w.m - 1)]);
+    for (int i = 0; i < w.sinks; ++i) want.push_back(pages.table[size_t(i)]);
+    for (int i = w.m - 2; i >= w.first; --i) want.push_back(pages.table[size_t(i)]);
+    EXPECT_EQ(std::vector<int32_t>(rec.begin(), rec.begin() + w.count()), want) << "len " << len;
+    std::vector<int32_t> a_sorted(pos.begin(), pos.begin() + w.count()), b_sorted = want;
+    std::sort(a_sorted.begin(), a_sorted.end());
+    std::sort(b_sorted.begin(), b_sorted.end());
+    EXPECT_EQ(a_sorted, b_sorted);
+  }
+}
+
 }  // namespace
 }  // namespace skim

@@ -82,6 +82,47 @@ TEST_P(QuestPageSelect, KeepsEachHeadsBestPagesAsAUnionWithMasks) {
   EXPECT_EQ(lens32, lens);
 
   test::check_quest_plan(a, pages.table, table, masks, lens);
+
+  // by_score (ART's visiting order): the same pages and masks per list, the newest first, then
+  // by descending best bound of the heads that keep a page (ties in position order).
+  std::vector<int32_t> by_table(slots, -1), by_lens(lens.size(), -1);
+  std::vector<uint32_t> by_masks(slots, 0u);
+  QuestPageSelectArgsF32 bs = f;
+  bs.by_score = true;
+  bs.out_table = by_table.data();
+  bs.out_masks = by_masks.data();
+  bs.out_lens = by_lens.data();
+  cpu::quest_page_select(bs);
+  EXPECT_EQ(by_lens, lens);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < hkv; ++h) {
+      const size_t list = size_t(b) * hkv + h, at = list * pages.stride;
+      const int n = (lens[list] + ps - 1) / ps, m = (c.lens[size_t(b)] + ps - 1) / ps;
+      if (n == 0) continue;
+      std::vector<std::pair<int32_t, uint32_t>> pos_order, score_order;
+      for (int i = 0; i < n; ++i) {
+        pos_order.push_back({table[at + i], masks[at + i]});
+        score_order.push_back({by_table[at + i], by_masks[at + i]});
+      }
+      EXPECT_EQ(score_order[0].first, pages.table[size_t(b) * pages.stride + m - 1]) << "the newest page first";
+      std::vector<double> best;  // each listed page's best bound, recomputed
+      for (auto [page, mask] : score_order) {
+        double s_best = -INFINITY;
+        for (int g = 0; g < c.group; ++g) {
+          if (!(mask >> g & 1u)) continue;
+          const float* qh = q32.data() + (size_t(b) * heads + h * c.group + g) * d;
+          const size_t off = (size_t(page) * hkv + h) * d;
+          double sb = 0;
+          for (int i = 0; i < d; ++i) sb += std::max(double(qh[i]) * kmin32[off + i], double(qh[i]) * kmax32[off + i]);
+          s_best = std::max(s_best, sb);
+        }
+        best.push_back(s_best);
+      }
+      for (int i = 2; i < n; ++i) EXPECT_GE(best[size_t(i - 1)], best[size_t(i)] - 1e-4) << "descending best bound";
+      std::sort(pos_order.begin(), pos_order.end());
+      std::sort(score_order.begin(), score_order.end());
+      EXPECT_EQ(pos_order, score_order) << "the same pages and masks";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(

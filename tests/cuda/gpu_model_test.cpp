@@ -260,7 +260,9 @@ INSTANTIATE_TEST_SUITE_P(Policies, GpuSparsePolicy,
                          ::testing::Values("gbsa:keep=0.1,n_min=16", "quest:budget=0.1,min=0",
                                            "quest:budget=0.1,min=0,dense_layers=0", "streaming:sink=4,window=512",
                                            // ART whose patience outlasts the list: its base, read in bound order
-                                           "gbsa:keep=0.3,n_min=16+art:stop=group,test=probe,round=16,patience=100000"),
+                                           "gbsa:keep=0.3,n_min=16+art:stop=group,test=probe,round=16,patience=100000",
+                                           "quest:budget=0.1,min=0+art:stop=group,test=probe,round=16,patience=100000",
+                                           "streaming:sink=4,window=512+art:stop=group,test=probe,round=16,patience=100000"),
                          [](const auto& info) {
                            const std::string& p = info.param;
                            return p.substr(0, p.find(':')) + (p.find("dense_layers=0") != std::string::npos ? "_all_layers" : "") +
@@ -503,7 +505,7 @@ TEST(GpuEngine, MacFollowsTheCpuPolicy) {
 
 TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  for (const char* policy : {"gbsa+art", "quest+art:stop=group,test=probe", "art:order=bound,stop=group,test=probe",
+  for (const char* policy : {"gbsa+art", "quest+art", "art:order=bound,stop=group,test=probe",
                              "art:order=group,stop=group,test=probe,round=64",
                              "gbsa+mac+art:stop=group,test=probe"}) {
     EngineOptions o = gpu_options(256);

@@ -128,5 +128,30 @@ TEST(CudaMixedPlan, EachRowIsPlannedByItsOwnPolicy) {
   }
 }
 
+// The window plan in ART's visiting order (recent_first) equals the CPU reference exactly.
+TEST(CudaWindowPagePlan, RecentFirstEqualsTheCpuReference) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const MixedPlanCase c(64, 2, 3, {test::random_int(1, 900), 17, 1, 2500, test::random_int(1, 5000)});
+  WindowPagePlanArgs h = c.streaming();
+  h.recent_first = true;
+  std::vector<int32_t> ref_table(c.slots(), -7), ref_lens(c.lists(), -7);
+  h.page_table = c.pages.table.data();
+  h.seq_lens = c.lens.data();
+  h.out_table = ref_table.data();
+  h.out_lens = ref_lens.data();
+  cpu::window_page_plan(h);
+  DeviceInputs in(c);
+  DevicePlan out(c);
+  WindowPagePlanArgs g = h;
+  g.page_table = in.table.data();
+  g.seq_lens = in.lens.data();
+  g.out_table = out.table.data();
+  g.out_lens = out.lens.data();
+  ASSERT_EQ(cuda::window_page_plan(g, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(test::to_host(out.table), ref_table);
+  EXPECT_EQ(test::to_host(out.lens), ref_lens);
+}
+
 }  // namespace
 }  // namespace skim

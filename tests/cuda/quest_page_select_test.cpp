@@ -111,6 +111,59 @@ TEST(CudaQuestPageSelect, KeepsEachHeadsBestPagesAsTheCpuReferenceDoes) {
     std::printf("[ quest    ] d %d kv %d group %d: %d of %d lists differ from the CPU reference (near-ties)\n", d,
                 hkv, c.group, differ, batch * hkv);
     EXPECT_LE(differ, std::max(1, batch * hkv / 4));
+
+    // by_score (ART's visiting order): the same pages and masks as the position-order plan of
+    // this kernel, the newest page first, then descending best bound (recomputed in double;
+    // near-ties may swap).
+    QuestPageSelectArgs bs = a;
+    bs.by_score = true;
+    bs.listed_tokens = nullptr;
+    cuda::DeviceBuffer<uint8_t> bws(cuda::quest_page_select_workspace_size(bs));
+    bs.workspace = bws.data();
+    bs.workspace_bytes = bws.bytes();
+    auto bt = test::to_device(std::vector<int32_t>(slots, -1));
+    auto bm = test::to_device(std::vector<uint32_t>(slots, 0xdeadbeefu));
+    auto bl = test::to_device(std::vector<int32_t>(size_t(batch) * hkv, -1));
+    bs.out_table = bt.data();
+    bs.out_masks = bm.data();
+    bs.out_lens = bl.data();
+    ASSERT_EQ(cuda::quest_page_select(bs, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<int32_t> by_table = test::to_host(bt), by_lens = test::to_host(bl);
+    const std::vector<uint32_t> by_masks = test::to_host(bm);
+    EXPECT_EQ(by_lens, lens);
+    int misordered = 0;
+    for (int b = 0; b < batch; ++b)
+      for (int kvh = 0; kvh < hkv; ++kvh) {
+        const size_t list = size_t(b) * hkv + kvh, at = list * pages.stride;
+        const int n = (lens[list] + ps - 1) / ps, m = (c.lens[size_t(b)] + ps - 1) / ps;
+        if (n == 0) continue;
+        EXPECT_EQ(by_table[at], pages.table[size_t(b) * pages.stride + m - 1]) << "the newest page first";
+        std::vector<std::pair<int32_t, uint32_t>> x, y;
+        double prev = INFINITY;
+        for (int i = 0; i < n; ++i) {
+          x.push_back({table[at + i], masks[at + i]});
+          y.push_back({by_table[at + i], by_masks[at + i]});
+          if (i == 0) continue;
+          double best = -INFINITY;
+          for (int g = 0; g < c.group; ++g) {
+            if (!(by_masks[at + i] >> g & 1u)) continue;
+            const size_t off = (size_t(by_table[at + i]) * hkv + kvh) * d, qo = (size_t(b) * heads + kvh * c.group + g) * d;
+            double sb = 0;
+            for (int k = 0; k < d; ++k) {
+              const double qk = bf16_to_f32(q[qo + k]);
+              sb += std::max(qk * bf16_to_f32(kmin[off + k]), qk * bf16_to_f32(kmax[off + k]));
+            }
+            best = std::max(best, sb);
+          }
+          misordered += best > prev + 1e-3 * std::max(1.0, std::fabs(prev));
+          prev = best;
+        }
+        std::sort(x.begin(), x.end());
+        std::sort(y.begin(), y.end());
+        EXPECT_EQ(x, y) << "list " << list << ": the same pages and masks";
+      }
+    EXPECT_EQ(misordered, 0) << "pages out of descending best bound";
   }
 }
 

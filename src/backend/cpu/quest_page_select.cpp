@@ -1,5 +1,7 @@
 #include "backend/cpu/quest_page_select.h"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "backend/cpu/as_f32.h"
@@ -46,20 +48,29 @@ void select_all(const QuestPageSelectArgsOf<Elem>& a) {
   check_args(a);
   const int ps = a.page_size, group = a.group_size();
   if (group > 32) throw std::invalid_argument("quest_page_select: a mask holds 32 query heads per KV head");
-  std::vector<float> scores;
+  std::vector<float> scores, best;  // best: per page, the largest bound of the heads keeping it
   std::vector<uint32_t> mask;  // per page of the sequence: the heads that keep it
+  std::vector<int> order;
   for (int b = 0; b < a.batch; ++b) {
     if (!a.rows.has(b)) continue;
     const int ctx = context_of(a, b), m = (ctx + ps - 1) / ps;
     const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
     for (int h = 0; h < a.num_kv_heads; ++h) {
       mask.assign(size_t(m), 0u);
+      best.assign(size_t(m), -INFINITY);
       for (int g = 0; g < group; ++g)
-        for (int p : head_pages(a, b, h * group + g, scores)) mask[size_t(p)] |= 1u << g;
+        for (int p : head_pages(a, b, h * group + g, scores)) {
+          mask[size_t(p)] |= 1u << g;
+          best[size_t(p)] = std::max(best[size_t(p)], p == m - 1 ? INFINITY : scores[size_t(p)]);
+        }
+      order.clear();  // the union in position order; the newest page (every head's) last
+      for (int p = 0; p < m; ++p)
+        if (mask[size_t(p)]) order.push_back(p);
+      if (a.by_score)  // ART's order: descending best bound, ties in position order, the newest first
+        std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return best[size_t(x)] > best[size_t(y)]; });
       const size_t list = size_t(b) * a.num_kv_heads + h;
-      int listed = 0;  // the union in position order; the newest page (every head's) last
-      for (int p = 0; p < m; ++p) {
-        if (!mask[size_t(p)]) continue;
+      int listed = 0;
+      for (int p : order) {
         a.out_table[list * a.max_pages_per_seq + listed] = table[p];
         a.out_masks[list * a.max_pages_per_seq + listed] = mask[size_t(p)];
         ++listed;

@@ -18,7 +18,7 @@ void window_page_plan(const WindowPagePlanArgs& a) {
     for (int h = 0; h < a.num_kv_heads; ++h) {
       const size_t list = size_t(b) * a.num_kv_heads + h;
       for (int i = 0; i < w.count(); ++i) {
-        a.out_table[list * a.max_pages_per_seq + i] = table[w.page(i)];
+        a.out_table[list * a.max_pages_per_seq + i] = table[a.recent_first ? w.page_recent_first(i) : w.page(i)];
         if (a.out_masks) a.out_masks[list * a.max_pages_per_seq + i] = ~0u;
       }
       a.out_lens[list] = w.m == 0 ? 0 : (w.count() - 1) * a.page_size + len - (w.m - 1) * a.page_size;

@@ -28,16 +28,23 @@ PlanRows rows_of(const PlanInput& in, uint32_t rows) { return {in.row_policy, ro
 // through as the step's own page tables when no row of the step selects): window_page_plan.
 class WindowRows final : public RowPlanner {
  public:
-  WindowRows(const PlannerShape& s, int sink, int window) : s_(s), sink_(sink), window_(window) {}
-  bool dense_in(int) const override { return window_ == 0; }
+  // With an ART rule the lists come in ART's visiting order (recent_first): the newest page,
+  // the sinks, the window newest first.
+  WindowRows(const PlannerShape& s, int sink, int window, std::optional<ArtRowRule> art = std::nullopt)
+      : s_(s), sink_(sink), window_(window), art_(art) {}
+  bool dense_in(int) const override { return window_ == 0 && !art_; }
   void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
     check(window_page_plan({.batch = in.n, .num_kv_heads = s_.num_kv_heads, .page_size = s_.page_size,
                             .max_pages_per_seq = s_.max_pages_per_seq, .sink = sink_, .window = window_,
-                            .page_table = in.page_table, .seq_lens = in.seq_lens, .out_table = out.table,
-                            .out_masks = out.masks, .out_lens = out.lens, .rows = rows_of(in, rows)},
+                            .recent_first = art_.has_value(), .page_table = in.page_table,
+                            .seq_lens = in.seq_lens, .out_table = out.table, .out_masks = out.masks,
+                            .out_lens = out.lens, .rows = rows_of(in, rows)},
                            stream),
           "window_page_plan");
   }
+  const ArtRowRule* art_rule() const override { return art_ ? &*art_ : nullptr; }
+  // ART's K/V are counted on the device (the pages it read).
+  double host_bytes(int layer, int length) const override { return art_ ? 0.0 : bytes_read(layer, length); }
   int list_tokens(int max_seq_len) const override {
     if (window_ == 0) return max_seq_len;
     const int ps = s_.page_size;  // the sink pages, the window's, and one for its alignment
@@ -52,6 +59,7 @@ class WindowRows final : public RowPlanner {
  private:
   PlannerShape s_;
   int sink_ = 0, window_ = 0;
+  std::optional<ArtRowRule> art_;
 };
 
 // A selection kernel's rows: the first dense_layers layers attend every key; the others the
@@ -126,8 +134,11 @@ class GroupPageRows final : public SelectionRows {
 // query head.
 class QuestPageRows final : public SelectionRows {
  public:
-  QuestPageRows(const PlannerShape& s, const QuestParams& p, int dense_layers, const std::string& policy)
-      : SelectionRows(s, dense_layers), p_(p) {
+  // With an ART rule the union comes in ART's visiting order (by_score), and ART counts the
+  // pages it reads on the device instead of the union.
+  QuestPageRows(const PlannerShape& s, const QuestParams& p, int dense_layers, const std::string& policy,
+                std::optional<ArtRowRule> art = std::nullopt)
+      : SelectionRows(s, dense_layers), p_(p), art_(art) {
     workspace_ = quest_page_select_workspace_size(args(PlanInput{.n = s.max_rows}, 0, Out{}));
     SKIM_REQUIRE(workspace_ > 0,
                  "policy {}: budget {} / min {} out of the GPU selection's range (or more than 32 query heads "
@@ -140,8 +151,11 @@ class QuestPageRows final : public SelectionRows {
     return dense_in(layer) ? bytes_read(layer, length) : digest_bytes(length);
   }
   void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
-    check(quest_page_select(args(in, rows, out), stream), "quest_page_select");
+    QuestPageSelectArgs a = args(in, rows, out);
+    if (art_) a.listed_tokens = nullptr;
+    check(quest_page_select(a, stream), "quest_page_select");
   }
+  const ArtRowRule* art_rule() const override { return art_ ? &*art_ : nullptr; }
 
  private:
   int head_pages(int pages, int length) const override {
@@ -153,13 +167,15 @@ class QuestPageRows final : public SelectionRows {
   QuestPageSelectArgs args(const PlanInput& in, uint32_t rows, const Out& out) const {
     return {.batch = in.n, .num_heads = s_.num_heads, .num_kv_heads = s_.num_kv_heads, .head_dim = s_.head_dim,
             .page_size = s_.page_size, .max_pages_per_seq = s_.max_pages_per_seq, .budget = p_.budget,
-            .min_tokens = p_.min_tokens, .q = in.q, .kmin = in.kmin, .kmax = in.kmax, .page_table = in.page_table,
+            .min_tokens = p_.min_tokens, .by_score = art_.has_value(), .q = in.q, .kmin = in.kmin, .kmax = in.kmax,
+            .page_table = in.page_table,
             .seq_lens = in.seq_lens, .out_table = out.table, .out_masks = out.masks, .out_lens = out.lens,
             .rows = rows_of(in, rows), .listed_tokens = out.listed_tokens, .workspace = out.workspace,
             .workspace_bytes = out.workspace_bytes};
   }
 
   QuestParams p_;
+  std::optional<ArtRowRule> art_;
   size_t workspace_ = 0;
 };
 
@@ -238,10 +254,16 @@ std::unique_ptr<RowPlanner> make_selection_planner(const std::string& policy, co
       return std::make_unique<GroupPageRows>(shape, GroupBlockParams{.keep = 1.0, .n_min = 1, .n_local = 1}, 0,
                                              policy, rule);
     }
-    SKIM_REQUIRE(base->name == "gbsa" || base->name == "resa",
-                 "policy {}: art on the GPU composes with dense (art:order=group), gbsa and resa so far, not {}",
-                 policy, base->name);
     int dense_layers = 0;
+    if (base->name == "quest")
+      return std::make_unique<QuestPageRows>(shape, quest_params(*base, dense_layers), dense_layers, policy, rule);
+    if (base->name == "streaming") {
+      const StreamingParams p = streaming_params(*base);
+      return std::make_unique<WindowRows>(shape, p.sink, p.window, rule);
+    }
+    SKIM_REQUIRE(base->name == "gbsa" || base->name == "resa",
+                 "policy {}: art on the GPU composes with dense (art:order=group), gbsa, resa, quest and streaming, "
+                 "not {}", policy, base->name);
     const GroupBlockParams p = group_block_params(*base, dense_layers);
     return std::make_unique<GroupPageRows>(shape, p, dense_layers, policy, rule);
   }

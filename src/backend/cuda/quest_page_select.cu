@@ -2,6 +2,7 @@
 #include "backend/cuda/quest_page_select.cuh"
 
 #include <cub/block/block_scan.cuh>
+#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <cstdint>
 
@@ -13,7 +14,53 @@ namespace {
 
 using namespace page_select;
 
-// Workspace: keys [batch][num_heads][max_pages_per_seq], then flags of the same shape.
+// Workspace: keys [batch][num_heads][max_pages_per_seq], then flags of the same shape; with
+// by_score then the union before its sort (pages, masks), each listed page's sort key and
+// slot, their sorted copies ([lists][max_pages_per_seq] each), the lists' segments and CUB's
+// scratch.
+struct ByScore {
+  int32_t* pages = nullptr;
+  uint32_t* masks = nullptr;
+  uint32_t *keys = nullptr, *sorted_keys = nullptr;
+  int32_t *slots = nullptr, *sorted_slots = nullptr;
+  int *begin = nullptr, *end = nullptr;
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+// The by_score part of the workspace, from `base` (its offset) on; `bytes` its size.
+ByScore by_score_layout(const QuestPageSelectArgs& a, char* base, size_t* bytes) {
+  const size_t lists = size_t(a.batch) * a.num_kv_heads, slots = lists * a.max_pages_per_seq;
+  size_t at = 0;
+  auto take = [&](size_t n) {
+    char* p = base ? base + at : nullptr;
+    at += align256(n);
+    return p;
+  };
+  ByScore x;
+  x.pages = reinterpret_cast<int32_t*>(take(slots * 4));
+  x.masks = reinterpret_cast<uint32_t*>(take(slots * 4));
+  x.keys = reinterpret_cast<uint32_t*>(take(slots * 4));
+  x.sorted_keys = reinterpret_cast<uint32_t*>(take(slots * 4));
+  x.slots = reinterpret_cast<int32_t*>(take(slots * 4));
+  x.sorted_slots = reinterpret_cast<int32_t*>(take(slots * 4));
+  x.begin = reinterpret_cast<int*>(take(lists * 4));
+  x.end = reinterpret_cast<int*>(take(lists * 4));
+  cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, x.scratch_bytes, static_cast<const uint32_t*>(nullptr),
+                                                     static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                     static_cast<int32_t*>(nullptr), int(slots), int(lists),
+                                                     static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+  x.scratch = take(x.scratch_bytes);
+  if (bytes) *bytes = at;
+  return x;
+}
+
+size_t base_bytes(const QuestPageSelectArgs& a) {
+  return align256(size_t(a.batch) * a.num_heads * a.max_pages_per_seq * (sizeof(uint32_t) + 1));
+}
+
 __device__ __forceinline__ size_t head_row(const QuestPageSelectArgs& a, int b, int hq) {
   return (size_t(b) * a.num_heads + hq) * a.max_pages_per_seq;
 }
@@ -68,25 +115,36 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const QuestPageSelectA
 }
 
 // One CTA per (KV head, sequence): per page the mask of the group's heads that keep it; the
-// pages some head keeps listed in position order with their masks.
-__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a) {
+// pages some head keeps listed in position order with their masks. by_score: listed into the
+// workspace instead, with each page's sort key (the largest of its heads' keys: the newest
+// page's is the highest) and its slot, for the sort.
+__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan;
   const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size();
+  const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
+  const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
+  if (a.by_score && t == 0) bs.begin[list_index] = bs.end[list_index] = int(list);  // unplanned rows: nothing to sort
   if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-  const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
+  int32_t* out_table = a.by_score ? bs.pages : a.out_table;
+  uint32_t* out_masks = a.by_score ? bs.masks : a.out_masks;
   int written = 0;
   for (int base = 0; base < m; base += kThreads * kItems) {
     const int p0 = base + t * kItems;
-    uint32_t mask[kItems];
+    uint32_t mask[kItems], key[kItems];
     int listed = 0;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
       mask[i] = 0u;
+      key[i] = 0u;
       if (p0 + i < m)
-        for (int g = 0; g < group; ++g) mask[i] |= uint32_t(flags_of(a, b, kvh * group + g)[p0 + i]) << g;
+        for (int g = 0; g < group; ++g)
+          if (flags_of(a, b, kvh * group + g)[p0 + i]) {
+            mask[i] |= 1u << g;
+            key[i] = max(key[i], keys_of(a, b, kvh * group + g)[p0 + i]);
+          }
       listed += mask[i] != 0u;
     }
     int pos, total;
@@ -95,16 +153,32 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
 #pragma unroll
     for (int i = 0; i < kItems; ++i)
       if (mask[i]) {
-        a.out_table[list + written + pos] = table[p0 + i];
-        a.out_masks[list + written + pos] = mask[i];
+        const size_t slot = list + written + pos;
+        out_table[slot] = table[p0 + i];
+        out_masks[slot] = mask[i];
+        if (a.by_score) {
+          bs.keys[slot] = key[i];
+          bs.slots[slot] = int32_t(slot);
+        }
         ++pos;
       }
     written += total;
   }
   if (t == 0) {
     const int tokens = m == 0 ? 0 : (written - 1) * a.page_size + ctx - (m - 1) * a.page_size;
-    a.out_lens[size_t(b) * a.num_kv_heads + kvh] = tokens;
+    a.out_lens[list_index] = tokens;
+    if (a.by_score) bs.end[list_index] = int(list) + written;
     if (a.listed_tokens) atomicAdd(a.listed_tokens, (unsigned long long)tokens);
+  }
+}
+
+// by_score: each list's pages and masks in their sorted order.
+__global__ void permute_kernel(const QuestPageSelectArgs a, const ByScore bs) {
+  const size_t list = blockIdx.x;
+  for (int i = bs.begin[list] + int(threadIdx.x); i < bs.end[list]; i += int(blockDim.x)) {
+    const int from = bs.sorted_slots[i];
+    a.out_table[i] = bs.pages[from];
+    a.out_masks[i] = bs.masks[from];
   }
 }
 
@@ -117,7 +191,10 @@ bool supported(const QuestPageSelectArgs& a) {
 }  // namespace
 
 size_t quest_page_select_workspace_size(const QuestPageSelectArgs& a) {
-  return supported(a) ? size_t(a.batch) * a.num_heads * a.max_pages_per_seq * (sizeof(uint32_t) + 1) : 0;
+  if (!supported(a)) return 0;
+  size_t sort = 0;
+  if (a.by_score) by_score_layout(a, nullptr, &sort);
+  return base_bytes(a) + sort;
 }
 
 cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream) {
@@ -128,7 +205,18 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   if (e != cudaSuccess) return e;
   select_kernel<<<dim3(a.num_heads, a.batch), kThreads, 0, stream>>>(a);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  union_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a);
+  ByScore bs;
+  if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);
+  union_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a, bs);
+  if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score) return e;
+  // Descending key; the radix sort is stable, so ties stay in position order, as on the CPU.
+  const int lists = a.batch * a.num_kv_heads;
+  size_t scratch = bs.scratch_bytes;
+  e = cub::DeviceSegmentedRadixSort::SortPairsDescending(bs.scratch, scratch, bs.keys, bs.sorted_keys, bs.slots,
+                                                         bs.sorted_slots, lists * a.max_pages_per_seq, lists, bs.begin,
+                                                         bs.end, 0, 32, stream);
+  if (e != cudaSuccess) return e;
+  permute_kernel<<<lists, 256, 0, stream>>>(a, bs);
   return cudaGetLastError();
 }
 

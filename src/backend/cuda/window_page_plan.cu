@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(kThreads) window_plan_kernel(const WindowPageP
   int32_t* out = a.out_table + list * a.max_pages_per_seq;
   uint32_t* masks = a.out_masks ? a.out_masks + list * a.max_pages_per_seq : nullptr;
   for (int i = threadIdx.x; i < w.count(); i += kThreads) {
-    out[i] = table[w.page(i)];
+    out[i] = table[a.recent_first ? w.page_recent_first(i) : w.page(i)];
     if (masks) masks[i] = ~0u;
   }
   if (threadIdx.x == 0) a.out_lens[list] = w.m == 0 ? 0 : (w.count() - 1) * a.page_size + len - (w.m - 1) * a.page_size;

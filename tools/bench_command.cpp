@@ -72,9 +72,14 @@ std::vector<std::pair<std::string, int>> e2e_policies(const BenchArgs& a, int co
     const std::string rule = fmt::format("art:stop=group,test=probe,round={}", a.art_round / 4);
     out.push_back({"art:order=group," + rule.substr(4), 0});
     out.push_back({"art:order=group," + rule.substr(4) + ",patience=2,eps_scale=1000,eps_dir=2", 0});
-    if (a.sparse_keep > 0)
+    if (a.sparse_keep > 0) {
       out.push_back({fmt::format("gbsa:keep={},n_min={}+{},patience=2,eps_scale=1000,eps_dir=2", a.sparse_keep,
                                  kBenchMinBlocks, rule), 0});
+      out.push_back({fmt::format("quest:budget={},min=0,dense_layers=0+{},patience=2,eps_scale=1000,eps_dir=2",
+                                 a.sparse_keep, rule), 0});
+      out.push_back({fmt::format("streaming:sink=4,window={}+{},patience=2,eps_scale=1000,eps_dir=2",
+                                 std::max(16, int(context * a.sparse_keep)), rule), 0});
+    }
   }
   return out;
 }

@@ -93,9 +93,18 @@ void PipelinePolicy::attend_plan(const AttentionBatch& b, const PagePlan& plan, 
 // The plan's lists as key positions, for the selection observer: each list is a subsequence
 // of its row's page table, in order; a masked list gives each query head its own pages.
 void PipelinePolicy::notify_plan(const AttentionBatch& b, const PagePlan& plan) const {
+  for_each_plan_selection(b, plan, [&](int r, int h, const std::vector<std::vector<KeyRange>>& heads) {
+    notify_selection(b, r, h, heads);
+  });
+}
+
+void for_each_plan_selection(const AttentionBatch& b, const PagePlan& plan,
+                             const std::function<void(int, int, const std::vector<std::vector<KeyRange>>&)>& f,
+                             const std::vector<bool>* rows) {
   const int ps = b.kv.page_size, group = b.num_heads / b.num_kv_heads;
   const int units = plan.head_masks.empty() ? 1 : group;
   for (int r = 0; r < b.num_rows; ++r) {
+    if (rows && !(*rows)[size_t(r)]) continue;
     const std::vector<int32_t>& pages = b.tables[r]->pages;
     for (int h = 0; h < b.num_kv_heads; ++h) {
       const int list = plan.per_kv_head ? r * b.num_kv_heads + h : r;
@@ -109,7 +118,7 @@ void PipelinePolicy::notify_plan(const AttentionBatch& b, const PagePlan& plan) 
       }
       std::vector<std::vector<KeyRange>> heads;
       for (const std::vector<int>& idx : indices) heads.push_back(page_ranges(idx, ps, b.positions[r] + 1));
-      notify_selection(b, r, h, heads);
+      f(r, h, heads);
     }
   }
 }

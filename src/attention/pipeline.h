@@ -35,6 +35,13 @@ struct PrefixStates {
   float* lse = nullptr;  // [num_rows][num_heads]
 };
 
+// The lists of a decode batch's page plan as key positions, per (row, KV head) and per unit (one
+// list shared by the group, or one per query head of a masked plan): what a selection observer
+// sees (AttentionPolicy::set_selection_observer). `rows` (optional) names the rows to report.
+void for_each_plan_selection(const AttentionBatch& b, const PagePlan& plan,
+                             const std::function<void(int row, int kv_head, const std::vector<std::vector<KeyRange>>&)>& f,
+                             const std::vector<bool>* rows = nullptr);
+
 // Dense causal attention of a prefill batch (rows of consecutive positions per sequence), and
 // the rows' prefix states when `prefix` is given.
 void attend_prefill(const AttentionBatch& batch, const PrefixStates* prefix = nullptr);

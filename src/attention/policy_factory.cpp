@@ -34,6 +34,9 @@ std::unique_ptr<AttentionPolicy> make_retro_policy(const std::string& text, cons
   for (const PolicyPart& p : spec.parts)
     SKIM_REQUIRE(p.name == base || p.name == "retro" || p.name == "rectify",
                  "policy '{}': retro does not compose with '{}'", text, p.name);
+  // A past row's supplements are whole pages below the current one, which the base must keep.
+  SKIM_REQUIRE(base == "quest" || selector->integer("n_local", 1) >= 1,
+               "policy '{}': retro needs {}:n_local >= 1 (the current page kept)", text, base);
   return std::make_unique<RetroPolicy>(std::move(config), w);
 }
 

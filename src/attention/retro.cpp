@@ -1,41 +1,16 @@
 #include "attention/retro.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "backend/cpu/attention_state.h"
 #include "attention/selectors.h"
-#include "backend/cpu/split_attend.h"
+#include "backend/cpu/paged_decode_attention.h"
+#include "backend/cpu/retro_decode.h"
 #include "core/error.h"
 #include "attention/policy_registry.h"
 
 namespace skim {
-
-namespace {
-
-// Page indices covered by a unit's ranges, in selection order, each once.
-std::vector<int> pages_of(const std::vector<KeyRange>& ranges, int page_size, std::vector<uint8_t>& seen) {
-  std::vector<int> pages;
-  for (KeyRange r : ranges) {
-    if (r.end <= r.begin) continue;
-    for (int p = r.begin / page_size; p <= (r.end - 1) / page_size; ++p) {
-      if (size_t(p) >= seen.size()) seen.resize(size_t(p) + 1, 0);
-      if (!seen[size_t(p)]) {
-        seen[size_t(p)] = 1;
-        pages.push_back(p);
-      }
-    }
-  }
-  for (int p : pages) seen[size_t(p)] = 0;
-  return pages;
-}
-
-uint64_t count_keys(const std::vector<KeyRange>& r) {
-  uint64_t n = 0;
-  for (KeyRange x : r) n += uint64_t(std::max(0, x.end - x.begin));
-  return n;
-}
-
-}  // namespace
 
 RetroPolicy::RetroPolicy(PipelineConfig config, int window) : config_(std::move(config)), window_(window) {
   SKIM_REQUIRE(config_.selector != nullptr, "policy '{}': retro needs a page selector", config_.spec);
@@ -47,10 +22,88 @@ EngineCorrections RetroPolicy::corrections() const {
   return c;
 }
 
+int RetroPolicy::slot_of(const PageTable* t) {
+  auto it = slots_of_.find(t);
+  if (it != slots_of_.end()) return it->second;
+  int slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    slot = slots_++;
+  }
+  slots_of_[t] = slot;
+  const int w1 = window_ - 1;
+  for (Layer& l : layers_) {  // a fresh slot: nothing loaded, nothing cached
+    const size_t a = size_t(slot + 1) * units_ * stride_, c = size_t(slot + 1) * w1;
+    if (l.a.size() < a) l.a.resize(a, kRetroNever);
+    if (l.step.size() < c) {
+      l.step.resize(c, kRetroNever);
+      l.o.resize(c * heads_ * head_dim_, 0.0f);
+      l.lse.resize(c * heads_, kEmptyLse);
+    }
+    std::fill_n(l.a.begin() + std::ptrdiff_t(size_t(slot) * units_ * stride_), size_t(units_) * stride_, kRetroNever);
+    std::fill_n(l.step.begin() + std::ptrdiff_t(size_t(slot) * w1), w1, kRetroNever);
+  }
+  return slot;
+}
+
+// The layer's arrays for every slot, with a stride that holds every row's pages (a wider one
+// copies the masks over).
+void RetroPolicy::reserve(const AttentionBatch& b) {
+  const int group = b.num_heads / b.num_kv_heads;
+  if (heads_ == 0) {
+    heads_ = b.num_heads;
+    head_dim_ = b.head_dim;
+    units_ = b.num_heads;  // per query head (quest); gbsa uses the first num_kv_heads of them
+    (void)group;
+  }
+  int pages = 0;
+  for (int r = 0; r < b.num_rows; ++r) pages = std::max(pages, b.positions[r] / b.kv.page_size + 1);
+  if (pages > stride_) {
+    const int wider = std::max(pages, 2 * stride_);
+    for (Layer& l : layers_) {
+      std::vector<int32_t> a(size_t(slots_) * units_ * wider, kRetroNever);
+      for (size_t row = 0; row < size_t(slots_) * units_; ++row)
+        std::copy_n(l.a.begin() + std::ptrdiff_t(row * stride_), stride_, a.begin() + std::ptrdiff_t(row * wider));
+      l.a = std::move(a);
+    }
+    stride_ = wider;
+  }
+  if (layers_.size() <= size_t(b.layer)) {
+    const size_t first = layers_.size();
+    layers_.resize(size_t(b.layer) + 1);
+    const int w1 = window_ - 1;
+    for (size_t l = first; l < layers_.size(); ++l) {
+      layers_[l].a.assign(size_t(slots_) * units_ * stride_, kRetroNever);
+      layers_[l].step.assign(size_t(slots_) * w1, kRetroNever);
+      layers_[l].o.assign(size_t(slots_) * w1 * heads_ * head_dim_, 0.0f);
+      layers_[l].lse.assign(size_t(slots_) * w1 * heads_, kEmptyLse);
+    }
+  }
+}
+
 void RetroPolicy::fork(const PageTable* from, const PageTable* to) {
   config_.selector->fork(from, to);
-  auto it = seqs_.find(from);
-  if (it != seqs_.end()) seqs_[to] = it->second;
+  auto it = slots_of_.find(from);
+  if (it == slots_of_.end()) return;
+  const int src = it->second, dst = slot_of(to);
+  const size_t w1 = size_t(window_ - 1), a = size_t(units_) * stride_, c = w1 * heads_;
+  for (Layer& l : layers_) {
+    std::copy_n(l.a.begin() + std::ptrdiff_t(src * a), a, l.a.begin() + std::ptrdiff_t(dst * a));
+    std::copy_n(l.step.begin() + std::ptrdiff_t(src * w1), w1, l.step.begin() + std::ptrdiff_t(dst * w1));
+    std::copy_n(l.lse.begin() + std::ptrdiff_t(src * c), c, l.lse.begin() + std::ptrdiff_t(dst * c));
+    std::copy_n(l.o.begin() + std::ptrdiff_t(src * c * head_dim_), c * head_dim_,
+                l.o.begin() + std::ptrdiff_t(dst * c * head_dim_));
+  }
+}
+
+void RetroPolicy::forget(const PageTable* table) {
+  config_.selector->forget(table);
+  auto it = slots_of_.find(table);
+  if (it == slots_of_.end()) return;
+  free_.push_back(it->second);
+  slots_of_.erase(it);
 }
 
 std::map<std::string, double> RetroPolicy::counters() const {
@@ -75,107 +128,97 @@ void RetroPolicy::attend(const AttentionBatch& b) {
 void RetroPolicy::attend_decode(const AttentionBatch& b) {
   SKIM_REQUIRE(b.retro_step != nullptr, "policy '{}': a decode batch without retro steps (run it through the engine)",
                config_.spec);
-  const int group = b.num_heads / b.num_kv_heads, d = b.head_dim, ps = b.kv.page_size;
+  const int group = b.num_heads / b.num_kv_heads, d = b.head_dim, ps = b.kv.page_size, n = b.num_rows;
   const bool sparse = b.layer >= config_.dense_layers;
 
-  // The newest row of each sequence: the one with the largest step.
+  // Each row's sequence slot, and its sequence's newest row (the largest step).
+  reserve(b);
+  row_slot_.resize(size_t(n));
+  newest_.resize(size_t(n));
   std::unordered_map<const PageTable*, int> newest;
-  for (int r = 0; r < b.num_rows; ++r) {
+  for (int r = 0; r < n; ++r) {
+    row_slot_[size_t(r)] = slot_of(b.tables[r]);
     auto [it, fresh] = newest.emplace(b.tables[r], r);
     if (!fresh && b.retro_step[r] > b.retro_step[it->second]) it->second = r;
   }
+  for (int r = 0; r < n; ++r) {
+    const int nr = newest.at(b.tables[r]);
+    newest_[size_t(r)] = nr;
+    SKIM_REQUIRE(r == nr || (b.retro_step[r] < b.retro_step[nr] && b.retro_step[r] > b.retro_step[nr] - window_),
+                 "policy '{}': row of step {} outside the window of step {}", config_.spec, b.retro_step[r],
+                 b.retro_step[nr]);
+  }
 
-  std::vector<AttendTask> tasks;
-  std::vector<uint8_t> seen;
-  std::vector<int32_t> values;
-  Selection sel;
-  uint64_t keys = 0, meta = 0, context = 0;
-  for (auto& [table, nr] : newest) {
-    SeqState& st = seqs_[table];
-    if (st.layers.size() <= size_t(b.layer)) st.layers.resize(size_t(b.layer) + 1);
-    LayerState& ls = st.layers[size_t(b.layer)];
-    if (ls.masks.empty()) ls.masks.resize(size_t(b.num_kv_heads) * group);
-    const int t = b.retro_step[nr], ctx = b.positions[nr] + 1, current_page = b.positions[nr] / ps;
-    std::vector<int> past;  // this sequence's other rows
-    for (int r = 0; r < b.num_rows; ++r)
-      if (b.tables[r] == table && r != nr) {
-        SKIM_REQUIRE(b.retro_step[r] < t && b.retro_step[r] > t - window_,
-                     "policy '{}': row of step {} outside the window of step {}", config_.spec, b.retro_step[r], t);
-        past.push_back(r);
-      }
-    past_rows_ += past.size();
-    newest_rows_ += 1;
+  // plan: the base's lists for the newest rows, the supplements for the past rows.
+  const bool planned = sparse ? config_.selector->plan(b, base_) : DenseSelector().plan(b, base_);
+  SKIM_REQUIRE(planned, "policy '{}': retro needs the base's page plan (at most 32 query heads per KV head)",
+               config_.spec);
+  const bool per_head = !base_.head_masks.empty();
+  const int lists = n * b.num_kv_heads;
+  plan_.reset(true, lists, base_.max_pages);
+  plan_.head_masks.assign(plan_.table.size(), 0u);
+  old_.resize(plan_.table.size() * size_t(group));
+  Layer& L = layers_[size_t(b.layer)];
+  std::vector<int32_t> lens(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) lens[size_t(r)] = b.positions[r] + 1;
+  std::vector<int32_t> tables(size_t(n) * base_.max_pages, 0);
+  for (int r = 0; r < n; ++r)
+    std::copy_n(b.tables[r]->pages.data(), (lens[size_t(r)] + ps - 1) / ps, tables.data() + size_t(r) * base_.max_pages);
+  std::vector<int32_t> steps(b.retro_step, b.retro_step + n);
+  cpu::retro_page_plan({.batch = n, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads, .page_size = ps,
+                        .max_pages_per_seq = base_.max_pages, .per_head_units = per_head, .sparse = sparse,
+                        .page_table = tables.data(), .seq_lens = lens.data(), .base_per_kv_head = base_.per_kv_head,
+                        .base_table = base_.table.data(), .base_lens = base_.lens.data(),
+                        .base_masks = per_head ? base_.head_masks.data() : nullptr, .row_slot = row_slot_.data(),
+                        .retro_step = steps.data(), .newest_row = newest_.data(),
+                        .masks = {.a = L.a.data(), .units = units_, .stride = stride_}, .old = old_.data(),
+                        .out_table = plan_.table.data(), .out_lens = plan_.lens.data(),
+                        .out_masks = plan_.head_masks.data()});
+
+  if (sparse && has_selection_observer()) {  // the newest rows' choice (the base's)
+    std::vector<bool> newest_rows(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) newest_rows[size_t(r)] = newest_[size_t(r)] == r;
+    for_each_plan_selection(b, base_, [&](int r, int h, const std::vector<std::vector<KeyRange>>& heads) {
+      notify_selection(b, r, h, heads);
+    }, &newest_rows);
+  }
+
+  // kernel: every row's list at once; merge: outputs and the cache.
+  o_.resize(size_t(n) * b.num_heads * d);
+  lse_.resize(size_t(n) * b.num_heads);
+  cpu::paged_decode_attention(PagedDecodeArgsF32{
+      .batch = n, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads, .head_dim = d, .page_size = ps,
+      .max_pages_per_seq = plan_.max_pages, .scale = b.scale, .tables_per_kv_head = true, .q = b.q, .k_pool = b.kv.k,
+      .v_pool = b.kv.v, .page_table = plan_.table.data(), .seq_lens = plan_.lens.data(),
+      .head_masks = plan_.head_masks.data(), .o = o_.data(), .lse = lse_.data()});
+  cpu::retro_merge({.batch = n, .num_heads = b.num_heads, .head_dim = d, .o = o_.data(), .lse = lse_.data(),
+                    .out = b.out, .row_slot = row_slot_.data(), .retro_step = steps.data(), .newest_row = newest_.data(),
+                    .cache = {.entries = window_ - 1, .o = L.o.data(), .lse = L.lse.data(), .step = L.step.data()}});
+
+  // Work: per sequence the newest row's list is the union every row of it reads (a past row's
+  // pages are among them), loaded once; 4 bytes of mask per selected page and unit.
+  uint64_t keys = 0, meta = sparse ? base_.metadata_bytes : 0, context = 0;
+  for (int r = 0; r < n; ++r) {
+    const bool is_newest = newest_[size_t(r)] == r;
+    newest_rows_ += is_newest;
+    past_rows_ += !is_newest;
     for (int h = 0; h < b.num_kv_heads; ++h) {
-      context += uint64_t(ctx);
-      if (!sparse) {  // dense layer: past rows have seen every page; they keep their cached state
-        tasks.push_back({nr, h, h * group, group, {KeyRange{0, ctx}}});
-        keys += uint64_t(ctx);
-        continue;
+      const size_t list = size_t(r) * b.num_kv_heads + h;
+      const int listed = (plan_.lens[list] + ps - 1) / ps;
+      if (is_newest) {
+        keys += uint64_t(plan_.lens[list]);
+        context += uint64_t(lens[size_t(r)]);
       }
-      sel.heads.clear();
-      sel.metadata_bytes = 0;
-      config_.selector->select(SelectInput{b, nr, h, ctx, false}, sel);  // retro coalesces
-      notify_selection(b, nr, h, sel.heads);
-      meta += sel.metadata_bytes;
-      const int units = int(sel.heads.size());
-      std::vector<KeyRange> all;
-      for (int u = 0; u < units; ++u) {
-        const std::vector<KeyRange>& ranges = sel.heads[size_t(u)];
-        all.insert(all.end(), ranges.begin(), ranges.end());
-        std::vector<KeyRange> own = coalesce_ranges(ranges);
-        own_keys_ += count_keys(own);
-        const int q_first = h * group + (units == 1 ? 0 : u), q_count = units == 1 ? group : 1;
-        tasks.push_back({nr, h, q_first, q_count, own});
-        // Algorithm 2 on this unit's pages, then each past row's unseen pages.
-        std::vector<int> pages = pages_of(ranges, ps, seen);
-        ls.masks[size_t(h) * group + u].update(t, current_page, pages, values);
-        meta += pages.size() * sizeof(int32_t);
-        for (int r : past) {
-          const int u_step = b.retro_step[r], pos = b.positions[r];
-          std::vector<KeyRange> sup;
-          for (size_t i = 0; i < pages.size(); ++i) {
-            if (values[i] >= u_step) continue;  // seen by a query of step >= u
-            KeyRange k{pages[i] * ps, std::min((pages[i] + 1) * ps, pos + 1)};  // causal for row r
-            if (k.begin < k.end) sup.push_back(k);
-          }
-          sup = coalesce_ranges(std::move(sup));
-          supplement_keys_ += count_keys(sup);
-          tasks.push_back({r, h, q_first, q_count, std::move(sup)});
-        }
+      if (!sparse) continue;
+      if (is_newest) meta += uint64_t(listed) * (per_head ? group : 1) * sizeof(int32_t);
+      for (int k = 0; k < listed; ++k) {  // tokens per unit: its own selection, or a supplement
+        const uint32_t mask = plan_.head_masks[list * plan_.max_pages + k];
+        const int units = per_head ? std::popcount(mask) : 1;
+        const int tokens = std::min(ps, plan_.lens[list] - k * ps);
+        (is_newest ? own_keys_ : supplement_keys_) += uint64_t(units) * uint64_t(tokens);
       }
-      keys += count_keys(coalesce_ranges(std::move(all)));  // the union is loaded once for all rows
     }
   }
-
-  std::vector<float> lse(size_t(b.num_rows) * b.num_heads, kEmptyLse);
-  attend_tasks(b.rows(), tasks, lse.data());
-
-  // Merge past rows into their cached states; cache the newest rows' states.
-  for (auto& [table, nr] : newest) {
-    LayerState& ls = seqs_[table].layers[size_t(b.layer)];
-    const int t = b.retro_step[nr];
-    for (int r = 0; r < b.num_rows; ++r) {
-      if (b.tables[r] != table || r == nr) continue;
-      auto it = std::find_if(ls.cache.begin(), ls.cache.end(),
-                             [&](const CachedState& c) { return c.step == b.retro_step[r]; });
-      SKIM_REQUIRE(it != ls.cache.end(), "policy '{}': no cached output for the token of step {}", config_.spec,
-                   b.retro_step[r]);
-      float* out = b.out + size_t(r) * b.num_heads * d;
-      if (sparse) {
-        for (int q = 0; q < b.num_heads; ++q)
-          merge_state(it->o.data() + size_t(q) * d, it->lse[size_t(q)], out + size_t(q) * d,
-                      lse[size_t(r) * b.num_heads + q], d);
-      }
-      std::copy(it->o.begin(), it->o.end(), out);
-    }
-    CachedState c;
-    c.step = t;
-    c.o.assign(b.out + size_t(nr) * b.num_heads * d, b.out + size_t(nr + 1) * b.num_heads * d);
-    c.lse.assign(lse.begin() + long(size_t(nr) * b.num_heads), lse.begin() + long(size_t(nr + 1) * b.num_heads));
-    ls.cache.push_back(std::move(c));
-    while (!ls.cache.empty() && ls.cache.front().step <= t - (window_ - 1)) ls.cache.pop_front();
-  }
-
   stats_.keys_read += keys;
   stats_.decode_calls += 1;
   stats_.decode_keys_read += keys;

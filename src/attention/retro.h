@@ -1,21 +1,25 @@
 // RetroAttention (seeds/000; DESIGN.md sections 2, 3, 9) at the attention level. The engine
 // runs each decode step with the newest token and the last w-1 tokens of the sequence (rows
-// marked by AttentionBatch::retro_step). Per layer:
-//  - the newest row attends with the base page selector (Quest or ReSA's block selection) and
-//    its state (o, lse) goes into the output cache, which keeps the last w-1 tokens;
+// marked by AttentionBatch::retro_step). Per layer, as plan + kernel (attention/
+// retro_decode_args.h, what the GPU runs too):
+//  - the newest row attends with the base page selector's plan (Quest's union with per-head
+//    masks, or ReSA's group list) and its state (o, lse) goes into the output cache, which keeps
+//    the last w-1 tokens;
 //  - a past row (step u) attends only to the pages selected at this step that it has not seen
-//    (RetroMask value < u), and that supplementary state is merged into its cached state; the
-//    merged output is the row's attention output, and the cache keeps it for later updates.
+//    (the unit's retrospective mask A[p] < u, Algorithm 2), whole pages, and that supplementary
+//    state is merged into its cached state; the merged output is the row's attention output, and
+//    the cache keeps it for later updates;
+//  - one paged decode call attends every row's list (cpu::retro_page_plan, then
+//    cpu::paged_decode_attention, then cpu::retro_merge).
 // In the layers the base keeps dense, every page was seen already: past rows output their
 // cached state. Prefill is dense. The prompt's last tokens are never past rows: they attended
 // densely, so nothing is unseen for them; the window fills as decoding proceeds.
 #pragma once
 
-#include <deque>
+#include <vector>
 #include <unordered_map>
 
 #include "attention/pipeline.h"
-#include "attention/retro_mask.h"
 
 namespace skim {
 
@@ -29,10 +33,7 @@ class RetroPolicy : public AttentionPolicy {
   std::string spec() const override { return config_.spec; }
   EngineCorrections corrections() const override;
   void attend(const AttentionBatch& batch) override;
-  void forget(const PageTable* table) override {
-    config_.selector->forget(table);
-    seqs_.erase(table);
-  }
+  void forget(const PageTable* table) override;
   void fork(const PageTable* from, const PageTable* to) override;
   bool keeps_sequence_state() const override { return true; }  // the past rows' outputs
   // retro_budget_growth: keys seen per query over its window (its own selection plus the
@@ -41,23 +42,29 @@ class RetroPolicy : public AttentionPolicy {
   std::map<std::string, double> counters() const override;
 
  private:
-  struct CachedState {
-    int32_t step = 0;
-    std::vector<float> o;    // [num_heads][head_dim]
-    std::vector<float> lse;  // [num_heads]
-  };
-  struct LayerState {
-    std::vector<RetroMask> masks;   // [num_kv_heads * group]: per query head or per group
-    std::deque<CachedState> cache;  // the last w-1 tokens, oldest first
-  };
-  struct SeqState {
-    std::vector<LayerState> layers;
-  };
   void attend_decode(const AttentionBatch& b);
+  // The slot of a sequence's state (assigned on first sight), and the layer's arrays, grown to
+  // hold the batch's pages.
+  int slot_of(const PageTable* t);
+  void reserve(const AttentionBatch& b);
 
   PipelineConfig config_;
   int window_;
-  std::unordered_map<const PageTable*, SeqState> seqs_;
+  // Per-sequence state in slots (retro_decode_args.h's layouts): per layer the masks A and the
+  // output cache of the last w-1 tokens.
+  struct Layer {
+    std::vector<int32_t> a;          // [slots][units][stride]
+    std::vector<float> o, lse;       // [slots][w-1][heads][d], [slots][w-1][heads]
+    std::vector<int32_t> step;       // [slots][w-1]
+  };
+  std::vector<Layer> layers_;
+  int slots_ = 0, stride_ = 0, units_ = 0, heads_ = 0, head_dim_ = 0;
+  std::unordered_map<const PageTable*, int> slots_of_;
+  std::vector<int> free_;
+  // A decode step's buffers, kept for their memory.
+  PagePlan base_, plan_;
+  std::vector<int32_t> row_slot_, newest_, old_;
+  std::vector<float> o_, lse_;
   uint64_t own_keys_ = 0, supplement_keys_ = 0, newest_rows_ = 0, past_rows_ = 0;
 };
 

@@ -1,0 +1,91 @@
+// Arguments of RetroAttention's decode stages around the paged decode kernel, shared by the
+// CUDA kernels and their CPU references (skim::cuda:: and skim::cpu::retro_page_plan /
+// retro_merge take the same structs). RetroAttention: seeds/000; attention/retro.h.
+//
+// A decode step of a sequence runs its newest token (step t) and its last w-1 tokens again
+// (past rows, steps u with t-w < u < t), all of them rows of one batch, the newest last. Per
+// layer:
+//   plan: the newest row attends the base's pages (quest's union with per-head masks, gbsa's
+//     group list); each selection unit (a query head for quest, a KV group for gbsa) keeps a
+//     retrospective mask A[p], the last step page p was loaded (RetroMask, Algorithm 2): first
+//     A[current page] = t-1, then each page the unit selects returns its old value and gets t.
+//     A past row of step u attends, per head, the pages its unit selected now whose old value is
+//     < u: loaded by no query since its own step. Those are whole pages below the current one
+//     (the base always keeps the current page, so it is never unseen), in the newest row's list
+//     order, with a per-head mask. In a layer the base keeps dense nothing changes: the newest
+//     row attends every page, past rows nothing, A stays.
+//   kernel: paged decode attention over every row's list (one call).
+//   merge: the newest row's state is its output and goes into the output cache (per sequence,
+//     layer and head the last w-1 tokens' states, entry step % (w-1)); a past row's cached state
+//     merged with its new state is its output and replaces the cached one.
+//
+// Per-sequence state lives in slots (a sequence's index, assigned by the caller): for the layer,
+// A int32 [slots][units][stride] (units: num_heads with per-head units, else num_kv_heads;
+// stride >= a sequence's pages; -1: never loaded), the cache o fp32 [slots][w-1][num_heads][head_dim],
+// lse [slots][w-1][num_heads], step int32 [slots][w-1].
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attention/plan_rows.h"
+#include "core/host_device.h"
+
+namespace skim {
+
+inline constexpr int32_t kRetroNever = -1;  // A of a page no step loaded
+
+struct RetroMaskView {
+  int32_t* a = nullptr;
+  int units = 0, stride = 0;
+  SKIM_HOST_DEVICE int32_t* of(int slot, int unit) const { return a + (size_t(slot) * units + unit) * stride; }
+};
+
+struct RetroCacheView {
+  int entries = 0;  // w - 1
+  float* o = nullptr;
+  float* lse = nullptr;
+  int32_t* step = nullptr;
+};
+
+// Rows: row_slot [batch] (-1: a row of another policy: its base list passes through whole),
+// retro_step [batch], newest_row [batch] (the index of the row's sequence's newest row; a newest
+// row names itself). The base plan is per (row, KV head) (or per row with base_per_kv_head
+// false: a dense layer's), masks optional. Outputs [batch][num_kv_heads][max_pages_per_seq],
+// lens [batch][num_kv_heads], masks always written. old [batch][num_kv_heads][max_pages_per_seq]
+// [group] is scratch: the old A values a newest row's selection returned.
+struct RetroPagePlanArgs {
+  int batch = 0, num_heads = 0, num_kv_heads = 0, page_size = 16, max_pages_per_seq = 0;
+  bool per_head_units = true;  // quest: a unit per query head; gbsa: one per KV group
+  bool sparse = true;          // the base selects in this layer (false: its dense layers)
+  const int32_t *page_table = nullptr, *seq_lens = nullptr;
+  bool base_per_kv_head = true;
+  const int32_t *base_table = nullptr, *base_lens = nullptr;
+  const uint32_t* base_masks = nullptr;
+  const int32_t *row_slot = nullptr, *retro_step = nullptr, *newest_row = nullptr;
+  RetroMaskView masks;
+  int32_t* old = nullptr;
+  int32_t *out_table = nullptr, *out_lens = nullptr;
+  uint32_t* out_masks = nullptr;
+  // GPU only: the supplements' tokens (past rows' lists) are added to it (device), the
+  // newest rows' to listed_tokens (their base's union), both optional.
+  unsigned long long *supplement_tokens = nullptr, *listed_tokens = nullptr;
+
+  SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
+  SKIM_HOST_DEVICE size_t base_list(int b, int h) const {
+    return base_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);
+  }
+  SKIM_HOST_DEVICE int unit_of(int kv_head, int g) const { return per_head_units ? kv_head * group_size() + g : kv_head; }
+};
+
+// Per (row, query head) of the kernel's states (o, lse): the row's output and the cache, as
+// above. Rows with row_slot -1 output their state.
+struct RetroMergeArgs {
+  int batch = 0, num_heads = 0, head_dim = 0;
+  const float *o = nullptr, *lse = nullptr;  // the kernel's states [batch][num_heads][head_dim], [batch][num_heads]
+  float* out = nullptr;                      // [batch][num_heads][head_dim]
+  const int32_t *row_slot = nullptr, *retro_step = nullptr, *newest_row = nullptr;
+  RetroCacheView cache;
+};
+
+}  // namespace skim

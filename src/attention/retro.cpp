@@ -125,6 +125,31 @@ void RetroPolicy::attend(const AttentionBatch& b) {
   notify(b);
 }
 
+// The batch's newest rows alone, for the base's plan (its selection is theirs).
+AttentionBatch RetroPolicy::NewestRows::view(const AttentionBatch& b) {
+  const size_t width = size_t(b.num_heads) * b.head_dim;
+  positions.clear();
+  tables.clear();
+  q.resize(rows.size() * width);
+  q_pre.resize(b.q_pre ? rows.size() * width : 0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int r = rows[i];
+    positions.push_back(b.positions[r]);
+    tables.push_back(b.tables[r]);
+    std::copy_n(b.q + size_t(r) * width, width, q.data() + i * width);
+    if (b.q_pre) std::copy_n(b.q_pre + size_t(r) * width, width, q_pre.data() + i * width);
+  }
+  AttentionBatch v = b;
+  v.num_rows = int(rows.size());
+  v.positions = positions.data();
+  v.tables = tables.data();
+  v.q = q.data();
+  v.q_pre = b.q_pre ? q_pre.data() : nullptr;
+  v.out = nullptr;
+  v.retro_step = nullptr;
+  return v;
+}
+
 void RetroPolicy::attend_decode(const AttentionBatch& b) {
   SKIM_REQUIRE(b.retro_step != nullptr, "policy '{}': a decode batch without retro steps (run it through the engine)",
                config_.spec);
@@ -149,39 +174,50 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
                  b.retro_step[nr]);
   }
 
-  // plan: the base's lists for the newest rows, the supplements for the past rows.
-  const bool planned = sparse ? config_.selector->plan(b, base_) : DenseSelector().plan(b, base_);
+  // plan: the base's lists for the newest rows (planned for them alone), the supplements for
+  // the past rows.
+  NewestRows& nb = newest_batch_;
+  nb.rows.clear();
+  nb.base_row.assign(size_t(n), -1);
+  for (int r = 0; r < n; ++r)
+    if (newest_[size_t(r)] == r) {
+      nb.base_row[size_t(r)] = int32_t(nb.rows.size());
+      nb.rows.push_back(r);
+    }
+  const AttentionBatch newest_only = nb.view(b);
+  const bool planned = sparse ? config_.selector->plan(newest_only, base_) : DenseSelector().plan(newest_only, base_);
   SKIM_REQUIRE(planned, "policy '{}': retro needs the base's page plan (at most 32 query heads per KV head)",
                config_.spec);
   const bool per_head = !base_.head_masks.empty();
   const int lists = n * b.num_kv_heads;
-  plan_.reset(true, lists, base_.max_pages);
+  int max_pages = 0;  // the batch's longest row: the plan's stride (past rows are no longer)
+  for (int r = 0; r < n; ++r) max_pages = std::max(max_pages, b.positions[r] / ps + 1);
+  SKIM_REQUIRE(base_.max_pages <= max_pages, "retro: the base plan is wider than its rows");
+  plan_.reset(true, lists, max_pages);
   plan_.head_masks.assign(plan_.table.size(), 0u);
   old_.resize(plan_.table.size() * size_t(group));
   Layer& L = layers_[size_t(b.layer)];
   std::vector<int32_t> lens(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) lens[size_t(r)] = b.positions[r] + 1;
-  std::vector<int32_t> tables(size_t(n) * base_.max_pages, 0);
+  std::vector<int32_t> tables(size_t(n) * max_pages, 0);
   for (int r = 0; r < n; ++r)
-    std::copy_n(b.tables[r]->pages.data(), (lens[size_t(r)] + ps - 1) / ps, tables.data() + size_t(r) * base_.max_pages);
+    std::copy_n(b.tables[r]->pages.data(), (lens[size_t(r)] + ps - 1) / ps, tables.data() + size_t(r) * max_pages);
   std::vector<int32_t> steps(b.retro_step, b.retro_step + n);
   cpu::retro_page_plan({.batch = n, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads, .page_size = ps,
-                        .max_pages_per_seq = base_.max_pages, .per_head_units = per_head, .sparse = sparse,
+                        .max_pages_per_seq = max_pages, .per_head_units = per_head, .sparse = sparse,
                         .page_table = tables.data(), .seq_lens = lens.data(), .base_per_kv_head = base_.per_kv_head,
                         .base_table = base_.table.data(), .base_lens = base_.lens.data(),
-                        .base_masks = per_head ? base_.head_masks.data() : nullptr, .row_slot = row_slot_.data(),
+                        .base_masks = per_head ? base_.head_masks.data() : nullptr,
+                        .base_row = nb.base_row.data(), .row_slot = row_slot_.data(),
                         .retro_step = steps.data(), .newest_row = newest_.data(),
                         .masks = {.a = L.a.data(), .units = units_, .stride = stride_}, .old = old_.data(),
                         .out_table = plan_.table.data(), .out_lens = plan_.lens.data(),
                         .out_masks = plan_.head_masks.data()});
 
-  if (sparse && has_selection_observer()) {  // the newest rows' choice (the base's)
-    std::vector<bool> newest_rows(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) newest_rows[size_t(r)] = newest_[size_t(r)] == r;
-    for_each_plan_selection(b, base_, [&](int r, int h, const std::vector<std::vector<KeyRange>>& heads) {
-      notify_selection(b, r, h, heads);
-    }, &newest_rows);
-  }
+  if (sparse && has_selection_observer())  // the newest rows' choice (the base's)
+    for_each_plan_selection(newest_only, base_, [&](int r, int h, const std::vector<std::vector<KeyRange>>& heads) {
+      notify_selection(b, nb.rows[size_t(r)], h, heads);
+    });
 
   // kernel: every row's list at once; merge: outputs and the cache.
   o_.resize(size_t(n) * b.num_heads * d);
@@ -197,7 +233,7 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
 
   // Work: per sequence the newest row's list is the union every row of it reads (a past row's
   // pages are among them), loaded once; 4 bytes of mask per selected page and unit.
-  uint64_t keys = 0, meta = sparse ? base_.metadata_bytes : 0, context = 0;
+  uint64_t keys = 0, meta = sparse ? base_.metadata_bytes : 0, context = 0;  // digests: the newest rows'
   for (int r = 0; r < n; ++r) {
     const bool is_newest = newest_[size_t(r)] == r;
     newest_rows_ += is_newest;

@@ -62,6 +62,14 @@ class RetroPolicy : public AttentionPolicy {
   std::unordered_map<const PageTable*, int> slots_of_;
   std::vector<int> free_;
   // A decode step's buffers, kept for their memory.
+  struct NewestRows {
+    std::vector<int> rows;         // the batch's newest rows
+    std::vector<int32_t> base_row;  // [batch] a newest row's index among them, else -1
+    std::vector<int32_t> positions;
+    std::vector<const PageTable*> tables;
+    std::vector<float> q, q_pre;
+    AttentionBatch view(const AttentionBatch& b);
+  } newest_batch_;
   PagePlan base_, plan_;
   std::vector<int32_t> row_slot_, newest_, old_;
   std::vector<float> o_, lse_;

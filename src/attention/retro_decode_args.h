@@ -62,6 +62,9 @@ struct RetroPagePlanArgs {
   bool base_per_kv_head = true;
   const int32_t *base_table = nullptr, *base_lens = nullptr;
   const uint32_t* base_masks = nullptr;
+  // base_row [batch] (optional): the base plan's row of each newest row (a plan made for the
+  // newest rows alone); null: the base plan has every row of the batch.
+  const int32_t* base_row = nullptr;
   const int32_t *row_slot = nullptr, *retro_step = nullptr, *newest_row = nullptr;
   RetroMaskView masks;
   int32_t* old = nullptr;
@@ -73,7 +76,8 @@ struct RetroPagePlanArgs {
 
   SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
   SKIM_HOST_DEVICE size_t base_list(int b, int h) const {
-    return base_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);
+    const int row = base_row ? base_row[b] : b;
+    return base_per_kv_head ? size_t(row) * num_kv_heads + h : size_t(row);
   }
   SKIM_HOST_DEVICE int unit_of(int kv_head, int g) const { return per_head_units ? kv_head * group_size() + g : kv_head; }
 };

@@ -195,7 +195,7 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
   SKIM_REQUIRE(base_.max_pages <= max_pages, "retro: the base plan is wider than its rows");
   plan_.reset(true, lists, max_pages);
   plan_.head_masks.assign(plan_.table.size(), 0u);
-  old_.resize(plan_.table.size() * size_t(group));
+  age_.resize(plan_.table.size() * size_t(group));
   Layer& L = layers_[size_t(b.layer)];
   std::vector<int32_t> lens(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) lens[size_t(r)] = b.positions[r] + 1;
@@ -210,7 +210,7 @@ void RetroPolicy::attend_decode(const AttentionBatch& b) {
                         .base_masks = per_head ? base_.head_masks.data() : nullptr,
                         .base_row = nb.base_row.data(), .row_slot = row_slot_.data(),
                         .retro_step = steps.data(), .newest_row = newest_.data(),
-                        .masks = {.a = L.a.data(), .units = units_, .stride = stride_}, .old = old_.data(),
+                        .masks = {.a = L.a.data(), .units = units_, .stride = stride_}, .age = age_.data(),
                         .out_table = plan_.table.data(), .out_lens = plan_.lens.data(),
                         .out_masks = plan_.head_masks.data()});
 
@@ -269,7 +269,7 @@ PolicyInfo retro_policy_info() {
           .stage = PolicyStage::Correction,
           .keys = {integer_key("w", kRetroWindow, 1, 64, "the step re-runs the last w-1 tokens (w = 1 is the base policy)")},
           .composes_with = {"quest", "gbsa", "resa", "rectify"}, .requires_one_of = {"quest", "gbsa", "resa"},
-          .sequence_state = true};
+          .sequence_state = true, .backends = {"cpu", "cuda"}};
 }
 
 }  // namespace skim

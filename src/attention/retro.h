@@ -71,7 +71,8 @@ class RetroPolicy : public AttentionPolicy {
     AttentionBatch view(const AttentionBatch& b);
   } newest_batch_;
   PagePlan base_, plan_;
-  std::vector<int32_t> row_slot_, newest_, old_;
+  std::vector<int32_t> row_slot_, newest_;
+  std::vector<uint8_t> age_;
   std::vector<float> o_, lse_;
   uint64_t own_keys_ = 0, supplement_keys_ = 0, newest_rows_ = 0, past_rows_ = 0;
 };

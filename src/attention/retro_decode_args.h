@@ -35,6 +35,15 @@ namespace skim {
 
 inline constexpr int32_t kRetroNever = -1;  // A of a page no step loaded
 
+// One policy's Retro parameters, by policy index (a GPU batch mixing policies): rows of an
+// inactive index have no slot and pass through.
+struct RetroRowRule {
+  int active = 0;
+  int window = 2;              // w
+  int per_head_units = 1;      // quest: 1; gbsa/resa: 0
+  int dense_layers = 0;        // the base's dense layers: nothing unseen there
+};
+
 struct RetroMaskView {
   int32_t* a = nullptr;
   int units = 0, stride = 0;
@@ -52,12 +61,23 @@ struct RetroCacheView {
 // retro_step [batch], newest_row [batch] (the index of the row's sequence's newest row; a newest
 // row names itself). The base plan is per (row, KV head) (or per row with base_per_kv_head
 // false: a dense layer's), masks optional. Outputs [batch][num_kv_heads][max_pages_per_seq],
-// lens [batch][num_kv_heads], masks always written. old [batch][num_kv_heads][max_pages_per_seq]
-// [group] is scratch: the old A values a newest row's selection returned.
+// lens [batch][num_kv_heads], masks always written. age [batch][num_kv_heads][max_pages_per_seq]
+// [group] is scratch: per listed page and head of a newest row, t minus the old A value its
+// selection returned (255 at most; 0 for a head that did not select the page), so a past row
+// of step u attends the page when age > t - u.
 struct RetroPagePlanArgs {
   int batch = 0, num_heads = 0, num_kv_heads = 0, page_size = 16, max_pages_per_seq = 0;
   bool per_head_units = true;  // quest: a unit per query head; gbsa: one per KV group
   bool sparse = true;          // the base selects in this layer (false: its dense layers)
+  // Optional, together (a batch mixing policies): row b's per_head_units and sparse come from
+  // rules[row_policy[b]] at `layer` instead of the two above.
+  const RetroRowRule* rules = nullptr;
+  const int32_t* row_policy = nullptr;
+  int layer = 0;
+  // GPU only: an inverse page map of the pool (num_pool_pages ints) in `workspace`.
+  int num_pool_pages = 0;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
   const int32_t *page_table = nullptr, *seq_lens = nullptr;
   bool base_per_kv_head = true;
   const int32_t *base_table = nullptr, *base_lens = nullptr;
@@ -67,7 +87,7 @@ struct RetroPagePlanArgs {
   const int32_t* base_row = nullptr;
   const int32_t *row_slot = nullptr, *retro_step = nullptr, *newest_row = nullptr;
   RetroMaskView masks;
-  int32_t* old = nullptr;
+  uint8_t* age = nullptr;
   int32_t *out_table = nullptr, *out_lens = nullptr;
   uint32_t* out_masks = nullptr;
   // GPU only: the supplements' tokens (past rows' lists) are added to it (device), the
@@ -79,7 +99,11 @@ struct RetroPagePlanArgs {
     const int row = base_row ? base_row[b] : b;
     return base_per_kv_head ? size_t(row) * num_kv_heads + h : size_t(row);
   }
-  SKIM_HOST_DEVICE int unit_of(int kv_head, int g) const { return per_head_units ? kv_head * group_size() + g : kv_head; }
+  SKIM_HOST_DEVICE bool per_head_of(int b) const { return rules ? rules[row_policy[b]].per_head_units != 0 : per_head_units; }
+  SKIM_HOST_DEVICE bool sparse_of(int b) const { return rules ? layer >= rules[row_policy[b]].dense_layers : sparse; }
+  SKIM_HOST_DEVICE int unit_of(int b, int kv_head, int g) const {
+    return per_head_of(b) ? kv_head * group_size() + g : kv_head;
+  }
 };
 
 // Per (row, query head) of the kernel's states (o, lse): the row's output and the cache, as
@@ -88,8 +112,14 @@ struct RetroMergeArgs {
   int batch = 0, num_heads = 0, head_dim = 0;
   const float *o = nullptr, *lse = nullptr;  // the kernel's states [batch][num_heads][head_dim], [batch][num_heads]
   float* out = nullptr;                      // [batch][num_heads][head_dim]
+  float* out_lse = nullptr;                  // [batch][num_heads] (optional)
   const int32_t *row_slot = nullptr, *retro_step = nullptr, *newest_row = nullptr;
+  // A row's cache has window - 1 entries of the cache.entries it holds: its rule's, when rules
+  // are given (with row_policy), else all of them.
+  const RetroRowRule* rules = nullptr;
+  const int32_t* row_policy = nullptr;
   RetroCacheView cache;
+  SKIM_HOST_DEVICE int entries_of(int b) const { return rules ? rules[row_policy[b]].window - 1 : cache.entries; }
 };
 
 }  // namespace skim

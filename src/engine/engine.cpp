@@ -58,6 +58,7 @@ struct Sequence {
   std::string policy;     // its policy string
   int policy_index = 0;   // the forward's index of it (Forward::acquire_policy), when it mixes
   int rectify_every = 0;  // its policy's EngineCorrections::rectify_every
+  int retro_window = 0;   // ... and retro_window: its decode steps also run its last w-1 tokens
 };
 
 struct Engine::Impl {
@@ -83,15 +84,17 @@ struct Engine::Impl {
 
   // Gives sequence `s` the policy `spec` (acquired from a forward that mixes policies).
   void assign_policy(Sequence& s, const std::string& spec) {
-    const int rectify = spec == options.policy ? policy->corrections().rectify_every
-                                               : make_policy(spec)->corrections().rectify_every;
+    const EngineCorrections corrections =
+        spec == options.policy ? policy->corrections() : make_policy(spec)->corrections();
     if (forward->mixes_policies()) {
       const int index = forward->acquire_policy(spec);
       if (!s.policy.empty()) forward->release_policy(s.policy_index);
       s.policy_index = index;
     }
+    if (spec != s.policy) s.retro_steps = 0;  // a new policy has no output cache yet
     s.policy = spec;
-    s.rectify_every = rectify;
+    s.rectify_every = corrections.rectify_every;
+    s.retro_window = corrections.retro_window;
   }
 
   void cpu_only(const char* what) const {
@@ -367,11 +370,13 @@ ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<con
   SKIM_REQUIRE(seqs.size() == tokens.size() && !seqs.empty(), "decode: one token per sequence");
   ForwardBatch fb;
   fb.decode = true;
-  const int w = policy->corrections().retro_window;
   const bool mixes = forward->mixes_policies();
+  bool retro = false;  // some sequence runs RetroAttention: every row then names its step
+  for (int seq : seqs) retro |= sequence(seq).retro_window > 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = sequence(seqs[i]);
     PageTable& t = s.table;
+    const int w = s.retro_window;
     SKIM_REQUIRE(t.length + 1 <= options.max_context,
                  "sequence {} reached the context limit of {} tokens", seqs[i], options.max_context);
     reserve(t, t.length + 1);
@@ -382,9 +387,10 @@ ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<con
         fb.positions.push_back(past.positions[j]);
         fb.tables.push_back(&t);
         fb.retro_step.push_back(past.steps[j]);
+        if (mixes) fb.policy.push_back(s.policy_index);
       }
     }
-    if (w > 0) fb.retro_step.push_back(s.retro_steps);
+    if (retro) fb.retro_step.push_back(s.retro_steps);
     fb.tokens.push_back(tokens[i]);
     fb.positions.push_back(t.length);
     fb.tables.push_back(&t);

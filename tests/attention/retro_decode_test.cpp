@@ -57,14 +57,15 @@ TEST(RetroPagePlan, PastRowsAttendWhatTheirUnitsMaskLeavesUnseen) {
         retro_steps.push_back(t - (n - 1 - r));
         newest.push_back(n - 1);
       }
-      std::vector<int32_t> out_table(base_table.size(), -7), out_lens(base_lens.size(), -7), old(base_table.size() * group);
+      std::vector<int32_t> out_table(base_table.size(), -7), out_lens(base_lens.size(), -7);
+      std::vector<uint8_t> age(base_table.size() * group);
       std::vector<uint32_t> out_masks(base_table.size(), 0u);
       cpu::retro_page_plan({.batch = n, .num_heads = heads, .num_kv_heads = hkv, .page_size = ps,
                             .max_pages_per_seq = stride, .per_head_units = per_head, .sparse = true,
                             .page_table = tables.data(), .seq_lens = lens.data(), .base_table = base_table.data(),
                             .base_lens = base_lens.data(), .base_masks = per_head ? base_masks.data() : nullptr,
                             .row_slot = slots.data(), .retro_step = retro_steps.data(), .newest_row = newest.data(),
-                            .masks = {.a = a.data(), .units = units, .stride = stride}, .old = old.data(),
+                            .masks = {.a = a.data(), .units = units, .stride = stride}, .age = age.data(),
                             .out_table = out_table.data(), .out_lens = out_lens.data(), .out_masks = out_masks.data()});
       // The oracle: each unit's mask updated with its chosen pages in the newest list's order.
       std::vector<std::vector<int32_t>> values(static_cast<size_t>(units));

@@ -337,7 +337,7 @@ TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
   mixed.append(seqs[0], prefix, {});
   for (int i = 1; i < n; ++i) seqs.push_back(mixed.fork_sequence(seqs[0]));
   for (int i = 0; i < n; ++i) mixed.set_sequence_policy(seqs[size_t(i)], policies[size_t(i)]);
-  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "quest+retro"), Error) << "retro runs on the CPU only";
+  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "cs"), Error) << "cs runs on the CPU only";
   EXPECT_EQ(mixed.sequence_policy(seqs[0]), "dense");
   std::vector<std::vector<float>> together;  // [step] n rows of logits
   for (int i = 0; i < steps; ++i) together.push_back(mixed.decode(seqs, std::vector<int>(size_t(n), token(i))));
@@ -503,6 +503,52 @@ TEST(GpuEngine, MacFollowsTheCpuPolicy) {
   }
 }
 
+// RetroAttention on the GPU against the CPU policy (demo-long, teacher-forced): each step runs
+// the sequence's last w-1 tokens again, past rows read the pages selected now they have not seen
+// and merge into their cached outputs. Apart from quest alone (the corrections act), a fork
+// decodes as its source.
+TEST(GpuEngine, RetroFollowsTheCpuPolicy) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
+  std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
+  const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
+  auto token = [&](int i) { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; };
+  const int steps = 16;
+  for (const std::string base : {"quest:budget=0.1,min=0", "gbsa:keep=0.1,n_min=16"})
+    for (int w : {2, 4}) {
+      const std::string policy = base + "+retro:w=" + std::to_string(w);
+      EngineOptions co = gpu_options(int(prompt.size()) + 64), go = co, bo = co;
+      co.device = "cpu";
+      co.policy = go.policy = policy;
+      bo.policy = base;
+      Engine cpu(co), gpu(go), alone(bo);
+      const int sc = cpu.open_sequence(), sg = gpu.open_sequence(), sb = alone.open_sequence();
+      cpu.append(sc, prefix, {});
+      gpu.append(sg, prefix, {});
+      alone.append(sb, prefix, {});
+      const int fork = gpu.fork_sequence(sg);
+      float worst = 0, from_base = 0, from_fork = 0;
+      for (int i = 0; i < steps; ++i) {
+        const int t = token(i);
+        const std::vector<float> c = cpu.decode(std::span<const int>(&sc, 1), std::span<const int>(&t, 1));
+        const std::vector<float> g = gpu.decode(std::span<const int>(&sg, 1), std::span<const int>(&t, 1));
+        const std::vector<float> f = gpu.decode(std::span<const int>(&fork, 1), std::span<const int>(&t, 1));
+        const std::vector<float> b = alone.decode(std::span<const int>(&sb, 1), std::span<const int>(&t, 1));
+        for (size_t v = 0; v < c.size(); ++v) {
+          worst = std::max(worst, std::fabs(c[v] - g[v]));
+          from_base = std::max(from_base, std::fabs(g[v] - b[v]));
+          from_fork = std::max(from_fork, std::fabs(g[v] - f[v]));
+        }
+      }
+      std::printf("[ retro    ] %s, demo-long, %d steps: max |GPU - CPU| = %.3f, |retro - base| = %.3f\n", policy.c_str(),
+                  steps, worst, from_base);
+      EXPECT_LT(worst, kLogitTol) << policy;
+      EXPECT_GT(from_base, 0.01f) << policy << ": the corrections changed nothing";
+      EXPECT_EQ(from_fork, 0.0f) << policy << ": a fork's state is its source's";
+    }
+}
+
 TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   for (const char* policy : {"gbsa+art", "quest+art", "art:order=bound,stop=group,test=probe",
@@ -517,7 +563,7 @@ TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {
 TEST(GpuEngine, RefusesPoliciesThatRunOnTheCpuOnly) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   EngineOptions o = gpu_options(256);
-  o.policy = "quest+retro";
+  o.policy = "cs";
   try {
     Engine e(o);
     FAIL() << "expected an error";

@@ -36,23 +36,24 @@ void update_masks(const RetroPagePlanArgs& a, int b) {
   for (int h = 0; h < a.num_kv_heads; ++h) {
     const size_t list = size_t(b) * a.num_kv_heads + h;
     const int n = pages_of(a.out_lens[list], a.page_size);
+    const bool per_head = a.per_head_of(b);
     for (int g = 0; g < group; ++g)  // each unit once: a group's heads share a gbsa unit
-      if (a.per_head_units || g == 0) a.masks.of(slot, a.unit_of(h, g))[current] = t - 1;
+      if (per_head || g == 0) a.masks.of(slot, a.unit_of(b, h, g))[current] = t - 1;
     for (int k = 0; k < n; ++k) {
       const int i = index.at(a.out_table[list * a.max_pages_per_seq + k]);
       const uint32_t mask = a.out_masks[list * a.max_pages_per_seq + k];
+      for (int g = 0; g < group; ++g)  // 0: not selected, never unseen
+        a.age[(list * a.max_pages_per_seq + k) * group + g] =
+            (mask >> g & 1u) ? uint8_t(std::min(255, t - a.masks.of(slot, a.unit_of(b, h, g))[i])) : uint8_t(0);
       for (int g = 0; g < group; ++g)
-        a.old[(list * a.max_pages_per_seq + k) * group + g] =
-            (mask >> g & 1u) ? a.masks.of(slot, a.unit_of(h, g))[i] : t;  // t: not selected, never unseen
-      for (int g = 0; g < group; ++g)
-        if ((mask >> g & 1u) && (a.per_head_units || g == 0)) a.masks.of(slot, a.unit_of(h, g))[i] = t;
+        if ((mask >> g & 1u) && (per_head || g == 0)) a.masks.of(slot, a.unit_of(b, h, g))[i] = t;
     }
   }
 }
 
 // A past row of step u: per head, its unit's pages selected now with an old value < u.
 void supplements(const RetroPagePlanArgs& a, int r) {
-  const int group = a.group_size(), u = a.retro_step[r], nr = a.newest_row[r];
+  const int group = a.group_size(), u = a.retro_step[r], nr = a.newest_row[r], behind = a.retro_step[nr] - u;
   for (int h = 0; h < a.num_kv_heads; ++h) {
     const size_t list = size_t(r) * a.num_kv_heads + h, newest = size_t(nr) * a.num_kv_heads + h;
     const int n = pages_of(a.out_lens[newest], a.page_size);
@@ -60,7 +61,7 @@ void supplements(const RetroPagePlanArgs& a, int r) {
     for (int k = 0; k < n; ++k) {
       uint32_t mask = 0;
       for (int g = 0; g < group; ++g)
-        mask |= uint32_t(a.old[(newest * a.max_pages_per_seq + k) * group + g] < u) << g;
+        mask |= uint32_t(a.age[(newest * a.max_pages_per_seq + k) * group + g] > behind) << g;
       if (!mask) continue;
       a.out_table[list * a.max_pages_per_seq + listed] = a.out_table[newest * a.max_pages_per_seq + k];
       a.out_masks[list * a.max_pages_per_seq + listed] = mask;
@@ -88,20 +89,20 @@ void retro_page_plan(const RetroPagePlanArgs& a) {
       a.out_lens[size_t(b) * a.num_kv_heads + h] = 0;  // a past row in a dense layer: nothing unseen
     }
   }
-  if (!a.sparse) return;
   for (int b = 0; b < a.batch; ++b)  // newest rows first: their old values feed the past rows
-    if (a.row_slot[b] >= 0 && a.newest_row[b] == b) update_masks(a, b);
+    if (a.row_slot[b] >= 0 && a.newest_row[b] == b && a.sparse_of(b)) update_masks(a, b);
   for (int b = 0; b < a.batch; ++b)
-    if (a.row_slot[b] >= 0 && a.newest_row[b] != b) supplements(a, b);
+    if (a.row_slot[b] >= 0 && a.newest_row[b] != b && a.sparse_of(b)) supplements(a, b);
 }
 
 void retro_merge(const RetroMergeArgs& a) {
-  const int d = a.head_dim, H = a.num_heads, w1 = a.cache.entries;
+  const int d = a.head_dim, H = a.num_heads;
   for (int b = 0; b < a.batch; ++b) {
     const int slot = a.row_slot ? a.row_slot[b] : -1;
     const bool past = slot >= 0 && a.newest_row[b] != b;
-    const int step = a.retro_step ? a.retro_step[b] : 0;
-    const size_t entry = slot < 0 || w1 == 0 ? 0 : size_t(slot) * w1 + size_t(step % w1);
+    const int step = a.retro_step ? a.retro_step[b] : 0, w1 = slot < 0 ? 0 : a.entries_of(b);
+    // Slots hold cache.entries entries; a row uses the first w1 of its slot's.
+    const size_t entry = slot < 0 || w1 == 0 ? 0 : size_t(slot) * a.cache.entries + size_t(step % w1);
     if (past && a.cache.step[entry] != step)
       throw std::invalid_argument("retro_merge: no cached state for a past row's step");
     for (int h = 0; h < H; ++h) {
@@ -109,6 +110,7 @@ void retro_merge(const RetroMergeArgs& a) {
       float* out = a.out + i * d;
       if (!past) {
         std::copy_n(a.o + i * d, d, out);
+        if (a.out_lse) a.out_lse[i] = a.lse[i];
         if (slot >= 0 && w1 > 0) {  // the newest row's state: the cache's entry for step t
           std::copy_n(a.o + i * d, d, a.cache.o + (entry * H + h) * d);
           a.cache.lse[entry * H + h] = a.lse[i];
@@ -118,6 +120,7 @@ void retro_merge(const RetroMergeArgs& a) {
       float* c = a.cache.o + (entry * H + h) * d;
       merge_state(c, a.cache.lse[entry * H + h], a.o + i * d, a.lse[i], d);
       std::copy_n(c, d, out);
+      if (a.out_lse) a.out_lse[i] = a.cache.lse[entry * H + h];
     }
     if (slot >= 0 && !past && w1 > 0) a.cache.step[entry] = step;
   }

@@ -8,6 +8,7 @@
 
 #include "attention/art.h"
 #include "attention/mac.h"
+#include "attention/retro.h"
 #include "attention/policy_registry.h"
 #include "attention/policy_spec.h"
 #include "attention/selectors.h"
@@ -228,8 +229,45 @@ class MacRows final : public RowPlanner {
 std::unique_ptr<RowPlanner> make_selection_planner(const std::string& policy, const PolicySpec& spec,
                                                    const PlannerShape& shape);
 
+// RetroAttention over a base's plan (quest, gbsa, resa): the base plans the newest rows, the
+// forward lists each past row's unseen pages (retro_decode.cuh) and merges with its cached
+// state. The supplements' K/V are counted on the device.
+class RetroRows final : public RowPlanner {
+ public:
+  RetroRows(std::unique_ptr<RowPlanner> base, const RetroRowRule& rule) : base_(std::move(base)), rule_(rule) {}
+  bool dense_in(int layer) const override { return base_->dense_in(layer); }
+  bool writes_masks() const override { return base_->writes_masks(); }
+  size_t workspace_bytes() const override { return base_->workspace_bytes(); }
+  void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
+    base_->select(in, rows, out, stream);
+  }
+  int list_tokens(int max_seq_len) const override { return base_->list_tokens(max_seq_len); }
+  double bytes_read(int layer, int length) const override { return base_->bytes_read(layer, length); }
+  double host_bytes(int layer, int length) const override { return base_->host_bytes(layer, length); }
+  double metadata_bytes(int layer, int length) const override { return base_->metadata_bytes(layer, length); }
+  const RetroRowRule* retro_rule() const override { return &rule_; }
+
+ private:
+  std::unique_ptr<RowPlanner> base_;
+  RetroRowRule rule_;
+};
+
 std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const PlannerShape& shape) {
   const PolicySpec spec = parse_policy_spec(policy);
+  if (const PolicyPart* retro = spec.find("retro")) {
+    const PolicyPart* base = nullptr;
+    for (const PolicyPart& part : spec.parts)
+      if (find_policy_info(part.name)->stage == PolicyStage::Selector) base = &part;
+    SKIM_REQUIRE(base && (base->name == "quest" || base->name == "gbsa" || base->name == "resa"),
+                 "policy {}: retro needs quest, gbsa or resa", policy);
+    int dense_layers = 0;
+    if (base->name == "quest") quest_params(*base, dense_layers);
+    else group_block_params(*base, dense_layers);
+    const RetroRowRule rule{.active = 1, .window = retro->integer("w", kRetroWindow),
+                            .per_head_units = base->name == "quest" ? 1 : 0, .dense_layers = dense_layers};
+    SKIM_REQUIRE(rule.window >= 2 && rule.window <= 64, "policy {}: retro:w in [2, 64] on the GPU", policy);
+    return std::make_unique<RetroRows>(make_selection_planner(policy, spec, shape), rule);
+  }
   if (const PolicyPart* mac = spec.find("mac")) {
     SKIM_REQUIRE(!spec.find("art"), "policy {}: mac with art does not run on the GPU yet (a hit head reads its band "
                  "most recent first, an order of its own)", policy);
@@ -301,6 +339,8 @@ DecodePlanner::DecodePlanner(const std::string& policy, const PlannerShape& shap
   upload(rules_, none.data(), none.size());
   const std::vector<MacRowRule> no_mac(kMaxPolicies, MacRowRule{.active = 0});
   upload(mac_rules_, no_mac.data(), no_mac.size());
+  const std::vector<RetroRowRule> no_retro(kMaxPolicies, RetroRowRule{.active = 0});
+  upload(retro_rules_, no_retro.data(), no_retro.size());
   bool moved = false;
   acquire(policy, moved);
 }
@@ -314,6 +354,12 @@ int DecodePlanner::acquire(const std::string& policy, bool& moved) {
       return int(i);
     }
   std::unique_ptr<RowPlanner> p = make_row_planner(policy, s_);
+  // MAC and RetroAttention each run their own pipeline around the step's kernel; one step
+  // runs one of them (the rows of other policies pass through it).
+  for (const Slot& other : slots_)
+    if (other.planner && other.users > 0)
+      SKIM_REQUIRE(!(p->mac_rule() && other.planner->retro_rule()) && !(p->retro_rule() && other.planner->mac_rule()),
+                   "policy {}: mac and retro do not run in one GPU batch yet ({} runs)", policy, other.policy);
   size_t at = slots_.size();  // a new index while there are fewer than kMaxPolicies
   if (at == size_t(kMaxPolicies)) {
     for (at = 0; at < slots_.size() && slots_[at].users > 0; ++at) {}
@@ -326,6 +372,8 @@ int DecodePlanner::acquire(const std::string& policy, bool& moved) {
   check(cudaMemcpy(rules_.data() + at, &rule, sizeof rule, cudaMemcpyHostToDevice), "cudaMemcpy (ART rule)");
   const MacRowRule mac = p->mac_rule() ? *p->mac_rule() : MacRowRule{.active = 0};
   check(cudaMemcpy(mac_rules_.data() + at, &mac, sizeof mac, cudaMemcpyHostToDevice), "cudaMemcpy (MAC rule)");
+  const RetroRowRule retro = p->retro_rule() ? *p->retro_rule() : RetroRowRule{.active = 0};
+  check(cudaMemcpy(retro_rules_.data() + at, &retro, sizeof retro, cudaMemcpyHostToDevice), "cudaMemcpy (retro rule)");
   if (at == slots_.size()) slots_.emplace_back();
   slots_[at] = Slot{policy, std::move(p), 1};
   return int(at);
@@ -369,11 +417,15 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
     if (!p.dense_in(in.layer)) masks |= p.writes_masks();
   }
   uint32_t mac = 0;  // present policies running MAC
-  for (uint32_t m = in.policies; m; m &= m - 1)
+  bool retro = false;
+  for (uint32_t m = in.policies; m; m &= m - 1) {
     if (slots_[size_t(std::countr_zero(m))].planner->mac_rule()) mac |= m & ~(m - 1);
+    retro |= slots_[size_t(std::countr_zero(m))].planner->retro_rule() != nullptr;
+  }
   if (select == 0) {
     DevicePlan p{false, in.page_table, in.seq_lens, in.max_seq_len};
     if (mac) p.mac_rules = mac_rules_.data(), p.mac_policies = mac;
+    if (retro) p.retro_rules = retro_rules_.data();
     return p;
   }
   const RowPlanner::Out out{table_.data(), lens_.data(), masks ? masks_.data() : nullptr, workspace_.data(),
@@ -394,7 +446,21 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
     }
   }
   return {true, table_.data(), lens_.data(), std::min(in.max_seq_len, bound), out.masks,
-          art_round ? rules_.data() : nullptr, art_round, art_warps, mac ? mac_rules_.data() : nullptr, mac};
+          art_round ? rules_.data() : nullptr, art_round, art_warps, mac ? mac_rules_.data() : nullptr, mac,
+          retro ? retro_rules_.data() : nullptr};
+}
+
+int DecodePlanner::retro_entries() const {
+  int e = 0;
+  for (const Slot& s : slots_)
+    if (s.planner && s.planner->retro_rule()) e = std::max(e, s.planner->retro_rule()->window - 1);
+  return e;
+}
+
+const RetroRowRule* DecodePlanner::retro_rule(int index) const {
+  return size_t(index) < slots_.size() && slots_[size_t(index)].planner
+             ? slots_[size_t(index)].planner->retro_rule()
+             : nullptr;
 }
 
 int DecodePlanner::mac_capacity() const {

@@ -22,6 +22,7 @@
 
 #include "attention/art_decode_args.h"
 #include "attention/mac_decode_args.h"
+#include "attention/retro_decode_args.h"
 #include "backend/cuda/device_memory.h"
 #include "model/config.h"
 
@@ -30,6 +31,8 @@ namespace skim::cuda {
 // One layer's decode rows, device pointers.
 struct PlanInput {
   int layer = 0, n = 0;
+  // row_policy below may give a row an index no planner holds (RetroAttention's past rows:
+  // their base lists are their newest row's), which leaves its lists unwritten.
   int max_seq_len = 0;                 // host bound of the rows' lengths
   const uint16_t* q = nullptr;         // [n][num_heads][head_dim], post-RoPE
   const uint16_t* kmin = nullptr;      // the layer's page digests
@@ -56,6 +59,8 @@ struct DevicePlan {
   // present policies that have one (the rows mac_page_plan cuts; the others pass through).
   const MacRowRule* mac_rules = nullptr;
   uint32_t mac_policies = 0;
+  // When a row of the step runs RetroAttention: every policy index's rule (inactive for the others).
+  const RetroRowRule* retro_rules = nullptr;
 };
 
 struct PlannerShape {
@@ -97,6 +102,8 @@ class RowPlanner {
   virtual const ArtRowRule* art_rule() const { return nullptr; }
   // MAC over this policy's lists (its base's plan, cut at each row's prefix end).
   virtual const MacRowRule* mac_rule() const { return nullptr; }
+  // RetroAttention over this policy's lists (its past rows get the pages they have not seen).
+  virtual const RetroRowRule* retro_rule() const { return nullptr; }
 };
 
 // The GPU forward's planner: the policies its sequences run, by index, and the plan buffers
@@ -129,6 +136,9 @@ class DecodePlanner {
   int mac_capacity() const;
   const MacRowRule* mac_rule(int index) const;
   const MacRowRule* mac_rules_device() const { return mac_rules_.data(); }  // [kMaxPolicies]
+  // The largest output cache a registered retro policy keeps (w - 1; 0: none), and index's rule.
+  int retro_entries() const;
+  const RetroRowRule* retro_rule(int index) const;
 
  private:
   void reserve(const RowPlanner& p, bool& moved);
@@ -147,6 +157,7 @@ class DecodePlanner {
   DeviceBuffer<unsigned long long> listed_;  // tokens the unions listed, every step and layer
   DeviceBuffer<ArtRowRule> rules_;           // [kMaxPolicies] each index's ART rule (inactive: none)
   DeviceBuffer<MacRowRule> mac_rules_;       // [kMaxPolicies] each index's MAC rule (inactive: none)
+  DeviceBuffer<RetroRowRule> retro_rules_;   // [kMaxPolicies] each index's retro rule (inactive: none)
 };
 
 }  // namespace skim::cuda

@@ -17,7 +17,9 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
                        const GpuForwardOptions& o)
     : weights_(std::move(weights)), w_(*weights_), cache_(shape), opt_(o),
       mac_(MacShape{w_.config.num_layers, w_.config.num_heads, w_.config.num_kv_heads, w_.config.head_dim, o.max_rows,
-                    o.max_pages_per_seq, shape.num_pages}) {
+                    o.max_pages_per_seq, shape.num_pages}),
+      retro_(RetroShape{w_.config.num_layers, w_.config.num_heads, w_.config.num_kv_heads, w_.config.head_dim,
+                        o.max_rows, o.max_pages_per_seq, shape.num_pages}) {
   const ModelConfig& c = w_.config;
   SKIM_REQUIRE(o.max_rows > 0 && o.max_pages_per_seq > 0, "GPU forward: invalid options");
   SKIM_REQUIRE(c.head_dim == 64 || c.head_dim == 128,
@@ -77,6 +79,7 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   bool moved = false;
   reserve_art(moved);
   reserve_mac(moved);
+  reserve_retro(moved);
   check(cudaDeviceSynchronize(), "GPU forward set-up");
 }
 
@@ -102,6 +105,7 @@ int GpuForward::acquire_policy(const std::string& policy) {
   const int index = planner_->acquire(policy, moved);
   reserve_art(moved);
   reserve_mac(moved);
+  reserve_retro(moved);
   if (moved) drop_graphs();  // they point at the old plan buffers, or ran another policy at an index
   return index;
 }
@@ -144,10 +148,12 @@ void GpuForward::release_policy(int index) { planner_->release(index); }
 
 uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
                            std::span<const int32_t> positions, std::span<const int> logits_rows,
-                           std::span<const int32_t> policies) {
+                           std::span<const int32_t> policies, std::span<const int32_t> retro_steps) {
   const int n = int(tokens.size());
   SKIM_REQUIRE(policies.empty() || policies.size() == size_t(n), "GPU forward: {} policy indices for {} rows",
                policies.size(), n);
+  SKIM_REQUIRE(retro_steps.empty() || retro_steps.size() == size_t(n), "GPU forward: {} retro steps for {} rows",
+               retro_steps.size(), n);
   const InputLayout in(opt_.max_rows);
   const int maxp = opt_.max_pages_per_seq, ps = cache_.shape().page_size;
   uint32_t present = 0;
@@ -164,11 +170,20 @@ uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const i
     SKIM_REQUIRE(policy >= 0 && policy < DecodePlanner::kMaxPolicies, "GPU forward: policy index {}", policy);
     staging_[in.policy + r] = policy;
     present |= 1u << policy;
-    bool moved = false;  // a new ring slot may grow MAC's buffers: the graphs then point at freed memory
+    bool moved = false;  // a new slot may grow MAC's or Retro's buffers: the graphs then point at freed memory
     staging_[in.mac_slot + r] = planner_->mac_rule(policy) ? mac_.slot_for(&t, policy, moved, stream_) : -1;
+    // RetroAttention: the rows of a sequence come together, its newest (largest step) last.
+    const bool retro = planner_->retro_rule(policy) && !retro_steps.empty();
+    const bool newest = r + 1 == n || tables[size_t(r + 1)] != tables[size_t(r)];
+    staging_[in.retro_slot + r] = retro ? retro_.slot_for(&t, policy, moved, stream_) : -1;
+    staging_[in.retro_step + r] = retro_steps.empty() ? 0 : retro_steps[size_t(r)];
+    staging_[in.plan_policy + r] = retro && !newest ? InputLayout::kNoPlan : policy;  // a past row: its newest's plan
     if (moved) drop_graphs();
     std::copy(t.pages.begin(), t.pages.end(), staging_ + in.table + size_t(r) * maxp);
   }
+  for (int r = n - 1; r >= 0; --r)  // each row's sequence's last row
+    staging_[in.newest_row + r] =
+        r + 1 < n && tables[size_t(r + 1)] == tables[size_t(r)] ? staging_[in.newest_row + r + 1] : r;
   for (size_t i = 0; i < logits_rows.size(); ++i) staging_[in.rows + i] = logits_rows[i];
   // Rows [0, n) of the page table suffice: the kernels read no further.
   const size_t count = in.table + size_t(n) * maxp;
@@ -296,7 +311,7 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
   DevicePlan plan{false, table, seq_lens, max_seq_len};
   if (pass_.decode)
     plan = planner_->plan(PlanInput{l, n, max_seq_len, q_.data(), cache_.kmin(l), cache_.kmax(l), table, seq_lens,
-                                    inputs_.data() + InputLayout(opt_.max_rows).policy, pass_.policies},
+                                    inputs_.data() + InputLayout(opt_.max_rows).plan_policy, pass_.policies},
                           s);
   const PagedDecodeArgs a{.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
                           .head_dim = c.head_dim, .max_pages_per_seq = opt_.max_pages_per_seq,
@@ -308,6 +323,10 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
                           .workspace_bytes = attn_workspace_.bytes()};
   if (plan.mac_rules) {  // some row runs MAC: its lists cut at its prefix end, merged with its rings
     attend_mac(l, n, plan, a, s);
+    return;
+  }
+  if (plan.retro_rules) {  // some row runs RetroAttention: past rows read what they have not seen
+    attend_retro(l, n, plan, a, s);
     return;
   }
   if (!plan.art_rules) {
@@ -365,19 +384,23 @@ int GpuForward::launch(const ForwardBatch& batch) {
   const ModelConfig& c = w_.config;
   const int n = int(batch.tokens.size());
   SKIM_REQUIRE(n > 0 && n <= opt_.max_rows, "GPU forward: {} rows, at most {} per pass", n, opt_.max_rows);
-  SKIM_REQUIRE(batch.retro_step.empty(), "GPU forward: RetroAttention rows run on the CPU only");
   for (int t : batch.tokens)
     SKIM_REQUIRE(t >= 0 && t < c.vocab_size, "token id {} out of range [0, {})", t, c.vocab_size);
   for (int r : batch.logits_rows)
     SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
-  const uint32_t policies = stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows, batch.policy);
+  const uint32_t policies =
+      stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows, batch.policy, batch.retro_step);
 
   const int max_len = 1 + *std::max_element(batch.positions.begin(), batch.positions.end());
   if (batch.decode)
-    for (int r = 0; r < n; ++r)
+    for (int r = 0; r < n; ++r) {
+      // A RetroAttention past row reads among its newest row's pages (counted there) and its
+      // supplements (counted on the device).
+      if (r + 1 < n && batch.tables[size_t(r + 1)] == batch.tables[size_t(r)]) continue;
       for (int l = 0; l < c.num_layers; ++l)
         decode_bytes_total_ += planner_->host_bytes(batch.policy.empty() ? 0 : batch.policy[size_t(r)], l,
                                                     batch.positions[size_t(r)] + 1);
+    }
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
   for (int i = 0; all_rows && i < nl; ++i) all_rows = batch.logits_rows[size_t(i)] == i;

@@ -35,6 +35,7 @@
 #include "backend/cuda/gpu_kv_cache.h"
 #include "backend/cuda/gpu_weights.h"
 #include "backend/cuda/mac_state.h"
+#include "backend/cuda/retro_state.h"
 #include "backend/cuda/ops.cuh"
 #include "model/forward.h"
 
@@ -67,6 +68,7 @@ class GpuForward final : public Forward, private Backend {
   void reserve(PageTable& table, int length) override { cache_.pool().reserve(table, length); }
   void release(PageTable& table) override {
     mac_.drop(&table);
+    retro_.drop(&table);
     cache_.pool().release(table);
   }
   void shrink(PageTable& table, int length) override { cache_.pool().shrink(table, length); }
@@ -76,9 +78,13 @@ class GpuForward final : public Forward, private Backend {
   void fork_state(const PageTable& from, const PageTable& to) override {
     bool moved = false;
     mac_.fork(&from, &to, moved, stream_);
-    if (moved) drop_graphs();  // the rings grew: the graphs point at freed memory
+    retro_.fork(&from, &to, moved, stream_);
+    if (moved) drop_graphs();  // the state grew: the graphs point at freed memory
   }
-  void drop_state(const PageTable& table) override { mac_.drop(&table); }
+  void drop_state(const PageTable& table) override {
+    mac_.drop(&table);
+    retro_.drop(&table);
+  }
   // A decode batch mixes policies: each row is planned by its own (decode_planner.h).
   bool mixes_policies() const override { return true; }
   int acquire_policy(const std::string& policy) override;
@@ -97,7 +103,8 @@ class GpuForward final : public Forward, private Backend {
   // The bytes every decode row run so far read (Forward): counted by the host from the plans'
   // shapes, and for quest's unions on the device (read back here: waits for the stream).
   std::optional<double> decode_kv_bytes_read() const override {
-    return decode_bytes_total_ + planner_->device_bytes(stream_) + art_bytes_read() + mac_.bytes_read(stream_);
+    return decode_bytes_total_ + planner_->device_bytes(stream_) + art_bytes_read() + mac_.bytes_read(stream_) +
+           retro_.bytes_read(stream_);
   }
   // ART's counters since the forward began (the device's: waits for the stream).
   ArtDecodeStats art_stats() const;
@@ -139,13 +146,17 @@ class GpuForward final : public Forward, private Backend {
   // Copies the step's inputs to the device; returns the policies present (Pass::policies).
   uint32_t stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
                  std::span<const int32_t> positions, std::span<const int> logits_rows,
-                 std::span<const int32_t> policies);
+                 std::span<const int32_t> policies, std::span<const int32_t> retro_steps = {});
   void attend_decode(int layer, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
                      cudaStream_t stream);
   // MAC (gpu_forward_mac.cpp): the step's layer over the base `plan` (match, cut, two kernel
   // passes, merge and push), and a prefill chunk's rows into the rings.
   void attend_mac(int layer, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t stream);
   void fill_mac_rings(int layer, int n, cudaStream_t stream);
+  // RetroAttention (gpu_forward_retro.cpp): the step's layer over the base `plan` (the past
+  // rows' unseen pages, one kernel pass, the merge with their cached states).
+  void attend_retro(int layer, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t stream);
+  void reserve_retro(bool& moved);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
   void reserve_mac(bool& moved);
   cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies);
@@ -180,6 +191,7 @@ class GpuForward final : public Forward, private Backend {
   MacState mac_;                            // MAC's rings, once a MAC policy is registered
   int mac_forced_hits_ = -1;
   DeviceBuffer<uint16_t> q_pre_;            // pre-RoPE queries [max_rows][heads][head_dim] (MAC)
+  RetroState retro_;                        // RetroAttention's masks and caches, once a retro policy is registered
   double decode_bytes_total_ = 0;  // the host-counted part
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.

@@ -7,12 +7,20 @@
 
 namespace skim::cuda {
 
+// policy: each row's policy index; plan_policy: the index its base plans it under (a
+// RetroAttention past row: none, kNoPlan); retro_step, newest_row, retro_slot: RetroAttention's
+// (attention/retro_decode_args.h; retro_slot -1 for other rows).
 struct InputLayout {
-  size_t tokens, positions, seq_lens, rows, policy, mac_slot, table;  // [max_rows] each, then the table
-  explicit InputLayout(int max_rows)
-      : tokens(0), positions(size_t(max_rows)), seq_lens(2 * size_t(max_rows)),
-        rows(3 * size_t(max_rows)), policy(4 * size_t(max_rows)), mac_slot(5 * size_t(max_rows)),
-        table(6 * size_t(max_rows)) {}
+  static constexpr int32_t kNoPlan = 31;  // no planner holds it
+  size_t tokens, positions, seq_lens, rows, policy, mac_slot, plan_policy, retro_step, newest_row, retro_slot, table;
+  explicit InputLayout(int max_rows) {
+    size_t at = 0, R = size_t(max_rows);
+    for (size_t* f : {&tokens, &positions, &seq_lens, &rows, &policy, &mac_slot, &plan_policy, &retro_step,
+                      &newest_row, &retro_slot, &table}) {
+      *f = at;
+      at += R;
+    }
+  }
 };
 
 }  // namespace skim::cuda

@@ -1,0 +1,62 @@
+// RetroAttention in the GPU forward (attention/retro_decode_args.h; the CPU form is
+// attention/retro.cpp): per layer of a decode step whose batch has retro rows (each sequence's
+// last w-1 tokens run again before its newest, all rows of the step's batch),
+//   retro_page_plan: the newest rows keep their base lists and load their units' masks; each
+//     past row lists the pages selected now it has not seen (rows of other policies pass through);
+//   paged decode attention over every row's list (ART's kernel when a row of the step runs ART);
+//   retro_merge: the newest rows' states into their caches, the past rows' merged with theirs.
+// The planner plans the newest rows only (a past row's plan index is InputLayout::kNoPlan).
+#include "backend/cuda/gpu_forward.h"
+
+#include "backend/cuda/gpu_inputs.h"
+#include "backend/cuda/paged_decode_attention.cuh"
+#include "backend/cuda/retro_decode.cuh"
+
+namespace skim::cuda {
+
+void GpuForward::reserve_retro(bool& moved) {
+  const int entries = planner_->retro_entries();
+  if (entries > 0) retro_.reserve(entries, moved);
+}
+
+void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t s) {
+  const ModelConfig& c = w_.config;
+  const InputLayout in(opt_.max_rows);
+  const RetroState::Scratch x = retro_.scratch();
+  const int32_t* row_policy = inputs_.data() + in.policy;
+  const int32_t* row_slot = inputs_.data() + in.retro_slot;
+  const int32_t* steps = inputs_.data() + in.retro_step;
+  const int32_t* newest = inputs_.data() + in.newest_row;
+  check(retro_page_plan({.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
+                         .page_size = cache_.shape().page_size, .max_pages_per_seq = opt_.max_pages_per_seq,
+                         .rules = plan.retro_rules, .row_policy = row_policy, .layer = l,
+                         .num_pool_pages = cache_.shape().num_pages, .workspace = x.workspace,
+                         .workspace_bytes = x.workspace_bytes, .page_table = inputs_.data() + in.table,
+                         .seq_lens = inputs_.data() + in.seq_lens, .base_per_kv_head = plan.per_kv_head,
+                         .base_table = plan.table, .base_lens = plan.lens, .base_masks = plan.head_masks,
+                         .row_slot = row_slot, .retro_step = steps, .newest_row = newest, .masks = retro_.masks(l),
+                         .age = x.age, .out_table = x.table, .out_lens = x.lens, .out_masks = x.masks,
+                         .supplement_tokens = x.tokens},
+                        s),
+        "retro_page_plan");
+  PagedDecodeArgs a = base;
+  a.max_seq_len = pass_.max_seq_len;  // a row's list is among its own pages
+  a.tables_per_kv_head = true;
+  a.page_table = x.table;
+  a.seq_lens = x.lens;
+  a.head_masks = x.masks;
+  a.o = x.o;
+  a.lse = x.lse;
+  if (plan.art_rules)  // ART rows pass through whole, in their visiting order
+    run_art(a, plan, s);
+  else
+    check(paged_decode_attention(a, s), "paged_decode_attention (retro)");
+  check(retro_merge({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .o = x.o, .lse = x.lse,
+                     .out = o_.data(), .out_lse = lse_.data(), .row_slot = row_slot, .retro_step = steps,
+                     .newest_row = newest, .rules = plan.retro_rules, .row_policy = row_policy,
+                     .cache = retro_.cache(l)},
+                    s),
+        "retro_merge");
+}
+
+}  // namespace skim::cuda

@@ -1,0 +1,165 @@
+// RetroAttention's decode-stage kernels (see retro_decode.cuh).
+#include "backend/cuda/retro_decode.cuh"
+
+#include <cub/block/block_scan.cuh>
+
+#include <cstdint>
+
+namespace skim::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
+
+__global__ void __launch_bounds__(kThreads) inverse_kernel(const RetroPagePlanArgs a) {
+  const int b = blockIdx.x;
+  const int m = pages_of(min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size), a.page_size);
+  int32_t* inv = static_cast<int32_t*>(a.workspace);
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+  for (int i = threadIdx.x; i < m; i += kThreads) inv[table[i]] = i;
+}
+
+// One CTA per (KV head, row): a row that is not a past one gets its base list; a newest row in a
+// sparse layer then records each listed page's old value per head and loads its units' masks.
+__global__ void __launch_bounds__(kThreads) newest_kernel(const RetroPagePlanArgs a) {
+  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
+  const size_t list = size_t(b) * a.num_kv_heads + h, at = list * a.max_pages_per_seq;
+  const int slot = a.row_slot[b];
+  const bool past = slot >= 0 && a.newest_row[b] != b;
+  if (past) {  // its list comes from its newest row's, later; nothing in a dense layer
+    if (t == 0) a.out_lens[list] = 0;
+    return;
+  }
+  const size_t base = a.base_list(b, h);
+  const int n = pages_of(a.base_lens[base], ps);
+  for (int k = t; k < n; k += kThreads) {
+    a.out_table[at + k] = a.base_table[base * a.max_pages_per_seq + k];
+    a.out_masks[at + k] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + k] : ~0u;
+  }
+  if (t == 0) {
+    a.out_lens[list] = a.base_lens[base];
+    if (a.listed_tokens && slot >= 0) atomicAdd(a.listed_tokens, (unsigned long long)a.base_lens[base]);
+  }
+  if (slot < 0 || !a.sparse_of(b)) return;
+  const int step = a.retro_step[b], len = a.seq_lens[b], current = (len - 1) / ps;
+  const bool per_head = a.per_head_of(b);
+  if (t < group && (per_head || t == 0)) a.masks.of(slot, a.unit_of(b, h, t))[current] = step - 1;
+  __syncthreads();  // the current page (listed) returns t-1
+  const int32_t* inv = static_cast<const int32_t*>(a.workspace);
+  for (int k = t; k < n; k += kThreads) {
+    const int i = inv[a.out_table[at + k]];
+    const uint32_t mask = a.out_masks[at + k];
+    for (int g = 0; g < group; ++g)  // 0: not selected, never unseen
+      a.age[(at + k) * group + g] = (mask >> g & 1u) ? uint8_t(min(255, step - a.masks.of(slot, a.unit_of(b, h, g))[i])) : 0;
+    for (int g = 0; g < group; ++g)
+      if ((mask >> g & 1u) && (per_head || g == 0)) a.masks.of(slot, a.unit_of(b, h, g))[i] = step;
+  }
+}
+
+// One CTA per (KV head, past row): its newest row's pages with an old value below its step, per
+// head, in that list's order.
+__global__ void __launch_bounds__(kThreads) past_kernel(const RetroPagePlanArgs a) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
+  const int slot = a.row_slot[b];
+  if (slot < 0 || a.newest_row[b] == b || !a.sparse_of(b)) return;
+  const int nr = a.newest_row[b], behind = a.retro_step[nr] - a.retro_step[b];
+  const size_t list = size_t(b) * a.num_kv_heads + h, at = list * a.max_pages_per_seq;
+  const size_t newest = (size_t(nr) * a.num_kv_heads + h) * a.max_pages_per_seq;
+  const int n = pages_of(a.out_lens[size_t(nr) * a.num_kv_heads + h], ps);
+  int written = 0;
+  for (int k0 = 0; k0 < n; k0 += kThreads) {
+    const int k = k0 + t;
+    uint32_t mask = 0;
+    if (k < n)
+      for (int g = 0; g < group; ++g) mask |= uint32_t(a.age[(newest + k) * group + g] > behind) << g;
+    int pos, total;
+    Scan(scan).ExclusiveSum(mask ? 1 : 0, pos, total);
+    __syncthreads();
+    if (mask) {
+      a.out_table[at + written + pos] = a.out_table[newest + k];
+      a.out_masks[at + written + pos] = mask;
+    }
+    written += total;
+  }
+  if (t == 0) {
+    a.out_lens[list] = written * ps;  // whole pages: the current page is never unseen
+    if (a.supplement_tokens) atomicAdd(a.supplement_tokens, (unsigned long long)(written * ps));
+  }
+}
+
+// One CTA of head_dim threads per (row, query head); `past` picks the rows this launch merges.
+__global__ void merge_kernel(const RetroMergeArgs a, bool past_rows) {
+  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, d = a.head_dim, H = a.num_heads;
+  const int slot = a.row_slot ? a.row_slot[b] : -1;
+  const bool past = slot >= 0 && a.newest_row[b] != b;
+  if (past != past_rows) return;
+  const size_t i = size_t(b) * H + h;
+  const int w1 = slot < 0 ? 0 : a.entries_of(b), step = a.retro_step ? a.retro_step[b] : 0;
+  const size_t entry = slot < 0 || w1 <= 0 ? 0 : size_t(slot) * a.cache.entries + size_t(step % w1);
+  if (!past) {
+    a.out[i * d + t] = a.o[i * d + t];
+    if (t == 0 && a.out_lse) a.out_lse[i] = a.lse[i];
+    if (slot < 0 || w1 <= 0) return;
+    a.cache.o[(entry * H + h) * d + t] = a.o[i * d + t];
+    if (t == 0) a.cache.lse[entry * H + h] = a.lse[i];
+    if (t == 0 && h == 0) a.cache.step[entry] = step;
+    return;
+  }
+  // A missing entry (its step not cached) counts as nothing cached.
+  const bool cached = a.cache.step[entry] == step;
+  float c = cached ? a.cache.o[(entry * H + h) * d + t] : 0.0f;
+  float lse = cached ? a.cache.lse[entry * H + h] : -INFINITY;
+  const float ob = a.o[i * d + t], lb = a.lse[i];
+  if (lb != -INFINITY) {
+    if (lse == -INFINITY) {
+      c = ob;
+      lse = lb;
+    } else {
+      const float m = fmaxf(lse, lb), wa = expf(lse - m), wb = expf(lb - m), inv = 1.0f / (wa + wb);
+      c = (wa * c + wb * ob) * inv;
+      lse = m + logf(wa + wb);
+    }
+  }
+  a.out[i * d + t] = c;
+  if (t == 0 && a.out_lse) a.out_lse[i] = lse;
+  __syncthreads();  // every thread has read lse before thread 0 writes it
+  a.cache.o[(entry * H + h) * d + t] = c;
+  if (t == 0) {
+    a.cache.lse[entry * H + h] = lse;
+    if (h == 0) a.cache.step[entry] = step;
+  }
+}
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+}  // namespace
+
+size_t retro_page_plan_workspace_size(const RetroPagePlanArgs& a) {
+  return a.num_pool_pages > 0 ? align256(size_t(a.num_pool_pages) * sizeof(int32_t)) : 0;
+}
+
+cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
+  if (a.batch < 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 || a.group_size() > 32 ||
+      a.page_size <= 0 || a.max_pages_per_seq <= 0 || a.workspace == nullptr ||
+      a.workspace_bytes < retro_page_plan_workspace_size(a) || retro_page_plan_workspace_size(a) == 0)
+    return cudaErrorInvalidValue;
+  if (a.batch == 0) return cudaSuccess;
+  inverse_kernel<<<a.batch, kThreads, 0, stream>>>(a);
+  newest_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a);
+  past_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t retro_merge(const RetroMergeArgs& a, cudaStream_t stream) {
+  if (a.batch < 0 || a.num_heads <= 0 || (a.head_dim != 64 && a.head_dim != 128)) return cudaErrorInvalidValue;
+  if (a.batch == 0) return cudaSuccess;
+  merge_kernel<<<dim3(a.num_heads, a.batch), a.head_dim, 0, stream>>>(a, true);
+  merge_kernel<<<dim3(a.num_heads, a.batch), a.head_dim, 0, stream>>>(a, false);
+  return cudaGetLastError();
+}
+
+}  // namespace skim::cuda

@@ -1,0 +1,131 @@
+#include "backend/cuda/retro_state.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "backend/cuda/retro_decode.cuh"
+#include "core/error.h"
+
+namespace skim::cuda {
+
+void RetroState::reserve(int entries, bool& moved) {
+  if (entries <= entries_) return;
+  allocate(std::max(slots_, 4), entries);
+  moved = true;
+}
+
+void RetroState::allocate(int slots, int entries) {
+  const size_t L = size_t(s_.num_layers), S = size_t(slots), E = size_t(entries), H = size_t(s_.num_heads),
+               d = size_t(s_.head_dim), P = size_t(s_.max_pages_per_seq), R = size_t(s_.max_rows),
+               kvh = size_t(s_.num_kv_heads), group = H / kvh;
+  a_.resize(L * S * H * P);
+  step_.resize(L * S * E);
+  o_.resize(L * S * E * H * d);
+  lse_.resize(L * S * E * H);
+  check(cudaMemset(a_.data(), 0xff, a_.bytes()), "cudaMemset (retro masks)");  // -1: never loaded
+  check(cudaMemset(step_.data(), 0xff, step_.bytes()), "cudaMemset (retro cache)");  // -1: nothing cached
+  if (table_.size() == 0) {  // the scratch depends on the shape only
+    table_.resize(R * kvh * P);
+    lens_.resize(R * kvh);
+    masks_.resize(R * kvh * P);
+    age_.resize(R * kvh * P * group);
+    states_.resize(R * H * d + R * H);
+    RetroPagePlanArgs a{.num_pool_pages = s_.num_pool_pages};
+    workspace_.resize(std::max<size_t>(1, retro_page_plan_workspace_size(a)));
+    tokens_.resize(1);
+    check(cudaMemset(tokens_.data(), 0, tokens_.bytes()), "cudaMemset (retro counter)");
+  }
+  check(cudaDeviceSynchronize(), "retro state");  // done before the forward's stream uses it
+  entries_ = entries;
+  for (int s = slots_; s < slots; ++s) free_.push_back(s);
+  slots_ = slots;
+}
+
+// A slot with nothing loaded and nothing cached, in every layer.
+void RetroState::clear(int slot, cudaStream_t stream) {
+  const size_t H = size_t(s_.num_heads), P = size_t(s_.max_pages_per_seq), E = size_t(entries_);
+  check(cudaMemset2DAsync(a_.data() + size_t(slot) * H * P, size_t(slots_) * H * P * sizeof(int32_t), 0xff,
+                          H * P * sizeof(int32_t), size_t(s_.num_layers), stream),
+        "cudaMemset2DAsync (retro masks)");
+  check(cudaMemset2DAsync(step_.data() + size_t(slot) * E, size_t(slots_) * E * sizeof(int32_t), 0xff,
+                          E * sizeof(int32_t), size_t(s_.num_layers), stream),
+        "cudaMemset2DAsync (retro cache)");
+}
+
+int RetroState::slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream) {
+  SKIM_REQUIRE(active(), "retro: no state reserved (a retro policy must be acquired first)");
+  auto it = owners_.find(t);
+  if (it != owners_.end()) {
+    if (it->second.policy != policy) {  // another retro policy now: from nothing
+      it->second.policy = policy;
+      clear(it->second.slot, stream);
+    }
+    return it->second.slot;
+  }
+  if (free_.empty()) {
+    check(cudaStreamSynchronize(stream), "forward pass");
+    allocate(std::max(2 * slots_, 4), entries_);  // every slot restarts
+    moved = true;
+  }
+  const int slot = free_.back();
+  free_.pop_back();
+  owners_[t] = Owner{slot, policy};
+  clear(slot, stream);
+  return slot;
+}
+
+void RetroState::fork(const PageTable* from, const PageTable* to, bool& moved, cudaStream_t stream) {
+  auto it = owners_.find(from);
+  if (it == owners_.end()) return;
+  const Owner src = it->second;
+  const int dst = slot_for(to, src.policy, moved, stream), from_slot = owners_.at(from).slot;
+  const size_t L = size_t(s_.num_layers), H = size_t(s_.num_heads), P = size_t(s_.max_pages_per_seq),
+               E = size_t(entries_), d = size_t(s_.head_dim);
+  auto copy = [&](auto& buf, size_t per_slot) {
+    using T = std::remove_reference_t<decltype(*buf.data())>;
+    const size_t pitch = size_t(slots_) * per_slot * sizeof(T);
+    check(cudaMemcpy2DAsync(buf.data() + size_t(dst) * per_slot, pitch, buf.data() + size_t(from_slot) * per_slot,
+                            pitch, per_slot * sizeof(T), L, cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpy2DAsync (retro state)");
+  };
+  copy(a_, H * P);
+  copy(step_, E);
+  copy(o_, E * H * d);
+  copy(lse_, E * H);
+}
+
+void RetroState::drop(const PageTable* t) {
+  auto it = owners_.find(t);
+  if (it == owners_.end()) return;
+  free_.push_back(it->second.slot);
+  owners_.erase(it);
+}
+
+RetroMaskView RetroState::masks(int layer) {
+  const size_t per_layer = size_t(slots_) * s_.num_heads * s_.max_pages_per_seq;
+  return {.a = a_.data() + size_t(layer) * per_layer, .units = s_.num_heads, .stride = s_.max_pages_per_seq};
+}
+
+RetroCacheView RetroState::cache(int layer) {
+  const size_t S = size_t(slots_), E = size_t(entries_), H = size_t(s_.num_heads), d = size_t(s_.head_dim),
+               l = size_t(layer);
+  return {.entries = entries_, .o = o_.data() + l * S * E * H * d, .lse = lse_.data() + l * S * E * H,
+          .step = step_.data() + l * S * E};
+}
+
+RetroState::Scratch RetroState::scratch() {
+  const size_t R = size_t(s_.max_rows), H = size_t(s_.num_heads), d = size_t(s_.head_dim);
+  return {.table = table_.data(), .lens = lens_.data(), .masks = masks_.data(), .age = age_.data(),
+          .o = states_.data(), .lse = states_.data() + R * H * d, .workspace = workspace_.data(),
+          .workspace_bytes = workspace_.bytes(), .tokens = tokens_.data()};
+}
+
+double RetroState::bytes_read(cudaStream_t stream) const {
+  if (tokens_.size() == 0) return 0;
+  unsigned long long n = 0;
+  check(cudaStreamSynchronize(stream), "forward pass");
+  check(cudaMemcpy(&n, tokens_.data(), sizeof n, cudaMemcpyDeviceToHost), "cudaMemcpy (retro counter)");
+  return double(n) * 2.0 * s_.head_dim * sizeof(uint16_t);  // a list is one KV head's K and V
+}
+
+}  // namespace skim::cuda

@@ -1,0 +1,75 @@
+// RetroAttention's per-sequence state on the GPU (attention/retro_decode_args.h): for every
+// sequence that runs a retro policy, a slot holding, per layer, its units' retrospective masks
+// A (int32 per page; every query head a unit, gbsa using the first num_kv_heads) and the output
+// cache of its last w-1 tokens' states; and the scratch of a step's plan. Slots are assigned
+// outside steps (stage time); a fresh or reassigned slot starts with nothing loaded and nothing
+// cached. Growing reallocates (the caller drops its graphs): every slot then restarts, which
+// costs the past rows their cached states for w-1 steps (they merge into nothing), not
+// correctness of the newest rows.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "attention/retro_decode_args.h"
+#include "backend/cuda/device_memory.h"
+#include "kv/page_pool.h"
+
+namespace skim::cuda {
+
+struct RetroShape {
+  int num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int max_rows = 0, max_pages_per_seq = 0, num_pool_pages = 0;
+};
+
+class RetroState {
+ public:
+  explicit RetroState(const RetroShape& s) : s_(s) {}
+
+  // Caches of at least `entries` (the registered retro policies' largest w - 1).
+  void reserve(int entries, bool& moved);
+  bool active() const { return entries_ > 0; }
+  int slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream);
+  void fork(const PageTable* from, const PageTable* to, bool& moved, cudaStream_t stream);
+  void drop(const PageTable* t);
+
+  RetroMaskView masks(int layer);
+  RetroCacheView cache(int layer);
+
+  struct Scratch {
+    int32_t *table, *lens;
+    uint32_t* masks;
+    uint8_t* age;
+    float *o, *lse;
+    void* workspace;
+    size_t workspace_bytes;
+    unsigned long long* tokens;  // [1]: the supplements' tokens, on the device
+  };
+  Scratch scratch();
+  // The K/V bytes the supplements read so far (waits for `stream`).
+  double bytes_read(cudaStream_t stream) const;
+
+ private:
+  void allocate(int slots, int entries);
+  void clear(int slot, cudaStream_t stream);
+
+  RetroShape s_;
+  int entries_ = 0, slots_ = 0;
+  struct Owner {
+    int slot = -1, policy = -1;
+  };
+  std::unordered_map<const PageTable*, Owner> owners_;
+  std::vector<int> free_;
+  DeviceBuffer<int32_t> a_, step_;  // [layers][slots][heads][pages], [layers][slots][entries]
+  DeviceBuffer<float> o_, lse_;     // [layers][slots][entries][heads][d], [layers][slots][entries][heads]
+  DeviceBuffer<int32_t> table_, lens_;
+  DeviceBuffer<uint32_t> masks_;
+  DeviceBuffer<uint8_t> age_, workspace_;
+  DeviceBuffer<float> states_;
+  DeviceBuffer<unsigned long long> tokens_;
+};
+
+}  // namespace skim::cuda

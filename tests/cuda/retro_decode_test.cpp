@@ -1,0 +1,145 @@
+// RetroAttention's decode-stage kernels against their CPU references (backend/cpu/retro_decode.h,
+// which tests/attention/retro_decode_test.cpp holds to the definition): the plan's lists, masks
+// and lengths and the masks A after the step exactly; the merge's outputs and caches within
+// float rounding of expf against std::exp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "../retro_plan_case.h"
+#include "backend/cpu/retro_decode.h"
+#include "backend/cuda/retro_decode.cuh"
+#include "device_vectors.h"
+#include "paged_decode_parity.h"
+
+namespace skim {
+namespace {
+
+using test::to_device;
+using test::to_host;
+
+TEST(CudaRetroPagePlan, EqualsTheCpuReference) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (int trial = 0; trial < 6; ++trial) {
+    const test::RetroPlanCase c(test::random_int(1, 3), test::random_int(1, 4), test::random_int(1, 3),
+                                test::random_int(2, 5));
+    const bool per_head = trial % 2 == 0;
+    const int group = c.group;
+    std::vector<int32_t> a_cpu = c.a, table(c.slots(), -7), lens(size_t(c.batch()) * c.kv_heads, -7);
+    std::vector<uint32_t> masks(c.slots(), 0u);
+    std::vector<uint8_t> age(c.slots() * group, 0);
+    RetroPagePlanArgs h = c.args();
+    h.per_head_units = per_head;
+    h.page_table = c.pages.table.data();
+    h.seq_lens = c.lens.data();
+    h.base_table = c.base_table.data();
+    h.base_lens = c.base_lens.data();
+    h.base_masks = c.base_masks.data();
+    h.row_slot = c.row_slot.data();
+    h.retro_step = c.retro_step.data();
+    h.newest_row = c.newest_row.data();
+    h.masks = {.a = a_cpu.data(), .units = c.kv_heads * group, .stride = c.stride_pages};
+    h.age = age.data();
+    h.out_table = table.data();
+    h.out_lens = lens.data();
+    h.out_masks = masks.data();
+    cpu::retro_page_plan(h);
+
+    auto dpt = to_device(c.pages.table), dlens = to_device(c.lens), dbt = to_device(c.base_table);
+    auto dbl = to_device(c.base_lens), dslot = to_device(c.row_slot), dstep = to_device(c.retro_step);
+    auto dnew = to_device(c.newest_row), da = to_device(c.a);
+    auto dbm = to_device(c.base_masks);
+    auto dtable = to_device(std::vector<int32_t>(c.slots(), -7)), dout_lens = to_device(std::vector<int32_t>(lens.size(), -7));
+    auto dmasks = to_device(std::vector<uint32_t>(c.slots(), 0u));
+    auto dage = to_device(std::vector<uint8_t>(age.size(), 0));
+    cuda::DeviceBuffer<unsigned long long> supp(1);
+    cuda::check(cudaMemset(supp.data(), 0, supp.bytes()), "cudaMemset");
+    RetroPagePlanArgs g = h;
+    g.page_table = dpt.data();
+    g.seq_lens = dlens.data();
+    g.base_table = dbt.data();
+    g.base_lens = dbl.data();
+    g.base_masks = dbm.data();
+    g.row_slot = dslot.data();
+    g.retro_step = dstep.data();
+    g.newest_row = dnew.data();
+    g.masks.a = da.data();
+    g.age = dage.data();
+    g.out_table = dtable.data();
+    g.out_lens = dout_lens.data();
+    g.out_masks = dmasks.data();
+    g.supplement_tokens = supp.data();
+    g.num_pool_pages = c.pages.num_pages;
+    cuda::DeviceBuffer<uint8_t> ws(cuda::retro_page_plan_workspace_size(g));
+    g.workspace = ws.data();
+    g.workspace_bytes = ws.bytes();
+    ASSERT_EQ(cuda::retro_page_plan(g, nullptr), cudaSuccess);
+    cuda::check(cudaDeviceSynchronize(), "retro_page_plan");
+    const auto hl = to_host(dout_lens), ht = to_host(dtable);
+    const auto hm = to_host(dmasks);
+    EXPECT_EQ(hl, lens) << "trial " << trial;
+    EXPECT_EQ(to_host(da), a_cpu) << "the masks A after the step";
+    unsigned long long supplements = 0;
+    for (int b = 0; b < c.batch(); ++b)
+      for (int kvh = 0; kvh < c.kv_heads; ++kvh) {
+        const size_t list = size_t(b) * c.kv_heads + kvh;
+        if (c.row_slot[size_t(b)] >= 0 && c.newest_row[size_t(b)] != b) supplements += uint64_t(lens[list]);
+        for (int k = 0; k * c.page_size < lens[list]; ++k) {
+          ASSERT_EQ(ht[list * c.pages.stride + k], table[list * c.pages.stride + k]) << "row " << b << " slot " << k;
+          ASSERT_EQ(hm[list * c.pages.stride + k], masks[list * c.pages.stride + k]) << "row " << b << " slot " << k;
+        }
+      }
+    EXPECT_EQ(to_host(supp)[0], supplements);
+  }
+}
+
+TEST(CudaRetroMerge, EqualsTheCpuReference) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (int d : {64, 128}) {
+    const int heads = 4, w = 4, w1 = w - 1;
+    // Two sequences (slots 0 and 1): past rows of steps 5, 6 and newest 7; a past row of 9 and
+    // newest 10; then a row of another policy.
+    const std::vector<int32_t> slot = {0, 0, 0, 1, 1, -1}, step = {5, 6, 7, 9, 10, 0}, newest = {2, 2, 2, 4, 4, 5};
+    const int batch = int(slot.size());
+    std::vector<float> o = test::random_vector(size_t(batch) * heads * d), lse = test::random_vector(size_t(batch) * heads);
+    lse[3] = -INFINITY;  // an empty supplement
+    std::vector<float> co = test::random_vector(size_t(2) * w1 * heads * d), cl = test::random_vector(size_t(2) * w1 * heads);
+    std::vector<int32_t> cs = {6, 4, 5, 9, 7, 8};  // slot 0: entries 5 % 3, 6 % 3 hold 5 and 6; slot 1: 9 % 3 holds 9
+    std::vector<float> out(o.size()), out_lse(lse.size());
+    const std::vector<RetroRowRule> rules = {RetroRowRule{.active = 1, .window = w}};
+    const std::vector<int32_t> policy(size_t(batch), 0);
+    std::vector<float> hco = co, hcl = cl;
+    std::vector<int32_t> hcs = cs;
+    cpu::retro_merge({.batch = batch, .num_heads = heads, .head_dim = d, .o = o.data(), .lse = lse.data(),
+                      .out = out.data(), .out_lse = out_lse.data(), .row_slot = slot.data(), .retro_step = step.data(),
+                      .newest_row = newest.data(), .rules = rules.data(), .row_policy = policy.data(),
+                      .cache = {.entries = w1, .o = hco.data(), .lse = hcl.data(), .step = hcs.data()}});
+    auto dO = to_device(o), dL = to_device(lse), dco = to_device(co), dcl = to_device(cl);
+    auto dslot = to_device(slot), dstep = to_device(step), dnew = to_device(newest), dcs = to_device(cs);
+    auto drules = to_device(rules);
+    auto dpol = to_device(policy);
+    cuda::DeviceBuffer<float> gout(out.size()), glse(out_lse.size());
+    ASSERT_EQ(cuda::retro_merge({.batch = batch, .num_heads = heads, .head_dim = d, .o = dO.data(), .lse = dL.data(),
+                                 .out = gout.data(), .out_lse = glse.data(), .row_slot = dslot.data(),
+                                 .retro_step = dstep.data(), .newest_row = dnew.data(), .rules = drules.data(),
+                                 .row_policy = dpol.data(),
+                                 .cache = {.entries = w1, .o = dco.data(), .lse = dcl.data(), .step = dcs.data()}},
+                                nullptr),
+              cudaSuccess);
+    cuda::check(cudaDeviceSynchronize(), "retro_merge");
+    auto near = [](const std::vector<float>& x, const std::vector<float>& y) {
+      float m = 0;
+      for (size_t i = 0; i < x.size(); ++i)
+        m = std::max(m, std::isinf(x[i]) && x[i] == y[i] ? 0.0f : std::fabs(x[i] - y[i]));
+      return m;
+    };
+    EXPECT_LT(near(to_host(gout), out), 1e-5f) << "d " << d;
+    EXPECT_LT(near(to_host(glse), out_lse), 1e-5f) << "d " << d;
+    EXPECT_LT(near(to_host(dco), hco), 1e-5f) << "d " << d;
+    EXPECT_EQ(to_host(dcs), hcs);
+  }
+}
+
+}  // namespace
+}  // namespace skim

@@ -91,7 +91,7 @@ engine_steps() {
     # mixed batch, 8B shape, batch 1 and 8 at 32K, batch 1 at 128K (8 x 128K of KV, 137 GB,
     # does not fit an 80 GB card).
     step "skim bench: policy matrix"
-    timeout 400 build-gpu/skim bench --e2e-only --no-prefill --policy-defaults --art --mac --batches 1,8 --contexts 32768 \
+    timeout 400 build-gpu/skim bench --e2e-only --no-prefill --policy-defaults --art --mac --retro --batches 1,8 --contexts 32768 \
       --json $OUT/bench-matrix-32k.json || { echo "MATRIX BENCH FAILED"; status=1; }
     timeout 300 build-gpu/skim bench --e2e-only --no-prefill --policy-defaults --art --mac --batches 1 --contexts 131072 \
       --json $OUT/bench-matrix-128k.json || { echo "MATRIX BENCH FAILED"; status=1; }

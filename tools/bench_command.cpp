@@ -33,6 +33,7 @@ struct BenchArgs {
   bool attention_only = false, e2e_only = false, no_8b = false, no_prefill = false;
   bool policy_defaults = false;  // also the end-to-end steps of every GPU policy at its defaults
   bool mac = false;              // MAC's end-to-end steps at forced hit rates
+  bool retro = false;            // RetroAttention's steps at w = 2, 4, 8 against quest's
   bool art = false;              // the ART decode attention kernel at forced stops
   int art_round = 64;            // its round, pages
   int art_max_warps = 0;         // its warps per list (0: paged decode attention's split)
@@ -227,6 +228,24 @@ void run_bench(const BenchArgs& a) {
             }
           }
   }
+  if (!a.attention_only && a.retro) {
+    std::printf("\nRetroAttention over quest (budget %g, every layer): ms per decode step, host-timed run() steps\n",
+                a.sparse_keep);
+    std::printf("| model | batch | context | quest | w=2 | w=4 | w=8 | w=2 vs quest |\n|---|---|---|---|---|---|---|---|\n");
+    out["retro"] = nlohmann::json::array();
+    const std::string quest = fmt::format("quest:budget={},min=0,dense_layers=0", a.sparse_keep);
+    for (auto& [name, w] : models)
+      for (int b : int_list(a.batches, "--batches"))
+        for (int ctx : int_list(a.contexts, "--contexts")) {
+          std::vector<double> ms;
+          for (int win : {1, 2, 4, 8}) ms.push_back(cuda::bench_retro_steps(w, b, ctx, a.steps, quest, win));
+          std::printf("| %s | %d | %d | %.3f | %.3f | %.3f | %.3f | %.2f |\n", name.c_str(), b, ctx, ms[0], ms[1], ms[2],
+                      ms[3], ms[1] / ms[0]);
+          std::fflush(stdout);
+          out["retro"].push_back({{"model", name}, {"batch", b}, {"context", ctx}, {"base", quest},
+                                  {"ms_base", ms[0]}, {"ms_w2", ms[1]}, {"ms_w4", ms[2]}, {"ms_w8", ms[3]}});
+        }
+  }
   if (!a.attention_only && !a.no_prefill) {
     std::printf("\nprefill (chunks of %d tokens, pseudo-random ids), tokens/s\n", a.chunk);
     std::printf("| model | context | tokens/s |\n|---|---|---|\n");
@@ -267,6 +286,9 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_flag("--e2e-only", a.e2e_only, "only the end-to-end steps");
   app->add_flag("--policy-defaults", a.policy_defaults,
                 "also the end-to-end steps of the GPU policies at their defaults (and streaming at --sparse-keep)");
+  app->add_flag("--retro", a.retro,
+                 "RetroAttention's decode steps over quest at --sparse-keep, w = 2, 4, 8, against quest's (host-timed run() "
+                 "steps, the newest rows' logits)");
   app->add_flag("--mac", a.mac,
                  "end-to-end: mac over dense at forced hit rates 0, 50, 90 and 100% (label mac@hits=N per mille)");
   app->add_flag("--art", a.art,

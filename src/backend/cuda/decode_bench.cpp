@@ -403,6 +403,53 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   return p;
 }
 
+double bench_retro_steps(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps,
+                         const std::string& base, int w) {
+  const ModelConfig& c = weights->config;
+  const int warm = 4, page = 16;
+  const int pages_per_seq = (context + warm + steps + page - 1) / page;
+  KVCacheShape shape{.num_layers = c.num_layers, .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
+                     .page_size = page, .num_pages = pages_per_seq * batch};
+  GpuForwardOptions o;
+  o.max_rows = batch * w;
+  o.max_pages_per_seq = pages_per_seq;
+  o.policy = w > 1 ? fmt::format("{}+retro:w={}", base, w) : base;
+  GpuForward fwd(weights, shape, o);
+  fwd.cache().fill_random(7, fwd.stream());
+  std::vector<PageTable> tables(static_cast<size_t>(batch));
+  for (PageTable& t : tables) {
+    fwd.cache().pool().reserve(t, context);
+    t.length = context;
+  }
+  auto dense = make_policy("dense");  // run() ignores it: the forward plans by its own policy
+  std::vector<float> logits;
+  auto step = [&](int s) {  // as Engine::decode_batch: each sequence's past rows, then its newest
+    ForwardBatch fb;
+    fb.decode = true;
+    for (PageTable& t : tables) {
+      fwd.reserve(t, t.length + 1);
+      const int past = std::min(w - 1, s);
+      for (int j = past; j >= 1; --j) {
+        fb.tokens.push_back(int32_t((uint32_t(t.length - j) * 2654435761u) % uint32_t(c.vocab_size)));
+        fb.positions.push_back(t.length - j);
+        fb.tables.push_back(&t);
+        fb.retro_step.push_back(s - j);
+      }
+      fb.tokens.push_back(int32_t((uint32_t(t.length) * 2654435761u) % uint32_t(c.vocab_size)));
+      fb.positions.push_back(t.length);
+      fb.tables.push_back(&t);
+      if (w > 1) fb.retro_step.push_back(s);
+      fb.logits_rows.push_back(int(fb.tokens.size()) - 1);
+    }
+    fwd.run(fb, *dense, logits);
+    for (PageTable& t : tables) t.length += 1;
+  };
+  for (int s = 0; s < warm; ++s) step(s);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = warm; s < warm + steps; ++s) step(s);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3 / steps;
+}
+
 double bench_prefill(std::shared_ptr<const GpuWeights> weights, int context, int chunk) {
   const ModelConfig& c = weights->config;
   KVCacheShape shape;

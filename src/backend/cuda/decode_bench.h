@@ -97,6 +97,13 @@ struct EndToEndPoint {
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
                                const std::string& policy = "dense", int rectify_f = 32);
 
+// RetroAttention's decode steps against its base's, the same way: per step a forward pass of
+// each sequence's newest token after its last w-1 tokens (w = 1: the base alone), as the engine
+// batches them (one CUDA graph, the newest rows' logits gathered), timed on the host around
+// run() (which waits for the logits), after 4 warm-up steps: ms per step.
+double bench_retro_steps(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps,
+                         const std::string& base, int w);
+
 // Prefill of `context` tokens (pseudo-random ids) in chunks of `chunk`, logits of the last
 // row only, timed on the host around the whole prompt: tokens per second.
 double bench_prefill(std::shared_ptr<const GpuWeights> weights, int context, int chunk);

@@ -357,16 +357,18 @@ int GpuForward::bucket(int max_seq_len) const {
   return std::min(b, cap);
 }
 
-cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t policies) {
+cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t policies, int logits_n) {
   const int b = bucket(max_seq_len);
-  auto key = std::make_tuple(n, b, advance, policies);
+  // logits of every row in order, or of logits_n staged rows (RetroAttention's newest rows)
+  const bool gather = logits_n >= 0;
+  auto key = std::make_tuple(n, b, advance, policies, logits_n);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) return it->second;
   cudaGraph_t g = nullptr;
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
-    enqueue(n, n, Pass{.max_seq_len = b, .gather = false, .chunk = false, .decode = true, .policies = policies},
-            advance);
+    enqueue(n, gather ? logits_n : n,
+            Pass{.max_seq_len = b, .gather = gather, .chunk = false, .decode = true, .policies = policies}, advance);
   } catch (...) {  // end the capture, or this thread's later CUDA calls fail
     if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
     cudaGetLastError();
@@ -407,8 +409,8 @@ int GpuForward::launch(const ForwardBatch& batch) {
   bool chunk = !batch.decode;
   for (int r = 1; chunk && r < n; ++r)
     chunk = batch.tables[size_t(r)] == batch.tables[0] && batch.positions[size_t(r)] == batch.positions[0] + r;
-  if (batch.decode && all_rows) {
-    check(cudaGraphLaunch(graph(n, max_len, false, policies), stream_), "cudaGraphLaunch");
+  if (batch.decode) {  // one graph per step, the logits rows (all, or the newest of each sequence) as data
+    check(cudaGraphLaunch(graph(n, max_len, false, policies, all_rows ? -1 : nl), stream_), "cudaGraphLaunch");
     return nl;
   }
   Pass pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .decode = batch.decode, .policies = policies};

@@ -159,7 +159,9 @@ class GpuForward final : public Forward, private Backend {
   void reserve_retro(bool& moved);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
   void reserve_mac(bool& moved);
-  cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies);
+  // The decode step's graph; logits_n >= 0: the logits of that many staged rows (gathered),
+  // else of every row in order.
+  cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies, int logits_n = -1);
   void enqueue_logprobs(int nl, std::span<const int32_t> top_n);
   std::vector<TokenLogprob> collect_logprobs(std::span<const int32_t> tokens, std::span<const int32_t> top_n) const;
   void drop_graphs();
@@ -210,8 +212,8 @@ class GpuForward final : public Forward, private Backend {
   int32_t* next_host_ = nullptr;  // pinned [max steps of a decode_greedy call][max_rows]
   size_t next_host_steps_ = 0;
 
-  // Decode step graphs by (rows, context bucket, advance, policies present).
-  std::map<std::tuple<int, int, bool, uint32_t>, cudaGraphExec_t> graphs_;
+  // Decode step graphs by (rows, context bucket, advance, policies present, gathered logits rows).
+  std::map<std::tuple<int, int, bool, uint32_t, int>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace skim::cuda

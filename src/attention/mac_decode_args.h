@@ -150,7 +150,8 @@ SKIM_HOST_DEVICE inline int mac_forced_hit(int row, int head, int position) {
 // Merge and push: per (row, query head), cache = the hit entry's state (or empty), merged with
 // the part below the split; out = cache merged with the part above; for an active row the
 // new ring entry (its pre-RoPE query, cache and position) is written over the oldest once the
-// ring is full, then the row's fill advances. cache_o/cache_lse are scratch of merge's shape.
+// ring is full, then the row's fill advances. Consecutive rows of one slot (a prompt chunk's
+// last rows) append in their order. cache_o/cache_lse are scratch of merge's shape.
 struct MacMergePushArgs {
   MacMergeArgs merge;
   float* out_lse = nullptr;              // [batch][num_heads] the output's lse (optional)

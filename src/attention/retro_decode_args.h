@@ -63,8 +63,9 @@ struct RetroCacheView {
 // false: a dense layer's), masks optional. Outputs [batch][num_kv_heads][max_pages_per_seq],
 // lens [batch][num_kv_heads], masks always written. age [batch][num_kv_heads][max_pages_per_seq]
 // [group] is scratch: per listed page and head of a newest row, t minus the old A value its
-// selection returned (255 at most; 0 for a head that did not select the page), so a past row
-// of step u attends the page when age > t - u.
+// selection returned, clamped to [0, 255] (0 for a head that did not select the page, or an A
+// from before the step count restarted: seen), so a past row of step u attends the page when
+// age > t - u.
 struct RetroPagePlanArgs {
   int batch = 0, num_heads = 0, num_kv_heads = 0, page_size = 16, max_pages_per_seq = 0;
   bool per_head_units = true;  // quest: a unit per query head; gbsa: one per KV group

@@ -215,5 +215,45 @@ TEST(CudaMacMergePush, EqualsTheCpuReference) {
   }
 }
 
+// A prompt chunk's rows push into one slot's ring in their order (a run of rows of one slot),
+// the ring advancing once for the run, as the CPU reference's row-by-row pushes do.
+TEST(CudaMacMergePush, RowsOfOneSlotAppendInOrder) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  test::MacRingCase c(5, 3, 64, 6);
+  c.row_slot = {1, 1, 1, 1, 2};  // a run of four rows (more than the ring's free entries), then another slot
+  c.row_policy.assign(5, 0);
+  std::vector<uint16_t> rq = c.ring_q;
+  std::vector<float> ro = c.ring_o, rl = c.ring_lse;
+  std::vector<int32_t> rp = c.pos, rf = c.fill;
+  MacMergePushArgs a{.merge = {.batch = c.batch, .num_heads = c.heads, .head_dim = c.d, .below_o = c.below_o.data(),
+                               .below_lse = c.below_lse.data()},
+                     .row_slot = c.row_slot.data(), .positions = c.positions.data(), .q_pre = c.q_pre.data(),
+                     .row_policy = c.row_policy.data(), .rules = c.rules.data(),
+                     .rings = {.capacity = c.capacity, .q_pre = rq.data(), .o = ro.data(), .lse = rl.data(),
+                               .pos = rp.data(), .fill = rf.data()}};
+  cpu::mac_merge_push(a);
+  DeviceRings r(c);
+  auto bo = to_device(c.below_o), bl = to_device(c.below_lse);
+  auto ds = to_device(c.row_slot), dpos = to_device(c.positions);
+  auto dq = to_device(c.q_pre);
+  auto dp = to_device(c.row_policy);
+  auto drules = to_device(c.rules);
+  MacMergePushArgs g = a;
+  g.merge.below_o = bo.data();
+  g.merge.below_lse = bl.data();
+  g.row_slot = ds.data();
+  g.positions = dpos.data();
+  g.q_pre = dq.data();
+  g.row_policy = dp.data();
+  g.rules = drules.data();
+  g.rings = r.view(c.capacity);
+  ASSERT_EQ(cuda::mac_merge_push(g, nullptr), cudaSuccess);
+  cuda::check(cudaDeviceSynchronize(), "mac_merge_push");
+  EXPECT_EQ(to_host(r.fill), rf);
+  EXPECT_EQ(to_host(r.pos), rp);
+  EXPECT_EQ(to_host(r.q), rq);
+  EXPECT_LT(max_abs_diff(to_host(r.o), ro), 1e-5f);
+}
+
 }  // namespace
 }  // namespace skim

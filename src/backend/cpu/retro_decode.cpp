@@ -44,7 +44,7 @@ void update_masks(const RetroPagePlanArgs& a, int b) {
       const uint32_t mask = a.out_masks[list * a.max_pages_per_seq + k];
       for (int g = 0; g < group; ++g)  // 0: not selected, never unseen
         a.age[(list * a.max_pages_per_seq + k) * group + g] =
-            (mask >> g & 1u) ? uint8_t(std::min(255, t - a.masks.of(slot, a.unit_of(b, h, g))[i])) : uint8_t(0);
+            (mask >> g & 1u) ? uint8_t(std::clamp(t - a.masks.of(slot, a.unit_of(b, h, g))[i], 0, 255)) : uint8_t(0);
       for (int g = 0; g < group; ++g)
         if ((mask >> g & 1u) && (per_head || g == 0)) a.masks.of(slot, a.unit_of(b, h, g))[i] = t;
     }

@@ -347,19 +347,29 @@ DecodePlanner::DecodePlanner(const std::string& policy, const PlannerShape& shap
 
 DecodePlanner::~DecodePlanner() = default;
 
+namespace {
+
+// MAC and RetroAttention each run their own pipeline around the step's kernel; one step runs
+// one of them (the rows of other policies pass through it), so they are not held at once.
+void check_pipelines(const RowPlanner& p, const std::string& policy, const std::string& other_policy,
+                     const RowPlanner& other) {
+  SKIM_REQUIRE(!(p.mac_rule() && other.retro_rule()) && !(p.retro_rule() && other.mac_rule()),
+               "policy {}: mac and retro do not run in one GPU batch yet ({} runs)", policy, other_policy);
+}
+
+}  // namespace
+
 int DecodePlanner::acquire(const std::string& policy, bool& moved) {
   for (size_t i = 0; i < slots_.size(); ++i)
     if (slots_[i].planner && slots_[i].policy == policy) {
+      for (const Slot& other : slots_)
+        if (other.planner && other.users > 0) check_pipelines(*slots_[i].planner, policy, other.policy, *other.planner);
       slots_[i].users += 1;
       return int(i);
     }
   std::unique_ptr<RowPlanner> p = make_row_planner(policy, s_);
-  // MAC and RetroAttention each run their own pipeline around the step's kernel; one step
-  // runs one of them (the rows of other policies pass through it).
   for (const Slot& other : slots_)
-    if (other.planner && other.users > 0)
-      SKIM_REQUIRE(!(p->mac_rule() && other.planner->retro_rule()) && !(p->retro_rule() && other.planner->mac_rule()),
-                   "policy {}: mac and retro do not run in one GPU batch yet ({} runs)", policy, other.policy);
+    if (other.planner && other.users > 0) check_pipelines(*p, policy, other.policy, *other.planner);
   size_t at = slots_.size();  // a new index while there are fewer than kMaxPolicies
   if (at == size_t(kMaxPolicies)) {
     for (at = 0; at < slots_.size() && slots_[at].users > 0; ++at) {}

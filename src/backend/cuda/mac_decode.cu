@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs
   __syncthreads();
   const MacRingsView& r = a.rings;
   const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
-  float dist = FLT_MAX;
+  float dist = INFINITY;
   int age = -1;
   for (int i = t; i < count; i += kMatchThreads) {
     const int e = (first + i) % K;
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs
       const float diff = q[k] - bf16_load(x + k);
       s = fmaf(diff, diff, s);
     }
-    if (s <= dist) dist = s, age = i;  // ascending ages: ties go to the newer
+    if (age < 0 || s <= dist) dist = s, age = i;  // ascending ages: ties go to the newer
   }
   best_d[t] = dist;
   best_i[t] = age;
@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs
     if (t < w) {
       const float od = best_d[t + w];
       const int oi = best_i[t + w];
-      if (od < best_d[t] || (od == best_d[t] && oi > best_i[t])) best_d[t] = od, best_i[t] = oi;
+      if (oi >= 0 && (best_i[t] < 0 || od < best_d[t] || (od == best_d[t] && oi > best_i[t])))
+        best_d[t] = od, best_i[t] = oi;
     }
     __syncthreads();
   }
@@ -230,10 +231,13 @@ __global__ void merge_push_kernel(const MacMergePushArgs a) {
   if (mg.cache_o) mg.cache_o[i * d + t] = c;
   if (mg.cache_lse && t == 0) mg.cache_lse[i] = lse;
   if (slot < 0 || !rule.active) return;
-  // The new entry: over the oldest once the ring holds K (the hit entry was read above, before
-  // the barrier).
+  // The new entry: after the newest, over the oldest once the ring holds K (the hit entry was
+  // read above, before the barrier). Consecutive rows of one slot (a prompt chunk's) append in
+  // their order: row j of the run takes the (count + j)-th place.
   const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
-  const int e = count < K ? (first + count) % K : first;
+  int rank = 0;
+  while (b - rank > 0 && a.row_slot[b - rank - 1] == slot) ++rank;
+  const int e = (first + count + rank) % K;
   const size_t at = (size_t(slot) * r.capacity + e) * H + h;
   r.q_pre[at * d + t] = a.q_pre[i * d + t];
   r.o[at * d + t] = c;
@@ -241,17 +245,20 @@ __global__ void merge_push_kernel(const MacMergePushArgs a) {
   if (t == 0 && h == 0) r.pos[size_t(slot) * r.capacity + e] = a.positions[b];
 }
 
-// After every head has pushed: each active row's ring holds one more entry (or has dropped its
-// oldest).
+// After every head has pushed: each slot's ring holds its run's entries more (its oldest
+// dropped past K); the last row of a run of rows of one slot advances it.
 __global__ void advance_kernel(const MacMergePushArgs a, int batch) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
   const int slot = a.row_slot ? a.row_slot[b] : -1;
   const MacRowRule& rule = *rule_of(a.rules, a.row_policy, b);
-  if (slot < 0 || !rule.active) return;
+  if (slot < 0 || !rule.active || (b + 1 < batch && a.row_slot[b + 1] == slot)) return;
+  int rows = 1;
+  while (b - rows >= 0 && a.row_slot[b - rows] == slot) ++rows;
   int32_t* f = a.rings.fill + 2 * slot;
-  if (f[1] < rule.window) f[1] += 1;
-  else f[0] = (f[0] + 1) % rule.window;
+  const int total = f[1] + rows, K = rule.window;
+  f[0] = (f[0] + (total > K ? total - K : 0)) % K;
+  f[1] = total < K ? total : K;
 }
 
 __global__ void prefix_lens_kernel(const int32_t* positions, int n, int band, int page_size, int32_t* lens) {
@@ -266,7 +273,8 @@ bool supported_dims(int heads, int kv_heads, int d) {
 }  // namespace
 
 cudaError_t mac_match(const MacMatchArgs& a, cudaStream_t stream) {
-  if (a.batch < 0 || !supported_dims(a.num_heads, 1, a.head_dim) || a.page_size <= 0) return cudaErrorInvalidValue;
+  if (a.batch < 0 || a.num_heads <= 0 || (a.head_dim != 64 && a.head_dim != 128) || a.page_size <= 0)
+    return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
   match_kernel<<<dim3(a.num_heads, a.batch), kMatchThreads, 0, stream>>>(a);
   return cudaGetLastError();
@@ -289,7 +297,7 @@ cudaError_t mac_page_plan(const MacPagePlanArgs& a, cudaStream_t stream) {
 
 cudaError_t mac_merge_push(const MacMergePushArgs& a, cudaStream_t stream) {
   const MacMergeArgs& m = a.merge;
-  if (m.batch < 0 || !supported_dims(m.num_heads, 1, m.head_dim)) return cudaErrorInvalidValue;
+  if (m.batch < 0 || m.num_heads <= 0 || (m.head_dim != 64 && m.head_dim != 128)) return cudaErrorInvalidValue;
   if (m.batch == 0) return cudaSuccess;
   merge_push_kernel<<<dim3(m.num_heads, m.batch), m.head_dim, 0, stream>>>(a);
   cudaError_t e = cudaGetLastError();

@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kThreads) newest_kernel(const RetroPagePlanArg
     const int i = inv[a.out_table[at + k]];
     const uint32_t mask = a.out_masks[at + k];
     for (int g = 0; g < group; ++g)  // 0: not selected, never unseen
-      a.age[(at + k) * group + g] = (mask >> g & 1u) ? uint8_t(min(255, step - a.masks.of(slot, a.unit_of(b, h, g))[i])) : 0;
+      a.age[(at + k) * group + g] =
+          (mask >> g & 1u) ? uint8_t(max(0, min(255, step - a.masks.of(slot, a.unit_of(b, h, g))[i]))) : 0;
     for (int g = 0; g < group; ++g)
       if ((mask >> g & 1u) && (per_head || g == 0)) a.masks.of(slot, a.unit_of(b, h, g))[i] = step;
   }
@@ -128,10 +129,7 @@ __global__ void merge_kernel(const RetroMergeArgs a, bool past_rows) {
   if (t == 0 && a.out_lse) a.out_lse[i] = lse;
   __syncthreads();  // every thread has read lse before thread 0 writes it
   a.cache.o[(entry * H + h) * d + t] = c;
-  if (t == 0) {
-    a.cache.lse[entry * H + h] = lse;
-    if (h == 0) a.cache.step[entry] = step;
-  }
+  if (t == 0) a.cache.lse[entry * H + h] = lse;  // its step's tag stays (no other head may see it change)
 }
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }

@@ -8,22 +8,43 @@
 
 namespace skim::cuda {
 
+// The caches hold the registry's largest window (w <= 64) from the start: a past row's cached
+// state must never be lost (its output would be its supplement alone), so they never change shape.
+constexpr int kMaxEntries = 63;
+
 void RetroState::reserve(int entries, bool& moved) {
-  if (entries <= entries_) return;
-  allocate(std::max(slots_, 4), entries);
+  if (entries_ > 0 || entries <= 0) return;
+  SKIM_REQUIRE(entries <= kMaxEntries, "retro: w - 1 = {} exceeds the GPU caches' {}", entries, kMaxEntries);
+  allocate(4, kMaxEntries);
   moved = true;
 }
 
+namespace {
+
+// A [layers][slots][per_slot] buffer grown to `slots`, the old slots' contents kept, the new
+// ones filled with `byte`.
+template <class T>
+void grow_slots(DeviceBuffer<T>& buf, size_t layers, size_t old_slots, size_t slots, size_t per_slot, int byte) {
+  DeviceBuffer<T> next(layers * slots * per_slot);
+  check(cudaMemset(next.data(), byte, next.bytes()), "cudaMemset (retro state)");
+  if (old_slots > 0)
+    check(cudaMemcpy2D(next.data(), slots * per_slot * sizeof(T), buf.data(), old_slots * per_slot * sizeof(T),
+                       old_slots * per_slot * sizeof(T), layers, cudaMemcpyDeviceToDevice),
+          "cudaMemcpy2D (retro state)");
+  buf = std::move(next);
+}
+
+}  // namespace
+
+// Grows to `slots` slots, keeping what the existing ones hold.
 void RetroState::allocate(int slots, int entries) {
   const size_t L = size_t(s_.num_layers), S = size_t(slots), E = size_t(entries), H = size_t(s_.num_heads),
                d = size_t(s_.head_dim), P = size_t(s_.max_pages_per_seq), R = size_t(s_.max_rows),
-               kvh = size_t(s_.num_kv_heads), group = H / kvh;
-  a_.resize(L * S * H * P);
-  step_.resize(L * S * E);
-  o_.resize(L * S * E * H * d);
-  lse_.resize(L * S * E * H);
-  check(cudaMemset(a_.data(), 0xff, a_.bytes()), "cudaMemset (retro masks)");  // -1: never loaded
-  check(cudaMemset(step_.data(), 0xff, step_.bytes()), "cudaMemset (retro cache)");  // -1: nothing cached
+               kvh = size_t(s_.num_kv_heads), group = H / kvh, old = size_t(slots_);
+  grow_slots(a_, L, old, S, H * P, 0xff);        // -1: never loaded
+  grow_slots(step_, L, old, S, E, 0xff);         // -1: nothing cached
+  grow_slots(o_, L, old, S, E * H * d, 0);
+  grow_slots(lse_, L, old, S, E * H, 0);
   if (table_.size() == 0) {  // the scratch depends on the shape only
     table_.resize(R * kvh * P);
     lens_.resize(R * kvh);
@@ -64,7 +85,7 @@ int RetroState::slot_for(const PageTable* t, int policy, bool& moved, cudaStream
   }
   if (free_.empty()) {
     check(cudaStreamSynchronize(stream), "forward pass");
-    allocate(std::max(2 * slots_, 4), entries_);  // every slot restarts
+    allocate(std::max(2 * slots_, 4), entries_);  // the slots keep their state
     moved = true;
   }
   const int slot = free_.back();

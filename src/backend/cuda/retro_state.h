@@ -3,9 +3,8 @@
 // A (int32 per page; every query head a unit, gbsa using the first num_kv_heads) and the output
 // cache of its last w-1 tokens' states; and the scratch of a step's plan. Slots are assigned
 // outside steps (stage time); a fresh or reassigned slot starts with nothing loaded and nothing
-// cached. Growing reallocates (the caller drops its graphs): every slot then restarts, which
-// costs the past rows their cached states for w-1 steps (they merge into nothing), not
-// correctness of the newest rows.
+// cached. Growing reallocates (the caller drops its graphs) and keeps every slot's state: a past
+// row's cached output is never lost. The caches hold 63 entries (w <= 64) from the start.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,7 +28,7 @@ class RetroState {
  public:
   explicit RetroState(const RetroShape& s) : s_(s) {}
 
-  // Caches of at least `entries` (the registered retro policies' largest w - 1).
+  // The state, once a retro policy is registered (entries: its w - 1, at most 63).
   void reserve(int entries, bool& moved);
   bool active() const { return entries_ > 0; }
   int slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream);

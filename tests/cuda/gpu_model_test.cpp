@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda/art_decode_attention.cuh"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -547,6 +548,60 @@ TEST(GpuEngine, RetroFollowsTheCpuPolicy) {
       EXPECT_GT(from_base, 0.01f) << policy << ": the corrections changed nothing";
       EXPECT_EQ(from_fork, 0.0f) << policy << ": a fork's state is its source's";
     }
+}
+
+// ART's GPU rule with stops against the CPU policy running the same rule at the kernel's lag
+// (art_decode_lag for the step's shape: one CTA per list, art:warps=8): every round stable, so
+// each list stops after its first round on both devices and reads the lag's rounds past it, over
+// each base's plan in its visiting order. Logits within bf16 tolerance, apart from dense.
+TEST(GpuEngine, ArtStopsAsTheCpuPolicyDoes) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
+  const std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  const std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
+  const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
+  const int steps = 8;
+  EngineOptions base_opt = gpu_options(int(prompt.size()) + 32);
+  Engine probe(base_opt);
+  const ModelConfig& c = probe.config();
+  ArtDecodeArgs shape;
+  shape.attn = PagedDecodeArgs{.batch = 1, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
+                               .head_dim = c.head_dim, .max_pages_per_seq = (int(prompt.size()) + 32 + 15) / 16,
+                               .max_seq_len = int(prompt.size()) + steps, .tables_per_kv_head = true};
+  shape.art.round_pages = 16;
+  shape.art.max_warps = 8;
+  const int lag = cuda::art_decode_lag(shape);
+  ASSERT_GE(lag, 0);
+  const std::string rule = "stop=group,test=probe,round=4,patience=1,eps_scale=1000,eps_dir=2";
+  for (const std::string spec : {"art:order=group," + rule, "gbsa:keep=0.5,n_min=16+art:" + rule,
+                                 "quest:budget=0.5,min=0,dense_layers=0+art:" + rule,
+                                 "streaming:sink=4,window=2048+art:" + rule}) {
+    EngineOptions go = base_opt, co = base_opt, dopt = base_opt;
+    go.policy = spec + ",warps=8";
+    co.policy = spec + ",lag=" + std::to_string(lag);
+    co.device = "cpu";
+    Engine gpu(go), cpu(co), dense(dopt);
+    const int sg = gpu.open_sequence(), sc = cpu.open_sequence(), sd = dense.open_sequence();
+    gpu.append(sg, prefix, {});
+    cpu.append(sc, prefix, {});
+    dense.append(sd, prefix, {});
+    float worst = 0, from_dense = 0;
+    for (int i = 0; i < steps; ++i) {
+      const int t = i == 0 ? prompt.back() : forced[size_t(i - 1)];
+      const std::vector<float> g = gpu.decode(std::span<const int>(&sg, 1), std::span<const int>(&t, 1));
+      const std::vector<float> x = cpu.decode(std::span<const int>(&sc, 1), std::span<const int>(&t, 1));
+      const std::vector<float> d = dense.decode(std::span<const int>(&sd, 1), std::span<const int>(&t, 1));
+      for (size_t v = 0; v < g.size(); ++v) {
+        worst = std::max(worst, std::fabs(g[v] - x[v]));
+        from_dense = std::max(from_dense, std::fabs(g[v] - d[v]));
+      }
+    }
+    std::printf("[ art      ] %s, lag %d, demo-long, %d steps: max |GPU - CPU| = %.3f, |GPU - dense| = %.3f, bytes "
+                "GPU %.3g CPU %.3g\n",
+                spec.c_str(), lag, steps, worst, from_dense, gpu.decode_kv_bytes_read(), cpu.decode_kv_bytes_read());
+    EXPECT_LT(worst, kLogitTol) << spec;
+    EXPECT_GT(from_dense, 0.01f) << spec << ": the stops changed nothing";
+  }
 }
 
 TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {

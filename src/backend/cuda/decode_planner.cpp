@@ -199,42 +199,12 @@ ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art) {
                     .eps_dir = float(art.number("eps_dir", d.eps_dir)), .max_warps = art.integer("warps", 0)};
 }
 
-// MAC over a base's plan: the base plans (its digests are counted here, its K/V not), the
-// forward cuts each row's lists at its prefix end and merges with the rings (mac_decode.cuh).
-// The K/V of the cut lists and the rings' bytes are counted on the device.
-class MacRows final : public RowPlanner {
+// A stage around a base policy's rows (MAC, RetroAttention): the base plans, the forward runs
+// the stage's pipeline over the plan; everything the planner asks goes to the base unless the
+// stage says otherwise.
+class StageRows : public RowPlanner {
  public:
-  MacRows(std::unique_ptr<RowPlanner> base, const MacParams& p)
-      : base_(std::move(base)),
-        rule_{.active = 1, .window = p.window, .band = p.band, .tau = float(p.tau), .min_context = p.min_context} {}
-  bool dense_in(int layer) const override { return base_->dense_in(layer); }
-  bool writes_masks() const override { return base_->writes_masks(); }
-  size_t workspace_bytes() const override { return base_->workspace_bytes(); }
-  void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
-    Out o = out;
-    o.listed_tokens = nullptr;  // the cut lists are counted instead (mac_page_plan)
-    base_->select(in, rows, o, stream);
-  }
-  int list_tokens(int max_seq_len) const override { return base_->list_tokens(max_seq_len); }
-  double bytes_read(int layer, int length) const override { return base_->bytes_read(layer, length); }
-  double host_bytes(int layer, int length) const override { return base_->metadata_bytes(layer, length); }
-  double metadata_bytes(int layer, int length) const override { return base_->metadata_bytes(layer, length); }
-  const MacRowRule* mac_rule() const override { return &rule_; }
-
- private:
-  std::unique_ptr<RowPlanner> base_;
-  MacRowRule rule_;
-};
-
-std::unique_ptr<RowPlanner> make_selection_planner(const std::string& policy, const PolicySpec& spec,
-                                                   const PlannerShape& shape);
-
-// RetroAttention over a base's plan (quest, gbsa, resa): the base plans the newest rows, the
-// forward lists each past row's unseen pages (retro_decode.cuh) and merges with its cached
-// state. The supplements' K/V are counted on the device.
-class RetroRows final : public RowPlanner {
- public:
-  RetroRows(std::unique_ptr<RowPlanner> base, const RetroRowRule& rule) : base_(std::move(base)), rule_(rule) {}
+  explicit StageRows(std::unique_ptr<RowPlanner> base) : base_(std::move(base)) {}
   bool dense_in(int layer) const override { return base_->dense_in(layer); }
   bool writes_masks() const override { return base_->writes_masks(); }
   size_t workspace_bytes() const override { return base_->workspace_bytes(); }
@@ -245,10 +215,43 @@ class RetroRows final : public RowPlanner {
   double bytes_read(int layer, int length) const override { return base_->bytes_read(layer, length); }
   double host_bytes(int layer, int length) const override { return base_->host_bytes(layer, length); }
   double metadata_bytes(int layer, int length) const override { return base_->metadata_bytes(layer, length); }
+
+ protected:
+  std::unique_ptr<RowPlanner> base_;
+};
+
+// MAC over a base's plan: the forward cuts each row's lists at its prefix end and merges with
+// the rings (mac_decode.cuh). The base's digests are counted here; the K/V of the cut lists and
+// the rings' bytes on the device.
+class MacRows final : public StageRows {
+ public:
+  MacRows(std::unique_ptr<RowPlanner> base, const MacParams& p)
+      : StageRows(std::move(base)),
+        rule_{.active = 1, .window = p.window, .band = p.band, .tau = float(p.tau), .min_context = p.min_context} {}
+  void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
+    Out o = out;
+    o.listed_tokens = nullptr;  // the cut lists are counted instead (mac_page_plan)
+    base_->select(in, rows, o, stream);
+  }
+  double host_bytes(int layer, int length) const override { return base_->metadata_bytes(layer, length); }
+  const MacRowRule* mac_rule() const override { return &rule_; }
+
+ private:
+  MacRowRule rule_;
+};
+
+std::unique_ptr<RowPlanner> make_selection_planner(const std::string& policy, const PolicySpec& spec,
+                                                   const PlannerShape& shape);
+
+// RetroAttention over a base's plan (quest, gbsa, resa): the base plans the newest rows, the
+// forward lists each past row's unseen pages (retro_decode.cuh) and merges with its cached
+// state. The supplements' K/V are counted on the device.
+class RetroRows final : public StageRows {
+ public:
+  RetroRows(std::unique_ptr<RowPlanner> base, const RetroRowRule& rule) : StageRows(std::move(base)), rule_(rule) {}
   const RetroRowRule* retro_rule() const override { return &rule_; }
 
  private:
-  std::unique_ptr<RowPlanner> base_;
   RetroRowRule rule_;
 };
 

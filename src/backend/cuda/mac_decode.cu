@@ -5,6 +5,8 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "backend/cuda/page_index_map.cuh"
+
 #include <cfloat>
 #include <cstdint>
 
@@ -87,15 +89,6 @@ size_t mask_bytes(const MacPagePlanArgs& a) {
 }
 
 __device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
-
-// Each page of a row's table: its index in the table (rows hold distinct pages).
-__global__ void __launch_bounds__(kPlanThreads) inverse_kernel(const MacPagePlanArgs a) {
-  const int b = blockIdx.x;
-  const int m = pages_of(min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size), a.page_size);
-  int32_t* inv = static_cast<int32_t*>(a.workspace);
-  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-  for (int i = threadIdx.x; i < m; i += kPlanThreads) inv[table[i]] = i;
-}
 
 // A row of another policy: its base list whole as `above`.
 __device__ void pass_through(const MacPagePlanArgs& a, int b, int kvh, size_t list) {
@@ -290,7 +283,8 @@ cudaError_t mac_page_plan(const MacPagePlanArgs& a, cudaStream_t stream) {
       mac_page_plan_workspace_size(a) == 0 || a.workspace_bytes < mac_page_plan_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  inverse_kernel<<<a.batch, kPlanThreads, 0, stream>>>(a);
+  page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
+                 static_cast<int32_t*>(a.workspace), stream);
   plan_kernel<<<dim3(a.num_kv_heads, a.batch), kPlanThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }

@@ -41,7 +41,7 @@ void MacState::allocate(int slots, int capacity) {
     check(cudaMemset(bytes_.data(), 0, bytes_.bytes()), "cudaMemset (MAC counters)");
   }
   capacity_ = capacity;
-  for (int s = slots_; s < slots; ++s) free_.push_back(s);
+  slots_of_.add(slots_, slots);
   slots_ = slots;
 }
 
@@ -54,39 +54,24 @@ void MacState::clear_fill(int slot, cudaStream_t stream) {
 
 int MacState::slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream) {
   SKIM_REQUIRE(active(), "mac: no ring capacity reserved (a MAC policy must be acquired first)");
-  auto it = owners_.find(t);
-  if (it != owners_.end()) {
-    if (it->second.policy != policy) {  // another MAC policy now: its own ring, from empty
-      it->second.policy = policy;
-      clear_fill(it->second.slot, stream);
-    }
-    return it->second.slot;
-  }
-  if (free_.empty()) {
+  std::optional<SequenceSlots::Claim> claim = slots_of_.claim(t, policy);
+  if (!claim) {
     check(cudaStreamSynchronize(stream), "forward pass");  // buffers move: nothing may use them
-    const int grown = std::min(std::max(2 * slots_, 4), std::max(slots_ + 1, s_.max_rows));
-    SKIM_REQUIRE(grown > slots_, "mac: more than {} sequences run MAC at once on the GPU", slots_);
-    allocate(grown, capacity_);  // every ring restarts empty
+    allocate(std::min(std::max(2 * slots_, 4), std::max(slots_ + 1, s_.max_rows)), capacity_);  // every ring restarts empty
     moved = true;
+    claim = slots_of_.claim(t, policy);
   }
-  const int slot = free_.back();
-  free_.pop_back();
-  owners_[t] = Owner{slot, policy};
-  clear_fill(slot, stream);
-  return slot;
+  if (claim->fresh) clear_fill(claim->slot, stream);  // a new slot, or another policy: from empty
+  return claim->slot;
 }
 
-int MacState::slot_of(const PageTable* t) const {
-  auto it = owners_.find(t);
-  return it == owners_.end() ? -1 : it->second.slot;
-}
+int MacState::slot_of(const PageTable* t) const { return slots_of_.slot_of(t); }
 
 void MacState::fork(const PageTable* from, const PageTable* to, bool& moved, cudaStream_t stream) {
-  auto it = owners_.find(from);
-  if (it == owners_.end()) return;
-  const Owner src = it->second;  // copy: slot_for may rehash owners_
-  const int dst = slot_for(to, src.policy, moved, stream);
-  const int from_slot = owners_.at(from).slot;
+  const int from_policy = slots_of_.policy_of(from);
+  if (from_policy < 0) return;
+  const int dst = slot_for(to, from_policy, moved, stream);
+  const int from_slot = slots_of_.slot_of(from);
   const size_t L = size_t(s_.num_layers), K = size_t(capacity_), H = size_t(s_.num_heads), d = size_t(s_.head_dim);
   auto copy = [&](auto& buf, size_t per_slot) {  // [layers][slots][per_slot]: the slot in every layer
     using T = std::remove_reference_t<decltype(*buf.data())>;
@@ -102,12 +87,7 @@ void MacState::fork(const PageTable* from, const PageTable* to, bool& moved, cud
   copy(fill_, 2);
 }
 
-void MacState::drop(const PageTable* t) {
-  auto it = owners_.find(t);
-  if (it == owners_.end()) return;
-  free_.push_back(it->second.slot);
-  owners_.erase(it);
-}
+void MacState::drop(const PageTable* t) { slots_of_.drop(t); }
 
 MacRingsView MacState::rings(int layer) {
   const size_t S = size_t(slots_), K = size_t(capacity_), H = size_t(s_.num_heads), d = size_t(s_.head_dim);

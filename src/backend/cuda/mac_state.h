@@ -16,6 +16,7 @@
 
 #include "attention/mac_decode_args.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/sequence_slots.h"
 #include "kv/page_pool.h"
 
 namespace skim::cuda {
@@ -65,11 +66,7 @@ class MacState {
 
   MacShape s_;
   int capacity_ = 0, slots_ = 0;
-  struct Owner {
-    int slot = -1, policy = -1;
-  };
-  std::unordered_map<const PageTable*, Owner> owners_;
-  std::vector<int> free_;
+  SequenceSlots slots_of_;
   // [layers][slots][capacity][heads][head_dim] and the like; fill [layers][slots][2].
   DeviceBuffer<uint16_t> q_pre_;
   DeviceBuffer<float> o_, lse_;

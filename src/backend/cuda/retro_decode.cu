@@ -3,6 +3,8 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "backend/cuda/page_index_map.cuh"
+
 #include <cstdint>
 
 namespace skim::cuda {
@@ -12,14 +14,6 @@ namespace {
 constexpr int kThreads = 256;
 
 __device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
-
-__global__ void __launch_bounds__(kThreads) inverse_kernel(const RetroPagePlanArgs a) {
-  const int b = blockIdx.x;
-  const int m = pages_of(min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size), a.page_size);
-  int32_t* inv = static_cast<int32_t*>(a.workspace);
-  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-  for (int i = threadIdx.x; i < m; i += kThreads) inv[table[i]] = i;
-}
 
 // One CTA per (KV head, row): a row that is not a past one gets its base list; a newest row in a
 // sparse layer then records each listed page's old value per head and loads its units' masks.
@@ -146,7 +140,8 @@ cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
       a.workspace_bytes < retro_page_plan_workspace_size(a) || retro_page_plan_workspace_size(a) == 0)
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  inverse_kernel<<<a.batch, kThreads, 0, stream>>>(a);
+  page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
+                 static_cast<int32_t*>(a.workspace), stream);
   newest_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a);
   past_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a);
   return cudaGetLastError();

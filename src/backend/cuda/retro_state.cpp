@@ -58,7 +58,7 @@ void RetroState::allocate(int slots, int entries) {
   }
   check(cudaDeviceSynchronize(), "retro state");  // done before the forward's stream uses it
   entries_ = entries;
-  for (int s = slots_; s < slots; ++s) free_.push_back(s);
+  slots_of_.add(slots_, slots);
   slots_ = slots;
 }
 
@@ -75,31 +75,21 @@ void RetroState::clear(int slot, cudaStream_t stream) {
 
 int RetroState::slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream) {
   SKIM_REQUIRE(active(), "retro: no state reserved (a retro policy must be acquired first)");
-  auto it = owners_.find(t);
-  if (it != owners_.end()) {
-    if (it->second.policy != policy) {  // another retro policy now: from nothing
-      it->second.policy = policy;
-      clear(it->second.slot, stream);
-    }
-    return it->second.slot;
-  }
-  if (free_.empty()) {
-    check(cudaStreamSynchronize(stream), "forward pass");
+  std::optional<SequenceSlots::Claim> claim = slots_of_.claim(t, policy);
+  if (!claim) {
+    check(cudaStreamSynchronize(stream), "forward pass");  // buffers move: nothing may use them
     allocate(std::max(2 * slots_, 4), entries_);  // the slots keep their state
     moved = true;
+    claim = slots_of_.claim(t, policy);
   }
-  const int slot = free_.back();
-  free_.pop_back();
-  owners_[t] = Owner{slot, policy};
-  clear(slot, stream);
-  return slot;
+  if (claim->fresh) clear(claim->slot, stream);  // a new slot, or another policy: from empty
+  return claim->slot;
 }
 
 void RetroState::fork(const PageTable* from, const PageTable* to, bool& moved, cudaStream_t stream) {
-  auto it = owners_.find(from);
-  if (it == owners_.end()) return;
-  const Owner src = it->second;
-  const int dst = slot_for(to, src.policy, moved, stream), from_slot = owners_.at(from).slot;
+  const int from_policy = slots_of_.policy_of(from);
+  if (from_policy < 0) return;
+  const int dst = slot_for(to, from_policy, moved, stream), from_slot = slots_of_.slot_of(from);
   const size_t L = size_t(s_.num_layers), H = size_t(s_.num_heads), P = size_t(s_.max_pages_per_seq),
                E = size_t(entries_), d = size_t(s_.head_dim);
   auto copy = [&](auto& buf, size_t per_slot) {
@@ -115,12 +105,7 @@ void RetroState::fork(const PageTable* from, const PageTable* to, bool& moved, c
   copy(lse_, E * H);
 }
 
-void RetroState::drop(const PageTable* t) {
-  auto it = owners_.find(t);
-  if (it == owners_.end()) return;
-  free_.push_back(it->second.slot);
-  owners_.erase(it);
-}
+void RetroState::drop(const PageTable* t) { slots_of_.drop(t); }
 
 RetroMaskView RetroState::masks(int layer) {
   const size_t per_layer = size_t(slots_) * s_.num_heads * s_.max_pages_per_seq;

@@ -15,6 +15,7 @@
 
 #include "attention/retro_decode_args.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/sequence_slots.h"
 #include "kv/page_pool.h"
 
 namespace skim::cuda {
@@ -57,11 +58,7 @@ class RetroState {
 
   RetroShape s_;
   int entries_ = 0, slots_ = 0;
-  struct Owner {
-    int slot = -1, policy = -1;
-  };
-  std::unordered_map<const PageTable*, Owner> owners_;
-  std::vector<int> free_;
+  SequenceSlots slots_of_;
   DeviceBuffer<int32_t> a_, step_;  // [layers][slots][heads][pages], [layers][slots][entries]
   DeviceBuffer<float> o_, lse_;     // [layers][slots][entries][heads][d], [layers][slots][entries][heads]
   DeviceBuffer<int32_t> table_, lens_;

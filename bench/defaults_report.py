@@ -17,14 +17,15 @@ from md_block import write_block
 
 
 def load(dirs):
-    """policy -> {piece name -> policy entry}; dense per piece from the first dir (every dir's dense
-    ran the same windows and prompts, so its quality is the same; its speed is compared per run)."""
+    """policy -> {piece name -> policy entry}; dense per piece from the last dir that has the piece
+    (every dir's dense ran the same windows and prompts, so its quality is the same; the last run's
+    speed is the one shown: give the clean speed run last). Later dirs override a policy's piece."""
     table, dense = {}, {}
     for d in dirs:
         for path in sorted(glob.glob(os.path.join(d, "*.json"))):
             piece = os.path.basename(path)[:-5]
             policies = json.load(open(path))["policies"]
-            dense.setdefault(piece, policies[0])
+            dense[piece] = policies[0]
             for p in policies[1:]:
                 p["dense_of_run"] = policies[0]  # speeds compare within one run (same load)
                 table.setdefault(p["policy"], {})[piece] = p

@@ -180,6 +180,10 @@ class Runner {
           [&](const std::string&, int token) { return std::find(eos.begin(), eos.end(), token) != eos.end(); },
           coverage ? &*coverage : nullptr, needle);
       const bool found = needle_found(text, c.kind, t.prompt.value);
+      std::string shown;  // one line
+      for (char ch : text) shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+      say(fmt::format("{}: {} answered \"{}\" ({} \"{}\")", where, pr.policy, shown, found ? "found" : "missed",
+                      t.prompt.value));
       pr.needle.add(kind, length, c.depth, found);
       if (coverage) {
         std::optional<NeedleCoverageMeter>& into = found ? pr.coverage_found : pr.coverage_lost;

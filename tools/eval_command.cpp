@@ -47,12 +47,12 @@ eval::ProgressFn status_lines() {
   const bool tty = isatty(fileno(stderr));
   auto last = std::make_shared<double>(eval::now_seconds());
   const double interval = tty ? 0.2 : progress_interval_seconds();
-  return [last, tty, interval](const std::string& line) {
+  return [last, tty, interval](const std::string& line, bool result) {
     double now = eval::now_seconds();
-    if (now - *last < interval) return;
+    if (!result && now - *last < interval) return;
     *last = now;
-    if (tty)
-      std::fprintf(stderr, "\r\033[K[eval] %s", line.c_str());
+    if (tty)  // a status line is redrawn in place; a result stays on its own line
+      std::fprintf(stderr, result ? "\r\033[K[eval] %s\n" : "\r\033[K[eval] %s", line.c_str());
     else
       std::fprintf(stderr, "[eval] %s\n", line.c_str());
     std::fflush(stderr);

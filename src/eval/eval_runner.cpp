@@ -72,8 +72,8 @@ class Runner {
   }
 
  private:
-  void say(const std::string& line) {
-    if (progress_) progress_(line);
+  void say(const std::string& line, bool result = false) {
+    if (progress_) progress_(line, result);
   }
 
   // Progress of a decode loop, at most every 64 steps.
@@ -183,7 +183,8 @@ class Runner {
       std::string shown;  // one line
       for (char ch : text) shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);
       say(fmt::format("{}: {} answered \"{}\" ({} \"{}\")", where, pr.policy, shown, found ? "found" : "missed",
-                      t.prompt.value));
+                      t.prompt.value),
+          true);
       pr.needle.add(kind, length, c.depth, found);
       if (coverage) {
         std::optional<NeedleCoverageMeter>& into = found ? pr.coverage_found : pr.coverage_lost;

@@ -59,8 +59,9 @@ struct EvalResults {
   std::vector<PolicyResult> policies;  // [0] is dense
 };
 
-// One line describing what runs now, for a progress display.
-using ProgressFn = std::function<void(const std::string& line)>;
+// A progress line; `result` lines (a needle answer) are kept, the others may be dropped or
+// overwritten by the next (a status display).
+using ProgressFn = std::function<void(const std::string& line, bool result)>;
 
 // The engine needs max_sequences >= 2 (the prefilled base and one fork) and a context of at
 // least ctx + answer_tokens; tasks on text need the model's tokenizer.

@@ -473,6 +473,7 @@ TEST(GpuEngine, MacFollowsTheCpuPolicy) {
     EngineOptions co = gpu_options(int(prompt.size()) + 64), go = co;
     co.device = "cpu";
     co.policy = go.policy = policy;
+    go.max_sequences = 2;  // the fork's pages
     Engine cpu(co), gpu(go), dense(gpu_options(int(prompt.size()) + 64));
     const int sc = cpu.open_sequence(), sg = gpu.open_sequence(), sd = dense.open_sequence();
     cpu.append(sc, prefix, {});
@@ -523,6 +524,7 @@ TEST(GpuEngine, RetroFollowsTheCpuPolicy) {
       co.device = "cpu";
       co.policy = go.policy = policy;
       bo.policy = base;
+      go.max_sequences = 2;  // the fork's pages
       Engine cpu(co), gpu(go), alone(bo);
       const int sc = cpu.open_sequence(), sg = gpu.open_sequence(), sb = alone.open_sequence();
       cpu.append(sc, prefix, {});

@@ -78,6 +78,20 @@ struct PagedDecodeArgsOf {
     return page_stride ? page_stride : size_t(num_kv_heads) * page_size * head_dim;
   }
   size_t head_stride_elems() const { return head_stride ? head_stride : size_t(page_size) * head_dim; }
+  // The same call over other per-(row, KV head) lists (a stage's plan: MAC's parts, Retro's
+  // supplements), bounded by max_len tokens, into other states.
+  PagedDecodeArgsOf with_lists(int max_len, const int32_t* table, const int32_t* lens, const uint32_t* masks,
+                               float* out_o, float* out_lse) const {
+    PagedDecodeArgsOf a = *this;
+    a.max_seq_len = max_len;
+    a.tables_per_kv_head = true;
+    a.page_table = table;
+    a.seq_lens = lens;
+    a.head_masks = masks;
+    a.o = out_o;
+    a.lse = out_lse;
+    return a;
+  }
   // Index of the page list (row of page_table, entry of seq_lens) of sequence b, KV head h.
   size_t table_index(int b, int h) const {
     return tables_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);

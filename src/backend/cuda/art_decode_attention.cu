@@ -723,16 +723,7 @@ struct ArtVariant {
     if ((e = detail::device_info(info)) != cudaSuccess) return e;
     const detail::MergeParams mp{.part_o = part_o, .part_lse = part_lse, .o = at.o, .lse = at.lse,
                                  .num_heads = at.num_heads, .num_chunks = plan.num_chunks};
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(at.batch * at.num_heads);
-    cfg.blockDim = dim3(detail::kMergeThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = info.cc_major >= 9 ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, detail::merge_kernel<D>, mp);
+    return detail::launch_merge<D>(mp, at.batch * at.num_heads, info.cc_major, stream);
   }
 };
 

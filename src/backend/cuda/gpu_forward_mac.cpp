@@ -55,20 +55,10 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
 
   // Both parts: every list of the row's keys, whatever its base's bound (a hit's band reaches
   // past a streaming window), so the pass's context bound.
-  PagedDecodeArgs below = base;
-  below.max_seq_len = pass_.max_seq_len;
-  below.tables_per_kv_head = true;
-  below.page_table = x.below_table;
-  below.seq_lens = x.below_lens;
-  below.head_masks = x.below_masks;
-  below.o = x.below_o;
-  below.lse = x.below_lse;
-  PagedDecodeArgs above = below;
-  above.page_table = x.above_table;
-  above.seq_lens = x.above_lens;
-  above.head_masks = x.above_masks;
-  above.o = x.above_o;
-  above.lse = x.above_lse;
+  const PagedDecodeArgs below =
+      base.with_lists(pass_.max_seq_len, x.below_table, x.below_lens, x.below_masks, x.below_o, x.below_lse);
+  const PagedDecodeArgs above =
+      base.with_lists(pass_.max_seq_len, x.above_table, x.above_lens, x.above_masks, x.above_o, x.above_lse);
   check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");
   if (plan.art_rules)  // ART rows pass through whole into `above`, in their visiting order
     run_art(above, plan, s);

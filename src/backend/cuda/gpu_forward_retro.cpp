@@ -39,14 +39,8 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
                          .supplement_tokens = x.tokens},
                         s),
         "retro_page_plan");
-  PagedDecodeArgs a = base;
-  a.max_seq_len = pass_.max_seq_len;  // a row's list is among its own pages
-  a.tables_per_kv_head = true;
-  a.page_table = x.table;
-  a.seq_lens = x.lens;
-  a.head_masks = x.masks;
-  a.o = x.o;
-  a.lse = x.lse;
+  // A row's list is among its own pages: the pass's context bound.
+  const PagedDecodeArgs a = base.with_lists(pass_.max_seq_len, x.table, x.lens, x.masks, x.o, x.lse);
   if (plan.art_rules)  // ART rows pass through whole, in their visiting order
     run_art(a, plan, s);
   else

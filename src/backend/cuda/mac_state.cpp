@@ -54,15 +54,13 @@ void MacState::clear_fill(int slot, cudaStream_t stream) {
 
 int MacState::slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream) {
   SKIM_REQUIRE(active(), "mac: no ring capacity reserved (a MAC policy must be acquired first)");
-  std::optional<SequenceSlots::Claim> claim = slots_of_.claim(t, policy);
-  if (!claim) {
+  const SequenceSlots::Claim claim = slots_of_.claim_or_grow(t, policy, [&] {
     check(cudaStreamSynchronize(stream), "forward pass");  // buffers move: nothing may use them
     allocate(std::min(std::max(2 * slots_, 4), std::max(slots_ + 1, s_.max_rows)), capacity_);  // every ring restarts empty
     moved = true;
-    claim = slots_of_.claim(t, policy);
-  }
-  if (claim->fresh) clear_fill(claim->slot, stream);  // a new slot, or another policy: from empty
-  return claim->slot;
+  });
+  if (claim.fresh) clear_fill(claim.slot, stream);  // a new slot, or another policy: from empty
+  return claim.slot;
 }
 
 int MacState::slot_of(const PageTable* t) const { return slots_of_.slot_of(t); }

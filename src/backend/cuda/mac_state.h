@@ -21,10 +21,7 @@
 
 namespace skim::cuda {
 
-struct MacShape {
-  int num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
-  int max_rows = 0, max_pages_per_seq = 0, num_pool_pages = 0;
-};
+using MacShape = SequenceStateShape;
 
 class MacState {
  public:

@@ -600,6 +600,23 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
   if (t == 0) p.lse[bh] = L > 0.0f ? M + logf(L) : -INFINITY;
 }
 
+// Launches merge_kernel over `rows` (batch x num_heads) units; on Hopper it may start while the
+// split kernel finishes (programmatic dependent launch: the kernel waits on its inputs).
+template <int D>
+cudaError_t launch_merge(const MergeParams& mp, int rows, int cc_major, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(rows);
+  cfg.blockDim = dim3(kMergeThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = cc_major >= 9 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, merge_kernel<D>, mp);
+}
+
 // ---------------------------------------------------------------------------------------
 // Host side: planning and launching.
 
@@ -810,17 +827,7 @@ struct Variant {
     mp.num_heads = a.num_heads;
     mp.num_chunks = plan.num_chunks;
 
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(a.batch * a.num_heads);
-    cfg.blockDim = dim3(kMergeThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = info.cc_major >= 9 ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, merge_kernel<D>, mp);
+    return launch_merge<D>(mp, a.batch * a.num_heads, info.cc_major, stream);
   }
 };
 

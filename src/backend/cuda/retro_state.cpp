@@ -75,15 +75,13 @@ void RetroState::clear(int slot, cudaStream_t stream) {
 
 int RetroState::slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream) {
   SKIM_REQUIRE(active(), "retro: no state reserved (a retro policy must be acquired first)");
-  std::optional<SequenceSlots::Claim> claim = slots_of_.claim(t, policy);
-  if (!claim) {
+  const SequenceSlots::Claim claim = slots_of_.claim_or_grow(t, policy, [&] {
     check(cudaStreamSynchronize(stream), "forward pass");  // buffers move: nothing may use them
     allocate(std::max(2 * slots_, 4), entries_);  // the slots keep their state
     moved = true;
-    claim = slots_of_.claim(t, policy);
-  }
-  if (claim->fresh) clear(claim->slot, stream);  // a new slot, or another policy: from empty
-  return claim->slot;
+  });
+  if (claim.fresh) clear(claim.slot, stream);  // a new slot, or another policy: from empty
+  return claim.slot;
 }
 
 void RetroState::fork(const PageTable* from, const PageTable* to, bool& moved, cudaStream_t stream) {

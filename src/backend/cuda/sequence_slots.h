@@ -6,9 +6,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/error.h"
 #include "kv/page_pool.h"
 
 namespace skim::cuda {
+
+// What a per-sequence device state is sized by: the model's shape and the forward's bounds.
+struct SequenceStateShape {
+  int num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int max_rows = 0, max_pages_per_seq = 0, num_pool_pages = 0;
+};
 
 class SequenceSlots {
  public:
@@ -30,6 +37,18 @@ class SequenceSlots {
     free_.pop_back();
     owners_[t] = Owner{slot, policy};
     return Claim{slot, true};
+  }
+  // claim(), growing the state first when no slot is free: grow() reallocates and add()s the
+  // new slots.
+  template <class Grow>
+  Claim claim_or_grow(const PageTable* t, int policy, Grow grow) {
+    std::optional<Claim> c = claim(t, policy);
+    if (!c) {
+      grow();
+      c = claim(t, policy);
+    }
+    SKIM_REQUIRE(c.has_value(), "sequence slots: growing the state freed no slot");
+    return *c;
   }
   void add(int from, int to) {  // slots [from, to) exist now, free
     for (int s = to - 1; s >= from; --s) free_.push_back(s);

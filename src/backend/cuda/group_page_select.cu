@@ -77,6 +77,12 @@ struct SortOut {
   int* end = nullptr;
 };
 
+// One CTA per (KV head, sequence): the top pages_kept(m) of the keys, written in position order.
+// EXTRAS: the masks and the sort keys may be written too. Without them the kernel is the plain
+// selection as it was before they came: their per-page branches in the unrolled walk take it
+// from 64 registers to 104, and gbsa's select+attend measured 1.4-6.8% slower since (H100,
+// bench/results/2026-11-25-h100-nothing-lost/; this split is the suspected fix, to be timed).
+template <bool EXTRAS>
 __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
   __shared__ SelectSmem sm;
   const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
@@ -94,8 +100,10 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectA
   if (so.keys && t == 0) so.end[list] = first + n;
   const auto keep = [&](int p, int rank) {
     out[rank] = table[p];
-    if (masks) masks[rank] = ~0u;  // every head of the group attends the group's pages
-    if (so.keys) so.keys[first + rank] = keys[p];
+    if constexpr (EXTRAS) {
+      if (masks) masks[rank] = ~0u;  // every head of the group attends the group's pages
+      if (so.keys) so.keys[first + rank] = keys[p];
+    }
   };
   if (n == m) {  // every page kept (short sequences)
     for (int p = t; p < m; p += kThreads) keep(p, p);
@@ -137,7 +145,11 @@ cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream)
     so.begin = reinterpret_cast<int*>(ws + l.begin);
     so.end = reinterpret_cast<int*>(ws + l.end);
   }
-  select_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a, so);
+  const dim3 grid(a.num_kv_heads, a.batch);
+  if (a.by_score || a.out_masks)
+    select_kernel<true><<<grid, kThreads, 0, stream>>>(a, so);
+  else
+    select_kernel<false><<<grid, kThreads, 0, stream>>>(a, so);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !a.by_score) return err;
   // Each list's kept pages by descending key; the radix sort is stable, so equal keys (the forced

@@ -45,7 +45,7 @@ __device__ __forceinline__ void load_query(const uint16_t* q, int count, int lan
   }
 }
 
-// The digests of pages p0 .. p0 + kWarpPages - 1 (those < m) of one sequence (`table`) for KV
+// The digests of pages p0 .. p0 + kWarpPages - 1 (those < m) of one sequence (ids from lane_page_id) for KV
 // head kvh, held raw in a warp's registers (V/2 words per page and side, all loads in flight
 // together), so that several queries can be scored against one load.
 template <int D>
@@ -54,9 +54,15 @@ struct WarpDigests {
   using Raw = std::conditional_t<V == 4, uint2, unsigned>;
   Raw lo[kWarpPages], hi[kWarpPages];
 
+  // Lane j < kWarpPages: the id of page p0 + j (0 past m), which load() takes: callers issue it
+  // first so that its latency overlaps their other loads (the query's) instead of adding to the
+  // digests' (table -> digests is a dependent chain).
+  static __device__ __forceinline__ int lane_page_id(const int32_t* table, int p0, int m, int lane) {
+    return lane < kWarpPages && p0 + lane < m ? __ldg(table + p0 + lane) : 0;
+  }
+
   __device__ __forceinline__ void load(const uint16_t* kmin, const uint16_t* kmax, int num_kv_heads, int kvh,
-                                       const int32_t* table, int p0, int m, int lane) {
-    const int my_id = lane < kWarpPages && p0 + lane < m ? __ldg(table + p0 + lane) : 0;
+                                       int my_id, int p0, int m, int lane) {
 #pragma unroll
     for (int j = 0; j < kWarpPages; ++j) {
       const int id = __shfl_sync(0xffffffffu, my_id, j);
@@ -100,10 +106,11 @@ template <int D>
 __device__ __forceinline__ float warp_page_bounds(const uint16_t* q, int count, const uint16_t* kmin,
                                                   const uint16_t* kmax, int num_kv_heads, int kvh,
                                                   const int32_t* table, int p0, int m, int lane) {
+  const int my_id = WarpDigests<D>::lane_page_id(table, p0, m, lane);  // before the query: see there
   float qv[D / 32];
   load_query<D>(q, count, lane, qv);
   WarpDigests<D> dig;
-  dig.load(kmin, kmax, num_kv_heads, kvh, table, p0, m, lane);
+  dig.load(kmin, kmax, num_kv_heads, kvh, my_id, p0, m, lane);
   return dig.bounds(qv, lane);
 }
 

@@ -86,7 +86,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
   const int p0 = blockIdx.x * kPagesPerScoreCta + warp * kWarpPages;
   if (p0 >= m || !a.rows.has(b)) return;
   WarpDigests<D> dig;
-  dig.load(a.kmin, a.kmax, a.num_kv_heads, kvh, a.page_table + size_t(b) * a.max_pages_per_seq, p0, m, lane);
+  dig.load(a.kmin, a.kmax, a.num_kv_heads, kvh,
+           WarpDigests<D>::lane_page_id(a.page_table + size_t(b) * a.max_pages_per_seq, p0, m, lane), p0, m, lane);
   for (int g = 0; g < group; ++g) {
     const int hq = kvh * group + g;
     float qv[D / 32];

@@ -443,15 +443,20 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
   }
   const RowPlanner::Out out{table_.data(), lens_.data(), masks ? masks_.data() : nullptr, workspace_.data(),
                             workspace_.bytes(), listed_.data()};
+  // One policy and no RetroAttention (whose past rows are not planned): every row is the
+  // policy's, so the kernels need not read each row's policy index (a dependent load at the
+  // start of every selection kernel, measurable at batch 1). The graph key holds the policies.
+  PlanInput sel = in;
+  if (std::has_single_bit(in.policies) && !retro) sel.row_policy = nullptr;
   int bound = 0;
   if (dense) {
-    dense_->select(in, dense, out, stream);
+    dense_->select(sel, dense, out, stream);
     bound = in.max_seq_len;
   }
   int art_round = 0, art_warps = 0;
   for (uint32_t m = select; m; m &= m - 1) {
     RowPlanner& p = *slots_[size_t(std::countr_zero(m))].planner;
-    p.select(in, m & ~(m - 1), out, stream);
+    p.select(sel, m & ~(m - 1), out, stream);
     bound = std::max(bound, p.list_tokens(in.max_seq_len));
     if (const ArtRowRule* r = p.art_rule()) {
       art_round = art_round ? std::min(art_round, r->round_pages) : r->round_pages;

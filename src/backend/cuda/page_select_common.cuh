@@ -167,18 +167,11 @@ struct SelectSmem {
   uint32_t keys[kSmemKeys + kSmemKeys / 32];
 };
 
-// The CTA's top n of the m keys in `keys` (global; staged in shared memory when they fit):
-// calls kept(p, rank) for each kept page p in position order, rank its index among the kept,
-// and skipped(p) for the others. Every thread of the CTA calls it.
-template <class Kept, class Skipped>
-__device__ void select_top_pages(SelectSmem& sm, const uint32_t* keys, int m, int n, Kept kept, Skipped skipped) {
+// select_top_pages (below) over the keys key(p), p < m.
+template <class Key, class Kept, class Skipped>
+__device__ void select_top_pages_of(SelectSmem& sm, Key key, int m, int n, Kept kept, Skipped skipped) {
   using Scan = SelectSmem::Scan;
   const int t = threadIdx.x;
-  const bool staged = m <= kSmemKeys;
-  if (staged)
-    for (int p = t; p < m; p += kThreads) sm.keys[skew(p)] = keys[p];
-  auto key = [&](int p) { return staged ? sm.keys[skew(p)] : keys[p]; };
-
   uint32_t prefix = 0, mask = 0;
   unsigned need = unsigned(n);
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -232,6 +225,22 @@ __device__ void select_top_pages(SelectSmem& sm, const uint32_t* keys, int m, in
     }
     eq_before += eq_total;
     written += kept_total;
+  }
+}
+
+
+// The CTA's top n of the m keys in `keys` (global; staged in shared memory when they fit):
+// calls kept(p, rank) for each kept page p in position order, rank its index among the kept,
+// and skipped(p) for the others. Every thread of the CTA calls it. The two key sources are
+// separate instantiations: a per-key choice between them inside the passes cost the selection
+// (the kernel before the shared pieces had its loops unswitched on it).
+template <class Kept, class Skipped>
+__device__ void select_top_pages(SelectSmem& sm, const uint32_t* keys, int m, int n, Kept kept, Skipped skipped) {
+  if (m <= kSmemKeys) {
+    for (int p = threadIdx.x; p < m; p += kThreads) sm.keys[skew(p)] = keys[p];
+    select_top_pages_of(sm, [&](int p) { return sm.keys[skew(p)]; }, m, n, kept, skipped);
+  } else {
+    select_top_pages_of(sm, [&](int p) { return keys[p]; }, m, n, kept, skipped);
   }
 }
 

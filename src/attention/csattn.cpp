@@ -30,18 +30,11 @@ CsParams cs_params(const PolicyPart& p) {
   // Types and ranges were checked by the parser against cs_policy_info(); what is left here
   // relates two keys.
   CsParams c;
-  c.subspaces = p.integer("subspaces", c.subspaces);
-  c.centroids = p.integer("centroids", c.centroids);
-  c.iters = p.integer("iters", c.iters);
-  c.list = p.number("list", c.list);
-  c.keep = p.number("keep", c.keep);
-  c.window = p.integer("window", c.window);
-  c.step = p.integer("step", c.step);
-  c.backoff = p.number("backoff", c.backoff);
-  c.backoff_top = p.integer("backoff_top", c.backoff_top);
+  p.read("subspaces", c.subspaces, "centroids", c.centroids, "iters", c.iters, "list", c.list, "keep", c.keep,
+         "window", c.window, "step", c.step, "backoff", c.backoff, "backoff_top", c.backoff_top,
+         "points", c.max_points);
   c.recall = p.integer("recall", 0) != 0;
   c.dense_layers = p.integer("dense_layers", 0);
-  c.max_points = p.integer("points", c.max_points);
   c.missing_mean = p.text("missing", c.missing_mean ? "mean" : "zero") == "mean";
   c.pool_group = p.text("pool", c.pool_group ? "group" : "head") == "group";
   c.score_dot = p.text("score", c.score_dot ? "dot" : "cos") == "dot";

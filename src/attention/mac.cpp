@@ -29,10 +29,7 @@ double quantile(const std::vector<uint64_t>& h, double q) {
 
 MacParams mac_params(const PolicyPart& p) {
   MacParams m;
-  m.window = p.integer("window", m.window);
-  m.band = p.integer("band", m.band);
-  m.tau = p.number("tau", m.tau);
-  m.min_context = p.integer("min_context", m.min_context);
+  p.read("window", m.window, "band", m.band, "tau", m.tau, "min_context", m.min_context);
   return m;
 }
 

@@ -44,24 +44,20 @@ std::unique_ptr<AttentionPolicy> make_retro_policy(const std::string& text, cons
 
 StreamingParams streaming_params(const PolicyPart& p) {
   StreamingParams s;
-  s.sink = p.integer("sink", s.sink);
-  s.window = p.integer("window", s.window);
+  p.read("sink", s.sink, "window", s.window);
   return s;
 }
 
 GroupBlockParams group_block_params(const PolicyPart& p, int& dense_layers) {
   GroupBlockParams g;
-  g.keep = p.number("keep", g.keep);
-  g.n_min = p.integer("n_min", g.n_min);
-  g.n_local = p.integer("n_local", g.n_local);
+  p.read("keep", g.keep, "n_min", g.n_min, "n_local", g.n_local);
   dense_layers = p.integer("dense_layers", 0);  // ReSA sparsifies every layer
   return g;
 }
 
 QuestParams quest_params(const PolicyPart& p, int& dense_layers) {
   QuestParams q;
-  q.budget = p.number("budget", q.budget);
-  q.min_tokens = p.integer("min", q.min_tokens);
+  p.read("budget", q.budget, "min", q.min_tokens);
   dense_layers = p.integer("dense_layers", kQuestDenseLayers);
   return q;
 }
@@ -99,17 +95,12 @@ std::unique_ptr<MacReuse> make_mac(const std::string& text, const PolicySpec& sp
 // (recent or bound) for a dense base.
 ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPart* selector, ArtOrder& order) {
   ArtParams a;
-  a.eps_scale = p.number("eps_scale", a.eps_scale);
-  a.eps_dir = p.number("eps_dir", a.eps_dir);
-  a.patience = p.integer("patience", a.patience);
-  a.block = p.integer("block", a.block);
-  a.round = p.integer("round", a.round);
+  p.read("eps_scale", a.eps_scale, "eps_dir", a.eps_dir, "patience", a.patience, "block", a.block, "round", a.round,
+         "lag", a.lag, "warps", a.warps);
   const std::string o = p.text("order", a.dense_order == ArtOrder::Bound ? "bound" : "recent");
   a.dense_order = o == "bound" ? ArtOrder::Bound : o == "group" ? ArtOrder::GroupBound : ArtOrder::Recent;
   a.group_stop = p.text("stop", "head") == "group";
   a.probe_test = p.text("test", "full") == "probe";
-  a.lag = p.integer("lag", a.lag);
-  a.warps = p.integer("warps", a.warps);
   const bool dense = !selector || selector->name == "dense";
   // The heads of a group stop together only along one shared order: a dense base in the
   // group's order, a selection made for the whole group (gbsa, resa, streaming), or quest's union

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace skim {
@@ -17,6 +18,19 @@ struct PolicyPart {
   double number(const std::string& key, double fallback) const;
   int integer(const std::string& key, int fallback) const;
   std::string text(const std::string& key, const std::string& fallback) const;
+
+  // read("window", m.window, "tau", m.tau, ...): each field (int or double, holding its
+  // default) takes its key's value where the string sets it.
+  void read() const {}
+  template <class T, class... Rest>
+  void read(const char* key, T& field, Rest&... rest) const {
+    static_assert(std::is_same_v<T, int> || std::is_same_v<T, double>, "PolicyPart::read: int or double fields");
+    if constexpr (std::is_same_v<T, int>)
+      field = integer(key, field);
+    else
+      field = number(key, field);
+    read(rest...);
+  }
 };
 
 struct PolicySpec {

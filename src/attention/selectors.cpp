@@ -152,6 +152,22 @@ GroupPageSelectArgsF32 group_select_args(const AttentionBatch& b, const GroupBlo
           .kmax = b.kv.kmax, .page_table = tables, .seq_lens = lens};
 }
 
+// ReSA's group selection over the rows' own tables (`rows`, filled here as its input):
+// cpu::group_page_select's lists into `plan`, by_score in visiting order.
+bool plan_group_pages(const AttentionBatch& b, const GroupBlockParams& p, bool by_score, PagePlan& rows,
+                      PagePlan& plan) {
+  DenseSelector().plan(b, rows);
+  plan.reset(true, b.num_rows * b.num_kv_heads, rows.max_pages);
+  GroupPageSelectArgsF32 a =
+      group_select_args(b, p, 0, b.num_rows, rows.table.data(), rows.max_pages, rows.lens.data());
+  a.by_score = by_score;
+  a.out_table = plan.table.data();
+  a.out_lens = plan.lens.data();
+  cpu::group_page_select(a);
+  plan.metadata_bytes = digest_bytes(b, rows.lens);
+  return true;
+}
+
 }  // namespace
 
 bool DenseSelector::plan(const AttentionBatch& b, PagePlan& plan) {
@@ -165,17 +181,9 @@ bool DenseSelector::plan(const AttentionBatch& b, PagePlan& plan) {
   return true;
 }
 
+// Every page of the rows by descending group bound (the selection at keep 1, by_score).
 bool DenseSelector::plan_visiting(const AttentionBatch& b, PagePlan& out) {
-  plan(b, rows_);
-  out.reset(true, b.num_rows * b.num_kv_heads, rows_.max_pages);
-  GroupPageSelectArgsF32 a = group_select_args(b, GroupBlockParams{.keep = 1.0, .n_min = 1, .n_local = 1}, 0,
-                                               b.num_rows, rows_.table.data(), rows_.max_pages, rows_.lens.data());
-  a.by_score = true;
-  a.out_table = out.table.data();
-  a.out_lens = out.lens.data();
-  cpu::group_page_select(a);
-  out.metadata_bytes = digest_bytes(b, rows_.lens);
-  return true;
+  return plan_group_pages(b, GroupBlockParams{.keep = 1.0, .n_min = 1, .n_local = 1}, true, rows_, out);
 }
 
 void GroupBlockSelector::select(const SelectInput& in, Selection& out) {
@@ -191,16 +199,7 @@ bool GroupBlockSelector::plan(const AttentionBatch& b, PagePlan& plan) { return 
 bool GroupBlockSelector::plan_visiting(const AttentionBatch& b, PagePlan& plan) { return plan_group(b, plan, true); }
 
 bool GroupBlockSelector::plan_group(const AttentionBatch& b, PagePlan& plan, bool by_score) {
-  DenseSelector().plan(b, rows_);  // the rows' own tables in the plan's layout: the input
-  plan.reset(true, b.num_rows * b.num_kv_heads, rows_.max_pages);
-  GroupPageSelectArgsF32 a =
-      group_select_args(b, p_, 0, b.num_rows, rows_.table.data(), rows_.max_pages, rows_.lens.data());
-  a.by_score = by_score;
-  a.out_table = plan.table.data();
-  a.out_lens = plan.lens.data();
-  cpu::group_page_select(a);
-  plan.metadata_bytes = digest_bytes(b, rows_.lens);
-  return true;
+  return plan_group_pages(b, p_, by_score, rows_, plan);
 }
 
 // ---- registry entries (policy_registry.h) ----

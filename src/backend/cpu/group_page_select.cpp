@@ -6,6 +6,7 @@
 
 #include "backend/cpu/as_f32.h"
 #include "backend/cpu/page_digest.h"
+#include "backend/cpu/page_select_checks.h"
 #include "core/dtype.h"
 
 namespace skim::cpu {
@@ -14,18 +15,14 @@ namespace {
 
 template <class Elem>
 void check_args(const GroupPageSelectArgsOf<Elem>& a) {
-  if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 || a.page_size <= 0 ||
-      a.num_heads % a.num_kv_heads != 0 || a.n_min < 1 || a.n_local < 0 || !(a.keep > 0 && a.keep <= 1))
+  if (!select_shapes_ok(a) || a.n_min < 1 || a.n_local < 0 || !(a.keep > 0 && a.keep <= 1))
     throw std::invalid_argument("group_page_select: bad shapes or parameters");
 }
 
 // Pages of sequence b (checked against the table's capacity).
 template <class Elem>
 int pages_of(const GroupPageSelectArgsOf<Elem>& a, int b) {
-  const int len = a.seq_lens[b];
-  if (len < 0 || len > a.max_pages_per_seq * a.page_size)
-    throw std::invalid_argument("group_page_select: seq_len out of range");
-  return (len + a.page_size - 1) / a.page_size;
+  return (checked_context(a, b, "group_page_select") + a.page_size - 1) / a.page_size;
 }
 
 // Every page's bound for (sequence b, KV head h) into `scores` (the forced ones +inf); returns

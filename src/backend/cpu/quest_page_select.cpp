@@ -6,6 +6,7 @@
 
 #include "backend/cpu/as_f32.h"
 #include "backend/cpu/page_digest.h"
+#include "backend/cpu/page_select_checks.h"
 
 namespace skim::cpu {
 
@@ -13,17 +14,13 @@ namespace {
 
 template <class Elem>
 void check_args(const QuestPageSelectArgsOf<Elem>& a) {
-  if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 || a.page_size <= 0 ||
-      a.num_heads % a.num_kv_heads != 0 || !(a.budget > 0) || a.min_tokens < 0)
+  if (!select_shapes_ok(a) || !(a.budget > 0) || a.min_tokens < 0)
     throw std::invalid_argument("quest_page_select: bad shapes or parameters");
 }
 
 template <class Elem>
 int context_of(const QuestPageSelectArgsOf<Elem>& a, int b) {
-  const int len = a.seq_lens[b];
-  if (len < 0 || len > a.max_pages_per_seq * a.page_size)
-    throw std::invalid_argument("quest_page_select: seq_len out of range");
-  return len;
+  return checked_context(a, b, "quest_page_select");
 }
 
 // Query head hq's kept pages (indices into the table), in descending bound order.

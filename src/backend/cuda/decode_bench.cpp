@@ -55,20 +55,9 @@ struct RandomPagedCache {
   size_t pages() const { return size_t(batch) * pages_per_seq; }
 
   PagedDecodeArgs decode_args(int heads, const uint16_t* q, float* o, float* lse) const {
-    PagedDecodeArgs a;
-    a.batch = batch;
-    a.num_heads = heads;
-    a.num_kv_heads = kv_heads;
-    a.head_dim = d;
-    a.max_pages_per_seq = pages_per_seq;
-    a.max_seq_len = context;
-    a.scale = 1.0f / std::sqrt(float(d));
-    a.q = q;
-    a.page_table = table.data();
-    a.seq_lens = lens.data();
-    a.o = o;
-    a.lse = lse;
-    return a;
+    return {.batch = batch, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d,
+            .max_pages_per_seq = pages_per_seq, .max_seq_len = context, .scale = 1.0f / std::sqrt(float(d)),
+            .q = q, .page_table = table.data(), .seq_lens = lens.data(), .o = o, .lse = lse};
   }
 };
 

@@ -9,7 +9,7 @@
 #   bench/frontier.sh                  run the pieces not yet done (each a group of policy
 #                                      families at one model and context, resumable), then report
 #   ONLY=smollm2-4k bench/frontier.sh  one model/context only (smollm2-4k, smollm2-8k, demo-16k)
-#   GROUP=selectors bench/frontier.sh  one group only (selectors, corrections, layers, oracle, art, art2, art3, mac, mac2, cs); two
+#   GROUP=selectors bench/frontier.sh  one group only (selectors, corrections, layers, oracle, art, art2, art3, mac, mac2, cs, defaults); two
 #                                      groups in parallel with THREADS=1 use a 2-core machine best
 #   QUICK=1 ...                        a smoke run: tiny sizes, results under /tmp
 # Env: SKIM (binary), THREADS (default 1: on a 2-core machine contending OpenMP threads slow
@@ -46,6 +46,8 @@ groups() {  # ctx -> lines "group policy-list"
   echo "mac mac:tau=0.45,mac:tau=0.6,mac:tau=0.75,mac:tau=0.9"
   echo "mac2 mac:window=256,mac:window=512,mac:window=256,tau=0.6"
   echo "cs cs:keep=0.05,cs:keep=0.1,cs:keep=0.2,cs:keep=0.3"
+  # The defaults that moved after the groups above (2026-11-26: mac tau 0.9, art 10x stricter).
+  echo "defaults mac,art"
 }
 
 # model/context settings: name model-dir ctx retrieval-task lengths

@@ -48,7 +48,7 @@ struct ArtDecodeParams {
   int round_pages = 16;  // a multiple of kArtBlockPages
   int lag_rounds = 0;
   int patience = 16;
-  float eps_scale = 0.001f, eps_dir = 1e-5f;
+  float eps_scale = 1e-4f, eps_dir = 1e-6f;
   // GPU only: at most this many warps per list (0: as many as paged decode attention would
   // use). Fewer warps read less past a stop (the lag is a wave of them) and more slowly.
   int max_warps = 0;
@@ -62,7 +62,7 @@ struct ArtDecodeParams {
 struct ArtRowRule {
   int active = 1;
   int round_pages = 16, lag_rounds = 0, patience = 16;
-  float eps_scale = 0.001f, eps_dir = 1e-5f;
+  float eps_scale = 1e-4f, eps_dir = 1e-6f;
   int max_warps = 0;  // the policy's art.max_warps (a launch takes the smallest one set; kernels ignore it)
 };
 

@@ -96,7 +96,7 @@ struct MacRowRule {
   int active = 0;
   int window = 256;  // K: the row's ring capacity (at most the rings' capacity)
   int band = 256;    // r
-  float tau = 0.8f;
+  float tau = 0.9f;
   int min_context = 2048;  // rows with a shorter context match nothing (their ring still fills)
 };
 

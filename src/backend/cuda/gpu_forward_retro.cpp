@@ -39,8 +39,10 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
                          .supplement_tokens = x.tokens},
                         s),
         "retro_page_plan");
-  // A row's list is among its own pages: the pass's context bound.
-  const PagedDecodeArgs a = base.with_lists(pass_.max_seq_len, x.table, x.lens, x.masks, x.o, x.lse);
+  // Every list is within the plan's bound: a newest row's (and another policy's row's) is its
+  // base list, a past row's a subset of its newest row's. The pass's context bound instead
+  // sized the kernel's chunks for the whole context, idling most CTAs on a sparse base's lists.
+  const PagedDecodeArgs a = base.with_lists(plan.max_seq_len, x.table, x.lens, x.masks, x.o, x.lse);
   if (plan.art_rules)  // ART rows pass through whole, in their visiting order
     run_art(a, plan, s);
   else

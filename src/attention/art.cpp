@@ -172,13 +172,36 @@ std::vector<ArtResult> art_traverse_group(const float* qs, int heads, const SeqK
     merge_state(os + size_t(g) * d, lses[g], bo.data(), blse, d);
     res[size_t(g)].read.insert(res[size_t(g)].read.end(), ranges.begin(), ranges.end());
   };
+  // Block j for every head: where all heads attend the same keys (a dense base or a group
+  // selection: one list for the group) one call reads each key once for all of them, as
+  // dense's shared-keys attention does; attend computes each query's state as alone.
+  std::vector<float> group_o(size_t(heads) * d), group_lse(static_cast<size_t>(heads));
+  auto read_block = [&](size_t j) {
+    const std::vector<KeyRange>& first = plans[0].blocks[j];
+    bool same = true;
+    for (int g = 1; same && g < heads; ++g) {
+      const std::vector<KeyRange>& r = plans[g].blocks[j];
+      same = r.size() == first.size() &&
+             std::equal(r.begin(), r.end(), first.begin(),
+                        [](KeyRange a, KeyRange b) { return a.begin == b.begin && a.end == b.end; });
+    }
+    if (!same || first.empty()) {
+      for (int g = 0; g < heads; ++g) read_head(g, plans[g].blocks[j]);
+      return;
+    }
+    attend(qs, heads, kv, first, scale, group_o.data(), group_lse.data());
+    for (int g = 0; g < heads; ++g) {
+      merge_state(os + size_t(g) * d, lses[g], group_o.data() + size_t(g) * d, group_lse[size_t(g)], d);
+      res[size_t(g)].read.insert(res[size_t(g)].read.end(), first.begin(), first.end());
+    }
+  };
   for (int g = 0; g < heads; ++g) read_head(g, plans[g].pinned);
   const size_t round = size_t(std::max(1, p.round)), n = plans[0].blocks.size();
   size_t end = n;  // blocks to read: all, or up to the stopping round plus the lag
   int visited = 0;
   for (size_t j = 0; j < end; ++j) {
     if (j % round == 0) std::copy_n(os, size_t(heads) * d, prev.data());
-    for (int g = 0; g < heads; ++g) read_head(g, plans[g].blocks[j]);
+    read_block(j);
     ++visited;
     const bool round_end = (j + 1) % round == 0 || j + 1 == n;
     if (!round_end || end < n) continue;  // tested at a round's end, until the list stops

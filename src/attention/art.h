@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/attend.h"
+#include "attention/method_defaults.h"
 
 namespace skim {
 
@@ -29,11 +30,9 @@ enum class ArtOrder {
 };
 
 struct ArtParams {
-  // 10x stricter than the paper's 1e-3 / 1e-5, which kept perplexity on SmolLM2 but stopped
-  // before the block holding an 8K needle dense finds (docs/results.md "Defaults").
-  double eps_scale = 1e-4;
-  double eps_dir = 1e-6;
-  int patience = 16;
+  double eps_scale = kArtEpsScale;  // method_defaults.h says why
+  double eps_dir = kArtEpsDir;
+  int patience = kArtPatience;
   int block = 64;   // tokens per block (4 pages)
   int probe = 32;   // elements of the strided probe
   // Blocks per stability test: the state is tested after every `round` blocks against the

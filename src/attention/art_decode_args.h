@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "attention/paged_decode_args.h"
+#include "attention/method_defaults.h"
 #include "core/host_device.h"
 
 namespace skim {
@@ -47,8 +48,8 @@ struct ArtDecodeStats {
 struct ArtDecodeParams {
   int round_pages = 16;  // a multiple of kArtBlockPages
   int lag_rounds = 0;
-  int patience = 16;
-  float eps_scale = 1e-4f, eps_dir = 1e-6f;
+  int patience = kArtPatience;
+  float eps_scale = float(kArtEpsScale), eps_dir = float(kArtEpsDir);
   // GPU only: at most this many warps per list (0: as many as paged decode attention would
   // use). Fewer warps read less past a stop (the lag is a wave of them) and more slowly.
   int max_warps = 0;
@@ -61,8 +62,8 @@ struct ArtDecodeParams {
 // the workspace), a multiple of 4 of at most 128.
 struct ArtRowRule {
   int active = 1;
-  int round_pages = 16, lag_rounds = 0, patience = 16;
-  float eps_scale = 1e-4f, eps_dir = 1e-6f;
+  int round_pages = 16, lag_rounds = 0, patience = kArtPatience;
+  float eps_scale = float(kArtEpsScale), eps_dir = float(kArtEpsDir);
   int max_warps = 0;  // the policy's art.max_warps (a launch takes the smallest one set; kernels ignore it)
 };
 

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "attention/policy.h"
+#include "attention/method_defaults.h"
 #include "attention/policy_spec.h"
 
 namespace skim {
@@ -45,14 +46,12 @@ struct MacParams {
   // GQA model with 4K keys per KV head); 256 keeps dense quality on both models and reads less
   // at every context measured (SmolLM2 4K 0.87 of dense's bytes at +0.4% perplexity, 8K 0.79 at
   // -0.1%; the demo model at 16K 0.71 at -0.2%: docs/results.md, frontier group mac2).
-  int window = 256;  // K: ring entries per (sequence, layer, head)
-  int band = 256;     // r: keys before the matched position that are recomputed
-  // The paper's 0.45 costs SmolLM2 +6% perplexity at 4K (0.75: +1.1%, 0.9: +0.3%); 0.8 kept
-  // perplexity but lost an 8K needle dense finds, which 0.9 keeps (docs/results.md "Defaults").
-  double tau = 0.9;   // hit when ||q~_m - q~_p|| < sqrt(2d)(1 - tau)
+  int window = kMacWindow;  // K: ring entries per (sequence, layer, head)
+  int band = kMacBand;      // r: keys before the matched position that are recomputed
+  double tau = kMacTau;     // hit when ||q~_m - q~_p|| < sqrt(2d)(1 - tau); method_defaults.h says why
   // Rows whose context is shorter attend their base without matching (the ring still fills):
   // there is little prefix to skip and the scan would cost more (the official code's 2048).
-  int min_context = 2048;
+  int min_context = kMacMinContext;
 };
 
 // mac's keys of a policy string (checked against the registry by the parser): the CPU policy and

@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "attention/plan_rows.h"
+#include "attention/method_defaults.h"
 #include "core/host_device.h"
 
 namespace skim {
@@ -44,7 +45,7 @@ struct MacRowRule;
 
 struct MacPagePlanArgs {
   int batch = 0, num_heads = 0, num_kv_heads = 0, page_size = 16, max_pages_per_seq = 0;
-  int band = 256;  // r, unless each row's comes from its policy's rule (rules, row_policy)
+  int band = kMacBand;  // r, unless each row's comes from its policy's rule (rules, row_policy)
   const MacRowRule* rules = nullptr;
   const int32_t* row_policy = nullptr;
   const int32_t *page_table = nullptr, *seq_lens = nullptr;
@@ -94,10 +95,10 @@ struct MacMergeArgs {
 // rings and pass through).
 struct MacRowRule {
   int active = 0;
-  int window = 256;  // K: the row's ring capacity (at most the rings' capacity)
-  int band = 256;    // r
-  float tau = 0.9f;
-  int min_context = 2048;  // rows with a shorter context match nothing (their ring still fills)
+  int window = kMacWindow;  // K: the row's ring capacity (at most the rings' capacity)
+  int band = kMacBand;      // r
+  float tau = float(kMacTau);
+  int min_context = kMacMinContext;  // rows with a shorter context match nothing (their ring still fills)
 };
 
 // The rings of one layer for every sequence slot: per slot K entries, each a token's pre-RoPE

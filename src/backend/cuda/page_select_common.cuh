@@ -45,9 +45,9 @@ __device__ __forceinline__ void load_query(const uint16_t* q, int count, int lan
   }
 }
 
-// The digests of pages p0 .. p0 + kWarpPages - 1 (those < m) of one sequence (ids from lane_page_id) for KV
-// head kvh, held raw in a warp's registers (V/2 words per page and side, all loads in flight
-// together), so that several queries can be scored against one load.
+// The digests of pages p0 .. p0 + kWarpPages - 1 (those < m) of one sequence (their ids from
+// lane_page_id) for KV head kvh, held raw in a warp's registers (V/2 words per page and side, all
+// loads in flight together), so that several queries can be scored against one load.
 template <int D>
 struct WarpDigests {
   static constexpr int V = D / 32;
@@ -227,7 +227,6 @@ __device__ void select_top_pages_of(SelectSmem& sm, Key key, int m, int n, Kept 
     written += kept_total;
   }
 }
-
 
 // The CTA's top n of the m keys in `keys` (global; staged in shared memory when they fit):
 // calls kept(p, rank) for each kept page p in position order, rank its index among the kept,

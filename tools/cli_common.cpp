@@ -93,6 +93,10 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
   app.add_option("--policy", o.policy, "attention policy, e.g. dense")->capture_default_str();
   app.add_option("--chunk", o.prefill_chunk, "prefill chunk, tokens")->capture_default_str();
   app.add_option("--device", o.device, "cpu, or cuda (policies dense, streaming, quest, gbsa and resa so far)")->capture_default_str();
+  app.add_option("--tp", o.tensor_parallel,
+                 "tensor parallelism: ranks to split the model's heads, MLP and vocabulary over (CPU: one thread "
+                 "each, sharing --threads)")
+      ->capture_default_str();
 }
 
 std::string flag_of_field(const std::string& field) {
@@ -100,7 +104,8 @@ std::string flag_of_field(const std::string& field) {
       {"max_context", "--ctx"},       {"max_sequences", "--parallel"}, {"prefill_chunk", "--chunk"},
       {"threads", "--threads"},       {"device", "--device"},          {"max_tokens", "--max-tokens"},
       {"temperature", "--temperature"}, {"top_k", "--top-k"},         {"top_p", "--top-p"},
-      {"seed", "--seed"},             {"logprobs", "--logprobs"},      {"stop", "--stop"}};
+      {"seed", "--seed"},             {"logprobs", "--logprobs"},      {"stop", "--stop"},
+      {"tensor_parallel", "--tp"}};
   auto it = flags.find(field);
   return it != flags.end() ? it->second : field;
 }

@@ -161,6 +161,8 @@ void register_eval(CLI::App& root, std::function<void()>& run) {
   app->add_option("--seed", o.seed, "seed for text windows and passkey prompts")->capture_default_str();
   app->add_option("-t,--threads", a.engine.threads, "CPU threads (0: all cores)")->capture_default_str();
   app->add_option("--chunk", a.engine.prefill_chunk, "prefill chunk, tokens")->capture_default_str();
+  app->add_option("--tp", a.engine.tensor_parallel, "tensor-parallel ranks (one thread each, sharing --threads)")
+      ->capture_default_str();
   app->add_flag("--json", a.json, "print one JSON object instead of the table");
   app->add_option("--plot", a.plot, "write a PNG of perplexity by position bucket");
   app->callback([args, &run] { run = [args] { run_eval_command(*args); }; });

@@ -31,6 +31,9 @@ struct EngineOptions {
   int prefill_chunk = 512;   // prompt tokens per forward pass
   int threads = 0;           // 0: all cores
   std::string device = "cpu";  // "cpu", or "cuda" (dense, streaming, gbsa, resa and quest so far)
+  // Tensor parallelism: ranks the model is split over (heads by KV group, the MLP, the
+  // vocabulary), one thread each on the CPU, sharing `threads`. 1: none.
+  int tensor_parallel = 1;
 };
 
 struct GenerationRequest {

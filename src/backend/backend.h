@@ -49,6 +49,9 @@ class Backend {
   virtual void attention(int n, int layer) = 0;
   // inter = silu(gate) * up
   virtual void silu_mul(int n) = 0;
+  // y = the sum of y over the tensor-parallel ranks: the row-parallel projections (o, down)
+  // leave each rank a partial sum. Nothing on one rank.
+  virtual void all_reduce(int n) = 0;
   // logits = h[logits rows] * W_out^T (the rows the batch asks for, in its order).
   virtual void logits(int n_logits) = 0;
 };

@@ -18,6 +18,7 @@
 #include "kv/paged_kv_cache.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/tensor_parallel_forward.h"
 #include "engine/logprobs.h"
 #include "engine/retro.h"
 #include "tokenizer/tokenizer.h"
@@ -152,6 +153,9 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   openblas_set_num_threads(1);
 #endif
   m.gpu = o.device == "cuda";
+  SKIM_REQUIRE(!m.gpu || o.tensor_parallel == 1,
+               "--tp {} with --device cuda: tensor parallelism runs on the CPU only so far (drop --tp, or "
+               "--device cuda)", o.tensor_parallel);
 #ifdef SKIM_HAVE_CUDA
   if (m.gpu) cuda::require_device("--device cuda");  // before the model loads: fail fast
 #else
@@ -162,6 +166,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   if (m.gpu) require_gpu_policy(o.policy);
 #endif
   m.model = load_model(o.model_dir);
+  if (o.tensor_parallel > 1) plan_tensor_shard(m.model->config, 0, o.tensor_parallel);  // the heads split
   // A model without tokenizer.json still runs on token ids (tests, eval); text needs one.
   auto tok_path = o.model_dir / "tokenizer.json";
   if (std::filesystem::exists(tok_path)) m.tokenizer = load_tokenizer(tok_path);
@@ -189,6 +194,11 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
     return;
   }
 #endif
+  if (o.tensor_parallel > 1) {
+    const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+    m.forward = std::make_unique<TensorParallelForward>(*m.model, shape, o.tensor_parallel, threads);
+    return;
+  }
   m.cache = std::make_unique<PagedKVCache>(shape);
   m.forward = std::make_unique<CpuForward>(*m.model, *m.cache);
 }
@@ -256,6 +266,7 @@ void Engine::set_policy(const std::string& spec) {
   const bool mixes = impl_->forward->mixes_policies();
   const int hold = mixes ? impl_->forward->acquire_policy(spec) : 0;
   impl_->policy = make_policy(spec);
+  impl_->forward->policy_replaced();
   impl_->options.policy = spec;
   const int queries = impl_->policy->corrections().prompt_queries;
   for (auto& [id, s] : impl_->sequences) {
@@ -309,6 +320,7 @@ PolicyStats Engine::policy_stats() {
 
 const PagedKVCache& Engine::kv_cache() const {
   impl_->cpu_only("reading the KV cache from the host");
+  SKIM_REQUIRE(impl_->cache != nullptr, "reading the KV cache needs one rank (drop --tp): each rank holds its heads'");
   return *impl_->cache;
 }
 const PageTable& Engine::page_table(int seq) const { return impl_->table(seq); }

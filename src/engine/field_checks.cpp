@@ -62,6 +62,7 @@ void check_engine_options(const EngineOptions& o) {
   check_int(fields::kMaxSequences, o.max_sequences);
   check_int(fields::kPrefillChunk, o.prefill_chunk);
   check_threads(o.threads);
+  check_int(fields::kTensorParallel, o.tensor_parallel);
   if (o.device != "cpu" && o.device != "cuda")
     throw FieldError("device", fmt::format("must be cpu or cuda, got '{}'", o.device));
 }

@@ -55,6 +55,7 @@ inline constexpr size_t kMaxStopBytes = 256;
 inline constexpr IntField kMaxContext{"max_context", 1, int64_t(1) << 24};
 inline constexpr IntField kMaxSequences{"max_sequences", 1, 4096};
 inline constexpr IntField kPrefillChunk{"prefill_chunk", 1, 65536};
+inline constexpr IntField kTensorParallel{"tensor_parallel", 1, 64};
 }  // namespace fields
 
 // `value` when it lies in the field's range; otherwise FieldError naming the range.

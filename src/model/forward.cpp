@@ -27,7 +27,12 @@ void Forward::release_policy(int) {
   throw Error("internal: release_policy on a backend that runs one policy (check mixes_policies())");
 }
 
-CpuForward::CpuForward(const Model& model, PagedKVCache& cache) : model_(model), cache_(cache) {}
+CpuForward::CpuForward(const Model& model, PagedKVCache& cache, std::optional<TensorRank> rank)
+    : model_(model), cache_(cache), rank_(rank),
+      own_heads_(rank ? rank->shard.q_heads : model.config.num_heads) {
+  SKIM_REQUIRE(!rank || (rank->world && rank->kv_group && rank->kv_group->size() == rank->shard.kv_group_ranks),
+               "internal: a tensor-parallel rank without its communicators");
+}
 
 void CpuForward::ensure_capacity(int rows) {
   if (rows <= capacity_) return;
@@ -36,11 +41,18 @@ void CpuForward::ensure_capacity(int rows) {
   x_.resize(n * c.hidden_size);
   y_.resize(n * c.hidden_size);
   h_.resize(n * c.hidden_size);
-  q_.resize(n * c.q_dim());
-  q_pre_.resize(n * c.q_dim());
+  const size_t own = size_t(own_heads_) * c.head_dim;
+  q_.resize(n * own);
+  q_pre_.resize(n * own);
   k_.resize(n * c.kv_dim());
   v_.resize(n * c.kv_dim());
-  attn_.resize(n * c.q_dim());
+  attn_.resize(n * own);
+  if (rank_ && rank_->shard.replicated()) {
+    group_q_.resize(n * c.q_dim());
+    group_q_pre_.resize(n * c.q_dim());
+    group_attn_.resize(n * c.q_dim());
+    gathered_.resize(n * c.q_dim());
+  }
   gate_.resize(n * c.intermediate_size);
   up_.resize(n * c.intermediate_size);
   capacity_ = rows;
@@ -69,7 +81,21 @@ void CpuForward::run(const ForwardBatch& batch, AttentionPolicy& policy, std::ve
 
 void CpuForward::embed(int n) {
   const int H = model_.config.hidden_size;
-  for (int r = 0; r < n; ++r) model_.weights.embed.row(batch_->tokens[size_t(r)], x_.data() + size_t(r) * H);
+  if (!rank_) {
+    for (int r = 0; r < n; ++r) model_.weights.embed.row(batch_->tokens[size_t(r)], x_.data() + size_t(r) * H);
+    return;
+  }
+  // The rank holding a token's embedding row writes it, the others zeros; the sum is the row.
+  const TensorShard& s = rank_->shard;
+  for (int r = 0; r < n; ++r) {
+    const int t = batch_->tokens[size_t(r)] - s.vocab_begin;
+    float* x = x_.data() + size_t(r) * H;
+    if (t >= 0 && t < s.vocab)
+      model_.weights.embed.row(t, x);
+    else
+      std::fill_n(x, H, 0.0f);
+  }
+  rank_->world->all_reduce_sum(x_.data(), size_t(n) * H);
 }
 
 void CpuForward::add_rmsnorm(int n, int layer, NormWeight weight, bool residual) {
@@ -108,22 +134,40 @@ void CpuForward::qkv_rope_append(int n, int layer) {
   const LayerWeights& w = model_.weights.layers[size_t(layer)];
   const int d = c.head_dim;
   if (c.qk_norm) {  // Qwen3: RMSNorm over each head's vector before RoPE
-    cpu::rmsnorm(q_.data(), w.q_norm.data(), q_.data(), n * c.num_heads, d, c.rms_norm_eps);
+    cpu::rmsnorm(q_.data(), w.q_norm.data(), q_.data(), n * own_heads_, d, c.rms_norm_eps);
     cpu::rmsnorm(k_.data(), w.k_norm.data(), k_.data(), n * c.num_kv_heads, d, c.rms_norm_eps);
   }
-  std::copy_n(q_.data(), size_t(n) * c.q_dim(), q_pre_.data());
+  std::copy_n(q_.data(), size_t(n) * own_heads_ * d, q_pre_.data());
   const float* inv_freq = model_.rope_inv_freq.data();
   const int32_t* positions = batch_->positions.data();
-  cpu::rope(q_.data(), positions, inv_freq, n, c.num_heads, d);
+  cpu::rope(q_.data(), positions, inv_freq, n, own_heads_, d);
   cpu::rope(k_.data(), positions, inv_freq, n, c.num_kv_heads, d);
   for (int r = 0; r < n; ++r)  // the cache keeps the pages' digests as it writes
     cache_.write(layer, *batch_->tables[size_t(r)], positions[r], k_.data() + size_t(r) * c.kv_dim(),
                  v_.data() + size_t(r) * c.kv_dim());
+  if (rank_ && rank_->shard.replicated()) gather_group_queries(n);
+}
+
+// [ranks][n][own heads][d] from the group's ranks -> [n][group heads][d], the ranks' heads in
+// rank order (each holds consecutive query heads of the group).
+void CpuForward::gather_group_queries(int n) {
+  const size_t own = size_t(own_heads_) * model_.config.head_dim, count = size_t(n) * own;
+  const int ranks = rank_->shard.kv_group_ranks;
+  auto gather = [&](const std::vector<float>& mine, std::vector<float>& group) {
+    rank_->kv_group->all_gather(mine.data(), count, gathered_.data());
+    for (int g = 0; g < ranks; ++g)
+      for (int r = 0; r < n; ++r)
+        std::copy_n(gathered_.data() + size_t(g) * count + size_t(r) * own, own,
+                    group.data() + (size_t(r) * ranks + size_t(g)) * own);
+  };
+  gather(q_, group_q_);
+  gather(q_pre_, group_q_pre_);
 }
 
 void CpuForward::attention(int n, int layer) {
   const ModelConfig& c = model_.config;
   const ForwardBatch& b = *batch_;
+  const bool group = rank_ && rank_->shard.replicated();  // attends the group, keeps its heads
   AttentionBatch ab{.layer = layer,
                     .num_rows = n,
                     .num_heads = c.num_heads,
@@ -134,15 +178,23 @@ void CpuForward::attention(int n, int layer) {
                     .kv = cache_.layer(layer),
                     .positions = b.positions.data(),
                     .tables = b.tables.data(),
-                    .q = q_.data(),
-                    .q_pre = q_pre_.data(),
-                    .out = attn_.data(),
+                    .q = group ? group_q_.data() : q_.data(),
+                    .q_pre = group ? group_q_pre_.data() : q_pre_.data(),
+                    .out = group ? group_attn_.data() : attn_.data(),
                     .retro_step = b.retro_step.empty() ? nullptr : b.retro_step.data()};
   policy_->attend(ab);
+  if (!group) return;
+  const size_t own = size_t(own_heads_) * c.head_dim, offset = size_t(rank_->shard.own_head_offset()) * c.head_dim;
+  for (int r = 0; r < n; ++r)
+    std::copy_n(group_attn_.data() + size_t(r) * c.q_dim() + offset, own, attn_.data() + size_t(r) * own);
 }
 
 void CpuForward::silu_mul(int n) {
   cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), int64_t(n) * model_.config.intermediate_size);
+}
+
+void CpuForward::all_reduce(int n) {
+  if (rank_) rank_->world->all_reduce_sum(y_.data(), size_t(n) * model_.config.hidden_size);
 }
 
 void CpuForward::logits(int n_logits) {
@@ -150,7 +202,34 @@ void CpuForward::logits(int n_logits) {
   final_.resize(size_t(n_logits) * H);  // a row may be asked for more than once
   for (int i = 0; i < n_logits; ++i)
     std::copy_n(h_.data() + size_t(batch_->logits_rows[size_t(i)]) * H, H, final_.data() + size_t(i) * H);
-  cpu::linear(final_.data(), model_.weights.output(), nullptr, logits_->data(), n_logits);
+  if (!rank_) {
+    cpu::linear(final_.data(), model_.weights.output(), nullptr, logits_->data(), n_logits);
+    return;
+  }
+  gather_logits(n_logits);
+}
+
+// Each rank's vocabulary slice [n_logits][vocab], padded to vocab_stride columns, gathered and
+// laid side by side: [n_logits][vocab_size] on every rank.
+void CpuForward::gather_logits(int n_logits) {
+  const TensorShard& s = rank_->shard;
+  const int V = model_.config.vocab_size, stride = s.vocab_stride, ranks = s.size;
+  const size_t count = size_t(n_logits) * stride;
+  slice_logits_.assign(count * (1 + size_t(ranks)), 0.0f);  // mine, then the gathered slices
+  float* mine = slice_logits_.data();
+  float* all = mine + count;
+  if (s.vocab > 0) {
+    std::vector<float> dense(size_t(n_logits) * s.vocab);
+    cpu::linear(final_.data(), model_.weights.output(), nullptr, dense.data(), n_logits);
+    for (int i = 0; i < n_logits; ++i)
+      std::copy_n(dense.data() + size_t(i) * s.vocab, s.vocab, mine + size_t(i) * stride);
+  }
+  rank_->world->all_gather(mine, count, all);
+  for (int g = 0; g < ranks; ++g) {
+    const int begin = std::min(V, g * stride), len = std::min(V, begin + stride) - begin;
+    for (int i = 0; i < n_logits; ++i)
+      std::copy_n(all + size_t(g) * count + size_t(i) * stride, len, logits_->data() + size_t(i) * V + begin);
+  }
 }
 
 }  // namespace skim

@@ -14,7 +14,9 @@
 #include "backend/backend.h"
 #include "backend/sample_params.h"
 #include "kv/paged_kv_cache.h"
+#include "backend/communicator.h"
 #include "model/model.h"
+#include "model/tensor_shard.h"
 #include "skim/sampling.h"  // TokenLogprob
 
 namespace skim {
@@ -71,11 +73,24 @@ class Forward {
   // is no longer valid (its sequence closed or was cut).
   virtual void fork_state(const PageTable& /*from*/, const PageTable& /*to*/) {}
   virtual void drop_state(const PageTable& /*table*/) {}
+  // The engine replaced its policy object (Engine::set_policy): a forward that keeps copies of
+  // it (the tensor-parallel one, for ranks > 0) makes new ones at the next run.
+  virtual void policy_replaced() {}
+};
+
+// One rank of a tensor-parallel CPU forward (model/tensor_parallel_forward.h): its shard and
+// the communicators it sums and gathers over.
+struct TensorRank {
+  TensorShard shard;
+  Communicator* world = nullptr;     // every rank
+  Communicator* kv_group = nullptr;  // the ranks holding the same KV head (shard.kv_group_ranks)
 };
 
 class CpuForward final : public Forward, private Backend {
  public:
-  CpuForward(const Model& model, PagedKVCache& cache);
+  // The whole model on one thread team, or, with `rank`, one rank's shard (`model` is then
+  // shard_model's, the cache holds the rank's KV heads).
+  CpuForward(const Model& model, PagedKVCache& cache, std::optional<TensorRank> rank = std::nullopt);
 
   void run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) override;
   void reserve(PageTable& table, int length) override { cache_.reserve(table, length); }
@@ -93,9 +108,13 @@ class CpuForward final : public Forward, private Backend {
   void qkv_rope_append(int n, int layer) override;
   void attention(int n, int layer) override;
   void silu_mul(int n) override;
+  void all_reduce(int n) override;
   void logits(int n_logits) override;
 
   void ensure_capacity(int rows);
+  // Tensor parallelism: the group's queries from the ranks sharing this rank's KV head.
+  void gather_group_queries(int n);
+  void gather_logits(int n_logits);
 
   const Model& model_;
   PagedKVCache& cache_;
@@ -103,9 +122,14 @@ class CpuForward final : public Forward, private Backend {
   const ForwardBatch* batch_ = nullptr;
   AttentionPolicy* policy_ = nullptr;
   std::vector<float>* logits_ = nullptr;
+  std::optional<TensorRank> rank_;
+  int own_heads_ = 0;  // query heads projected here (all of them without tensor parallelism)
   // Activations (backend/backend.h names them), grown to the largest batch seen.
   int capacity_ = 0;
   std::vector<float> x_, y_, h_, q_, q_pre_, k_, v_, attn_, gate_, up_, final_;
+  // A replicated KV head's rank: q, q_pre and attention of its whole group, a gather's scratch,
+  // and its vocabulary slice's logits.
+  std::vector<float> group_q_, group_q_pre_, group_attn_, gathered_, slice_logits_;
 };
 
 }  // namespace skim

@@ -11,11 +11,13 @@ void llama_forward(Backend& be, const ModelConfig& c, int n, int n_logits) {
     be.qkv_rope_append(n, l);
     be.attention(n, l);
     be.linear(n, l, Projection::o);
+    be.all_reduce(n);
     // MLP sublayer.
     be.add_rmsnorm(n, l, NormWeight::mlp, /*residual=*/true);
     be.linear(n, l, Projection::gate_up);
     be.silu_mul(n);
     be.linear(n, l, Projection::down);
+    be.all_reduce(n);
   }
   be.add_rmsnorm(n, c.num_layers, NormWeight::final, /*residual=*/true);
   if (n_logits > 0) be.logits(n_logits);

@@ -142,6 +142,7 @@ class GpuForward final : public Forward, private Backend {
   void qkv_rope_append(int n, int layer) override;
   void attention(int n, int layer) override;
   void silu_mul(int n) override;
+  void all_reduce(int /*n*/) override {}  // one GPU, nothing to sum
   void logits(int n_logits) override;
   // Copies the step's inputs to the device; returns the policies present (Pass::policies).
   uint32_t stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,

@@ -1,0 +1,24 @@
+// The collectives tensor parallelism needs (issue 19; DESIGN.md section 3), one interface over
+// an in-process CPU implementation (backend/cpu/thread_communicator.h: one thread per rank,
+// what CI tests TP with) and NCCL's (one GPU per rank). Every rank of a communicator makes the
+// same calls in the same order with the same counts; a call returns when its result is in
+// place on the calling rank.
+#pragma once
+
+#include <cstddef>
+
+namespace skim {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data[i] = the sum over the ranks of their data[i], for i < count, on every rank.
+  virtual void all_reduce_sum(float* data, size_t count) = 0;
+  // recv[r * count + i] = rank r's send[i], on every rank (recv holds size() * count floats
+  // and does not overlap send).
+  virtual void all_gather(const float* send, size_t count, float* recv) = 0;
+};
+
+}  // namespace skim

@@ -196,7 +196,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
 #endif
   if (o.tensor_parallel > 1) {
     const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
-    m.forward = std::make_unique<TensorParallelForward>(*m.model, shape, o.tensor_parallel, threads);
+    m.forward = make_cpu_tensor_parallel(*m.model, shape, o.tensor_parallel, threads);
     return;
   }
   m.cache = std::make_unique<PagedKVCache>(shape);

@@ -209,21 +209,16 @@ void CpuForward::logits(int n_logits) {
   gather_logits(n_logits);
 }
 
-// Each rank's vocabulary slice [n_logits][vocab], padded to vocab_stride columns, gathered and
-// laid side by side: [n_logits][vocab_size] on every rank.
+// Each rank's vocabulary slice [n_logits][vocab_stride] (its LM head is padded to the stride),
+// gathered and laid side by side: [n_logits][vocab_size] on every rank.
 void CpuForward::gather_logits(int n_logits) {
   const TensorShard& s = rank_->shard;
   const int V = model_.config.vocab_size, stride = s.vocab_stride, ranks = s.size;
   const size_t count = size_t(n_logits) * stride;
-  slice_logits_.assign(count * (1 + size_t(ranks)), 0.0f);  // mine, then the gathered slices
+  slice_logits_.resize(count * (1 + size_t(ranks)));  // mine, then the gathered slices
   float* mine = slice_logits_.data();
   float* all = mine + count;
-  if (s.vocab > 0) {
-    std::vector<float> dense(size_t(n_logits) * s.vocab);
-    cpu::linear(final_.data(), model_.weights.output(), nullptr, dense.data(), n_logits);
-    for (int i = 0; i < n_logits; ++i)
-      std::copy_n(dense.data() + size_t(i) * s.vocab, s.vocab, mine + size_t(i) * stride);
-  }
+  cpu::linear(final_.data(), model_.weights.output(), nullptr, mine, n_logits);
   rank_->world->all_gather(mine, count, all);
   for (int g = 0; g < ranks; ++g) {
     const int begin = std::min(V, g * stride), len = std::min(V, begin + stride) - begin;

@@ -1,11 +1,9 @@
 #include "model/rank_threads.h"
 
-#include <omp.h>
-
 namespace skim {
 
-RankThreads::RankThreads(int ranks, int threads_per_rank) {
-  for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r, threads_per_rank] { serve(r, threads_per_rank); });
+RankThreads::RankThreads(int ranks, std::function<void(int)> init) : init_(std::move(init)) {
+  for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r] { serve(r, init_); });
 }
 
 RankThreads::~RankThreads() {
@@ -29,8 +27,8 @@ void RankThreads::run(const std::function<void(int)>& fn) {
   if (error_) std::rethrow_exception(error_);
 }
 
-void RankThreads::serve(int rank, int threads) {
-  omp_set_num_threads(threads);  // this thread's team: its share of the cores
+void RankThreads::serve(int rank, const std::function<void(int)>& init) {
+  if (init) init(rank);
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* job = nullptr;

@@ -1,6 +1,7 @@
 // One thread per tensor-parallel rank, kept for the engine's life: run(fn) calls fn(r) on rank
-// r's thread for every rank at once and returns when all are done. Each thread keeps its own
-// OpenMP team of `threads_per_rank` threads, so the ranks' kernels run side by side.
+// r's thread for every rank at once and returns when all are done. Each thread first runs
+// init(r): the CPU gives it its OpenMP team (omp_set_num_threads), the GPU its device
+// (cudaSetDevice), so everything a rank does, built or run, happens on its own thread.
 #pragma once
 
 #include <condition_variable>
@@ -15,7 +16,7 @@ namespace skim {
 
 class RankThreads {
  public:
-  RankThreads(int ranks, int threads_per_rank);
+  RankThreads(int ranks, std::function<void(int rank)> init);
   ~RankThreads();
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
@@ -26,7 +27,7 @@ class RankThreads {
   void run(const std::function<void(int rank)>& fn);
 
  private:
-  void serve(int rank, int threads);
+  void serve(int rank, const std::function<void(int)>& init);
 
   std::mutex mutex_;
   std::condition_variable start_, done_;
@@ -35,6 +36,7 @@ class RankThreads {
   int running_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
+  std::function<void(int)> init_;
   std::vector<std::thread> threads_;
 };
 

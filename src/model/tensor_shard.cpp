@@ -22,6 +22,17 @@ Matrix rows_of(const Matrix& m, int begin, int n) {
   return out;
 }
 
+// Rows [begin, begin + n) followed by zero rows up to `rows` in all.
+Matrix padded_rows_of(const Matrix& m, int begin, int n, int rows) {
+  Matrix out = rows_of(m, begin, n);
+  out.rows = rows;
+  if (m.dtype == DType::BF16)
+    out.bf16.resize(size_t(rows) * m.cols, 0);
+  else
+    out.f32.resize(size_t(rows) * m.cols, 0.0f);
+  return out;
+}
+
 // Columns [begin, begin + n) of a [rows][cols] matrix.
 Matrix cols_of(const Matrix& m, int begin, int n) {
   Matrix out;
@@ -99,8 +110,8 @@ std::unique_ptr<Model> shard_model(const Model& full, const TensorShard& s) {
 
   const ModelWeights& w = full.weights;
   ModelWeights& o = m->weights;
-  o.embed = rows_of(w.embed, s.vocab_begin, s.vocab);
-  if (!w.lm_head.empty()) o.lm_head = rows_of(w.lm_head, s.vocab_begin, s.vocab);
+  o.embed = padded_rows_of(w.embed, s.vocab_begin, s.vocab, s.vocab_stride);
+  if (!w.lm_head.empty()) o.lm_head = padded_rows_of(w.lm_head, s.vocab_begin, s.vocab, s.vocab_stride);
   o.final_norm = w.final_norm;
   const size_t q0 = size_t(s.q_head_begin) * d, nq = size_t(s.q_heads) * d;
   const size_t k0 = size_t(s.kv_head_begin) * d, nk = size_t(s.kv_heads) * d;

@@ -39,7 +39,9 @@ TensorShard plan_tensor_shard(const ModelConfig& config, int rank, int size);
 
 // The weights rank `shard` holds (copies of the full model's slices) and a config of its shape:
 // num_heads = attn_heads, num_kv_heads = kv_heads, intermediate_size = inter; the vocabulary
-// stays the full one (token ids are the model's).
+// stays the full one (token ids are the model's). The embedding and LM head slices are padded
+// with zero rows to vocab_stride, so every rank's logits are [n][vocab_stride] (the gather's
+// equal counts).
 std::unique_ptr<Model> shard_model(const Model& full, const TensorShard& shard);
 
 }  // namespace skim

@@ -61,6 +61,13 @@ engine_steps() {
   if ls .devdeps/libcpp-httplib0* >/dev/null 2>&1 && ldconfig -p | grep -q 'libssl.so.3 ' &&
      ldconfig -p | grep -q 'libbrotlidec.so.1 '; then server=ON; fi
   echo "HTTP server: $server"
+  # NCCL (tensor parallelism): the CUDA toolkit's, else PyTorch's nvidia-nccl wheel.
+  if [ ! -e /usr/local/cuda/include/nccl.h ] && [ -z "${NCCL_HOME:-}" ]; then
+    NCCL_HOME=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+    [ -n "$NCCL_HOME" ] && export NCCL_HOME && export LD_LIBRARY_PATH=$NCCL_HOME/lib:$LD_LIBRARY_PATH
+  fi
+  echo "NCCL: ${NCCL_HOME:-/usr/local/cuda}"
+  export NCCL_NVLS_ENABLE=0
   cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH=$root/usr -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON \
     -DSKIM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DSKIM_BLAS=OFF -DSKIM_ICU=OFF -DSKIM_PNG=OFF -DSKIM_SERVER=$server \
     -DSKIM_NATIVE=OFF > $OUT/engine-cmake.log 2>&1 || { tail -30 $OUT/engine-cmake.log; return 1; }

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #ifdef SKIM_HAVE_CUDA
 #include "backend/cuda/decode_bench.h"
+#include "backend/cuda/tensor_parallel_bench.h"
 #include "model/model.h"
 #endif
 
@@ -37,6 +38,8 @@ struct BenchArgs {
   bool art = false;              // the ART decode attention kernel at forced stops
   int art_round = 64;            // its round, pages
   int art_max_warps = 0;         // its warps per list (0: paged decode attention's split)
+  std::string tp;            // tensor-parallel sizes: only the --tp table
+  std::string shape = "70b";  // its random-weight model shape: 8b or 70b
   std::string json_path;
 };
 
@@ -131,6 +134,39 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
   std::printf("\n");
 }
 
+// Tensor parallelism: greedy decode steps of a random-weight shape over each --tp size, dense
+// and gbsa/quest at --sparse-keep, against one GPU's bytes floor plus the all-reduces.
+void bench_tp(const BenchArgs& a, double bw, nlohmann::json& out) {
+  SKIM_REQUIRE(a.shape == "8b" || a.shape == "70b", "--shape: 8b or 70b, got '{}'", a.shape);
+  const ModelConfig c = a.shape == "8b" ? cuda::llama31_8b_config() : cuda::llama31_70b_config();
+  std::vector<std::string> policies = {"dense"};
+  if (a.sparse_keep > 0) {
+    policies.push_back(fmt::format("gbsa:keep={},n_min={}", a.sparse_keep, kBenchMinBlocks));
+    policies.push_back(fmt::format("quest:budget={},min=0,dense_layers=0", a.sparse_keep));
+  }
+  std::printf("tensor parallelism, random Llama-3.1-%s shape: greedy decode steps (CUDA graphs), %d steps after a "
+              "random-KV context; per GPU: weights and KV read, one all-reduce of the step's rows (%d per step)\n",
+              a.shape == "8b" ? "8B" : "70B", a.steps, 2 * c.num_layers + 1);
+  std::printf("| tp | policy | batch | context | ms/token | weights MB/GPU | KV MB/GPU | all-reduce us | floor ms | x floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  out["tensor_parallel"] = nlohmann::json::array();
+  for (int tp : int_list(a.tp, "--tp"))
+    for (int b : int_list(a.batches, "--batches"))
+      for (int ctx : int_list(a.contexts, "--contexts"))
+        for (const std::string& policy : policies) {
+          auto p = cuda::bench_tensor_parallel(c, tp, b, ctx, a.steps, policy, bw);
+          std::printf("| %d | %s | %d | %d | %.3f | %.0f | %.0f | %.1f | %.3f | %.2f |\n", tp, policy.c_str(), b, ctx,
+                      p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.all_reduce_us, p.floor_ms,
+                      p.ms_per_step / p.floor_ms);
+          std::fflush(stdout);
+          out["tensor_parallel"].push_back({{"shape", a.shape}, {"tp", tp}, {"policy", policy}, {"batch", b},
+                                            {"context", ctx}, {"steps", p.steps}, {"ms_per_token", p.ms_per_step},
+                                            {"weight_bytes_per_gpu", p.weight_bytes}, {"kv_bytes_per_gpu", p.kv_bytes},
+                                            {"all_reduce_us", p.all_reduce_us}, {"all_reduces", p.all_reduces},
+                                            {"floor_ms", p.floor_ms}, {"ratio_to_floor", p.ms_per_step / p.floor_ms}});
+        }
+}
+
 void run_bench(const BenchArgs& a) {
   cuda::require_device("skim bench");
   cudaDeviceProp prop{};
@@ -139,6 +175,18 @@ void run_bench(const BenchArgs& a) {
   std::printf("device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n\n", prop.name,
               prop.multiProcessorCount, bw / 1e9);
   nlohmann::json out = {{"device", prop.name}, {"sms", prop.multiProcessorCount}, {"copy_GBps", bw / 1e9}};
+  if (!a.tp.empty()) {
+    int devices = 0;
+    cuda::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    out["devices"] = devices;
+    bench_tp(a, bw, out);
+    if (!a.json_path.empty()) {
+      std::ofstream f(a.json_path);
+      SKIM_REQUIRE(f.good(), "--json: cannot write '{}'", a.json_path);
+      f << out.dump(1) << "\n";
+    }
+    return;
+  }
 
   if (!a.e2e_only) {
     const ModelConfig c = cuda::llama31_8b_config();
@@ -301,6 +349,10 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_option("--prefill-contexts", a.prefill_contexts, "prefill lengths (the 8B shape: up to 8K)")->capture_default_str();
   app->add_option("--chunk", a.chunk, "prefill chunk, tokens")->capture_default_str();
   app->add_flag("--no-prefill", a.no_prefill, "skip the prefill measurement");
+  app->add_option("--tp", a.tp,
+                  "only tensor parallelism: decode steps of a random --shape model split over each of these GPU "
+                  "counts (e.g. 1,2), dense and gbsa/quest at --sparse-keep");
+  app->add_option("--shape", a.shape, "--tp's model shape: 8b or 70b (Llama-3.1)")->capture_default_str();
   app->add_option("--json", a.json_path, "also write the results to this JSON file");
   app->callback([args, &run] {
     run = [args] {

@@ -2,7 +2,8 @@
 // an in-process CPU implementation (backend/cpu/thread_communicator.h: one thread per rank,
 // what CI tests TP with) and NCCL's (one GPU per rank). Every rank of a communicator makes the
 // same calls in the same order with the same counts; a call returns when its result is in
-// place on the calling rank.
+// place on the calling rank, or, for a device communicator (NCCL), once it is enqueued on the
+// stream set_stream named: later work on that stream sees the result.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,8 @@ class Communicator {
   // recv[r * count + i] = rank r's send[i], on every rank (recv holds size() * count floats
   // and does not overlap send).
   virtual void all_gather(const float* send, size_t count, float* recv) = 0;
+  // A device communicator's stream (a cudaStream_t on its rank's GPU); the CPU's ignore it.
+  virtual void set_stream(void* /*stream*/) {}
 };
 
 }  // namespace skim

@@ -24,6 +24,7 @@
 #include "tokenizer/tokenizer.h"
 #ifdef SKIM_HAVE_CUDA
 #include "backend/cuda/gpu_forward.h"
+#include "backend/cuda/gpu_tensor_parallel.h"
 #endif
 
 namespace skim {
@@ -153,9 +154,6 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   openblas_set_num_threads(1);
 #endif
   m.gpu = o.device == "cuda";
-  SKIM_REQUIRE(!m.gpu || o.tensor_parallel == 1,
-               "--tp {} with --device cuda: tensor parallelism runs on the CPU only so far (drop --tp, or "
-               "--device cuda)", o.tensor_parallel);
 #ifdef SKIM_HAVE_CUDA
   if (m.gpu) cuda::require_device("--device cuda");  // before the model loads: fail fast
 #else
@@ -173,7 +171,11 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
 
   const ModelConfig& c = m.model->config;
 #ifdef SKIM_HAVE_CUDA
-  if (m.gpu) check_kv_memory(c, o, 2, cuda::device_memory_bytes(), "GPU memory");
+  if (m.gpu) {  // each GPU holds its KV heads' share
+    ModelConfig per_gpu = c;
+    per_gpu.num_kv_heads = std::max(1, c.num_kv_heads / o.tensor_parallel);
+    check_kv_memory(per_gpu, o, 2, cuda::device_memory_bytes(), "GPU memory");
+  }
 #endif
   if (!m.gpu) check_kv_memory(c, o, 4, physical_memory_bytes(), "this machine's memory");
   KVCacheShape shape;
@@ -188,6 +190,10 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
     go.max_rows = std::max(o.prefill_chunk, o.max_sequences);
     go.max_pages_per_seq = pages_per_seq;
     go.policy = o.policy;
+    if (o.tensor_parallel > 1) {
+      m.forward = cuda::make_gpu_tensor_parallel(*m.model, o.tensor_parallel, shape, go);
+      return;
+    }
     auto gpu = std::make_unique<cuda::GpuForward>(
         std::make_shared<const cuda::GpuWeights>(cuda::upload_weights(*m.model)), shape, go);
     m.forward = std::move(gpu);

@@ -97,15 +97,20 @@ TensorShard plan_tensor_shard(const ModelConfig& c, int rank, int size) {
   return s;
 }
 
+ModelConfig shard_config(const ModelConfig& full, const TensorShard& s) {
+  ModelConfig c = full;
+  c.num_heads = s.attn_heads;
+  c.num_kv_heads = s.kv_heads;
+  c.intermediate_size = s.inter;
+  return c;
+}
+
 std::unique_ptr<Model> shard_model(const Model& full, const TensorShard& s) {
   const ModelConfig& c = full.config;
   const int d = c.head_dim;
   auto m = std::make_unique<Model>();
   m->dir = full.dir;
-  m->config = c;
-  m->config.num_heads = s.attn_heads;
-  m->config.num_kv_heads = s.kv_heads;
-  m->config.intermediate_size = s.inter;
+  m->config = shard_config(c, s);
   m->rope_inv_freq = full.rope_inv_freq;
 
   const ModelWeights& w = full.weights;

@@ -43,5 +43,7 @@ TensorShard plan_tensor_shard(const ModelConfig& config, int rank, int size);
 // with zero rows to vocab_stride, so every rank's logits are [n][vocab_stride] (the gather's
 // equal counts).
 std::unique_ptr<Model> shard_model(const Model& full, const TensorShard& shard);
+// The config shard_model gives the rank (its shape, for random weights of it).
+ModelConfig shard_config(const ModelConfig& full, const TensorShard& shard);
 
 }  // namespace skim

@@ -492,4 +492,14 @@ ModelConfig llama31_8b_config() {
   return c;
 }
 
+ModelConfig llama31_70b_config() {
+  ModelConfig c = llama31_8b_config();
+  c.hidden_size = 8192;
+  c.intermediate_size = 28672;
+  c.num_layers = 80;
+  c.num_heads = 64;
+  c.num_kv_heads = 8;
+  return c;
+}
+
 }  // namespace skim::cuda

@@ -110,5 +110,7 @@ double bench_prefill(std::shared_ptr<const GpuWeights> weights, int context, int
 
 // Llama-3.1-8B's shape (32 layers, 32 query / 8 KV heads of 128, 14336 MLP, vocab 128256).
 ModelConfig llama31_8b_config();
+// Llama-3.1-70B's (80 layers, hidden 8192, 64 query / 8 KV heads of 128, 28672 MLP).
+ModelConfig llama31_70b_config();
 
 }  // namespace skim::cuda

@@ -26,7 +26,12 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
                "--device cuda: head_dim {} is not supported by the GPU attention kernel (64 or 128)",
                c.head_dim);
   SKIM_REQUIRE(shape.page_size == 16, "--device cuda: page size must be 16");
+  SKIM_REQUIRE(!o.shard || (o.comm && !o.shard->replicated()),
+               "--tp {} with --device cuda: the model's KV heads must split over the GPUs (its {} query heads per "
+               "KV head would span GPUs; replicated KV heads run on the CPU only so far)",
+               o.shard ? o.shard->size : 0, c.num_heads);
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (o.comm) o.comm->set_stream(stream_);
 
   const size_t R = size_t(o.max_rows);
   x_.resize(R * c.hidden_size);
@@ -36,6 +41,10 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   lse_.resize(R * c.num_heads);
   gate_up_.resize(R * 2 * c.intermediate_size);
   logits_.resize(R * c.vocab_size);
+  if (o.shard) {
+    slice_logits_.resize(R * o.shard->vocab_stride);
+    gathered_logits_.resize(R * o.shard->vocab_stride * o.shard->size);
+  }
   h_.resize(R * c.hidden_size);
   h_rows_.resize(R * c.hidden_size);
   q_.resize(R * c.q_dim());
@@ -210,7 +219,19 @@ void GpuForward::enqueue(int n, int logits_n, const Pass& pass, bool advance) {
 
 void GpuForward::embed(int n) {
   const int32_t* tokens = inputs_.data() + InputLayout(opt_.max_rows).tokens;
-  cuda::embed(w_.embed.data.data(), tokens, x_.data(), n, w_.config.hidden_size, stream_);
+  const int H = w_.config.hidden_size;
+  if (!opt_.shard) {
+    cuda::embed(w_.embed.data.data(), tokens, x_.data(), n, H, stream_);
+    return;
+  }
+  // The rank holding a token's row writes it, the others zeros; the sum is the row.
+  embed_vocab_slice(w_.embed.data.data(), tokens, x_.data(), n, H, opt_.shard->vocab_begin, opt_.shard->vocab,
+                    stream_);
+  opt_.comm->all_reduce_sum(x_.data(), size_t(n) * H);
+}
+
+void GpuForward::all_reduce(int n) {
+  if (opt_.comm) opt_.comm->all_reduce_sum(y_.data(), size_t(n) * w_.config.hidden_size);
 }
 
 void GpuForward::add_rmsnorm(int n, int layer, NormWeight weight, bool residual) {
@@ -300,7 +321,17 @@ void GpuForward::logits(int n_logits) {
                 w_.config.hidden_size, stream_);
     head_in = h_rows_.data();
   }
-  gemm_.linear(head_in, w_.output(), logits_.data(), n_logits, stream_);
+  if (!opt_.shard) {
+    gemm_.linear(head_in, w_.output(), logits_.data(), n_logits, stream_);
+    return;
+  }
+  // This rank's vocabulary slice (its LM head padded to the stride), every rank's gathered, then
+  // laid side by side: the whole logits on every rank, so every rank samples the same tokens.
+  const TensorShard& s = *opt_.shard;
+  gemm_.linear(head_in, w_.output(), slice_logits_.data(), n_logits, stream_);
+  opt_.comm->all_gather(slice_logits_.data(), size_t(n_logits) * s.vocab_stride, gathered_logits_.data());
+  unpack_vocab_slices(gathered_logits_.data(), s.size, n_logits, s.vocab_stride, w_.config.vocab_size,
+                      logits_.data(), stream_);
 }
 
 void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,

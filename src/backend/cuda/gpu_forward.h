@@ -38,6 +38,7 @@
 #include "backend/cuda/retro_state.h"
 #include "backend/cuda/ops.cuh"
 #include "model/forward.h"
+#include "model/tensor_shard.h"
 
 namespace skim::cuda {
 
@@ -45,6 +46,10 @@ struct GpuForwardOptions {
   int max_rows = 512;          // rows of one forward pass: a prefill chunk or a decode batch
   int max_pages_per_seq = 0;   // page-table row length: a sequence's capacity in pages
   std::string policy = "dense";  // policy index 0: its selector plans decode steps (DecodePlanner)
+  // Tensor parallelism (gpu_tensor_parallel.h): this rank's shard (its weights are
+  // shard_model's) and its NCCL communicator; none: the whole model on this GPU.
+  std::optional<TensorShard> shard;
+  Communicator* comm = nullptr;
 };
 
 struct DecodeRun {
@@ -116,6 +121,7 @@ class GpuForward final : public Forward, private Backend {
   }
 
   GpuKVCache& cache() { return cache_; }
+  Communicator* communicator() const { return opt_.comm; }  // tensor parallelism's; null alone
   const GpuWeights& weights() const { return w_; }
   cudaStream_t stream() const { return stream_; }
 
@@ -142,7 +148,7 @@ class GpuForward final : public Forward, private Backend {
   void qkv_rope_append(int n, int layer) override;
   void attention(int n, int layer) override;
   void silu_mul(int n) override;
-  void all_reduce(int /*n*/) override {}  // one GPU, nothing to sum
+  void all_reduce(int n) override;
   void logits(int n_logits) override;
   // Copies the step's inputs to the device; returns the policies present (Pass::policies).
   uint32_t stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
@@ -181,6 +187,9 @@ class GpuForward final : public Forward, private Backend {
 
   // Activations, sized for max_rows.
   DeviceBuffer<float> x_, y_, qkv_, o_, lse_, gate_up_, logits_;
+  // Tensor parallelism: this rank's vocabulary slice of the logits [max_rows][stride] and every
+  // rank's gathered [ranks][max_rows][stride].
+  DeviceBuffer<float> slice_logits_, gathered_logits_;
   DeviceBuffer<uint16_t> h_, h_rows_, q_, o16_, inter_;
   DeviceBuffer<uint8_t> attn_workspace_;
   // ART (cuda::art_decode_attention), once a policy with art is registered: its workspace (for

@@ -83,7 +83,8 @@ GpuWeights upload_weights(const Model& model) {
   return g;
 }
 
-GpuWeights random_weights(const ModelConfig& c, uint64_t seed) {
+GpuWeights random_weights(const ModelConfig& c, uint64_t seed, int vocab_rows) {
+  if (vocab_rows <= 0) vocab_rows = c.vocab_size;
   GpuWeights g;
   g.config = c;
   auto matrix = [&](int rows, int cols) {
@@ -99,8 +100,8 @@ GpuWeights random_weights(const ModelConfig& c, uint64_t seed) {
     fill_f32(b.data(), b.size(), 1.0f, nullptr);
     return b;
   };
-  g.embed = matrix(c.vocab_size, c.hidden_size);
-  if (!c.tie_word_embeddings) g.lm_head = matrix(c.vocab_size, c.hidden_size);
+  g.embed = matrix(vocab_rows, c.hidden_size);
+  if (!c.tie_word_embeddings) g.lm_head = matrix(vocab_rows, c.hidden_size);
   g.final_norm = ones(c.hidden_size);
   g.inv_freq = inv_freq_of(c);
   for (int l = 0; l < c.num_layers; ++l) {

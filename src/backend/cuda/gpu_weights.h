@@ -43,7 +43,9 @@ struct GpuWeights {
 GpuWeights upload_weights(const Model& model);
 
 // Random weights of a config's shape, generated on the device (benchmarks of model shapes
-// whose checkpoints are not at hand): projections uniform in +-1/sqrt(in), norms 1.
-GpuWeights random_weights(const ModelConfig& config, uint64_t seed);
+// whose checkpoints are not at hand): projections uniform in +-1/sqrt(in), norms 1. The
+// embedding and LM head hold `vocab_rows` rows (0: the vocabulary; a tensor-parallel rank's
+// slice: its vocab_stride).
+GpuWeights random_weights(const ModelConfig& config, uint64_t seed, int vocab_rows = 0);
 
 }  // namespace skim::cuda

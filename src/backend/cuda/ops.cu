@@ -37,6 +37,22 @@ __global__ void embed_kernel(const uint16_t* table, const int32_t* tokens, float
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) x[r * hidden + i] = bf16_load(row + i);
 }
 
+__global__ void embed_vocab_slice_kernel(const uint16_t* table, const int32_t* tokens, float* x, int hidden,
+                                         int vocab_begin, int vocab_rows) {
+  const size_t r = blockIdx.x;
+  const int t = tokens[r] - vocab_begin;
+  const bool mine = t >= 0 && t < vocab_rows;
+  const uint16_t* row = table + size_t(mine ? t : 0) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) x[r * hidden + i] = mine ? bf16_load(row + i) : 0.0f;
+}
+
+__global__ void unpack_vocab_slices_kernel(const float* gathered, int n, int stride, int vocab, float* logits) {
+  const int rank = blockIdx.y, r = blockIdx.x;
+  const int begin = rank * stride, len = min(vocab, begin + stride) - begin;
+  const float* from = gathered + (size_t(rank) * n + r) * stride;
+  for (int i = threadIdx.x; i < len; i += blockDim.x) logits[size_t(r) * vocab + begin + i] = from[i];
+}
+
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, uint16_t* out, int dim,
                                    float eps) {
   float* xr = x + size_t(blockIdx.x) * dim;
@@ -205,6 +221,16 @@ unsigned grid_for(size_t count) {
 
 void embed(const uint16_t* table, const int32_t* tokens, float* x, int n, int hidden, cudaStream_t s) {
   if (n > 0) embed_kernel<<<n, 256, 0, s>>>(table, tokens, x, hidden);
+}
+
+void embed_vocab_slice(const uint16_t* table, const int32_t* tokens, float* x, int n, int hidden, int vocab_begin,
+                       int vocab_rows, cudaStream_t s) {
+  if (n > 0) embed_vocab_slice_kernel<<<n, 256, 0, s>>>(table, tokens, x, hidden, vocab_begin, vocab_rows);
+}
+
+void unpack_vocab_slices(const float* gathered, int ranks, int n, int stride, int vocab, float* logits,
+                         cudaStream_t s) {
+  if (n > 0 && ranks > 0) unpack_vocab_slices_kernel<<<dim3(n, ranks), 256, 0, s>>>(gathered, n, stride, vocab, logits);
 }
 
 void add_rmsnorm(float* x, const float* y, const float* w, uint16_t* out, int n, int dim, float eps,

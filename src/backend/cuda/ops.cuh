@@ -20,6 +20,16 @@ namespace skim::cuda {
 void embed(const uint16_t* table, const int32_t* tokens, float* x, int n, int hidden,
            cudaStream_t stream);
 
+// Tensor parallelism's vocabulary split (model/tensor_shard.h). embed_vocab_slice: x[r] = the
+// row of tokens[r] when vocab_begin <= tokens[r] < vocab_begin + vocab_rows (table holds those
+// rows), else zeros, so the ranks' x summed is embed's. unpack_vocab_slices: the all-gathered
+// logits [ranks][n][stride] (rank g's columns are vocabulary ids g * stride + i) laid out as
+// logits [n][vocab], the padding past vocab dropped.
+void embed_vocab_slice(const uint16_t* table, const int32_t* tokens, float* x, int n, int hidden, int vocab_begin,
+                       int vocab_rows, cudaStream_t stream);
+void unpack_vocab_slices(const float* gathered, int ranks, int n, int stride, int vocab, float* logits,
+                         cudaStream_t stream);
+
 // The residual add and the RMSNorm before a projection, fused: x += y (when y is not null),
 // then out = bf16(x / rms(x) * w). cpu::add_inplace then cpu::rmsnorm.
 void add_rmsnorm(float* x, const float* y, const float* w, uint16_t* out, int n, int dim,

@@ -22,6 +22,10 @@ class Communicator {
   virtual void all_gather(const float* send, size_t count, float* recv) = 0;
   // A device communicator's stream (a cudaStream_t on its rank's GPU); the CPU's ignore it.
   virtual void set_stream(void* /*stream*/) {}
+  // A rank failed: end the collectives in flight on every rank (NCCL's kernels would wait for
+  // the failed rank forever), leaving the communicator unusable. The CPU's need none: what can
+  // fail on one rank alone is checked before the ranks start (TensorParallelForward).
+  virtual void abort() {}
 };
 
 }  // namespace skim

@@ -1,5 +1,7 @@
 #include "model/rank_threads.h"
 
+#include <cstdio>
+
 namespace skim {
 
 RankThreads::RankThreads(int ranks, std::function<void(int)> init) : init_(std::move(init)) {
@@ -42,6 +44,10 @@ void RankThreads::serve(int rank, const std::function<void(int)>& init) {
     std::exception_ptr error;
     try {
       (*job)(rank);
+    } catch (const std::exception& e) {
+      // Said at once: the other ranks may be waiting for this one in a collective.
+      std::fprintf(stderr, "skim: rank %d: %s\n", rank, e.what());
+      error = std::current_exception();
     } catch (...) {
       error = std::current_exception();
     }

@@ -14,6 +14,20 @@ TensorParallelForward::TensorParallelForward(std::vector<Rank> ranks, std::uniqu
     : ranks_(std::move(ranks)), threads_(std::move(threads)), vocab_size_(vocab_size), head_dim_(head_dim),
       copies_(ranks_.size()), rank_logits_(ranks_.size()) {}
 
+void TensorParallelForward::on_ranks(const std::function<void(int)>& fn) const {
+  SKIM_REQUIRE(!failed_, "tensor parallelism: a rank failed earlier and the ranks no longer agree (restart skim)");
+  threads_->run([&](int r) {
+    try {
+      fn(r);
+    } catch (...) {
+      if (!failed_.exchange(true))
+        for (const Rank& k : ranks_)
+          for (Communicator* c : k.comms) c->abort();
+      throw;
+    }
+  });
+}
+
 TensorParallelForward::~TensorParallelForward() {
   // Each rank's resources go on its own thread (a GPU's on its device).
   threads_->run([&](int r) {
@@ -43,7 +57,7 @@ void TensorParallelForward::follow_policy(AttentionPolicy& policy) {
 void TensorParallelForward::run(const ForwardBatch& batch, AttentionPolicy& policy, std::vector<float>& logits) {
   check_batch(batch);
   follow_policy(policy);
-  threads_->run([&](int r) {
+  on_ranks([&](int r) {
     ranks_[size_t(r)].forward->run(batch, r == 0 ? policy : *copies_[size_t(r)], r == 0 ? logits : rank_logits_[size_t(r)]);
   });
 }
@@ -57,7 +71,7 @@ std::vector<int32_t> TensorParallelForward::run_sampled(const ForwardBatch& batc
   // Every rank holds the whole logits after the gather and draws with the same parameters:
   // the same tokens everywhere; rank 0's come back.
   std::vector<int32_t> tokens;
-  threads_->run([&](int r) {
+  on_ranks([&](int r) {
     AttentionPolicy& p = r == 0 ? policy : *copies_[size_t(r)];
     std::vector<TokenLogprob> unused;
     std::vector<int32_t> t = ranks_[size_t(r)].forward->run_sampled(batch, p, params, top_logprobs,
@@ -71,7 +85,7 @@ std::optional<double> TensorParallelForward::decode_kv_bytes_read() const {
   // What every rank read (a replicated KV head is read by each of its ranks): a backend that
   // counts its own (the GPU), else the policies' counts (rank 0's is the engine's policy).
   std::vector<std::optional<double>> counted(ranks_.size());
-  threads_->run([&](int r) { counted[size_t(r)] = ranks_[size_t(r)].forward->decode_kv_bytes_read(); });
+  on_ranks([&](int r) { counted[size_t(r)] = ranks_[size_t(r)].forward->decode_kv_bytes_read(); });
   double bytes = 0;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (counted[r]) {
@@ -88,7 +102,7 @@ std::optional<double> TensorParallelForward::decode_kv_bytes_read() const {
 
 int TensorParallelForward::acquire_policy(const std::string& policy) {
   std::vector<int> index(ranks_.size());
-  threads_->run([&](int r) { index[size_t(r)] = ranks_[size_t(r)].forward->acquire_policy(policy); });
+  on_ranks([&](int r) { index[size_t(r)] = ranks_[size_t(r)].forward->acquire_policy(policy); });
   for (size_t r = 1; r < ranks_.size(); ++r)
     SKIM_REQUIRE(index[r] == index[0], "internal: rank {} registered policy {} as {}, rank 0 as {}", r, policy,
                  index[r], index[0]);
@@ -96,7 +110,7 @@ int TensorParallelForward::acquire_policy(const std::string& policy) {
 }
 
 void TensorParallelForward::release_policy(int index) {
-  threads_->run([&](int r) { ranks_[size_t(r)].forward->release_policy(index); });
+  on_ranks([&](int r) { ranks_[size_t(r)].forward->release_policy(index); });
 }
 
 void TensorParallelForward::on_every_pool(PageTable& table, const std::function<void(Forward&, PageTable&)>& op) {
@@ -116,7 +130,7 @@ void TensorParallelForward::reserve(PageTable& table, int length) {
 void TensorParallelForward::release(PageTable& table) {
   // A backend may drop per-sequence state keyed by the table's address here (the GPU's): each
   // rank sees the engine's table, its pool a copy.
-  threads_->run([&](int r) {
+  on_ranks([&](int r) {
     if (r > 0) ranks_[size_t(r)].forward->drop_state(table);
   });
   on_every_pool(table, [](Forward& f, PageTable& t) { f.release(t); });
@@ -125,18 +139,18 @@ void TensorParallelForward::shrink(PageTable& table, int length) {
   on_every_pool(table, [&](Forward& f, PageTable& t) { f.shrink(t, length); });
 }
 void TensorParallelForward::copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) {
-  threads_->run([&](int r) { ranks_[size_t(r)].forward->copy_pages(from, to); });
+  on_ranks([&](int r) { ranks_[size_t(r)].forward->copy_pages(from, to); });
 }
 
 // Rank 0's policy is the engine's, which forks and forgets its own state.
 void TensorParallelForward::fork_state(const PageTable& from, const PageTable& to) {
-  threads_->run([&](int r) {
+  on_ranks([&](int r) {
     ranks_[size_t(r)].forward->fork_state(from, to);
     if (r > 0 && copies_[size_t(r)]) copies_[size_t(r)]->fork(&from, &to);
   });
 }
 void TensorParallelForward::drop_state(const PageTable& table) {
-  threads_->run([&](int r) {
+  on_ranks([&](int r) {
     ranks_[size_t(r)].forward->drop_state(table);
     if (r > 0 && copies_[size_t(r)]) copies_[size_t(r)]->forget(&table);
   });
@@ -178,6 +192,7 @@ std::unique_ptr<TensorParallelForward> make_cpu_tensor_parallel(const Model& mod
     st->kv_group = std::move(kv_groups[size_t(r)]);
     ranks[size_t(r)].forward =
         std::make_unique<CpuForward>(*st->model, *st->cache, TensorRank{s, st->world.get(), st->kv_group.get()});
+    ranks[size_t(r)].comms = {st->world.get(), st->kv_group.get()};
     ranks[size_t(r)].state = std::move(st);
   });
   return std::make_unique<TensorParallelForward>(std::move(ranks), std::move(pool), c.vocab_size, c.head_dim);

@@ -11,6 +11,7 @@
 // backend that mixes policies (the GPU) registers each policy string on every rank.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -25,6 +26,7 @@ class TensorParallelForward final : public Forward {
   struct Rank {
     std::shared_ptr<void> state;  // what `forward` refers to (shard, cache, communicators)
     std::unique_ptr<Forward> forward;
+    std::vector<Communicator*> comms;  // its communicators (in `state`), aborted if a rank fails
   };
   // `threads` runs each rank's calls on its own thread (ranks[r] was built on thread r).
   TensorParallelForward(std::vector<Rank> ranks, std::unique_ptr<RankThreads> threads, int vocab_size,
@@ -51,8 +53,10 @@ class TensorParallelForward final : public Forward {
 
   int size() const { return int(ranks_.size()); }
   Forward& rank(int r) { return *ranks_[size_t(r)].forward; }
-  // Runs fn(r) on every rank's thread at once (benchmarks drive the ranks' own calls).
-  void on_ranks(const std::function<void(int)>& fn) const { threads_->run(fn); }
+  // Runs fn(r) on every rank's thread at once (benchmarks drive the ranks' own calls). When a
+  // rank throws, every communicator is aborted (the others would wait for it in a collective)
+  // and the forward refuses every later call.
+  void on_ranks(const std::function<void(int)>& fn) const;
 
  private:
   // Checks what could fail on one rank alone, before any rank waits on another.
@@ -67,6 +71,7 @@ class TensorParallelForward final : public Forward {
   std::unique_ptr<RankThreads> threads_;
   int vocab_size_ = 0, head_dim_ = 0;
   AttentionPolicy* followed_ = nullptr;  // the engine's policy, rank 0's; ranks > 0 copy it
+  mutable std::atomic<bool> failed_{false};  // a rank threw: the communicators are aborted
   std::vector<std::unique_ptr<AttentionPolicy>> copies_;  // [size], ranks > 0
   std::vector<std::vector<float>> rank_logits_;           // [size], ranks > 0
 };

@@ -38,6 +38,7 @@ std::unique_ptr<TensorParallelForward> make_gpu_tensor_parallel(
     o.comm = st->comm.get();
     auto w = std::make_shared<const GpuWeights>(weights(s));
     ranks[size_t(r)].forward = std::make_unique<GpuForward>(std::move(w), rank_shape, o);
+    ranks[size_t(r)].comms = {st->comm.get()};
     ranks[size_t(r)].state = std::move(st);
   });
   return std::make_unique<TensorParallelForward>(std::move(ranks), std::move(pool), c.vocab_size, c.head_dim);

@@ -1,5 +1,6 @@
 #include "backend/cuda/nccl_communicator.h"
 
+#include <atomic>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -22,7 +23,12 @@ void check_nccl(ncclResult_t r, const char* what) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  ~NcclCommunicator() override {
+    if (!aborted_) ncclCommDestroy(comm_);
+  }
+  void abort() override {
+    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void set_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
@@ -37,6 +43,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   int rank_, size_;
   cudaStream_t stream_ = nullptr;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace

@@ -214,12 +214,17 @@ cudaError_t launch(const PagedPrefillArgs& a, cudaStream_t stream) {
   const int group = a.num_heads / a.num_kv_heads;
   const int warps = std::min(group, kMaxWarps), sub_groups = (group + kMaxWarps - 1) / kMaxWarps;
   const int smem = Smem<D>::bytes(warps);
-  static int configured = 0;  // largest size the attribute allows so far
-  if (smem > configured) {
+  // The attribute is per device (tensor parallelism launches on several): the largest size it
+  // allows so far on each. A benign race: every writer of a device's entry stores the same value.
+  constexpr int kMaxDevices = 64;
+  static int configured[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  if (dev >= kMaxDevices || smem > configured[dev]) {
     const int all = Smem<D>::bytes(kMaxWarps);
     cudaError_t e = cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, all);
     if (e != cudaSuccess) return e;
-    configured = all;
+    if (dev < kMaxDevices) configured[dev] = all;
   }
   const int units = a.num_kv_heads * sub_groups;
   const SplitPlan plan = a.workspace ? plan_splits(a.n, units, a.max_position, sm_count()) : SplitPlan{};

@@ -230,6 +230,18 @@ void GpuForward::embed(int n) {
   opt_.comm->all_reduce_sum(x_.data(), size_t(n) * H);
 }
 
+void GpuForward::warm_collectives() {
+  if (!opt_.comm) return;
+  const size_t rows = size_t(opt_.max_rows);
+  fill_f32(y_.data(), y_.size(), 0.0f, stream_);
+  fill_f32(slice_logits_.data(), slice_logits_.size(), 0.0f, stream_);
+  for (size_t n : {size_t(1), rows}) {  // the small and the large message sizes a pass sends
+    opt_.comm->all_reduce_sum(y_.data(), n * w_.config.hidden_size);
+    opt_.comm->all_gather(slice_logits_.data(), n * opt_.shard->vocab_stride, gathered_logits_.data());
+  }
+  check(cudaStreamSynchronize(stream_), "warming NCCL up");
+}
+
 void GpuForward::all_reduce(int n) {
   if (opt_.comm) opt_.comm->all_reduce_sum(y_.data(), size_t(n) * w_.config.hidden_size);
 }

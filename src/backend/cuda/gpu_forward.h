@@ -122,6 +122,10 @@ class GpuForward final : public Forward, private Backend {
 
   GpuKVCache& cache() { return cache_; }
   Communicator* communicator() const { return opt_.comm; }  // tensor parallelism's; null alone
+  // Tensor parallelism: one all-reduce and one all-gather of the largest sizes a pass sends,
+  // run eagerly on every rank at once, so that NCCL sets up its connections before any is
+  // captured in a CUDA graph (a first use inside a capture fails). Waits for them.
+  void warm_collectives();
   const GpuWeights& weights() const { return w_; }
   cudaStream_t stream() const { return stream_; }
 

@@ -41,6 +41,8 @@ std::unique_ptr<TensorParallelForward> make_gpu_tensor_parallel(
     ranks[size_t(r)].comms = {st->comm.get()};
     ranks[size_t(r)].state = std::move(st);
   });
+  // Every rank at once: NCCL connects before the first collective a graph captures.
+  pool->run([&](int r) { dynamic_cast<GpuForward&>(*ranks[size_t(r)].forward).warm_collectives(); });
   return std::make_unique<TensorParallelForward>(std::move(ranks), std::move(pool), c.vocab_size, c.head_dim);
 }
 

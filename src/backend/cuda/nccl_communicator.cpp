@@ -55,6 +55,9 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(int n) {
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
   SKIM_REQUIRE(n >= 1 && n <= devices, "--tp {}: this machine has {} GPU(s)", n, devices);
   setenv("NCCL_NVLS_ENABLE", "0", 1);  // never NVLink multicast (see the header)
+  // Connections made at init rather than at a first use, which may be inside a graph capture
+  // (where setting them up fails); the user's choice stands if set.
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
   std::vector<int> ids(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) ids[size_t(i)] = i;

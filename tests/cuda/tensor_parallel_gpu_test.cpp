@@ -215,17 +215,24 @@ TEST(GpuTensorParallel, EngineGeneratesAsOneGpu) {
   for (int i = 0; i < 200; ++i) req.prompt_ids.push_back(test::random_int(0, 1000));
   req.max_tokens = 24;
   req.ignore_eos = true;
-  std::vector<std::vector<int>> tokens;
-  for (int tp : {1, 2}) {
-    EngineOptions o;
-    o.model_dir = dir;
-    o.device = "cuda";
-    o.max_context = 512;
-    o.tensor_parallel = tp;
-    Engine e(o);
-    tokens.push_back(e.generate({req})[0].tokens);
+  // Every GPU policy family, its per-head state (MAC's rings, Retro's caches, ART's counters)
+  // kept by each rank for its heads; budgets that keep most pages (see TwoGpusEqualOne).
+  for (const char* policy : {"dense", "quest:budget=0.75,min=0,dense_layers=0+retro:w=2",
+                             "mac:min_context=0,band=64", "art:order=group,stop=group,test=probe",
+                             "gbsa:keep=0.6,n_min=2+art:stop=group,test=probe"}) {
+    std::vector<std::vector<int>> tokens;
+    for (int tp : {1, 2}) {
+      EngineOptions o;
+      o.model_dir = dir;
+      o.device = "cuda";
+      o.max_context = 512;
+      o.policy = policy;
+      o.tensor_parallel = tp;
+      Engine e(o);
+      tokens.push_back(e.generate({req})[0].tokens);
+    }
+    EXPECT_EQ(tokens[0], tokens[1]) << policy;
   }
-  EXPECT_EQ(tokens[0], tokens[1]);
   EngineOptions bad;
   bad.model_dir = dir;
   bad.device = "cuda";

@@ -140,6 +140,19 @@ TEST(Cli, ServeRefusesBadFlagsAndAddresses) {
 
 // Flags past what the machine or the library can take: exit 2 naming the flag and the limit,
 // never a crash, libgomp's failure or std::bad_alloc.
+// --tp splits the model over ranks (threads on the CPU): the same greedy text as one rank.
+TEST(Cli, TensorParallelGeneratesAsOneRank) {
+  std::string text[2];
+  for (int i = 0; i < 2; ++i) {
+    Result r = run(std::string("generate -p 'def add(a, b):' -n 16 --ignore-eos --json -t 2 --tp ") + (i ? "2" : "1"));
+    ASSERT_EQ(r.status, 0) << r.output;
+    text[i] = nlohmann::json::parse(r.output.substr(r.output.find('{')))["text"];
+  }
+  EXPECT_EQ(text[0], text[1]);
+  expect_user_error("generate -p x --tp 3", "num_attention_heads");
+  expect_user_error("generate -p x --tp 0", "--tp");
+}
+
 TEST(Cli, LimitsNameTheFlag) {
   expect_user_error("generate -p x -t 100000", "--threads");
   expect_user_error("generate -p x -t 50000", "at most 8 per core");

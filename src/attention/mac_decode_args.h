@@ -52,6 +52,10 @@ struct MacPagePlanArgs {
   bool base_per_kv_head = false;
   const int32_t *base_table = nullptr, *base_lens = nullptr;
   const uint32_t* base_masks = nullptr;
+  // A hint, the plan is the same without it: the base lists are the rows' own tables (a dense
+  // base: base_table == page_table, base_lens == seq_lens, one list per row, no masks), so a
+  // miss attends every page and the GPU needs no inverse page map.
+  bool base_is_table = false;
   const int32_t* band_begin = nullptr;
   int32_t *below_table = nullptr, *below_lens = nullptr, *above_table = nullptr, *above_lens = nullptr;
   uint32_t *below_masks = nullptr, *above_masks = nullptr;

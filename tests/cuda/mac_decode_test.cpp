@@ -29,8 +29,11 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(CudaMacPagePlan, EqualsTheCpuReference) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  for (int trial = 0; trial < 9; ++trial) {
-    const bool per_head = trial % 3 != 0, masked = trial % 3 == 2;
+  for (int trial = 0; trial < 12; ++trial) {
+    // Trials 9-11: a dense base, the rows' own tables, with the plan told so (base_is_table: no
+    // inverse map on the GPU; the CPU reference plans it as any base).
+    const bool table_base = trial >= 9;
+    const bool per_head = !table_base && trial % 3 != 0, masked = !table_base && trial % 3 == 2;
     const test::MacPlanCase c(test::random_int(1, 4), test::random_int(1, 8), test::random_int(0, 600), per_head,
                               masked, {test::random_int(1, 9000), test::random_int(1, 40), 16, 1, 2500, 4097});
     std::vector<int32_t> row_policy(size_t(c.batch()));
@@ -43,8 +46,8 @@ TEST(CudaMacPagePlan, EqualsTheCpuReference) {
     a.rows = PlanRows{row_policy.data(), 1u};
     a.page_table = c.pages.table.data();
     a.seq_lens = c.lens.data();
-    a.base_table = c.base_table.data();
-    a.base_lens = c.base_lens.data();
+    a.base_table = table_base ? c.pages.table.data() : c.base_table.data();
+    a.base_lens = table_base ? c.lens.data() : c.base_lens.data();
     a.base_masks = c.masked ? c.base_masks.data() : nullptr;
     a.band_begin = c.band_begin.data();
     a.below_table = cb.data();
@@ -66,8 +69,9 @@ TEST(CudaMacPagePlan, EqualsTheCpuReference) {
     g.rows = PlanRows{d_rp.data(), 1u};
     g.page_table = d_pt.data();
     g.seq_lens = d_lens.data();
-    g.base_table = d_bt.data();
-    g.base_lens = d_bl.data();
+    g.base_table = table_base ? d_pt.data() : d_bt.data();
+    g.base_lens = table_base ? d_lens.data() : d_bl.data();
+    g.base_is_table = table_base;
     g.base_masks = c.masked ? d_bm.data() : nullptr;
     g.band_begin = d_band.data();
     g.below_table = gb.data();

@@ -56,6 +56,9 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
                        .row_policy = row_policy, .page_table = inputs_.data() + in.table,
                        .seq_lens = inputs_.data() + in.seq_lens, .base_per_kv_head = plan.per_kv_head,
                        .base_table = plan.table, .base_lens = plan.lens, .base_masks = plan.head_masks,
+                       .base_is_table = !plan.per_kv_head && !plan.head_masks &&
+                                        plan.table == inputs_.data() + in.table &&
+                                        plan.lens == inputs_.data() + in.seq_lens,
                        .band_begin = x.band_begin, .below_table = x.below_table, .below_lens = x.below_lens,
                        .above_table = x.above_table, .above_lens = x.above_lens, .below_masks = x.below_masks,
                        .above_masks = x.above_masks, .rows = PlanRows{row_policy, plan.mac_policies},

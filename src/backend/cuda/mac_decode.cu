@@ -125,15 +125,17 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArg
                        list * a.max_pages_per_seq;
   const size_t base = a.base_list(b, kvh);
   const int n_base = pages_of(a.base_lens[base], ps);
-  for (int i = t; i < m; i += kPlanThreads) pos_mask[i] = 0u;
+  if (!a.base_is_table)
+    for (int i = t; i < m; i += kPlanThreads) pos_mask[i] = 0u;
   if (t < group) {
     const int begin = a.band_begin[size_t(b) * a.num_heads + kvh * group + t];
     hit_page[t] = begin < 0 ? -1 : begin / ps;
   }
   if (t == 0) last_in = 0;
   __syncthreads();
-  for (int j = t; j < n_base; j += kPlanThreads)
-    pos_mask[inv[a.base_table[base * a.max_pages_per_seq + j]]] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + j] : ~0u;
+  if (!a.base_is_table)  // the base's masks by position (a table base: every page, every head)
+    for (int j = t; j < n_base; j += kPlanThreads)
+      pos_mask[inv[a.base_table[base * a.max_pages_per_seq + j]]] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + j] : ~0u;
   __syncthreads();
 
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArg
       mask[k] = 0u;
       if (i >= m) continue;
       for (int g = 0; g < group; ++g) {
-        const bool attends = hit_page[g] >= 0 ? i >= hit_page[g] : (pos_mask[i] >> g & 1u) != 0u;
+        const bool attends = hit_page[g] >= 0 ? i >= hit_page[g] : a.base_is_table || (pos_mask[i] >> g & 1u) != 0u;
         mask[k] |= uint32_t(attends) << g;
       }
       if (mask[k]) (i < split ? nb : na) += 1;
@@ -283,8 +285,9 @@ cudaError_t mac_page_plan(const MacPagePlanArgs& a, cudaStream_t stream) {
       mac_page_plan_workspace_size(a) == 0 || a.workspace_bytes < mac_page_plan_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
-                 static_cast<int32_t*>(a.workspace), stream);
+  if (!a.base_is_table)
+    page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
+                   static_cast<int32_t*>(a.workspace), stream);
   plan_kernel<<<dim3(a.num_kv_heads, a.batch), kPlanThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }

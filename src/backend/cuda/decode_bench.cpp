@@ -318,14 +318,9 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   }
   const bool sparse = policy != "dense";
   const ModelConfig& c = weights->config;
-  const int warm = 4, page = 16;
-  const int pages_per_seq = (context + warm + steps + page - 1) / page;
-  KVCacheShape shape;
-  shape.num_layers = c.num_layers;
-  shape.num_kv_heads = c.num_kv_heads;
-  shape.head_dim = c.head_dim;
-  shape.page_size = page;
-  shape.num_pages = pages_per_seq * batch;
+  const int warm = 4;
+  const KVCacheShape shape = bench_cache_shape(c, batch, context + warm + steps);
+  const int pages_per_seq = shape.num_pages / batch;
   const size_t weight_total = weights->bytes();
   const size_t embed_bytes = weights->embed.data.bytes();
   const bool tied = weights->lm_head.rows == 0;
@@ -441,11 +436,7 @@ double bench_retro_steps(std::shared_ptr<const GpuWeights> weights, int batch, i
 
 double bench_prefill(std::shared_ptr<const GpuWeights> weights, int context, int chunk) {
   const ModelConfig& c = weights->config;
-  KVCacheShape shape;
-  shape.num_layers = c.num_layers;
-  shape.num_kv_heads = c.num_kv_heads;
-  shape.head_dim = c.head_dim;
-  shape.num_pages = (context + 15) / 16;
+  const KVCacheShape shape = bench_cache_shape(c, 1, context);
   GpuForwardOptions o;
   o.max_rows = chunk;
   o.max_pages_per_seq = shape.num_pages;
@@ -490,6 +481,16 @@ ModelConfig llama31_8b_config() {
   c.rope.high_freq_factor = 4.0f;
   c.rope.original_max_position_embeddings = 8192;
   return c;
+}
+
+KVCacheShape bench_cache_shape(const ModelConfig& c, int batch, int tokens) {
+  KVCacheShape shape;
+  shape.num_layers = c.num_layers;
+  shape.num_kv_heads = c.num_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.page_size = 16;
+  shape.num_pages = (tokens + shape.page_size - 1) / shape.page_size * batch;
+  return shape;
 }
 
 ModelConfig llama31_70b_config() {

@@ -110,6 +110,9 @@ double bench_prefill(std::shared_ptr<const GpuWeights> weights, int context, int
 
 // Llama-3.1-8B's shape (32 layers, 32 query / 8 KV heads of 128, 14336 MLP, vocab 128256).
 ModelConfig llama31_8b_config();
+// The KV cache of `batch` sequences of up to `tokens` tokens each, in 16-token pages.
+KVCacheShape bench_cache_shape(const ModelConfig& config, int batch, int tokens);
+
 // Llama-3.1-70B's (80 layers, hidden 8192, 64 query / 8 KV heads of 128, 28672 MLP).
 ModelConfig llama31_70b_config();
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/communicator.h"
+#include "backend/cuda/decode_bench.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/gpu_tensor_parallel.h"
 #include "backend/cuda/ops.cuh"
@@ -45,14 +46,9 @@ double time_all_reduce(GpuForward& f, size_t count, int reps) {
 
 TensorParallelPoint bench_tensor_parallel(const ModelConfig& c, int tp, int batch, int context, int steps,
                                           const std::string& policy, double copy_bw) {
-  const int warm = 4, page = 16;
-  const int pages_per_seq = (context + warm + steps + page - 1) / page;
-  KVCacheShape shape;
-  shape.num_layers = c.num_layers;
-  shape.num_kv_heads = c.num_kv_heads;
-  shape.head_dim = c.head_dim;
-  shape.page_size = page;
-  shape.num_pages = pages_per_seq * batch;
+  const int warm = 4;
+  const KVCacheShape shape = bench_cache_shape(c, batch, context + warm + steps);
+  const int pages_per_seq = shape.num_pages / batch;
   GpuForwardOptions o;
   o.max_rows = batch;
   o.max_pages_per_seq = pages_per_seq;

@@ -88,9 +88,12 @@ void serve(ServeArgs& a) {
   so.prefix_cache = int(a.prefix_cache);
   server::Server server(engine, so);
   server.bind();
+  const std::string device = a.engine.tensor_parallel > 1
+                                 ? fmt::format("{}, tensor parallel {}", a.engine.device, a.engine.tensor_parallel)
+                                 : a.engine.device;
   std::fprintf(stderr, "skim serve: %s on http://%s:%d (policy %s, %d sequences x %d tokens, %s)\n",
                so.model_name.c_str(), so.host.c_str(), server.bound_port(), a.engine.policy.c_str(), parallel,
-               a.engine.max_context, a.engine.device.c_str());
+               a.engine.max_context, device.c_str());
   SKIM_REQUIRE(pipe(stop_pipe) == 0, "skim serve: cannot create a pipe");
   struct sigaction sa = {};
   sa.sa_handler = on_stop_signal;

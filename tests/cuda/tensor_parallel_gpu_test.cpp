@@ -237,9 +237,35 @@ TEST(GpuTensorParallel, EngineGeneratesAsOneGpu) {
   bad.model_dir = dir;
   bad.device = "cuda";
   bad.max_context = 512;
-  bad.tensor_parallel = 4;  // 2 KV heads: replication, CPU only
+  bad.tensor_parallel = 3;  // 4 heads do not split over 3 GPUs
   EXPECT_THROW(Engine{bad}, Error);
   std::filesystem::remove_all(dir);
+}
+
+// The demo model (1 KV head, 4 query heads) on 2 GPUs: its KV head replicated, each GPU
+// attending the whole group from the gathered queries and keeping its own 2 heads. Greedy
+// tokens as on one GPU, for dense and the GPU's policies.
+TEST(GpuTensorParallel, TheDemoModelsReplicatedKvHeadGeneratesAsOneGpu) {
+  if (cuda_devices() < 2 || !cuda::have_nccl()) GTEST_SKIP() << "needs 2 GPUs and NCCL";
+  GenerationRequest req;
+  req.prompt = "def fibonacci(n):";
+  req.max_tokens = 48;
+  req.ignore_eos = true;
+  for (const char* policy : {"dense", "gbsa:keep=0.6,n_min=2", "mac:min_context=0,band=64",
+                             "art:order=group,stop=group,test=probe"}) {
+    std::vector<std::vector<int>> tokens;
+    for (int tp : {1, 2}) {
+      EngineOptions o;
+      o.model_dir = std::filesystem::path(SKIM_SOURCE_DIR) / "models/demo-code-28m";
+      o.device = "cuda";
+      o.max_context = 1024;
+      o.policy = policy;
+      o.tensor_parallel = tp;
+      Engine e(o);
+      tokens.push_back(e.generate({req})[0].tokens);
+    }
+    EXPECT_EQ(tokens[0], tokens[1]) << policy;
+  }
 }
 
 }  // namespace

@@ -26,12 +26,11 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
                "--device cuda: head_dim {} is not supported by the GPU attention kernel (64 or 128)",
                c.head_dim);
   SKIM_REQUIRE(shape.page_size == 16, "--device cuda: page size must be 16");
-  SKIM_REQUIRE(!o.shard || (o.comm && !o.shard->replicated()),
-               "--tp {} with --device cuda: the model's KV heads must split over the GPUs (its {} query heads per "
-               "KV head would span GPUs; replicated KV heads run on the CPU only so far)",
-               o.shard ? o.shard->size : 0, c.num_heads);
+  SKIM_REQUIRE(!o.shard || (o.comm && (!o.shard->replicated() || o.kv_group)),
+               "internal: a tensor-parallel GPU rank without its communicators");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   if (o.comm) o.comm->set_stream(stream_);
+  if (o.kv_group) o.kv_group->set_stream(stream_);
 
   const size_t R = size_t(o.max_rows);
   x_.resize(R * c.hidden_size);
@@ -44,6 +43,12 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   if (o.shard) {
     slice_logits_.resize(R * o.shard->vocab_stride);
     gathered_logits_.resize(R * o.shard->vocab_stride * o.shard->size);
+  }
+  if (replicated()) {
+    const size_t own = R * size_t(o.shard->q_heads) * c.head_dim;
+    q_own_.resize(own);
+    o16_own_.resize(own);
+    gathered_q_.resize(R * c.q_dim());
   }
   h_.resize(R * c.hidden_size);
   h_rows_.resize(R * c.hidden_size);
@@ -238,6 +243,10 @@ void GpuForward::warm_collectives() {
   for (size_t n : {size_t(1), rows}) {  // the small and the large message sizes a pass sends
     opt_.comm->all_reduce_sum(y_.data(), n * w_.config.hidden_size);
     opt_.comm->all_gather(slice_logits_.data(), n * opt_.shard->vocab_stride, gathered_logits_.data());
+    if (replicated())
+      opt_.kv_group->all_gather(reinterpret_cast<const float*>(q_own_.data()),
+                                n * opt_.shard->q_heads * w_.config.head_dim / 2,
+                                reinterpret_cast<float*>(gathered_q_.data()));
   }
   check(cudaStreamSynchronize(stream_), "warming NCCL up");
 }
@@ -259,7 +268,7 @@ void GpuForward::linear(int n, int layer, Projection p) {
   const GpuLayer& L = w_.layers[size_t(layer)];
   switch (p) {
     case Projection::qkv: gemm_.linear(h_.data(), L.wqkv, qkv_.data(), n, stream_); return;  // bias: qkv_rope_append
-    case Projection::o: gemm_.linear(o16_.data(), L.wo, y_.data(), n, stream_); return;
+    case Projection::o: gemm_.linear(replicated() ? o16_own_.data() : o16_.data(), L.wo, y_.data(), n, stream_); return;
     case Projection::gate_up: gemm_.linear(h_.data(), L.w_gate_up, gate_up_.data(), n, stream_); return;
     case Projection::down: gemm_.linear(inter_.data(), L.w_down, y_.data(), n, stream_); return;
   }
@@ -280,17 +289,33 @@ void GpuForward::qkv_rope_append(int n, int layer) {
   qa.page_table = inputs_.data() + in.table;
   qa.max_pages_per_seq = opt_.max_pages_per_seq;
   qa.n = n;
-  qa.num_heads = c.num_heads;
+  qa.num_heads = replicated() ? opt_.shard->q_heads : c.num_heads;  // the heads its wqkv projects
   qa.num_kv_heads = c.num_kv_heads;
   qa.head_dim = c.head_dim;
   qa.page_size = cache_.shape().page_size;
-  qa.q = q_.data();
-  qa.q_pre = mac_.active() ? q_pre_.data() : nullptr;
+  qa.q = replicated() ? q_own_.data() : q_.data();
+  qa.q_pre = !mac_.active() ? nullptr : replicated() ? q_pre_own_.data() : q_pre_.data();
   qa.k_pool = cache_.k(layer);
   qa.v_pool = cache_.v(layer);
   cuda::qkv_rope_append(qa, stream_);
   page_digest(cache_.k(layer), cache_.kmin(layer), cache_.kmax(layer), qa.positions, qa.page_table,
               opt_.max_pages_per_seq, n, c.num_kv_heads, c.head_dim, qa.page_size, stream_);
+  if (replicated()) {  // the group's queries from the GPUs that hold its KV head
+    gather_group_rows(q_own_.data(), q_.data(), n);
+    if (qa.q_pre) gather_group_rows(q_pre_own_.data(), q_pre_.data(), n);
+  }
+}
+
+void GpuForward::gather_group_rows(const uint16_t* mine, uint16_t* group, int n) {
+  const int ranks = opt_.shard->kv_group_ranks;
+  const size_t own = size_t(opt_.shard->q_heads) * w_.config.head_dim, count = size_t(n) * own;
+  // bf16 pairs travel as floats: a gather moves bits, it adds nothing (own is even: head_dim is).
+  opt_.kv_group->all_gather(reinterpret_cast<const float*>(mine), count / 2, reinterpret_cast<float*>(gathered_q_.data()));
+  for (int g = 0; g < ranks; ++g)
+    check(cudaMemcpy2DAsync(group + size_t(g) * own, size_t(ranks) * own * sizeof(uint16_t),
+                            gathered_q_.data() + size_t(g) * count, own * sizeof(uint16_t), own * sizeof(uint16_t),
+                            size_t(n), cudaMemcpyDeviceToDevice, stream_),
+          "cudaMemcpy2DAsync (group queries)");
 }
 
 void GpuForward::attention(int n, int layer) {
@@ -320,6 +345,14 @@ void GpuForward::attention(int n, int layer) {
     attend_decode(layer, n, pass_.max_seq_len, table, inputs_.data() + in.seq_lens, stream_);
   }
   to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), stream_);  // attn: the o projection's input
+  if (replicated()) {  // the group's heads were attended: its own are the o projection's input
+    const size_t own = size_t(opt_.shard->q_heads) * c.head_dim;
+    check(cudaMemcpy2DAsync(o16_own_.data(), own * sizeof(uint16_t),
+                            o16_.data() + size_t(opt_.shard->own_head_offset()) * c.head_dim,
+                            size_t(c.q_dim()) * sizeof(uint16_t), own * sizeof(uint16_t), size_t(n),
+                            cudaMemcpyDeviceToDevice, stream_),
+          "cudaMemcpy2DAsync (own heads)");
+  }
 }
 
 void GpuForward::silu_mul(int n) {

@@ -50,6 +50,9 @@ struct GpuForwardOptions {
   // shard_model's) and its NCCL communicator; none: the whole model on this GPU.
   std::optional<TensorShard> shard;
   Communicator* comm = nullptr;
+  // With the shard's KV head replicated (more GPUs than KV heads): the GPUs holding it, which
+  // gather the group's queries so each attends the whole group (model/tensor_shard.h).
+  Communicator* kv_group = nullptr;
 };
 
 struct DecodeRun {
@@ -196,6 +199,13 @@ class GpuForward final : public Forward, private Backend {
   // Tensor parallelism: this rank's vocabulary slice of the logits [max_rows][stride] and every
   // rank's gathered [ranks][max_rows][stride].
   DeviceBuffer<float> slice_logits_, gathered_logits_;
+  // A replicated KV head's rank: its own heads' q and q_pre [max_rows][own heads][head_dim]
+  // (q_ and q_pre_ then hold the group's, gathered), the group's gathered by rank, and its own
+  // heads' attention output, the o projection's input.
+  DeviceBuffer<uint16_t> q_own_, q_pre_own_, gathered_q_, o16_own_;
+  bool replicated() const { return opt_.shard && opt_.shard->replicated(); }
+  // [ranks][n][own] gathered from the group's ranks -> [n][ranks x own] (own: elements per row).
+  void gather_group_rows(const uint16_t* mine, uint16_t* group, int n);
   DeviceBuffer<uint16_t> h_, h_rows_, q_, o16_, inter_;
   DeviceBuffer<uint8_t> attn_workspace_;
   // ART (cuda::art_decode_attention), once a policy with art is registered: its workspace (for

@@ -22,6 +22,7 @@ void GpuForward::reserve_mac(bool& moved) {
   mac_.reserve(capacity, moved);
   if (q_pre_.size() == 0) {  // qkv_rope_append writes it from now on: graphs captured before do not
     q_pre_.resize(size_t(opt_.max_rows) * w_.config.q_dim());
+    if (replicated()) q_pre_own_.resize(size_t(opt_.max_rows) * opt_.shard->q_heads * w_.config.head_dim);
     moved = true;
   }
 }

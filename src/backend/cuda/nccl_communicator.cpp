@@ -50,18 +50,17 @@ class NcclCommunicator final : public Communicator {
 
 bool have_nccl() { return true; }
 
-std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(int n) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-  SKIM_REQUIRE(n >= 1 && n <= devices, "--tp {}: this machine has {} GPU(s)", n, devices);
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::vector<int>& devices) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  const int n = int(devices.size());
+  for (int d : devices) SKIM_REQUIRE(d >= 0 && d < count, "--tp: GPU {} wanted, this machine has {} GPU(s)", d, count);
   setenv("NCCL_NVLS_ENABLE", "0", 1);  // never NVLink multicast (see the header)
   // Connections made at init rather than at a first use, which may be inside a graph capture
   // (where setting them up fails); the user's choice stands if set.
   setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
-  std::vector<int> ids(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) ids[size_t(i)] = i;
-  check_nccl(ncclCommInitAll(comms.data(), n, ids.data()), "ncclCommInitAll");
+  check_nccl(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
   std::vector<std::unique_ptr<Communicator>> out;
   for (int i = 0; i < n; ++i) out.push_back(std::make_unique<NcclCommunicator>(comms[size_t(i)], i, n));
   return out;
@@ -71,9 +70,9 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(int n) {
 
 bool have_nccl() { return false; }
 
-std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(int n) {
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::vector<int>& devices) {
   throw Error(fmt::format("--tp {} with --device cuda: this skim was built without NCCL (install it with the CUDA "
-                          "toolkit, or point NCCL_HOME at it, and rebuild)", n));
+                          "toolkit, or point NCCL_HOME at it, and rebuild)", devices.size()));
 }
 
 #endif

@@ -14,8 +14,8 @@ namespace skim::cuda {
 // Whether this build has NCCL (SKIM_HAVE_NCCL); without it make_nccl_communicators throws.
 bool have_nccl();
 
-// `n` communicators over devices 0 .. n-1 (ncclCommInitAll), from one thread; each is then used
-// by its rank's thread only.
-std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(int n);
+// One communicator per device of `devices` (ncclCommInitAll; rank i on devices[i]), made from
+// one thread; each is then used by its rank's thread only.
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::vector<int>& devices);
 
 }  // namespace skim::cuda

@@ -20,6 +20,12 @@
 namespace skim {
 namespace {
 
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = a.size() == b.size() ? 0.0f : INFINITY;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
 int cuda_devices() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
@@ -243,28 +249,48 @@ TEST(GpuTensorParallel, EngineGeneratesAsOneGpu) {
 }
 
 // The demo model (1 KV head, 4 query heads) on 2 GPUs: its KV head replicated, each GPU
-// attending the whole group from the gathered queries and keeping its own 2 heads. Greedy
-// tokens as on one GPU, for dense and the GPU's policies.
-TEST(GpuTensorParallel, TheDemoModelsReplicatedKvHeadGeneratesAsOneGpu) {
+// attending the whole group from the gathered queries and keeping its own 2 heads. One GPU
+// decodes greedily; two GPUs are fed the same tokens (teacher forcing, so a near-tie cannot
+// send them down another text): logits within bf16 tolerance (as the GPU's golden test
+// allows against transformers), the same greedy token wherever one GPU's top-2 margin is
+// clear. (Free-running, the demo model's texts part at a near-tie: at token 23 of
+// "def fibonacci(n):" for every policy.)
+TEST(GpuTensorParallel, TheDemoModelsReplicatedKvHeadDecodesAsOneGpu) {
   if (cuda_devices() < 2 || !cuda::have_nccl()) GTEST_SKIP() << "needs 2 GPUs and NCCL";
-  GenerationRequest req;
-  req.prompt = "def fibonacci(n):";
-  req.max_tokens = 48;
-  req.ignore_eos = true;
+  constexpr float kLogitTol = 0.5f;
+  const std::vector<int> prompt = [] {
+    std::vector<int> p(200);
+    for (int& t : p) t = test::random_int(100, 8000);
+    return p;
+  }();
+  auto engine = [](const char* policy, int tp) {
+    EngineOptions o;
+    o.model_dir = std::filesystem::path(SKIM_SOURCE_DIR) / "models/demo-code-28m";
+    o.device = "cuda";
+    o.max_context = 1024;
+    o.policy = policy;
+    o.tensor_parallel = tp;
+    return std::make_unique<Engine>(o);
+  };
+  auto argmax = [](const std::vector<float>& l) { return int(std::max_element(l.begin(), l.end()) - l.begin()); };
   for (const char* policy : {"dense", "gbsa:keep=0.6,n_min=2", "mac:min_context=0,band=64",
                              "art:order=group,stop=group,test=probe"}) {
-    std::vector<std::vector<int>> tokens;
-    for (int tp : {1, 2}) {
-      EngineOptions o;
-      o.model_dir = std::filesystem::path(SKIM_SOURCE_DIR) / "models/demo-code-28m";
-      o.device = "cuda";
-      o.max_context = 1024;
-      o.policy = policy;
-      o.tensor_parallel = tp;
-      Engine e(o);
-      tokens.push_back(e.generate({req})[0].tokens);
+    auto one = engine(policy, 1), two = engine(policy, 2);
+    const int s1 = one->open_sequence(), s2 = two->open_sequence();
+    std::vector<float> a = one->append(s1, prompt, std::vector<int>{int(prompt.size()) - 1});
+    std::vector<float> b = two->append(s2, prompt, std::vector<int>{int(prompt.size()) - 1});
+    float worst = 0;
+    for (int step = 0; step < 48; ++step) {
+      worst = std::max(worst, max_abs_diff(a, b));
+      std::vector<float> sorted = a;
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      if (sorted[0] - sorted[1] > kLogitTol) EXPECT_EQ(argmax(a), argmax(b)) << policy << " step " << step;
+      const int next = argmax(a);
+      a = one->decode(std::span<const int>(&s1, 1), std::span<const int>(&next, 1));
+      b = two->decode(std::span<const int>(&s2, 1), std::span<const int>(&next, 1));
     }
-    EXPECT_EQ(tokens[0], tokens[1]) << policy;
+    EXPECT_LT(worst, kLogitTol) << policy;
+    std::printf("%s: worst logit difference, 1 GPU vs 2 (replicated KV head): %.4f\n", policy, worst);
   }
 }
 

@@ -93,6 +93,7 @@ class AttentionPolicy {
   virtual std::string spec() const { return name(); }
 
   AttentionStats& stats() { return stats_; }
+  const AttentionStats& stats() const { return stats_; }
 
   // Sees every batch after attention wrote batch.out (evaluation: output error vs dense).
   using Observer = std::function<void(const AttentionBatch&)>;

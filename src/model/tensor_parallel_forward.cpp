@@ -94,7 +94,7 @@ std::optional<double> TensorParallelForward::decode_kv_bytes_read() const {
     }
     const AttentionPolicy* p = r == 0 ? followed_ : copies_[r].get();
     if (!p) continue;
-    const AttentionStats& s = const_cast<AttentionPolicy*>(p)->stats();
+    const AttentionStats& s = p->stats();
     bytes += double(s.decode_keys_read) * head_dim_ * 2 * sizeof(float) + double(s.decode_metadata_bytes);
   }
   return bytes;

@@ -32,6 +32,15 @@ def load(dirs):
     return table, dense
 
 
+# Policy strings whose meaning changed with the defaults, as the table names them (the pieces
+# keep the strings they ran with): ART's default became the group rule on 2026-11-26.
+LABELS = {
+    "art:order=group,stop=group,test=probe": "`art` (the group rule, the default since 2026-11-26)",
+    "art": "`art:order=bound` (per head, the default until then)",
+}
+ORDER = ["art:order=group,stop=group,test=probe", "art"]  # the current default's row first
+
+
 def needle(p):
     cells = [c for by_len in p.get("needle", {}).values() for c in by_len.values()]
     return sum(c["correct"] for c in cells), sum(c["total"] for c in cells)
@@ -50,8 +59,14 @@ def main(md, dirs):
     if ppl:
         row.append(f"{dense[ppl[-1]]['work']['decode_tokens_per_s']:.1f}")
     L.append("| " + " | ".join(row) + " |")
-    for policy, pieces in table.items():
-        row = [f"`{policy}`"]
+    names = list(table)
+    for first, second in zip(ORDER, ORDER[1:]):  # keep the pair adjacent, the default first
+        if first in names and second in names:
+            names.remove(first)
+            names.insert(names.index(second), first)
+    for policy in names:
+        pieces = table[policy]
+        row = [LABELS.get(policy, f"`{policy}`")]
         for k in ppl:
             p = pieces.get(k)
             row.append("-" if p is None else

@@ -92,7 +92,7 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
       ->capture_default_str();
   app.add_option("--policy", o.policy, "attention policy, e.g. dense")->capture_default_str();
   app.add_option("--chunk", o.prefill_chunk, "prefill chunk, tokens")->capture_default_str();
-  app.add_option("--device", o.device, "cpu, or cuda (policies dense, streaming, quest, gbsa and resa so far)")->capture_default_str();
+  app.add_option("--device", o.device, "cpu, or cuda (every policy but cs and oracle; skim policies lists each one's backends)")->capture_default_str();
   app.add_option("--tp", o.tensor_parallel,
                  "tensor parallelism: ranks to split the model's heads, MLP and vocabulary over (CPU: one thread "
                  "each, sharing --threads)")

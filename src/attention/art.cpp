@@ -6,6 +6,8 @@
 #include "attention/art_decode_args.h"
 #include "backend/cpu/attention_state.h"
 #include "attention/policy_registry.h"
+#include "attention/policy_spec.h"
+#include "core/error.h"
 
 namespace skim {
 
@@ -240,25 +242,54 @@ void ArtStats::add_counters(std::map<std::string, double>& c) const {
   c["art_probe_block_disagree"] = blocks_tested ? double(stable_disagree) / double(blocks_tested) : 0.0;
 }
 
+ArtParams art_params(const std::string& text, const PolicyPart& p, const PolicyPart* selector, bool with_mac) {
+  ArtParams a;
+  p.read("eps_scale", a.eps_scale, "eps_dir", a.eps_dir, "patience", a.patience, "block", a.block, "round", a.round,
+         "lag", a.lag, "warps", a.warps);
+  const bool dense = !selector || selector->name == "dense";
+  SKIM_REQUIRE(dense || !p.has("order"),
+               "policy '{}': art:order chooses the order for a dense base; {} traverses in its own order", text,
+               selector ? selector->name : "");
+  const std::string o = p.text("order", "group");
+  a.dense_order = o == "bound" ? ArtOrder::Bound : o == "group" ? ArtOrder::GroupBound : ArtOrder::Recent;
+  // The heads of a group stop together only along one shared order: a dense base in the group's
+  // order, a selection made for the whole group (gbsa, resa, streaming), or quest's union in the
+  // order of its pages' best bound (each head attending its own pages of it).
+  const bool shared = dense ? a.dense_order == ArtOrder::GroupBound
+                            : selector->name == "gbsa" || selector->name == "resa" ||
+                                  selector->name == "streaming" || selector->name == "quest";
+  a.group_stop = p.text("stop", shared && !with_mac ? "group" : "head") == "group";
+  a.probe_test = p.text("test", "probe") == "probe";
+  SKIM_REQUIRE(!a.group_stop || shared,
+               "policy '{}': art:stop=group needs one order per GQA group: art:order=group over a dense base, or "
+               "gbsa/resa/streaming/quest", text);
+  SKIM_REQUIRE(!a.group_stop || !with_mac,
+               "policy '{}': art:stop=group with mac: a MAC hit gives its head an order of its own", text);
+  SKIM_REQUIRE(a.group_stop || !p.has("lag"), "policy '{}': art:lag is the GPU rule's, with art:stop=group", text);
+  return a;
+}
+
 PolicyInfo art_policy_info() {
   const ArtParams a;
-  const char* order = a.dense_order == ArtOrder::Bound ? "bound" : "recent";
   return {.name = "art", .summary = "ART: visit keys block by block and stop once the running output is stable",
           .stage = PolicyStage::Traversal,
           .keys = {number_key("eps_scale", a.eps_scale, 0, kNoUpperBound, "stable: relative change of the running output's norm below this"),
                    number_key("eps_dir", a.eps_dir, 0, 2, "... and 1 - cos of the running outputs before and after the block below this"),
                    integer_key("patience", a.patience, 1, kNoUpperBound, "stop after this many consecutive stable blocks"),
-                   choice_key("order", order, {"recent", "bound", "group"},
+                   choice_key("order", "group", {"recent", "bound", "group"},
                               "block order for a dense base: recent first, by each head's page bound, or by its "
                               "GQA group's (one order per KV head, as a GPU kernel reads pages)"),
                    integer_key("block", a.block, 1, 1 << 20, "tokens per block"),
                    integer_key("round", a.round, 1, 1 << 16,
                                "blocks per stability test (patience counts tests): a GPU kernel's round"),
-                   choice_key("stop", "head", {"head", "group"},
-                              "head: each query head stops on its own; group: the heads of a GQA group that share "
-                              "an order stop together, once all are stable (the GPU kernel's rule)"),
-                   choice_key("test", "full", {"full", "probe"},
-                              "the stability test on the full output vector or on the GPU kernel's 32-element probe"),
+                   choice_key("stop", "group", {"head", "group"},
+                              "group: the heads of a GQA group that share an order stop together, once all are "
+                              "stable (the GPU kernel's rule; the default where they share one: a dense base in "
+                              "order=group, gbsa, resa, streaming, quest); head: each query head stops on its own "
+                              "(the default elsewhere: cs, oracle, mac, order=bound or recent)"),
+                   choice_key("test", "probe", {"full", "probe"},
+                              "with stop=group: the stability test on the GPU kernel's 32-element probe or on the "
+                              "full output vector (stop=head tests the full vector)"),
                    integer_key("lag", a.lag, 0, 1 << 16,
                                "with stop=group: rounds read past the stopping round (the GPU kernel's lag)"),
                    integer_key("warps", a.warps, 0, 1 << 16,

@@ -44,16 +44,28 @@ struct ArtParams {
   // of a GQA group that share one order stop together, once every one of them has been stable
   // `patience` times in a row (group_stop); the test runs on the kernel's 32-element probe
   // (probe_test, art_probe_dim) instead of the full vector; and `lag` more rounds are read past
-  // the stopping round (a wave of the kernel's warps).
-  bool group_stop = false;
-  bool probe_test = false;
+  // the stopping round (a wave of the kernel's warps). The default wherever the group's heads
+  // share one order (art_params); probe_test matters with group_stop only.
+  bool group_stop = true;
+  bool probe_test = true;
   int lag = 0;
   int warps = 0;  // GPU only: the kernel's warps per list (0: the decode kernel's split)
-  // art:order for a dense base. Bound, not the paper's recent-first: on SmolLM2 recent-first
+  // art:order for a dense base. By bound, not the paper's recent-first: on SmolLM2 recent-first
   // never stabilises (99% of blocks visited at 4K), bound order visits 59% at dense quality and
-  // the demo model 20% (docs/results.md "Defaults").
-  ArtOrder dense_order = ArtOrder::Bound;
+  // the demo model 20% (docs/results.md "Defaults"); the group's bound (GroupBound), so that
+  // the group's heads share one order and the GPU kernel's rule applies.
+  ArtOrder dense_order = ArtOrder::GroupBound;
 };
+
+struct PolicyPart;
+
+// art's keys of a policy string, resolved and checked: the CPU policy (policy_factory.cpp) and
+// the GPU planner (backend/cuda/decode_planner.cpp) read them through this one parser.
+// `selector` is the base's part (null or dense: a dense base); `with_mac`: mac reuses before it.
+// stop defaults to group wherever the group's heads share one order (a dense base in
+// order=group, gbsa, resa, streaming, quest; not with mac, whose hits give a head an order of
+// its own), and to head elsewhere (cs, oracle, mac, order=bound or recent).
+ArtParams art_params(const std::string& policy, const PolicyPart& art, const PolicyPart* selector, bool with_mac);
 
 // Blocks of keys in visiting order; a block is up to `block` tokens, possibly from several
 // ranges (Quest's pages of one block need not be adjacent).

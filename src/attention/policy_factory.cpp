@@ -90,32 +90,11 @@ std::unique_ptr<MacReuse> make_mac(const std::string& text, const PolicySpec& sp
   return std::make_unique<MacReuse>(m);
 }
 
-// ART's traversal (DESIGN.md section 9 defaults). The block order follows the base: score order
-// for quest, gbsa/resa and cs; recent window first with sinks pinned for streaming; art:order
-// (recent or bound) for a dense base.
-ArtParams make_art(const std::string& text, const PolicyPart& p, const PolicyPart* selector, ArtOrder& order) {
-  ArtParams a;
-  p.read("eps_scale", a.eps_scale, "eps_dir", a.eps_dir, "patience", a.patience, "block", a.block, "round", a.round,
-         "lag", a.lag, "warps", a.warps);
-  const std::string o = p.text("order", a.dense_order == ArtOrder::Bound ? "bound" : "recent");
-  a.dense_order = o == "bound" ? ArtOrder::Bound : o == "group" ? ArtOrder::GroupBound : ArtOrder::Recent;
-  a.group_stop = p.text("stop", "head") == "group";
-  a.probe_test = p.text("test", "full") == "probe";
-  const bool dense = !selector || selector->name == "dense";
-  // The heads of a group stop together only along one shared order: a dense base in the
-  // group's order, a selection made for the whole group (gbsa, resa, streaming), or quest's union
-  // in the order of its pages' best bound (each head attending its own pages of it).
-  SKIM_REQUIRE(!a.group_stop || (dense ? a.dense_order == ArtOrder::GroupBound
-                                       : selector->name == "gbsa" || selector->name == "resa" ||
-                                             selector->name == "streaming" || selector->name == "quest"),
-               "policy '{}': art:stop=group needs one order per GQA group: art:order=group over a dense base, or "
-               "gbsa/resa/streaming/quest", text);
-  SKIM_REQUIRE(a.group_stop || !p.has("lag"), "policy '{}': art:lag is the GPU rule's, with art:stop=group", text);
-  SKIM_REQUIRE(dense || !p.has("order"),
-               "policy '{}': art:order chooses the order for a dense base; {} traverses in its own order", text,
-               selector ? selector->name : "");
-  order = dense ? a.dense_order : selector->name == "streaming" ? ArtOrder::Streaming : ArtOrder::Given;
-  return a;
+// The order ART visits a base's keys in: art:order for a dense base; the base's own priority
+// for quest, gbsa/resa and cs; recent window first with sinks pinned for streaming.
+ArtOrder art_order(const ArtParams& a, const PolicyPart* selector) {
+  if (!selector || selector->name == "dense") return a.dense_order;
+  return selector->name == "streaming" ? ArtOrder::Streaming : ArtOrder::Given;
 }
 
 bool is_selector(const std::string& name) {
@@ -155,9 +134,8 @@ std::unique_ptr<AttentionPolicy> make_policy(const std::string& text) {
     config.corrections.prompt_queries = std::max(config.corrections.prompt_queries, config.mac->params().window);
   }
   if (const PolicyPart* a = spec.find("art")) {
-    config.art = make_art(text, *a, selector, config.art_order);
-    SKIM_REQUIRE(!config.art->group_stop || !config.mac,
-                 "policy '{}': art:stop=group with mac: a MAC hit gives its head an order of its own", text);
+    config.art = art_params(text, *a, selector, config.mac != nullptr);
+    config.art_order = art_order(*config.art, selector);
   }
   if (const PolicyPart* r = spec.find("retro")) return make_retro_policy(text, spec, *r, selector, std::move(config));
   return std::make_unique<PipelinePolicy>(std::move(config));

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "attention/pipeline.h"
+#include "attention/policy_spec.h"
 #include "decode_harness.h"
 
 namespace skim {
@@ -273,8 +274,26 @@ TEST(Art, ParameterErrors) {
   EXPECT_NO_THROW(make_policy("quest+art:stop=group"));  // quest's union by its pages' best bound
   EXPECT_NO_THROW(make_policy("streaming+art:stop=group"));
   EXPECT_THROW(make_policy("cs+art:stop=group"), Error);
-  EXPECT_THROW(make_policy("art:order=group,lag=2"), Error);
+  EXPECT_THROW(make_policy("art:order=bound,lag=2"), Error);  // stop defaults to head there
+  EXPECT_NO_THROW(make_policy("art:lag=2"));
   EXPECT_THROW(make_policy("art:order=group,stop=group+mac"), Error);
+}
+
+// art's stop defaults to the GPU kernel's rule wherever the group's heads share one order.
+TEST(Art, StopDefaultsToTheGroupWhereTheHeadsShareAnOrder) {
+  auto stop_of = [](const std::string& text) {
+    const PolicySpec spec = parse_policy_spec(text);
+    const PolicyPart* base = nullptr;
+    for (const PolicyPart& p : spec.parts)
+      if (p.name != "art" && p.name != "mac") base = &p;
+    const ArtParams a = art_params(text, *spec.find("art"), base, spec.find("mac") != nullptr);
+    return std::string(a.group_stop ? "group" : "head") + (a.probe_test ? "+probe" : "+full");
+  };
+  for (const char* t : {"art", "dense+art", "gbsa+art", "resa+art", "quest+art", "streaming+art", "art:order=group"})
+    EXPECT_EQ(stop_of(t), "group+probe") << t;
+  for (const char* t : {"cs+art", "oracle+art", "art:order=bound", "art:order=recent", "mac+art", "gbsa+mac+art"})
+    EXPECT_EQ(stop_of(t).substr(0, 4), "head") << t;
+  EXPECT_EQ(stop_of("art:test=full"), "group+full");
 }
 
 }  // namespace

@@ -606,10 +606,17 @@ TEST(GpuEngine, ArtStopsAsTheCpuPolicyDoes) {
   }
 }
 
+// ART's defaults are the GPU kernel's rule: `art`, `gbsa+art`, `quest+art` run as written; the
+// CPU-only variants are refused.
 TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  for (const char* policy : {"gbsa+art", "quest+art", "art:order=bound,stop=group,test=probe",
-                             "art:order=group,stop=group,test=probe,round=64",
+  for (const char* policy : {"art", "gbsa+art", "quest:budget=0.5+art", "streaming+art"}) {
+    EngineOptions o = gpu_options(256);
+    o.policy = policy;
+    EXPECT_NO_THROW(Engine e(o)) << policy;
+  }
+  for (const char* policy : {"art:stop=head", "gbsa+art:test=full", "art:order=bound",
+                             "art:order=bound,stop=group,test=probe", "art:order=group,round=64",
                              "gbsa+mac+art:stop=group,test=probe"}) {
     EngineOptions o = gpu_options(256);
     o.policy = policy;

@@ -184,19 +184,19 @@ class QuestPageRows final : public SelectionRows {
 // `backends` decide which policies run on the GPU (the engine refuses the others first); a
 // selector the registry lists for cuda without a planner here is an internal error.
 // ART on the GPU runs the kernel's rule (cuda::art_decode_attention), which the CPU policy runs
-// with stop=group and test=probe: the policy must say so, so that both devices run one rule.
-ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art) {
-  SKIM_REQUIRE(art.text("stop", "head") == "group" && art.text("test", "full") == "probe",
-               "policy {}: art on the GPU stops a GQA group's heads together on the 32-element probe: write "
-               "art:stop=group,test=probe (the CPU runs the same rule with them)", policy);
-  const ArtParams d;
-  const int block = art.integer("block", d.block), round = art.integer("round", d.round);
-  SKIM_REQUIRE(block == 64, "policy {}: art:block is 64 tokens (4 pages) on the GPU", policy);
-  SKIM_REQUIRE(round * 4 <= 128, "policy {}: art:round is at most 32 blocks on the GPU", policy);
-  return ArtRowRule{.active = 1, .round_pages = round * 4, .lag_rounds = art.integer("lag", 0),
-                    .patience = art.integer("patience", d.patience),
-                    .eps_scale = float(art.number("eps_scale", d.eps_scale)),
-                    .eps_dir = float(art.number("eps_dir", d.eps_dir)), .max_warps = art.integer("warps", 0)};
+// with stop=group and test=probe (their defaults wherever the rule applies): both devices read
+// the keys through art_params and run one rule.
+ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art, const PolicyPart* base) {
+  const ArtParams a = art_params(policy, art, base, false);
+  SKIM_REQUIRE(a.group_stop && a.probe_test,
+               "policy {}: art on the GPU stops a GQA group's heads together on the 32-element probe "
+               "(art:stop=group,test=probe, the defaults)", policy);
+  SKIM_REQUIRE((base && base->name != "dense") || a.dense_order == ArtOrder::GroupBound,
+               "policy {}: art over a dense base on the GPU reads in the group's order: art:order=group", policy);
+  SKIM_REQUIRE(a.block == 64, "policy {}: art:block is 64 tokens (4 pages) on the GPU", policy);
+  SKIM_REQUIRE(a.round * 4 <= 128, "policy {}: art:round is at most 32 blocks on the GPU", policy);
+  return ArtRowRule{.active = 1, .round_pages = a.round * 4, .lag_rounds = a.lag, .patience = a.patience,
+                    .eps_scale = float(a.eps_scale), .eps_dir = float(a.eps_dir), .max_warps = a.warps};
 }
 
 // A stage around a base policy's rows (MAC, RetroAttention): the base plans, the forward runs
@@ -285,13 +285,11 @@ std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const Pl
 std::unique_ptr<RowPlanner> make_selection_planner(const std::string& policy, const PolicySpec& spec,
                                                    const PlannerShape& shape) {
   if (const PolicyPart* art = spec.find("art")) {
-    const ArtRowRule rule = gpu_art_rule(policy, *art);
     const PolicyPart* base = nullptr;
     for (const PolicyPart& part : spec.parts)
       if (find_policy_info(part.name)->stage == PolicyStage::Selector) base = &part;
+    const ArtRowRule rule = gpu_art_rule(policy, *art, base);
     if (!base || base->name == "dense") {  // every page, in the group's bound order
-      SKIM_REQUIRE(art->text("order", "bound") == "group",
-                   "policy {}: art over a dense base on the GPU reads in the group's order: art:order=group", policy);
       return std::make_unique<GroupPageRows>(shape, GroupBlockParams{.keep = 1.0, .n_min = 1, .n_local = 1}, 0,
                                              policy, rule);
     }

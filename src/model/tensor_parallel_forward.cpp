@@ -100,9 +100,27 @@ std::optional<double> TensorParallelForward::decode_kv_bytes_read() const {
   return bytes;
 }
 
+// Registering a policy runs no collective, and a request may ask for one a forward refuses (a
+// ninth live policy, parameters out of a kernel's range): the ranks that took it give it back,
+// the error goes to the request, and the forward stays usable.
 int TensorParallelForward::acquire_policy(const std::string& policy) {
-  std::vector<int> index(ranks_.size());
-  on_ranks([&](int r) { index[size_t(r)] = ranks_[size_t(r)].forward->acquire_policy(policy); });
+  SKIM_REQUIRE(!failed_, "tensor parallelism: a rank failed earlier and the ranks no longer agree (restart skim)");
+  std::vector<int> index(ranks_.size(), -1);
+  std::vector<std::exception_ptr> errors(ranks_.size());
+  threads_->run([&](int r) {
+    try {
+      index[size_t(r)] = ranks_[size_t(r)].forward->acquire_policy(policy);
+    } catch (...) {
+      errors[size_t(r)] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : errors) {
+    if (!e) continue;
+    threads_->run([&](int r) {
+      if (index[size_t(r)] >= 0) ranks_[size_t(r)].forward->release_policy(index[size_t(r)]);
+    });
+    std::rethrow_exception(e);
+  }
   for (size_t r = 1; r < ranks_.size(); ++r)
     SKIM_REQUIRE(index[r] == index[0], "internal: rank {} registered policy {} as {}, rank 0 as {}", r, policy,
                  index[r], index[0]);

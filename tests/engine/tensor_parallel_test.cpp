@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "core/error.h"
+#include "model/tensor_parallel_forward.h"
 #include "tiny_engine.h"
 
 namespace skim {
@@ -135,6 +137,49 @@ TEST(TensorParallel, ForksAndPolicySwitchesFollowEveryRank) {
     ASSERT_EQ(one.size(), many.size());
     for (size_t i = 0; i < one.size(); ++i) EXPECT_LT(test::max_abs_diff(one[i], many[i]), 1e-4f) << "tp " << tp << " step " << i;
   }
+}
+
+// A rank's forward that registers policies (as the GPU's does) and refuses one string.
+class PolicyCountingForward final : public Forward {
+ public:
+  explicit PolicyCountingForward(std::string refused) : refused_(std::move(refused)) {}
+  void run(const ForwardBatch&, AttentionPolicy&, std::vector<float>&) override {}
+  void reserve(PageTable&, int) override {}
+  void release(PageTable&) override {}
+  void shrink(PageTable&, int) override {}
+  void copy_pages(std::span<const int32_t>, std::span<const int32_t>) override {}
+  bool mixes_policies() const override { return true; }
+  int acquire_policy(const std::string& policy) override {  // the lowest free index, as the GPU's
+    SKIM_REQUIRE(policy != refused_, "policy {} refused here", policy);
+    int i = 1;
+    while (used.count(i)) ++i;
+    used.insert(i);
+    return i;
+  }
+  void release_policy(int index) override { used.erase(index); }
+  std::set<int> used;
+
+ private:
+  std::string refused_;
+};
+
+// A policy one rank refuses is given back by the ranks that took it; the error reaches the
+// caller and the forward stays usable (registering runs no collective).
+TEST(TensorParallel, APolicyOneRankRefusesIsGivenBackEverywhere) {
+  std::vector<TensorParallelForward::Rank> ranks(2);
+  std::vector<PolicyCountingForward*> fwd;
+  for (int r = 0; r < 2; ++r) {
+    auto f = std::make_unique<PolicyCountingForward>(r == 1 ? "quest" : "");
+    fwd.push_back(f.get());
+    ranks[size_t(r)].forward = std::move(f);
+  }
+  TensorParallelForward tp(std::move(ranks), std::make_unique<RankThreads>(2, nullptr), 512, 16);
+  EXPECT_THROW(tp.acquire_policy("quest"), Error);
+  EXPECT_TRUE(fwd[0]->used.empty());
+  EXPECT_TRUE(fwd[1]->used.empty());
+  EXPECT_EQ(tp.acquire_policy("gbsa"), 1);  // the ranks agree again
+  tp.release_policy(1);
+  EXPECT_TRUE(fwd[0]->used.empty());
 }
 
 TEST(TensorParallel, RefusesWhatItCannotRun) {

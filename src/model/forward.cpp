@@ -155,10 +155,7 @@ void CpuForward::gather_group_queries(int n) {
   const int ranks = rank_->shard.kv_group_ranks;
   auto gather = [&](const std::vector<float>& mine, std::vector<float>& group) {
     rank_->kv_group->all_gather(mine.data(), count, gathered_.data());
-    for (int g = 0; g < ranks; ++g)
-      for (int r = 0; r < n; ++r)
-        std::copy_n(gathered_.data() + size_t(g) * count + size_t(r) * own, own,
-                    group.data() + (size_t(r) * ranks + size_t(g)) * own);
+    cpu::unpack_vocab_slices(gathered_.data(), ranks, n, int(own), ranks * int(own), group.data());
   };
   gather(q_, group_q_);
   gather(q_pre_, group_q_pre_);
@@ -220,11 +217,7 @@ void CpuForward::gather_logits(int n_logits) {
   float* all = mine + count;
   cpu::linear(final_.data(), model_.weights.output(), nullptr, mine, n_logits);
   rank_->world->all_gather(mine, count, all);
-  for (int g = 0; g < ranks; ++g) {
-    const int begin = std::min(V, g * stride), len = std::min(V, begin + stride) - begin;
-    for (int i = 0; i < n_logits; ++i)
-      std::copy_n(all + size_t(g) * count + size_t(i) * stride, len, logits_->data() + size_t(i) * V + begin);
-  }
+  cpu::unpack_vocab_slices(all, ranks, n_logits, stride, V, logits_->data());
 }
 
 }  // namespace skim

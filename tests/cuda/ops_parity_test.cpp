@@ -74,6 +74,32 @@ TEST_F(CudaOps, EmbedWidensTheTokensRows) {
       ASSERT_EQ(got[size_t(r) * hidden + i], bf16_to_f32(table[size_t(tokens[r]) * hidden + i]));
 }
 
+// Tensor parallelism's vocabulary split: a slice's rows embedded, zeros elsewhere; the gathered
+// logits laid out by row as cpu::unpack_vocab_slices lays them (the last slice padded).
+TEST_F(CudaOps, VocabularySlicesEmbedAndUnpackAsTheCpu) {
+  const int vocab = 301, hidden = 64, n = 9, ranks = 3, stride = (vocab + ranks - 1) / ranks, begin = 101, rows = 100;
+  std::vector<uint16_t> table = bf16_of(test::random_vector(size_t(rows) * hidden));
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back(test::random_int(0, vocab - 1));
+  auto d_table = to_device(table);
+  auto d_tokens = to_device(tokens);
+  DeviceBuffer<float> x(size_t(n) * hidden);
+  cuda::embed_vocab_slice(d_table.data(), d_tokens.data(), x.data(), n, hidden, begin, rows, nullptr);
+  std::vector<float> gathered = test::random_vector(size_t(ranks) * n * stride), want(size_t(n) * vocab);
+  cpu::unpack_vocab_slices(gathered.data(), ranks, n, stride, vocab, want.data());
+  auto d_gathered = to_device(gathered);
+  DeviceBuffer<float> logits(size_t(n) * vocab);
+  cuda::unpack_vocab_slices(d_gathered.data(), ranks, n, stride, vocab, logits.data(), nullptr);
+  sync();
+  const std::vector<float> got_x = to_host(x);
+  for (int r = 0; r < n; ++r) {
+    const int t = tokens[size_t(r)] - begin;
+    for (int i = 0; i < hidden; ++i)
+      ASSERT_EQ(got_x[size_t(r) * hidden + i], t >= 0 && t < rows ? bf16_to_f32(table[size_t(t) * hidden + i]) : 0.0f);
+  }
+  EXPECT_EQ(to_host(logits), want);
+}
+
 TEST_F(CudaOps, AddRmsnormMatchesAddInplaceThenRmsnorm) {
   for (int dim : {64, 512, 4096}) {
     for (bool with_y : {false, true}) {

@@ -128,6 +128,15 @@ void add_inplace(float* x, const float* y, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] += y[i];
 }
 
+void unpack_vocab_slices(const float* gathered, int ranks, int n, int stride, int width, float* out) {
+  const size_t count = size_t(n) * stride;
+  for (int g = 0; g < ranks; ++g) {
+    const int begin = std::min(width, g * stride), len = std::min(width, begin + stride) - begin;
+    for (int r = 0; r < n; ++r)
+      std::copy_n(gathered + size_t(g) * count + size_t(r) * stride, len, out + size_t(r) * width + begin);
+  }
+}
+
 }  // namespace skim::cpu
 
 namespace skim {

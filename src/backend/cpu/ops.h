@@ -28,6 +28,12 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count);
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int64_t count);
 
+// Tensor parallelism's gathers laid out by row: gathered [ranks][n][stride] (what each rank sent,
+// rank g's columns being g * stride + i) -> out [n][width], columns past width dropped. The
+// logits' vocabulary slices (width = vocab_size), or a group's query heads (width = ranks x
+// stride).
+void unpack_vocab_slices(const float* gathered, int ranks, int n, int stride, int width, float* out);
+
 }  // namespace skim::cpu
 
 namespace skim {

@@ -167,8 +167,6 @@ class GpuForward final : public Forward, private Backend {
   // passes, merge and push), and a prefill chunk's rows into the rings.
   void attend_mac(int layer, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t stream);
   void fill_mac_rings(int layer, int n, cudaStream_t stream);
-  // The longest `above` list of a MAC step (attend_mac says why).
-  int mac_above_bound() const;
   // RetroAttention (gpu_forward_retro.cpp): the step's layer over the base `plan` (the past
   // rows' unseen pages, one kernel pass, the merge with their cached states).
   void attend_retro(int layer, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t stream);

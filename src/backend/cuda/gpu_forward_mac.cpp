@@ -27,17 +27,6 @@ void GpuForward::reserve_mac(bool& moved) {
   }
 }
 
-int GpuForward::mac_above_bound() const {
-  int bound = 0;
-  for (int i = 0; i < DecodePlanner::kMaxPolicies; ++i) {
-    if (!(pass_.policies >> i & 1u)) continue;
-    const MacRowRule* rule = planner_->mac_rule(i);
-    if (!rule || !rule->active) return pass_.max_seq_len;  // a pass-through row
-    bound = std::max(bound, rule->band + cache_.shape().page_size);
-  }
-  return std::min(bound, pass_.max_seq_len);
-}
-
 void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t s) {
   const ModelConfig& c = w_.config;
   const InputLayout in(opt_.max_rows);
@@ -68,16 +57,12 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
                       s),
         "mac_page_plan");
 
-  // `below` may hold a row's whole context (a miss over a dense base; a hit's band reaches past
-  // a streaming window), so the pass's context bound. `above` holds a MAC row's keys from its
-  // prefix end on, fewer than band + a page (mac_prefix_end): when every row of the step runs
-  // MAC the kernel plans it for that bound, not for the context (a few pages spread over the
-  // CTAs and merges a whole context would get). A row of another policy passes its base list
-  // whole through `above`: then the pass's bound.
+  // Both parts: every list of the row's keys, whatever its base's bound (a hit's band reaches
+  // past a streaming window), so the pass's context bound.
   const PagedDecodeArgs below =
       base.with_lists(pass_.max_seq_len, x.below_table, x.below_lens, x.below_masks, x.below_o, x.below_lse);
   const PagedDecodeArgs above =
-      base.with_lists(mac_above_bound(), x.above_table, x.above_lens, x.above_masks, x.above_o, x.above_lse);
+      base.with_lists(pass_.max_seq_len, x.above_table, x.above_lens, x.above_masks, x.above_o, x.above_lse);
   check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");
   if (plan.art_rules)  // ART rows pass through whole into `above`, in their visiting order
     run_art(above, plan, s);

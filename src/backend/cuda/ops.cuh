@@ -24,7 +24,7 @@ void embed(const uint16_t* table, const int32_t* tokens, float* x, int n, int hi
 // row of tokens[r] when vocab_begin <= tokens[r] < vocab_begin + vocab_rows (table holds those
 // rows), else zeros, so the ranks' x summed is embed's. unpack_vocab_slices: the all-gathered
 // logits [ranks][n][stride] (rank g's columns are vocabulary ids g * stride + i) laid out as
-// logits [n][vocab], the padding past vocab dropped.
+// logits [n][vocab], the padding past vocab dropped (its reference: cpu::unpack_vocab_slices).
 void embed_vocab_slice(const uint16_t* table, const int32_t* tokens, float* x, int n, int hidden, int vocab_begin,
                        int vocab_rows, cudaStream_t stream);
 void unpack_vocab_slices(const float* gathered, int ranks, int n, int stride, int vocab, float* logits,

@@ -7,6 +7,7 @@
 #include "backend/cpu/page_digest.h"
 #include "backend/cpu/paged_decode_attention.h"
 #include "backend/cpu/split_attend.h"
+#include "backend/cpu/token_decode_attention.h"
 
 namespace skim {
 
@@ -136,7 +137,6 @@ std::map<std::string, double> PipelinePolicy::counters() const {
 }
 
 void PipelinePolicy::attend(const AttentionBatch& b) {
-  const int group = b.num_heads / b.num_kv_heads;
   if (config_.selector) config_.selector->observe(b);
   if (!b.decode) {  // prefill is dense for every policy
     if (config_.mac) {  // the prompt's last K tokens fill the rings, their states from this pass
@@ -155,12 +155,18 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
   }
   const bool sparse = b.decode && config_.selector && b.layer >= config_.dense_layers;
   Selector& selector = sparse ? *config_.selector : *dense_;
-  if (config_.mac && !config_.art && selector.plan(b, plan_)) {  // plan + kernel, as on the GPU
-    attend_mac_plan(b, plan_, sparse);
+  // ART traverses where the base's own selection applies (or everywhere for a dense base); the
+  // layers a sparse selector keeps dense stay exact.
+  const bool art = config_.art && (sparse || !config_.selector);
+  if (config_.mac && !art) {  // plan + kernel, as on the GPU
+    if (selector.plan(b, plan_))
+      attend_mac_plan(b, plan_, sparse);
+    else
+      attend_mac_tokens(b, selector, sparse);
     notify(b);
     return;
   }
-  if (config_.mac || config_.art) {  // per head: ART's traversal, MAC over a per-token base (cs)
+  if (art) {  // ART's traversal, per head or per GQA group
     attend_heads(b, selector, sparse);
     notify(b);
     return;
@@ -170,33 +176,76 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
     notify(b);
     return;
   }
-  std::vector<AttendTask> tasks;
-  Selection sel;
-  uint64_t keys = 0, meta = 0, context = 0;
+  attend_tokens(b, selector, sparse);  // a per-token selection (cs, oracle): its token plan
+  notify(b);
+}
+
+// The selector's choice per (row, KV head) as a token plan: one list per (row, KV head) when
+// every selection is shared by its group, else one per query head (a shared selection copied to
+// each of its heads); each list ascending.
+void PipelinePolicy::plan_tokens(const AttentionBatch& b, Selector& selector, bool sparse, DecodeCounts& counts) {
+  const int group = b.num_heads / b.num_kv_heads;
+  std::vector<Selection>& sels = selections_;
+  sels.resize(size_t(b.num_rows) * b.num_kv_heads);
+  bool per_head = false;
+  int max_tokens = 0;
   for (int r = 0; r < b.num_rows; ++r) {
     const int ctx = b.positions[r] + 1;
     for (int h = 0; h < b.num_kv_heads; ++h) {
+      Selection& sel = sels[size_t(r) * b.num_kv_heads + h];
       sel.heads.clear();
       sel.metadata_bytes = 0;
-      selector.select(SelectInput{b, r, h, ctx, false}, sel);  // attend coalesces: order is free
+      selector.select(SelectInput{b, r, h, ctx, false}, sel);  // the kernel wants positions: order is free
       if (sparse) notify_selection(b, r, h, sel.heads);
-      keys += union_size(sel);
-      meta += sel.metadata_bytes;
-      context += uint64_t(ctx);
-      if (sel.shared()) {
-        tasks.push_back({r, h, h * group, group, coalesce_ranges(sel.heads[0])});
-      } else {
-        for (int q = 0; q < group; ++q)
-          tasks.push_back({r, h, h * group + q, 1, coalesce_ranges(sel.heads[size_t(q)])});
-      }
+      per_head |= !sel.shared();
+      counts.keys += union_size(sel);
+      counts.metadata += sel.metadata_bytes;
+      counts.context += uint64_t(ctx);
+      max_tokens = std::max(max_tokens, ctx);
     }
   }
-  attend_tasks(b.rows(), tasks);
-  notify(b);
-  if (b.decode)
-    stats_.add_decode_call(keys, meta, uint64_t(b.num_rows), context);
-  else
-    stats_.keys_read += keys;
+  tokens_.reset(per_head, b.num_rows * (per_head ? b.num_heads : b.num_kv_heads), max_tokens);
+  for (int r = 0; r < b.num_rows; ++r)
+    for (int h = 0; h < b.num_kv_heads; ++h) {
+      const Selection& sel = sels[size_t(r) * b.num_kv_heads + h];
+      for (int g = 0; g < (per_head ? group : 1); ++g) {
+        const int list = per_head ? r * b.num_heads + h * group + g : r * b.num_kv_heads + h;
+        int32_t* out = tokens_.list(list);
+        int n = 0;
+        for (KeyRange k : coalesce_ranges(sel.heads[sel.shared() ? 0 : size_t(g)]))
+          for (int t = k.begin; t < k.end; ++t) out[n++] = t;
+        tokens_.lens[size_t(list)] = n;
+      }
+    }
+}
+
+int PipelinePolicy::flatten_row_pages(const AttentionBatch& b) {
+  int max_pages = 0;
+  for (int r = 0; r < b.num_rows; ++r) max_pages = std::max(max_pages, int(b.tables[r]->pages.size()));
+  row_pages_.assign(size_t(b.num_rows) * max_pages, 0);
+  row_lens_.resize(size_t(b.num_rows));
+  for (int r = 0; r < b.num_rows; ++r) {
+    std::copy(b.tables[r]->pages.begin(), b.tables[r]->pages.end(), row_pages_.begin() + std::ptrdiff_t(r) * max_pages);
+    row_lens_[size_t(r)] = b.positions[r] + 1;
+  }
+  return max_pages;
+}
+
+PagedDecodeArgsF32 PipelinePolicy::row_pages_args(const AttentionBatch& b, int max_pages, float* o, float* lse) const {
+  return {.batch = b.num_rows, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads, .head_dim = b.head_dim,
+          .page_size = b.kv.page_size, .max_pages_per_seq = max_pages, .scale = b.scale, .q = b.q, .k_pool = b.kv.k,
+          .v_pool = b.kv.v, .page_table = row_pages_.data(), .seq_lens = row_lens_.data(), .o = o, .lse = lse};
+}
+
+void PipelinePolicy::attend_tokens(const AttentionBatch& b, Selector& selector, bool sparse) {
+  DecodeCounts counts;
+  plan_tokens(b, selector, sparse, counts);
+  const int max_pages = flatten_row_pages(b);
+  const TokenDecodeArgsF32 a{.attn = row_pages_args(b, max_pages, b.out), .max_tokens = tokens_.max_tokens,
+                             .lists_per_query_head = tokens_.per_query_head, .token_lists = tokens_.table.data(),
+                             .token_lens = tokens_.lens.data()};
+  cpu::token_decode_attention(a);
+  stats_.add_decode_call(counts.keys, counts.metadata, uint64_t(b.num_rows), counts.context);
 }
 
 }  // namespace skim

@@ -1,8 +1,9 @@
 // The policy pipeline (DESIGN.md section 3): select -> reuse -> traverse -> merge -> update.
 // Prefill chunks always attend densely; decode rows go through the selector, except in the
-// first `dense_layers` layers. A selector that plans pages is attended as plan + kernel (the
-// paged decode kernel over its page plan), with `mac` too (pipeline_mac.cpp); with `art`
-// (traverse), or `mac` over a per-token selector (cs), decode rows go query head by query head
+// first `dense_layers` layers. Decode is plan + kernel: a selector that plans pages is attended
+// through the paged decode kernel over its page plan (with `mac` too: pipeline_mac.cpp), a
+// per-token selector (cs, oracle) through the token decode kernel over its token plan. With
+// `art` (traverse), or `mac` over a per-token selector, decode rows go query head by query head
 // through pipeline_heads.cpp.
 #pragma once
 
@@ -12,8 +13,10 @@
 
 #include "attention/art.h"
 #include "attention/mac.h"
+#include "attention/paged_decode_args.h"
 #include "attention/policy_spec.h"
 #include "attention/selector.h"
+#include "attention/token_plan.h"
 
 namespace skim {
 
@@ -65,23 +68,42 @@ class PipelinePolicy : public AttentionPolicy {
   const MacReuse* mac() const { return config_.mac.get(); }
 
  private:
-  // Decode with MAC and/or ART: per query head (pipeline_heads.cpp).
+  // Decode with ART: per query head or per GQA group (pipeline_heads.cpp).
   void attend_heads(const AttentionBatch& b, Selector& selector, bool sparse);
   // Decode through a page plan: the backend's paged decode kernel over the plan's lists.
   void attend_plan(const AttentionBatch& b, const PagePlan& plan, bool sparse);
   // MAC over a base page plan: match, plan, kernel, merge (pipeline_mac.cpp).
   void attend_mac_plan(const AttentionBatch& b, const PagePlan& base, bool sparse);
   void notify_plan(const AttentionBatch& b, const PagePlan& plan) const;
+  // Decode through a token plan: a per-token selection (cs, oracle) and the backend's token
+  // decode kernel over it.
+  struct DecodeCounts {
+    uint64_t keys = 0, metadata = 0, context = 0;
+  };
+  void attend_tokens(const AttentionBatch& b, Selector& selector, bool sparse);
+  // MAC over a per-token base (cs): its token plan cut at each row's prefix end (pipeline_mac.cpp).
+  void attend_mac_tokens(const AttentionBatch& b, Selector& selector, bool sparse);
+  void match_mac(const AttentionBatch& b, uint64_t& meta);  // MAC's match stage into mac_buffers_
+  void merge_mac(const AttentionBatch& b);                   // and its merge and ring update
+  // The decode rows' page tables and lengths into row_pages_ and row_lens_; returns the stride.
+  int flatten_row_pages(const AttentionBatch& b);
+  // Paged decode arguments over those tables (what the token kernel takes as `attn`).
+  PagedDecodeArgsF32 row_pages_args(const AttentionBatch& b, int max_pages, float* o, float* lse = nullptr) const;
+  void plan_tokens(const AttentionBatch& b, Selector& selector, bool sparse, DecodeCounts& counts);
 
   PipelineConfig config_;
   std::unique_ptr<Selector> dense_;
   ArtStats art_stats_;
   PagePlan plan_;      // the decode batch's, kept to reuse its memory
   PagePlan visiting_;  // ART's group order (art:stop=group), likewise
+  TokenPlan tokens_;   // a per-token selection's, likewise
+  std::vector<Selection> selections_;
+  std::vector<int32_t> row_pages_, row_lens_;  // the decode rows' page tables, flat, and lengths
   struct MacBuffers {  // attend_mac_plan's, kept to reuse their memory
     std::vector<MacReuse::Match> matches;
     std::vector<int32_t> band_begin;
     PagePlan rows, below, above;
+    TokenPlan below_tokens, above_tokens;
     std::vector<float> cache_o, cache_lse, below_o, below_lse, above_o, above_lse;
   } mac_buffers_;
 };

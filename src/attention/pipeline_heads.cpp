@@ -1,19 +1,14 @@
-// Decode through the reuse (MAC) and traverse (ART) stages, one query head at a time
-// (DESIGN.md section 3): select -> MAC match -> ART or exhaustive attention -> merge -> ring
-// update. Hit or miss is decided per query head, so each head has its own keys; exhaustive
-// attention still reads each key once for all the heads of its KV group that need it
-// (attend_shared_keys), ART traverses per head.
+// Decode through the traverse (ART) stage, with the reuse (MAC) stage before it when the policy
+// has both (DESIGN.md section 3): select -> MAC match -> ART -> merge -> ring update. Hit or miss
+// is decided per query head, so each head has its own keys.
 //
 // Per head, the keys read for the output are the band+tail [prefix(p), m+1) on a MAC hit and the
-// base selection on a miss (or with no MAC). With MAC they are read as two disjoint parts, below
-// and from split = prefix(m) (mac.h: m+1-r rounded down to a page): the state cached for m is the reused prefix (or nothing) merged with
-// the part below the split, and the output is that merged with the part from the split on.
-// Each key is read once and nothing is subtracted.
-//
-// With ART, the keys are visited in blocks in the base's order (MAC hit: most recent first)
-// and the traversal may stop early; keys it skips are skipped in the cached state as well.
-// In the layers a sparse selector keeps dense (`dense_layers`) ART does not run: those layers
-// stay exact. MAC runs in every decode layer.
+// base selection on a miss (or with no MAC). The keys are visited in blocks in the base's order
+// (MAC hit: most recent first) and the traversal may stop early; keys it skips are skipped in the
+// cached state as well. With MAC the state cached for m is the reused prefix (or nothing) merged
+// with the part read below split = prefix(m) (mac.h), and the output is that merged with the
+// part from the split on. The pipeline sends only the layers where ART runs here: the layers a
+// sparse selector keeps dense (`dense_layers`) go through the plans, exact.
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
@@ -22,7 +17,6 @@
 #include "backend/cpu/attention_state.h"
 #include "backend/cpu/group_page_select.h"
 #include "backend/cpu/page_digest.h"
-#include "backend/cpu/split_attend.h"
 #include "core/error.h"
 
 namespace skim {
@@ -101,9 +95,7 @@ uint64_t count_keys(const std::vector<KeyRange>& r) {
 void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, bool sparse) {
   const int group = b.num_heads / b.num_kv_heads, d = b.head_dim, H = b.num_heads;
   MacReuse* mac = config_.mac.get();
-  // ART runs where the base's own selection applies (or everywhere for a dense base).
-  const bool art = config_.art.has_value() && (sparse || !config_.selector);
-  const ArtOrder order = config_.selector ? config_.art_order : (config_.art ? config_.art->dense_order : ArtOrder::Given);
+  const ArtOrder order = config_.selector ? config_.art_order : config_.art->dense_order;
 
   struct Head {
     int row = 0, head = 0;
@@ -128,17 +120,17 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
     for (int h = 0; h < b.num_kv_heads; ++h) {
       sel.heads.clear();
       sel.metadata_bytes = 0;
-      selector.select(SelectInput{b, r, h, ctx, art}, sel);
+      selector.select(SelectInput{b, r, h, ctx, true}, sel);
       if (sparse) notify_selection(b, r, h, sel.heads);
       meta += sel.metadata_bytes;
       context += uint64_t(ctx);
       const bool by_pages = order == ArtOrder::Bound || order == ArtOrder::GroupBound;
-      if (art && by_pages) meta += uint64_t((ctx + b.kv.page_size - 1) / b.kv.page_size) * 2 * d * sizeof(float);
+      if (by_pages) meta += uint64_t((ctx + b.kv.page_size - 1) / b.kv.page_size) * 2 * d * sizeof(float);
       // art:order=group: every page of the row by the bound of the group's mean query, the
       // newest first: gbsa's ranking keeping every page (cpu::group_pages_by_bound), the order
       // a GPU kernel would read them in for the whole group.
       std::vector<KeyRange> group_order;
-      if (art && order == ArtOrder::GroupBound) {
+      if (order == ArtOrder::GroupBound) {
         const std::vector<int32_t>& pages = b.tables[r]->pages;
         const GroupPageSelectArgsF32 a{.batch = 1, .num_heads = H, .num_kv_heads = b.num_kv_heads, .head_dim = d,
                                        .page_size = b.kv.page_size, .max_pages_per_seq = int(pages.size()),
@@ -163,8 +155,8 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
             x.order = ArtOrder::Recent;
           }
         }
-        if (art && x.order == ArtOrder::Bound) x.ranges = by_bound(b, r, h, x.head, x.ranges);
-        if (art && x.order == ArtOrder::GroupBound) x.ranges = group_order;  // a dense base: every key
+        if (x.order == ArtOrder::Bound) x.ranges = by_bound(b, r, h, x.head, x.ranges);
+        if (x.order == ArtOrder::GroupBound) x.ranges = group_order;  // a dense base: every key
         heads.push_back(std::move(x));
       }
     }
@@ -179,7 +171,7 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
       cache_lse[i] = mac->cached_lse(b, x.row, x.match.slot, x.head);
     }
 
-  if (art && config_.art->group_stop) {
+  if (config_.art->group_stop) {
     // The GPU kernel's rule: each GQA group's heads (consecutive in `heads`) traverse the
     // group's list in the base's visiting order, the plan the GPU reads (plan_visiting: the
     // union of a per-head selection with its masks), and stop together.
@@ -203,7 +195,7 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
     }
     for (const auto& rs : results)
       for (const ArtResult& r : rs) art_stats_.add(r);
-  } else if (art) {
+  } else {
     const ArtParams& p = *config_.art;
     std::vector<ArtResult> results(heads.size());
 #pragma omp parallel for schedule(dynamic)
@@ -229,31 +221,6 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
       x.read = std::move(results[i].read);
     }
     for (const ArtResult& r : results) art_stats_.add(r);
-  } else {
-    // Exhaustive: per head the part below the split (entry 2i) and the part from it (2i+1),
-    // each key read once for the heads of a group that need it.
-    std::vector<HeadKeys> parts;
-    parts.reserve(2 * heads.size());
-    for (Head& x : heads) {
-      const int ctx = b.positions[x.row] + 1;
-      parts.push_back({x.row, x.head, coalesce_ranges(clip(x.ranges, 0, x.split))});
-      parts.push_back({x.row, x.head, coalesce_ranges(clip(x.ranges, x.split, ctx))});
-      x.read = parts[parts.size() - 2].ranges;
-      x.read.insert(x.read.end(), parts.back().ranges.begin(), parts.back().ranges.end());
-    }
-    std::vector<float> part_o(parts.size() * d), part_lse(parts.size());
-    attend_shared_keys(b.rows(), parts, part_o.data(), part_lse.data());
-    for (size_t i = 0; i < heads.size(); ++i) {
-      const Head& x = heads[i];
-      const size_t s = size_t(x.row) * H + x.head;
-      float* co = cache_o.data() + s * d;
-      merge_state(co, cache_lse[s], part_o.data() + 2 * i * d, part_lse[2 * i], d);
-      // output = (cached state) merged with the part from the split.
-      float* o = b.out + s * d;
-      float lse = cache_lse[s];
-      std::copy_n(co, d, o);
-      merge_state(o, lse, part_o.data() + (2 * i + 1) * d, part_lse[2 * i + 1], d);
-    }
   }
 
   if (mac)

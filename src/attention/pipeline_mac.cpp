@@ -8,12 +8,14 @@
 //   merge:  the state cached for m = reused prefix + below; output = that + above
 //           (cpu::mac_merge_states); the row's new ring entry.
 #include <algorithm>
+#include <tuple>
 
 #include "attention/pipeline.h"
 #include "attention/selectors.h"
 #include "backend/cpu/attention_state.h"
 #include "backend/cpu/mac_decode.h"
 #include "backend/cpu/paged_decode_attention.h"
+#include "backend/cpu/token_decode_attention.h"
 #include "core/error.h"
 
 namespace skim {
@@ -31,7 +33,9 @@ void attend_list(const AttentionBatch& b, const PagePlan& plan, float* o, float*
 
 }  // namespace
 
-void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& base, bool sparse) {
+// Each row's nearest ring entry per query head: a hit's band start and cached state into the
+// buffers (band_begin -1 and the empty state for a miss). Adds the bytes read to `meta`.
+void PipelinePolicy::match_mac(const AttentionBatch& b, uint64_t& meta) {
   MacReuse& mac = *config_.mac;
   const int H = b.num_heads, d = b.head_dim, rows = b.num_rows;
   MacBuffers& m = mac_buffers_;
@@ -39,11 +43,9 @@ void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& ba
   m.band_begin.assign(size_t(rows) * H, -1);
   m.cache_o.assign(size_t(rows) * H * d, 0.0f);
   m.cache_lse.assign(size_t(rows) * H, kEmptyLse);
-  uint64_t meta = base.metadata_bytes, context = 0;
   for (int r = 0; r < rows; ++r) {
     const bool matched = mac.match(b, r, m.matches.data());
     if (matched) meta += uint64_t(mac.ring_size(b.tables[r], b.layer)) * H * d * sizeof(float);  // the queries matched
-    context += uint64_t(b.positions[r] + 1) * b.num_kv_heads;
     for (int h = 0; h < H; ++h) {
       const MacReuse::Match& x = m.matches[size_t(h)];
       if (matched) mac.record(b.layer, h, x, b.positions[r], H);
@@ -55,6 +57,28 @@ void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& ba
       meta += uint64_t(d + 1) * sizeof(float);  // the cached state read
     }
   }
+}
+
+// The states of below and above into the cached states and the output; the rows' ring entries.
+void PipelinePolicy::merge_mac(const AttentionBatch& b) {
+  MacBuffers& m = mac_buffers_;
+  const int H = b.num_heads, d = b.head_dim;
+  cpu::mac_merge_states({.batch = b.num_rows, .num_heads = H, .head_dim = d, .below_o = m.below_o.data(),
+                         .below_lse = m.below_lse.data(), .above_o = m.above_o.data(),
+                         .above_lse = m.above_lse.data(), .cache_o = m.cache_o.data(),
+                         .cache_lse = m.cache_lse.data(), .out = b.out});
+  for (int r = 0; r < b.num_rows; ++r)
+    config_.mac->push(b, r, m.cache_o.data() + size_t(r) * H * d, m.cache_lse.data() + size_t(r) * H);
+}
+
+void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& base, bool sparse) {
+  MacReuse& mac = *config_.mac;
+  const int H = b.num_heads, d = b.head_dim, rows = b.num_rows;
+  MacBuffers& m = mac_buffers_;
+  uint64_t meta = base.metadata_bytes;
+  uint64_t context = 0;
+  for (int r = 0; r < rows; ++r) context += uint64_t(b.positions[r] + 1) * b.num_kv_heads;
+  match_mac(b, meta);
 
   DenseSelector().plan(b, m.rows);  // the rows' own tables in the plan's layout
   const int lists = rows * b.num_kv_heads, stride = m.rows.max_pages;
@@ -78,17 +102,80 @@ void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& ba
   m.above_lse.resize(m.below_lse.size());
   attend_list(b, m.below, m.below_o.data(), m.below_lse.data());
   attend_list(b, m.above, m.above_o.data(), m.above_lse.data());
-  cpu::mac_merge_states({.batch = rows, .num_heads = H, .head_dim = d, .below_o = m.below_o.data(),
-                         .below_lse = m.below_lse.data(), .above_o = m.above_o.data(),
-                         .above_lse = m.above_lse.data(), .cache_o = m.cache_o.data(),
-                         .cache_lse = m.cache_lse.data(), .out = b.out});
-  for (int r = 0; r < rows; ++r)
-    mac.push(b, r, m.cache_o.data() + size_t(r) * H * d, m.cache_lse.data() + size_t(r) * H);
+  merge_mac(b);
 
   uint64_t keys = 0;  // per (row, KV head) the union of its heads' pages: what a GQA kernel loads
   for (int i = 0; i < lists; ++i) keys += uint64_t(m.below.lens[size_t(i)]) + uint64_t(m.above.lens[size_t(i)]);
   stats_.add_decode_call(keys, meta, uint64_t(rows), context);
   if (sparse && has_selection_observer()) notify_plan(b, base);
+}
+
+}  // namespace skim
+
+namespace skim {
+
+namespace {
+
+// Appends the positions of `list` (ascending) in [lo, hi) to out[n...].
+void append_clipped(const int32_t* list, int len, int lo, int hi, int32_t* out, int32_t& n) {
+  const int32_t* first = std::lower_bound(list, list + len, lo);
+  for (const int32_t* t = first; t != list + len && *t < hi; ++t) out[n++] = *t;
+}
+
+}  // namespace
+
+// MAC over a per-token base (cs): the base's token plan, cut per query head at the row's prefix
+// end into `below` and `above` lists (a hit head's lists being its band+tail), the token kernel
+// over each, then the same merge as over pages.
+void PipelinePolicy::attend_mac_tokens(const AttentionBatch& b, Selector& selector, bool sparse) {
+  const MacReuse& mac = *config_.mac;
+  const int H = b.num_heads, d = b.head_dim, rows = b.num_rows, group = H / b.num_kv_heads;
+  MacBuffers& m = mac_buffers_;
+  DecodeCounts counts;
+  plan_tokens(b, selector, sparse, counts);
+  uint64_t meta = counts.metadata;
+  match_mac(b, meta);
+  const int max_pages = flatten_row_pages(b);
+  for (TokenPlan* p : {&m.below_tokens, &m.above_tokens}) p->reset(true, rows * H, tokens_.max_tokens);
+  std::vector<int32_t> band(static_cast<size_t>(tokens_.max_tokens));
+  uint64_t keys = 0;
+  std::vector<uint8_t> read;  // per (row, KV head): the keys any head of the group reads
+  for (int r = 0; r < rows; ++r) {
+    const int ctx = b.positions[r] + 1, split = mac.prefix_end(ctx - 1, b.kv.page_size);
+    for (int h = 0; h < b.num_kv_heads; ++h) {
+      read.assign(size_t(ctx), 0);
+      for (int g = 0; g < group; ++g) {
+        const int hq = h * group + g;
+        const size_t i = size_t(r) * H + hq;
+        const int begin = m.band_begin[i];
+        const int32_t* list = band.data();
+        int len = 0;
+        if (begin >= 0) {  // a hit: the band+tail [begin, ctx)
+          for (int t = begin; t < ctx; ++t) band[size_t(len++)] = t;
+        } else {
+          const int base = tokens_.per_query_head ? r * H + hq : r * b.num_kv_heads + h;
+          list = tokens_.list(base);
+          len = tokens_.lens[size_t(base)];
+        }
+        m.below_tokens.lens[i] = m.above_tokens.lens[i] = 0;
+        append_clipped(list, len, 0, split, m.below_tokens.list(int(i)), m.below_tokens.lens[i]);
+        append_clipped(list, len, split, ctx, m.above_tokens.list(int(i)), m.above_tokens.lens[i]);
+        for (int j = 0; j < len; ++j) read[size_t(list[j])] = 1;
+      }
+      for (uint8_t x : read) keys += x;
+    }
+  }
+  m.below_o.resize(size_t(rows) * H * d);
+  m.above_o.resize(m.below_o.size());
+  m.below_lse.resize(size_t(rows) * H);
+  m.above_lse.resize(m.below_lse.size());
+  for (auto [plan, o, lse] : {std::tuple{&m.below_tokens, m.below_o.data(), m.below_lse.data()},
+                               std::tuple{&m.above_tokens, m.above_o.data(), m.above_lse.data()}})
+    cpu::token_decode_attention({.attn = row_pages_args(b, max_pages, o, lse), .max_tokens = plan->max_tokens,
+                                 .lists_per_query_head = true, .token_lists = plan->table.data(),
+                                 .token_lens = plan->lens.data()});
+  merge_mac(b);
+  stats_.add_decode_call(keys, meta, uint64_t(rows), counts.context);
 }
 
 }  // namespace skim

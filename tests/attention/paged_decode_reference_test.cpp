@@ -17,6 +17,7 @@
 #include "attention/paged_decode_args.h"
 #include "backend/cpu/paged_decode_attention.h"
 #include "core/dtype.h"
+#include "brute_force_state.h"
 #include "../shuffled_pages.h"
 #include "../test_random.h"
 
@@ -173,21 +174,11 @@ TEST_P(PagedDecodeReference, MatchesBruteForce) {
         EXPECT_TRUE(std::isinf(lse[bh]) && lse[bh] < 0) << "lse of an empty key set, b " << b;
         continue;
       }
-      std::vector<double> s;
-      for (int t : ts) {
-        double dot = 0;
-        for (int e = 0; e < d; ++e) dot += double(bf16_to_f32(q[bh * d + e])) * bf16_to_f32(k[b][h][t][e]);
-        s.push_back(a.scale * dot);
-      }
-      const double m = *std::max_element(s.begin(), s.end());
-      double l = 0;
-      for (double& x : s) l += (x = std::exp(x - m));
-      for (int e = 0; e < d; ++e) {
-        double acc = 0;
-        for (size_t j = 0; j < ts.size(); ++j) acc += s[j] / l * bf16_to_f32(v[b][h][ts[j]][e]);
-        ASSERT_NEAR(o[bh * d + e], acc, 1e-5) << "b " << b << " head " << hq << " dim " << e;
-      }
-      ASSERT_NEAR(lse[bh], m + std::log(l), 1e-5) << "b " << b << " head " << hq;
+      const test::BruteState x = test::brute_force_state(
+          q.data() + bh * d, d, a.scale, int(ts.size()), [&](int j) { return k[b][h][ts[size_t(j)]].data(); },
+          [&](int j) { return v[b][h][ts[size_t(j)]].data(); });
+      for (int e = 0; e < d; ++e) ASSERT_NEAR(o[bh * d + e], x.o[size_t(e)], 1e-5) << "b " << b << " head " << hq << " dim " << e;
+      ASSERT_NEAR(lse[bh], x.lse, 1e-5) << "b " << b << " head " << hq;
     }
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "backend/cpu/attention_definition.h"
 #include "backend/cpu/split_attend.h"
 #include "core/dtype.h"
 
@@ -95,7 +96,7 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
   const int d = a.head_dim, ps = a.page_size, group = a.group_size();
   const size_t page_stride = a.page_stride_elems(), head_stride = a.head_stride_elems();
   std::vector<float> q(d);
-  std::vector<double> s, acc(d);
+  std::vector<double> s;
   std::vector<int> seen;
 
   for (int b = 0; b < a.batch; ++b) {
@@ -119,32 +120,8 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
       seen.clear();
       for (int t = 0; t < len; ++t)
         if (!mask || (mask[t / ps] >> (hq % group) & 1u)) seen.push_back(t);
-      if (seen.empty()) {  // empty key set: the state (0, -inf)
-        for (int i = 0; i < d; ++i) o[i] = 0.0f;
-        lse = -std::numeric_limits<float>::infinity();
-        continue;
-      }
-      // Pass 1: scores and their max, so the exponentials below cannot overflow.
-      s.assign(seen.size(), 0.0);
-      double m = -std::numeric_limits<double>::infinity();
-      for (size_t j = 0; j < seen.size(); ++j) {
-        const uint16_t* k = row(a.k_pool, seen[j]);
-        double dot = 0.0;
-        for (int i = 0; i < d; ++i) dot += double(q[i]) * double(bf16_to_f32(k[i]));
-        s[j] = dot * double(a.scale);
-        m = std::fmax(m, s[j]);
-      }
-      // Pass 2: o = sum_t softmax_t v_t.
-      double sum = 0.0;
-      for (int i = 0; i < d; ++i) acc[i] = 0.0;
-      for (size_t j = 0; j < seen.size(); ++j) {
-        const double p = std::exp(s[j] - m);
-        sum += p;
-        const uint16_t* v = row(a.v_pool, seen[j]);
-        for (int i = 0; i < d; ++i) acc[i] += p * double(bf16_to_f32(v[i]));
-      }
-      for (int i = 0; i < d; ++i) o[i] = float(acc[i] / sum);
-      lse = float(m + std::log(sum));
+      definition_state(q.data(), d, a.scale, int(seen.size()), [&](int j) { return row(a.k_pool, seen[size_t(j)]); },
+                       [&](int j) { return row(a.v_pool, seen[size_t(j)]); }, s, o, lse);
     }
   }
 }

@@ -106,6 +106,29 @@ std::vector<int> int_list(const std::string& s, const std::string& flag) {
   return out;
 }
 
+// CSAttention's token-gather decode kernel at the same fraction (cs chooses single keys): its
+// lists against the pages holding the same keys, and dense.
+void bench_tokens(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::json& out) {
+  std::printf("token decode attention (keep=%g of the context per KV head as scattered single keys, cs's top-K: "
+              "gathered rows vs the pages holding them vs dense)\n", a.sparse_keep);
+  std::printf("| batch | context | tokens us | pages us | dense us | pages held | MB read | x floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  out["token_attention"] = nlohmann::json::array();
+  for (int b : int_list(a.attention_batches, "--attention-batches"))
+    for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
+      auto p = cuda::bench_token_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep);
+      const double floor_us = p.bytes / bw * 1e6;
+      std::printf("| %d | %d | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f |\n", b, ctx, p.us, p.pages_us, p.dense_us,
+                  p.page_fraction, p.bytes / 1e6, p.us / floor_us);
+      std::fflush(stdout);
+      out["token_attention"].push_back({{"batch", b}, {"context", ctx}, {"keep", p.keep}, {"us", p.us},
+                                        {"pages_us", p.pages_us}, {"dense_us", p.dense_us},
+                                        {"page_fraction", p.page_fraction}, {"bytes", p.bytes},
+                                        {"floor_us", floor_us}});
+    }
+  std::printf("\n");
+}
+
 // ART decode attention with its stop forced at rounds 1, 2, 4, 8 and never, against dense.
 void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::json& out) {
   std::printf("ART decode attention (rounds of %d pages; eps so loose that the lists stop at round `patience`; "
@@ -245,6 +268,7 @@ void run_bench(const BenchArgs& a) {
                                             {"floor_us", floor_us}});
         }
       std::printf("\n");
+      bench_tokens(a, c, bw, out);
     }
     if (a.art) bench_art(a, c, bw, out);
   }

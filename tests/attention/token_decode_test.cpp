@@ -16,75 +16,10 @@
 #include "backend/cpu/token_decode_attention.h"
 #include "core/dtype.h"
 #include "brute_force_state.h"
-#include "../shuffled_pages.h"
-#include "../test_random.h"
+#include "../token_decode_case.h"
 
 namespace skim {
 namespace {
-
-struct TokenCase {
-  int d = 32, hkv = 2, group = 3, ps = 16;
-  std::vector<int> lens = {1, 300, 57, 700};
-  std::vector<uint16_t> q, kp, vp;
-  std::vector<int32_t> table, lists, list_lens;
-  TokenDecodeArgs t;
-
-  int heads() const { return hkv * group; }
-  const uint16_t* key(const std::vector<uint16_t>& pool, int b, int h, int pos) const {
-    return pool.data() + ((size_t(table[size_t(b) * t.attn.max_pages_per_seq + pos / ps]) * hkv + h) * ps + pos % ps) * d;
-  }
-};
-
-// Random q/K/V, shuffled pages, and for each list a random ascending subset of its sequence's
-// positions (some empty, some whole).
-TokenCase make_case(bool per_query_head, std::vector<int> lens = {1, 300, 57, 700}) {
-  TokenCase c;
-  c.lens = std::move(lens);
-  auto& rng = test::rng();
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  const int batch = int(c.lens.size());
-  const test::ShuffledPages pages = test::shuffled_pages(c.lens, c.ps, 2, 1, rng);
-  c.table = pages.table;
-  const size_t elems = size_t(pages.num_pages) * c.hkv * c.ps * c.d;
-  c.kp.resize(elems);
-  c.vp.resize(elems);
-  for (auto* v : {&c.kp, &c.vp})
-    for (auto& x : *v) x = f32_to_bf16(uni(rng));
-  c.q.resize(size_t(batch) * c.heads() * c.d);
-  for (auto& x : c.q) x = f32_to_bf16(uni(rng));
-
-  PagedDecodeArgs& a = c.t.attn;
-  a.batch = batch;
-  a.num_heads = c.heads();
-  a.num_kv_heads = c.hkv;
-  a.head_dim = c.d;
-  a.page_size = c.ps;
-  a.max_pages_per_seq = pages.stride;
-  a.scale = 1.0f / std::sqrt(float(c.d));
-  a.seq_lens = c.lens.data();
-  TokenDecodeArgs& t = c.t;
-  t.max_tokens = *std::max_element(c.lens.begin(), c.lens.end());
-  t.lists_per_query_head = per_query_head;
-  c.lists.assign(size_t(t.lists()) * t.max_tokens, -1);
-  c.list_lens.assign(size_t(t.lists()), 0);
-  const int per_row = t.lists() / batch;
-  for (int b = 0; b < batch; ++b)
-    for (int u = 0; u < per_row; ++u) {
-      const size_t list = size_t(b) * per_row + u;
-      const int keep_percent = int(rng() % 3) == 0 ? (u == 0 ? 0 : 100) : int(rng() % 60) + 5;
-      int n = 0;
-      for (int pos = 0; pos < c.lens[size_t(b)]; ++pos)
-        if (int(rng() % 100) < keep_percent) c.lists[list * t.max_tokens + n++] = pos;
-      c.list_lens[list] = n;
-    }
-  a.q = c.q.data();
-  a.k_pool = c.kp.data();
-  a.v_pool = c.vp.data();
-  a.page_table = c.table.data();
-  t.token_lists = c.lists.data();
-  t.token_lens = c.list_lens.data();
-  return c;
-}
 
 std::vector<float> widen(const std::vector<uint16_t>& x) {
   std::vector<float> y(x.size());
@@ -97,7 +32,7 @@ class TokenDecode : public ::testing::TestWithParam<bool> {};
 // A batch of four, and one long sequence (fewer lists than threads: the fp32 kernel splits them).
 TEST_P(TokenDecode, ReferenceMatchesBruteForceAndTheF32KernelMatchesIt) {
   for (const std::vector<int>& lens : {std::vector<int>{1, 300, 57, 700}, std::vector<int>{2000}}) {
-    TokenCase c = make_case(GetParam(), lens);
+    test::TokenCase c = test::make_token_case(GetParam(), lens);
     PagedDecodeArgs& a = c.t.attn;
     const int d = c.d, heads = c.heads();
     std::vector<float> o(c.q.size(), NAN), lse(size_t(a.batch) * heads, NAN);
@@ -152,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(Lists, TokenDecode, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "PerQueryHead" : "SharedByTheGroup"; });
 
 TEST(TokenDecode, RefusesListsOutOfOrderOrPastTheSequence) {
-  TokenCase c = make_case(false);
+  test::TokenCase c = test::make_token_case(false);
   std::vector<float> o(c.q.size()), lse(size_t(c.t.attn.batch) * c.heads());
   c.t.attn.o = o.data();
   c.t.attn.lse = lse.data();

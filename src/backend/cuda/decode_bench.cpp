@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "attention/policy.h"
@@ -12,6 +15,7 @@
 #include "backend/cuda/quest_page_select.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
+#include "backend/cuda/token_decode_attention.cuh"
 
 namespace skim::cuda {
 
@@ -242,6 +246,73 @@ QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int
   p.union_fraction = listed / double(lists * c.pages_per_seq);
   sb.time(select, sparse, p.select_us, p.us, p.dense_us);
   p.bytes = sb.bytes(p.union_fraction, heads);
+  return p;
+}
+
+TokenAttentionPoint bench_token_attention(int batch, int context, int heads, int kv_heads, int d, double keep) {
+  SelectionBench sb(batch, context, heads, kv_heads, d);
+  const RandomPagedCache& c = sb.c;
+  const size_t lists = size_t(batch) * kv_heads;
+  // Each list: a random keep x context positions in ascending order; the pages holding them.
+  std::mt19937_64 rng(7);
+  const int n = std::clamp(int(std::ceil(keep * context)), 1, context);
+  std::vector<int32_t> positions(lists * n), page_table(lists * c.pages_per_seq), page_lens(lists);
+  std::vector<int32_t> all(static_cast<size_t>(context));
+  std::iota(all.begin(), all.end(), 0);
+  double pages_held = 0;
+  for (size_t l = 0; l < lists; ++l) {
+    std::vector<int32_t> pick;
+    std::sample(all.begin(), all.end(), std::back_inserter(pick), n, rng);
+    std::copy(pick.begin(), pick.end(), positions.begin() + std::ptrdiff_t(l * n));
+    const int b = int(l / kv_heads);
+    int k = 0;
+    for (int32_t t : pick)  // ascending: each new page once
+      if (k == 0 || page_table[l * c.pages_per_seq + k - 1] != b * c.pages_per_seq + t / 16)
+        page_table[l * c.pages_per_seq + k++] = b * c.pages_per_seq + t / 16;
+    page_lens[l] = k * 16;  // as if full: the pages' whole rows are read (the last one may hold fewer)
+    pages_held += k;
+  }
+  DeviceBuffer<int32_t> token_lists, token_lens, ptable, plens;
+  const std::vector<int32_t> lens_host(lists, n);
+  upload(token_lists, positions.data(), positions.size());
+  upload(token_lens, lens_host.data(), lens_host.size());
+  upload(ptable, page_table.data(), page_table.size());
+  upload(plens, page_lens.data(), page_lens.size());
+
+  TokenDecodeArgs tok{.attn = sb.dense, .max_tokens = n, .token_lists = token_lists.data(),
+                      .token_lens = token_lens.data()};
+  DeviceBuffer<uint8_t> tws(std::max<size_t>(token_decode_workspace_size(tok), 1));
+  tok.attn.workspace = tws.data();
+  tok.attn.workspace_bytes = tws.bytes();
+  PagedDecodeArgs pages = sb.dense;
+  pages.tables_per_kv_head = true;
+  pages.page_table = ptable.data();
+  pages.seq_lens = plens.data();
+
+  TokenAttentionPoint p;
+  p.batch = batch;
+  p.context = context;
+  p.keep = keep;
+  p.page_fraction = pages_held / double(lists * c.pages_per_seq);
+  auto at_copy = [&](PagedDecodeArgs& a, int i) {  // rotate among the cache's copies: HBM, not L2
+    a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+  };
+  const int calls = std::max(c.copies, 100);
+  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    at_copy(tok.attn, i);
+    check(token_decode_attention(tok, s), "token_decode_attention");
+  });
+  p.pages_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    at_copy(pages, i);
+    check(paged_decode_attention(pages, s), "paged_decode_attention");
+  });
+  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    at_copy(sb.dense, i);
+    check(paged_decode_attention(sb.dense, s), "paged_decode_attention");
+  });
+  p.bytes = 2.0 * lists * n * d * 2 + double(lists) * n * 4 + double(batch) * heads * d * (2 + 4) +
+            double(batch) * heads * 4;
   return p;
 }
 

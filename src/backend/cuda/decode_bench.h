@@ -57,6 +57,22 @@ struct QuestAttentionPoint {
 QuestAttentionPoint bench_quest_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
                                           double budget);
 
+struct TokenAttentionPoint {
+  int batch = 0, context = 0;
+  double keep = 0;        // fraction of the context each list holds (scattered positions)
+  double us = 0;          // token decode attention over the lists, one call
+  double pages_us = 0;    // paged decode attention over the pages holding those tokens
+  double dense_us = 0;    // dense decode attention on the same cache, same run
+  double page_fraction = 0;  // pages holding a chosen token / the sequence's pages
+  double bytes = 0;       // the chosen K/V rows + lists + q + o per call
+};
+
+// CSAttention's decode kernel on the GPU: token_decode_attention over one list per (sequence,
+// KV head) of keep x context random positions (what cs's top-K looks like to the cache), against
+// reading the pages that hold them (the page-granular alternative) and dense, same run.
+TokenAttentionPoint bench_token_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
+                                          double keep);
+
 struct ArtAttentionPoint {
   int batch = 0, context = 0, round_pages = 0, lag = 0, max_warps = 0;
   int stop_round = -1;       // the round whose test stops every list (-1: none; patience out of reach)

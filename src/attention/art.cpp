@@ -30,23 +30,6 @@ void art_blocks_in_order(const std::vector<KeyRange>& ranges, int block, ArtPlan
   if (!cur.empty()) plan.blocks.push_back(std::move(cur));
 }
 
-void art_blocks_by_pages(const std::vector<KeyRange>& ranges, int pages, int page_size, ArtPlan& plan) {
-  std::vector<KeyRange> cur;
-  int filled = 0;
-  for (KeyRange r : ranges)
-    for (int b = r.begin; b < r.end;) {
-      const int e = std::min(r.end, (b / page_size + 1) * page_size);  // to the end of b's page
-      if (!cur.empty() && cur.back().end == b) cur.back().end = e;
-      else cur.push_back({b, e});
-      b = e;
-      if (++filled == pages) {
-        plan.blocks.push_back(std::move(cur));
-        cur.clear();
-        filled = 0;
-      }
-    }
-  if (!cur.empty()) plan.blocks.push_back(std::move(cur));
-}
 
 void art_blocks_recent(KeyRange range, int block, ArtPlan& plan) {
   for (int end = range.end; end > range.begin; end -= block)
@@ -130,96 +113,6 @@ ArtResult art_traverse(const float* q, const SeqKV& kv, float scale, int d, cons
       res.stopped = j + 1 < plan.blocks.size();
       break;
     }
-  }
-  return res;
-}
-
-namespace {
-
-// The stability test on the GPU kernel's probe (art_probe_dim's 32 elements) or the full vector.
-struct ProbeTest {
-  std::vector<int> dims;
-  ProbeTest(int d, bool probe) {
-    if (probe)
-      for (int e = 0; e < kArtProbe; ++e) dims.push_back(art_probe_dim(e, d));
-    else
-      for (int i = 0; i < d; ++i) dims.push_back(i);
-  }
-  double norm(const float* v) const {
-    double s = 0;
-    for (int i : dims) s += double(v[i]) * v[i];
-    return std::sqrt(s);
-  }
-  bool stable(const float* prev, const float* cur, double eps_scale, double eps_dir) const {
-    double dot = 0;
-    for (int i : dims) dot += double(prev[i]) * cur[i];
-    const double np = norm(prev), nc = norm(cur);
-    if (np <= 0 || nc <= 0) return false;
-    return std::fabs(nc - np) / np < eps_scale && 1.0 - dot / (np * nc) < eps_dir;
-  }
-};
-
-}  // namespace
-
-std::vector<ArtResult> art_traverse_group(const float* qs, int heads, const SeqKV& kv, float scale, int d,
-                                          const ArtParams& p, const ArtPlan* plans, float* os, float* lses) {
-  std::vector<ArtResult> res(static_cast<size_t>(heads));
-  std::vector<float> bo(static_cast<size_t>(d)), prev(size_t(heads) * d);
-  std::vector<int> run(static_cast<size_t>(heads), 0);
-  const ProbeTest test(d, p.probe_test);
-  auto read_head = [&](int g, const std::vector<KeyRange>& ranges) {
-    if (ranges.empty()) return;
-    float blse = kEmptyLse;
-    attend(qs + size_t(g) * d, 1, kv, ranges, scale, bo.data(), &blse);
-    merge_state(os + size_t(g) * d, lses[g], bo.data(), blse, d);
-    res[size_t(g)].read.insert(res[size_t(g)].read.end(), ranges.begin(), ranges.end());
-  };
-  // Block j for every head: where all heads attend the same keys (a dense base or a group
-  // selection: one list for the group) one call reads each key once for all of them, as
-  // dense's shared-keys attention does; attend computes each query's state as alone.
-  std::vector<float> group_o(size_t(heads) * d), group_lse(static_cast<size_t>(heads));
-  auto read_block = [&](size_t j) {
-    const std::vector<KeyRange>& first = plans[0].blocks[j];
-    bool same = true;
-    for (int g = 1; same && g < heads; ++g) {
-      const std::vector<KeyRange>& r = plans[g].blocks[j];
-      same = r.size() == first.size() &&
-             std::equal(r.begin(), r.end(), first.begin(),
-                        [](KeyRange a, KeyRange b) { return a.begin == b.begin && a.end == b.end; });
-    }
-    if (!same || first.empty()) {
-      for (int g = 0; g < heads; ++g) read_head(g, plans[g].blocks[j]);
-      return;
-    }
-    attend(qs, heads, kv, first, scale, group_o.data(), group_lse.data());
-    for (int g = 0; g < heads; ++g) {
-      merge_state(os + size_t(g) * d, lses[g], group_o.data() + size_t(g) * d, group_lse[size_t(g)], d);
-      res[size_t(g)].read.insert(res[size_t(g)].read.end(), first.begin(), first.end());
-    }
-  };
-  for (int g = 0; g < heads; ++g) read_head(g, plans[g].pinned);
-  const size_t round = size_t(std::max(1, p.round)), n = plans[0].blocks.size();
-  size_t end = n;  // blocks to read: all, or up to the stopping round plus the lag
-  int visited = 0;
-  for (size_t j = 0; j < end; ++j) {
-    if (j % round == 0) std::copy_n(os, size_t(heads) * d, prev.data());
-    read_block(j);
-    ++visited;
-    const bool round_end = (j + 1) % round == 0 || j + 1 == n;
-    if (!round_end || end < n) continue;  // tested at a round's end, until the list stops
-    bool all = true;
-    for (int g = 0; g < heads; ++g) {
-      const bool st = test.stable(prev.data() + size_t(g) * d, os + size_t(g) * d, p.eps_scale, p.eps_dir);
-      run[size_t(g)] = st ? run[size_t(g)] + 1 : 0;
-      all = all && run[size_t(g)] >= p.patience;
-    }
-    if (all) end = std::min(n, j + 1 + size_t(std::max(0, p.lag)) * round);
-  }
-  for (ArtResult& r : res) {
-    r.blocks = int(n);
-    r.visited = visited;
-    r.stopped = size_t(visited) < n;
-    r.full_stop = r.stopped ? visited - 1 : -1;
   }
   return res;
 }

@@ -76,9 +76,6 @@ struct ArtPlan {
 
 // Cuts priority-ordered ranges into consecutive blocks of `block` tokens.
 void art_blocks_in_order(const std::vector<KeyRange>& ranges, int block, ArtPlan& plan);
-// Cuts priority-ordered ranges of whole pages (the last page of the sequence may be partial)
-// into blocks of `pages` pages each: the GPU kernel's blocks, which count pages, not tokens.
-void art_blocks_by_pages(const std::vector<KeyRange>& ranges, int pages, int page_size, ArtPlan& plan);
 // Cuts one range into blocks of `block` tokens from its end backwards: most recent first.
 void art_blocks_recent(KeyRange range, int block, ArtPlan& plan);
 
@@ -98,14 +95,6 @@ struct ArtResult {
 ArtResult art_traverse(const float* q, const SeqKV& kv, float scale, int d, const ArtParams& p,
                        const ArtPlan& plan, float* o, float& lse, int split = 0, float* split_o = nullptr,
                        float* split_lse = nullptr);
-
-// The traversal of the heads of one GQA group along one shared order, under the GPU kernel's
-// rule (group_stop, probe_test, lag: see ArtParams); qs, os and lses hold `heads` rows of d.
-// plans[g] is head g's: the same blocks for every head (the group's list cut in blocks of
-// pages), each holding the pages of the block that head attends (a per-head selection's mask;
-// a block may be empty for a head). One result per head (the same blocks read for all).
-std::vector<ArtResult> art_traverse_group(const float* qs, int heads, const SeqKV& kv, float scale, int d,
-                                          const ArtParams& p, const ArtPlan* plans, float* os, float* lses);
 
 // Mean visited fraction, early-stop rate and probe disagreement over many traversals.
 struct ArtStats {

@@ -53,6 +53,11 @@ struct ArtDecodeParams {
   // GPU only: at most this many warps per list (0: as many as paged decode attention would
   // use). Fewer warps read less past a stop (the lag is a wave of them) and more slowly.
   int max_warps = 0;
+  // The fp32 CPU kernel only (the CPU policy's art:test=full, art:block): the test on the whole
+  // normalised output instead of the probe; blocks of this many pages (the merge granularity;
+  // round_pages need not be a multiple of it there).
+  bool full_test = false;
+  int block_pages = kArtBlockPages;
 };
 
 // One policy's rule, for a batch whose rows follow several (a decode batch mixing ART with other
@@ -67,14 +72,23 @@ struct ArtRowRule {
   int max_warps = 0;  // the policy's art.max_warps (a launch takes the smallest one set; kernels ignore it)
 };
 
-struct ArtDecodeArgs {
-  PagedDecodeArgs attn;  // bf16; tables_per_kv_head
+// The element type is a parameter, as for PagedDecodeArgsOf: ArtDecodeArgs (bf16) is the CUDA
+// kernel's and its reference's, ArtDecodeArgsF32 the CPU cache's (the CPU engine's kernel).
+template <class Elem>
+struct ArtDecodeArgsOf {
+  PagedDecodeArgsOf<Elem> attn;  // tables_per_kv_head
   ArtDecodeParams art;
   ArtDecodeStats* stats = nullptr;  // device memory for the CUDA call, host for the CPU one
   // Optional, together: row b follows rules[row_policy[b]] instead of `art` (device memory for
   // the CUDA call, host for the CPU one).
   const int32_t* row_policy = nullptr;
   const ArtRowRule* rules = nullptr;
+  // CPU kernels only, optional: the pages read of each list ([batch][num_kv_heads], host), for
+  // the engine's per-list counters. The CUDA kernel counts into `stats` only.
+  int32_t* list_pages_read = nullptr;
 };
+
+using ArtDecodeArgs = ArtDecodeArgsOf<uint16_t>;
+using ArtDecodeArgsF32 = ArtDecodeArgsOf<float>;
 
 }  // namespace skim

@@ -91,8 +91,8 @@ void PipelinePolicy::attend_plan(const AttentionBatch& b, const PagePlan& plan, 
   if (sparse && has_selection_observer()) notify_plan(b, plan);
 }
 
-// The plan's lists as key positions, for the selection observer: each list is a subsequence
-// of its row's page table, in order; a masked list gives each query head its own pages.
+// The plan's lists as key positions, for the selection observer: each list holds pages of its
+// row's table, in any order; a masked list gives each query head its own pages.
 void PipelinePolicy::notify_plan(const AttentionBatch& b, const PagePlan& plan) const {
   for_each_plan_selection(b, plan, [&](int r, int h, const std::vector<std::vector<KeyRange>>& heads) {
     notify_selection(b, r, h, heads);
@@ -111,12 +111,13 @@ void for_each_plan_selection(const AttentionBatch& b, const PagePlan& plan,
       const int list = plan.per_kv_head ? r * b.num_kv_heads + h : r;
       const int n = (plan.lens[size_t(list)] + ps - 1) / ps;
       std::vector<std::vector<int>> indices(static_cast<size_t>(units));
-      for (size_t i = 0, j = 0; i < size_t(n); ++i) {
-        while (pages[j] != plan.list(list)[i]) ++j;
+      for (int i = 0; i < n; ++i) {  // any order (a visiting plan's too): each page's place in the row
+        const int j = int(std::find(pages.begin(), pages.end(), plan.list(list)[i]) - pages.begin());
         for (int g = 0; g < units; ++g)
           if (units == 1 || (plan.head_masks[size_t(list) * plan.max_pages + i] >> g & 1u))
-            indices[size_t(g)].push_back(int(j));
+            indices[size_t(g)].push_back(j);
       }
+      for (std::vector<int>& idx : indices) std::sort(idx.begin(), idx.end());
       std::vector<std::vector<KeyRange>> heads;
       for (const std::vector<int>& idx : indices) heads.push_back(page_ranges(idx, ps, b.positions[r] + 1));
       f(r, h, heads);
@@ -166,8 +167,11 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
     notify(b);
     return;
   }
-  if (art) {  // ART's traversal, per head or per GQA group
-    attend_heads(b, selector, sparse);
+  if (art) {  // ART's traversal, per GQA group (plan + kernel) or per head
+    if (config_.art->group_stop)
+      attend_art_group(b, selector, sparse);
+    else
+      attend_heads(b, selector, sparse);
     notify(b);
     return;
   }

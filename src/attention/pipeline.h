@@ -3,8 +3,8 @@
 // first `dense_layers` layers. Decode is plan + kernel: a selector that plans pages is attended
 // through the paged decode kernel over its page plan (with `mac` too: pipeline_mac.cpp), a
 // per-token selector (cs, oracle) through the token decode kernel over its token plan. With
-// `art` (traverse), or `mac` over a per-token selector, decode rows go query head by query head
-// through pipeline_heads.cpp.
+// `art` (traverse) the group rule runs the ART decode kernel over the base's visiting plan
+// (pipeline_art.cpp); the per-head rule goes query head by query head (pipeline_heads.cpp).
 #pragma once
 
 #include <memory>
@@ -68,7 +68,9 @@ class PipelinePolicy : public AttentionPolicy {
   const MacReuse* mac() const { return config_.mac.get(); }
 
  private:
-  // Decode with ART: per query head or per GQA group (pipeline_heads.cpp).
+  // ART's group rule: the visiting plan and the ART decode kernel (pipeline_art.cpp).
+  void attend_art_group(const AttentionBatch& b, Selector& selector, bool sparse);
+  // ART per query head, with MAC before it when the policy has both (pipeline_heads.cpp).
   void attend_heads(const AttentionBatch& b, Selector& selector, bool sparse);
   // Decode through a page plan: the backend's paged decode kernel over the plan's lists.
   void attend_plan(const AttentionBatch& b, const PagePlan& plan, bool sparse);
@@ -96,6 +98,8 @@ class PipelinePolicy : public AttentionPolicy {
   ArtStats art_stats_;
   PagePlan plan_;      // the decode batch's, kept to reuse its memory
   PagePlan visiting_;  // ART's group order (art:stop=group), likewise
+  PagePlan visiting_lists_;         // the same as one list per (row, KV head)
+  std::vector<int32_t> art_reads_;  // pages the ART kernel read of each list
   TokenPlan tokens_;   // a per-token selection's, likewise
   std::vector<Selection> selections_;
   std::vector<int32_t> row_pages_, row_lens_;  // the decode rows' page tables, flat, and lengths

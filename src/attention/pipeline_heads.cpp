@@ -1,6 +1,7 @@
-// Decode through the traverse (ART) stage, with the reuse (MAC) stage before it when the policy
-// has both (DESIGN.md section 3): select -> MAC match -> ART -> merge -> ring update. Hit or miss
-// is decided per query head, so each head has its own keys.
+// Decode through the traverse (ART) stage per query head (art:stop=head: each head its own order
+// and its own stop; the group rule is pipeline_art.cpp's plan + kernel), with the reuse (MAC)
+// stage before it when the policy has both (DESIGN.md section 3): select -> MAC match -> ART ->
+// merge -> ring update. Hit or miss is decided per query head, so each head has its own keys.
 //
 // Per head, the keys read for the output are the band+tail [prefix(p), m+1) on a MAC hit and the
 // base selection on a miss (or with no MAC). The keys are visited in blocks in the base's order
@@ -59,29 +60,6 @@ std::vector<KeyRange> by_bound(const AttentionBatch& b, int row, int kv_head, in
 void recent_blocks(std::vector<KeyRange> ranges, int block, ArtPlan& plan) {
   std::sort(ranges.begin(), ranges.end(), [](KeyRange a, KeyRange c) { return a.begin > c.begin; });
   for (KeyRange r : ranges) art_blocks_recent(r, block, plan);
-}
-
-// Head g's blocks of a (row, KV head)'s visiting-order list: the list cut in blocks of `pages`
-// pages (the GPU kernel's blocks), each block holding the pages the head's mask bit keeps.
-std::vector<ArtPlan> group_art_plans(const AttentionBatch& b, const PagePlan& plan, int row, int kv_head, int pages) {
-  const int ps = b.kv.page_size, group = b.num_heads / b.num_kv_heads, ctx = b.positions[row] + 1;
-  const int list = plan.per_kv_head ? row * b.num_kv_heads + kv_head : row;
-  const int n = (plan.lens[size_t(list)] + ps - 1) / ps;
-  const std::vector<int32_t>& table = b.tables[row]->pages;
-  std::unordered_map<int32_t, int> index;  // page id -> its place in the row's table
-  for (int i = 0; i * ps < ctx; ++i) index[table[size_t(i)]] = i;
-  std::vector<ArtPlan> plans(static_cast<size_t>(group));
-  for (int j = 0; j < n; j += pages)
-    for (int g = 0; g < group; ++g) {
-      std::vector<KeyRange> block;
-      for (int k = j; k < std::min(n, j + pages); ++k) {
-        if (!plan.head_masks.empty() && !(plan.head_masks[size_t(list) * plan.max_pages + k] >> g & 1u)) continue;
-        const int i = index.at(plan.list(list)[k]);
-        block.push_back({i * ps, std::min(ctx, (i + 1) * ps)});
-      }
-      plans[size_t(g)].blocks.push_back(std::move(block));
-    }
-  return plans;
 }
 
 uint64_t count_keys(const std::vector<KeyRange>& r) {
@@ -171,57 +149,31 @@ void PipelinePolicy::attend_heads(const AttentionBatch& b, Selector& selector, b
       cache_lse[i] = mac->cached_lse(b, x.row, x.match.slot, x.head);
     }
 
-  if (config_.art->group_stop) {
-    // The GPU kernel's rule: each GQA group's heads (consecutive in `heads`) traverse the
-    // group's list in the base's visiting order, the plan the GPU reads (plan_visiting: the
-    // union of a per-head selection with its masks), and stop together.
-    const ArtParams& p = *config_.art;
-    SKIM_REQUIRE(selector.plan_visiting(b, visiting_), "policy {}: art:stop=group needs an order per GQA group",
-                 config_.spec);
-    const size_t groups = heads.size() / size_t(group);
-    std::vector<std::vector<ArtResult>> results(groups);
+  const ArtParams& p = *config_.art;
+  std::vector<ArtResult> results(heads.size());
 #pragma omp parallel for schedule(dynamic)
-    for (size_t gi = 0; gi < groups; ++gi) {
-      Head& x0 = heads[gi * group];
-      const std::vector<ArtPlan> plans = group_art_plans(b, visiting_, x0.row, x0.head / group,
-                                                         std::max(1, p.block / b.kv.page_size));
-      const size_t s0 = size_t(x0.row) * H + x0.head;  // the group's first head
-      float* os = b.out + s0 * d;
-      std::copy_n(cache_o.data() + s0 * d, size_t(group) * d, os);
-      std::vector<float> lses(cache_lse.begin() + std::ptrdiff_t(s0), cache_lse.begin() + std::ptrdiff_t(s0 + group));
-      SeqKV kv{b.kv, b.tables[x0.row]->pages.data(), x0.head / group};
-      results[gi] = art_traverse_group(b.q + s0 * d, group, kv, b.scale, d, p, plans.data(), os, lses.data());
-      for (int g = 0; g < group; ++g) heads[gi * group + g].read = std::move(results[gi][size_t(g)].read);
+  for (size_t i = 0; i < heads.size(); ++i) {
+    Head& x = heads[i];
+    ArtPlan plan;
+    if (x.order == ArtOrder::Recent) {
+      recent_blocks(x.ranges, p.block, plan);
+    } else if (x.order == ArtOrder::Streaming && !x.ranges.empty()) {
+      recent_blocks({x.ranges[0]}, p.block, plan);  // the window; the rest are sinks
+      plan.pinned.assign(x.ranges.begin() + 1, x.ranges.end());
+    } else {
+      art_blocks_in_order(x.ranges, p.block, plan);
     }
-    for (const auto& rs : results)
-      for (const ArtResult& r : rs) art_stats_.add(r);
-  } else {
-    const ArtParams& p = *config_.art;
-    std::vector<ArtResult> results(heads.size());
-#pragma omp parallel for schedule(dynamic)
-    for (size_t i = 0; i < heads.size(); ++i) {
-      Head& x = heads[i];
-      ArtPlan plan;
-      if (x.order == ArtOrder::Recent) {
-        recent_blocks(x.ranges, p.block, plan);
-      } else if (x.order == ArtOrder::Streaming && !x.ranges.empty()) {
-        recent_blocks({x.ranges[0]}, p.block, plan);  // the window; the rest are sinks
-        plan.pinned.assign(x.ranges.begin() + 1, x.ranges.end());
-      } else {
-        art_blocks_in_order(x.ranges, p.block, plan);
-      }
-      const size_t s = size_t(x.row) * H + x.head;
-      float* o = b.out + s * d;
-      float lse = cache_lse[s];
-      std::copy_n(cache_o.data() + s * d, d, o);
-      SeqKV kv{b.kv, b.tables[x.row]->pages.data(), x.head / group};
-      const float* q = b.q + s * d;
-      results[i] = art_traverse(q, kv, b.scale, d, p, plan, o, lse, x.split, mac ? cache_o.data() + s * d : nullptr,
-                                mac ? cache_lse.data() + s : nullptr);
-      x.read = std::move(results[i].read);
-    }
-    for (const ArtResult& r : results) art_stats_.add(r);
+    const size_t s = size_t(x.row) * H + x.head;
+    float* o = b.out + s * d;
+    float lse = cache_lse[s];
+    std::copy_n(cache_o.data() + s * d, d, o);
+    SeqKV kv{b.kv, b.tables[x.row]->pages.data(), x.head / group};
+    const float* q = b.q + s * d;
+    results[i] = art_traverse(q, kv, b.scale, d, p, plan, o, lse, x.split, mac ? cache_o.data() + s * d : nullptr,
+                              mac ? cache_lse.data() + s : nullptr);
+    x.read = std::move(results[i].read);
   }
+  for (const ArtResult& r : results) art_stats_.add(r);
 
   if (mac)
     for (int r = 0; r < b.num_rows; ++r)

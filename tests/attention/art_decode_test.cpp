@@ -11,6 +11,7 @@
 #include "../art_decode_case.h"
 #include "backend/cpu/art_decode_attention.h"
 #include "backend/cpu/paged_decode_attention.h"
+#include "core/dtype.h"
 
 namespace skim {
 namespace {
@@ -135,6 +136,112 @@ TEST(ArtDecodeReference, RowsFollowTheirPolicysRule) {
   const Result all = run_prefix(c, 1 << 20), first = run_prefix(c, 24);
   for (int i = 0; i < 4 * 64; ++i) EXPECT_NEAR(art.o[size_t(i)], all.o[size_t(i)], 1e-5) << "row 0, " << i;
   for (int i = 4 * 64; i < 8 * 64; ++i) EXPECT_NEAR(art.o[size_t(i)], first.o[size_t(i)], 1e-5) << "row 1, " << i;
+}
+
+// The fp32 kernel the CPU engine runs (ArtDecodeArgsF32) on the reference's inputs widened: the
+// same pages read, the same stats, o and lse within fp32 of the reference, on the cases above
+// (never stable, stopping at patience plus the lag, masks, rows of other policies).
+Result run_art_f32(const test::ArtDecodeCase& c, ArtDecodeParams p, const int32_t* table = nullptr,
+                   const int32_t* row_policy = nullptr, const ArtRowRule* rules = nullptr) {
+  auto widen = [](const std::vector<uint16_t>& x) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = bf16_to_f32(x[i]);
+    return y;
+  };
+  const std::vector<float> q = widen(c.q), k = widen(c.k), v = widen(c.v);
+  Result r;
+  const size_t heads = size_t(c.batch()) * c.kv_heads * c.group;
+  r.o.assign(heads * c.head_dim, NAN);
+  r.lse.assign(heads, NAN);
+  const ArtDecodeArgs b = c.args(c.q.data(), c.k.data(), c.v.data(), table ? table : c.table.data(),
+                                 c.list_lens.data(), c.masks.empty() ? nullptr : c.masks.data(), r.o.data(), r.lse.data());
+  std::vector<int32_t> reads(size_t(c.batch()) * c.kv_heads, -1);
+  ArtDecodeArgsF32 a{.attn = {.batch = b.attn.batch, .num_heads = b.attn.num_heads, .num_kv_heads = b.attn.num_kv_heads,
+                              .head_dim = b.attn.head_dim, .page_size = b.attn.page_size,
+                              .max_pages_per_seq = b.attn.max_pages_per_seq, .scale = b.attn.scale,
+                              .tables_per_kv_head = true, .q = q.data(), .k_pool = k.data(), .v_pool = v.data(),
+                              .page_table = b.attn.page_table, .seq_lens = b.attn.seq_lens,
+                              .head_masks = b.attn.head_masks, .o = r.o.data(), .lse = r.lse.data()},
+                     .art = p, .stats = &r.stats, .row_policy = row_policy, .rules = rules,
+                     .list_pages_read = reads.data()};
+  cpu::art_decode_attention(a);
+  unsigned long long read = 0;
+  for (int32_t x : reads) read += unsigned(x);
+  if (!rules) {
+    EXPECT_EQ(read, r.stats.pages_read) << "pages read per list";
+  }
+  return r;
+}
+
+void expect_same_run(const Result& f32, const Result& ref) {
+  expect_same(f32, ref);
+  EXPECT_EQ(f32.stats.lists, ref.stats.lists);
+  EXPECT_EQ(f32.stats.stopped, ref.stats.stopped);
+  EXPECT_EQ(f32.stats.pages_listed, ref.stats.pages_listed);
+  EXPECT_EQ(f32.stats.pages_read, ref.stats.pages_read);
+}
+
+TEST(ArtDecodeF32, EqualsTheReference) {
+  for (bool masks : {false, true})
+    for (const auto& lens : {std::vector<int>{1000, 16, 0, 257}, std::vector<int>{3000}}) {
+      const test::ArtDecodeCase c(64, 2, 4, lens, masks);
+      const ArtDecodeParams never{.round_pages = 8, .lag_rounds = 0, .patience = 1, .eps_scale = 0, .eps_dir = 0};
+      expect_same_run(run_art_f32(c, never), run_art(c, never));
+    }
+  const test::ArtDecodeCase c(128, 2, 3, {4096, 700, 2000, 5}, true);
+  for (int patience : {1, 3})
+    for (int lag : {0, 2}) {
+      SCOPED_TRACE(testing::Message() << "patience " << patience << " lag " << lag);
+      const ArtDecodeParams p{.round_pages = 12, .lag_rounds = lag, .patience = patience, .eps_scale = 1e30f,
+                              .eps_dir = 1e30f};
+      expect_same_run(run_art_f32(c, p), run_art(c, p));
+    }
+}
+
+TEST(ArtDecodeF32, RowsFollowTheirPolicysRule) {
+  const test::ArtDecodeCase c(64, 2, 4, {3000, 1500}, false);
+  const std::vector<int32_t> row_policy{1, 0};
+  const std::vector<ArtRowRule> rules{ArtRowRule{.active = 0},
+                                      ArtRowRule{.active = 1, .round_pages = 8, .lag_rounds = 1, .patience = 1,
+                                                 .eps_scale = 1e30f, .eps_dir = 1e30f}};
+  std::vector<int32_t> t_all, l_all;
+  std::vector<uint32_t> m_all;
+  c.prefix(1 << 20, t_all, l_all, m_all);
+  std::vector<int32_t> table = c.table;  // row 1 not ART: paged decode order
+  std::copy_n(t_all.begin() + 2 * c.pages.stride, 2 * c.pages.stride, table.begin() + 2 * c.pages.stride);
+  const ArtDecodeParams p{.round_pages = 8};
+  Result ref;
+  ref.o.assign(2 * 8 * 64, NAN);
+  ref.lse.assign(16, NAN);
+  ArtDecodeArgs a = c.args(c.q.data(), c.k.data(), c.v.data(), table.data(), c.list_lens.data(), nullptr, ref.o.data(),
+                           ref.lse.data());
+  a.art = p;
+  a.row_policy = row_policy.data();
+  a.rules = rules.data();
+  a.stats = &ref.stats;
+  cpu::art_decode_attention(a);
+  expect_same_run(run_art_f32(c, p, table.data(), row_policy.data(), rules.data()), ref);
+}
+
+// What only the fp32 kernel takes (the CPU policy's art:block, art:round, art:test=full): rounds
+// that are no multiple of 4 pages, blocks of other sizes, the test on the whole output; with
+// every test stable, the rounds up to the stop plus the lag are read.
+TEST(ArtDecodeF32, AnyRoundAndBlockAndTheFullTest) {
+  const test::ArtDecodeCase c(64, 1, 4, {5000, 333}, false);
+  for (int round : {1, 6})
+    for (bool full : {false, true}) {
+      const ArtDecodeParams p{.round_pages = round, .lag_rounds = 1, .patience = 2, .eps_scale = 1e30f,
+                              .eps_dir = 1e30f, .full_test = full, .block_pages = 2};
+      const Result r = run_art_f32(c, p);
+      const int read = (2 + 1 + 1) * round;  // round 0 never stable; stop at round 2; one lag round
+      expect_same(r, run_prefix(c, read));
+      unsigned want = 0;
+      for (int len : c.lens) {
+        const int n = (len + 15) / 16, rounds = (n + round - 1) / round;
+        want += unsigned(2 + 1 < rounds ? std::min(n, read) : n);  // the last round is never tested
+      }
+      EXPECT_EQ(r.stats.pages_read, want) << "round " << round;
+    }
 }
 
 TEST(ArtDecodeReference, RefusesWhatItCannotRun) {

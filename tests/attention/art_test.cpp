@@ -201,61 +201,6 @@ TEST(Art, PatienceBeyondBlocksEqualsBasePolicy) {
   }
 }
 
-// The GPU kernel's rule: the heads of a group stop together once all are stable `patience`
-// times in a row, and read `lag` more rounds; with every test stable but the first that is
-// (patience + 1 + lag) rounds for every head, each head's output the attention over them. A
-// patience out of reach reads everything.
-TEST(Art, GroupStopReadsTheLagPastTheStop) {
-  DecodeHarness h{700, 1, 4, 64};
-  for (int i = 0; i < 640; ++i) h.add_token();
-  ArtPlan plan;
-  art_blocks_in_order({{0, 640}}, 16, plan);  // 40 blocks
-  ArtParams p;
-  p.group_stop = true;
-  p.probe_test = true;
-  p.round = test::random_int(1, 3);
-  p.patience = test::random_int(1, 2);
-  p.lag = test::random_int(0, 2);
-  p.eps_scale = 1e9;
-  p.eps_dir = 2;
-  const SeqKV kv{h.cache.layer(0), h.table.pages.data(), 0};
-  for (bool reachable : {true, false}) {
-    if (!reachable) p.patience = 100;
-    std::vector<float> o(4 * 64, 0.0f), lse(4, kEmptyLse), ref(64);
-    const std::vector<ArtPlan> plans(4, plan);  // every head the same pages
-    const std::vector<ArtResult> r =
-        art_traverse_group(h.q[639].data(), 4, kv, 0.125f, 64, p, plans.data(), o.data(), lse.data());
-    const int blocks = reachable ? (p.patience + 1 + p.lag) * p.round : 40;
-    ASSERT_EQ(r.size(), 4u);
-    for (int g = 0; g < 4; ++g) {
-      EXPECT_EQ(r[size_t(g)].visited, blocks);
-      EXPECT_EQ(r[size_t(g)].stopped, reachable);
-      float ref_lse;
-      const std::vector<KeyRange> read{{0, blocks * 16}};
-      attend_reference(h.q[639].data() + g * 64, 1, kv, read, 0.125f, ref.data(), &ref_lse);
-      EXPECT_LT(test::max_abs_diff(o.data() + g * 64, ref.data(), 64), 1e-5f);
-      EXPECT_NEAR(lse[size_t(g)], ref_lse, 1e-4);
-    }
-  }
-}
-
-// Blocks of whole pages in the given order, the partial newest page counting as one.
-TEST(Art, BlocksByPages) {
-  ArtPlan plan;
-  art_blocks_by_pages({{96, 101}, {0, 32}, {48, 96}, {32, 48}}, 2, 16, plan);  // pages 6 (5 tokens), 0-1, 3-5, 2
-  ASSERT_EQ(plan.blocks.size(), 4u);
-  EXPECT_EQ(plan.blocks[0].size(), 2u);  // page 6, page 0
-  EXPECT_EQ(plan.blocks[0][0].end, 101);
-  EXPECT_EQ(plan.blocks[0][1].begin, 0);
-  EXPECT_EQ(plan.blocks[0][1].end, 16);
-  EXPECT_EQ(plan.blocks[1].size(), 2u);  // page 1, page 3: not adjacent
-  EXPECT_EQ(plan.blocks[2].size(), 1u);  // pages 4-5 joined
-  EXPECT_EQ(plan.blocks[2][0].begin, 64);
-  EXPECT_EQ(plan.blocks[2][0].end, 96);
-  EXPECT_EQ(plan.blocks[3][0].begin, 32);  // page 2 alone
-  EXPECT_EQ(plan.blocks[3][0].end, 48);
-}
-
 TEST(Art, ParameterErrors) {
   EXPECT_THROW(make_policy("quest+art:order=bound"), Error);
   EXPECT_THROW(make_policy("art:order=oldest"), Error);

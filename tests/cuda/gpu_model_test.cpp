@@ -575,7 +575,7 @@ TEST(GpuEngine, ArtStopsAsTheCpuPolicyDoes) {
   const int lag = cuda::art_decode_lag(shape);
   ASSERT_GE(lag, 0);
   const std::string rule = "stop=group,test=probe,round=4,patience=1,eps_scale=1000,eps_dir=2";
-  for (const std::string spec : {"art:order=group," + rule, "gbsa:keep=0.5,n_min=16+art:" + rule,
+  for (const std::string& spec : {"art:order=group," + rule, "gbsa:keep=0.5,n_min=16+art:" + rule,
                                  "quest:budget=0.5,min=0,dense_layers=0+art:" + rule,
                                  "streaming:sink=4,window=2048+art:" + rule}) {
     EngineOptions go = base_opt, co = base_opt, dopt = base_opt;

@@ -284,7 +284,9 @@ TEST(GpuTensorParallel, TheDemoModelsReplicatedKvHeadDecodesAsOneGpu) {
       worst = std::max(worst, max_abs_diff(a, b));
       std::vector<float> sorted = a;
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-      if (sorted[0] - sorted[1] > kLogitTol) EXPECT_EQ(argmax(a), argmax(b)) << policy << " step " << step;
+      if (sorted[0] - sorted[1] > kLogitTol) {
+        EXPECT_EQ(argmax(a), argmax(b)) << policy << " step " << step;
+      }
       const int next = argmax(a);
       a = one->decode(std::span<const int>(&s1, 1), std::span<const int>(&next, 1));
       b = two->decode(std::span<const int>(&s2, 1), std::span<const int>(&next, 1));

@@ -4,8 +4,12 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
+#include "backend/cpu/art_stability.h"
+#include "backend/cpu/attend.h"
+#include "backend/cpu/attention_state.h"
 #include "core/dtype.h"
 
 namespace skim::cpu {
@@ -14,15 +18,38 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-void check(const ArtDecodeArgs& args) {
-  const PagedDecodeArgs& a = args.attn;
+// The reference's shapes are the CUDA kernel's; the fp32 kernel (the CPU policy's) takes any
+// head_dim, page size and group, and rounds of any number of pages.
+template <class Elem>
+void check(const ArtDecodeArgsOf<Elem>& args) {
+  constexpr bool kReference = !std::is_same_v<Elem, float>;
+  const PagedDecodeArgsOf<Elem>& a = args.attn;
   const ArtDecodeParams& p = args.art;
   if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
-      a.head_dim % 64 != 0 || a.head_dim > 128 || a.page_size != 16 || !a.tables_per_kv_head)
-    throw std::invalid_argument("art_decode_attention: bad shapes (head_dim 64/128, pages of 16, per-KV-head lists)");
-  if (a.group_size() > kArtMaxGroup) throw std::invalid_argument("art_decode_attention: groups of at most 8 heads");
-  if (p.round_pages <= 0 || p.round_pages % kArtBlockPages != 0 || p.lag_rounds < 0 || p.patience < 1)
+      a.page_size <= 0 || a.head_dim <= 0 || !a.tables_per_kv_head)
+    throw std::invalid_argument("art_decode_attention: bad shapes (per-KV-head lists)");
+  if (kReference && (a.head_dim % 64 != 0 || a.head_dim > 128 || a.page_size != 16 || a.group_size() > kArtMaxGroup))
+    throw std::invalid_argument("art_decode_attention: head_dim 64/128, pages of 16, groups of at most 8 heads");
+  if (p.round_pages <= 0 || (kReference && p.round_pages % kArtBlockPages != 0) || p.lag_rounds < 0 ||
+      p.patience < 1 || p.block_pages < 1)
     throw std::invalid_argument("art_decode_attention: round_pages a positive multiple of 4, lag >= 0, patience >= 1");
+}
+
+// Row b's rule: the call's, or its policy's (ArtRowRule; lag at least the call's). False: the
+// row is read whole (another policy's row).
+template <class Args>
+bool row_rule(const Args& args, int b, ArtDecodeParams& p) {
+  p = args.art;
+  if (!args.rules) return true;
+  const ArtRowRule& r = args.rules[args.row_policy[b]];
+  p.round_pages = r.round_pages;
+  p.lag_rounds = std::max(r.lag_rounds, args.art.lag_rounds);
+  p.patience = r.patience;
+  p.eps_scale = r.eps_scale;
+  p.eps_dir = r.eps_dir;
+  if (r.active && (p.round_pages < args.art.round_pages || p.round_pages % kArtBlockPages != 0 || p.patience < 1))
+    throw std::invalid_argument("art_decode_attention: a row's rule out of range");
+  return r.active != 0;
 }
 
 // The state of one query head over a set of keys: o normalised, lse (natural log), double.
@@ -113,20 +140,8 @@ void art_decode_attention(const ArtDecodeArgs& args) {
   const int d = a.head_dim, group = a.group_size(), ps = a.page_size;
   std::vector<float> q(static_cast<size_t>(d));
   for (int b = 0; b < a.batch; ++b) {
-    // The row's rule: the call's, or its policy's (ArtRowRule; lag at least the call's).
-    ArtDecodeParams p = args.art;
-    bool active = true;
-    if (args.rules) {
-      const ArtRowRule& r = args.rules[args.row_policy[b]];
-      active = r.active != 0;
-      p.round_pages = r.round_pages;
-      p.lag_rounds = std::max(r.lag_rounds, args.art.lag_rounds);
-      p.patience = r.patience;
-      p.eps_scale = r.eps_scale;
-      p.eps_dir = r.eps_dir;
-      if (active && (p.round_pages < args.art.round_pages || p.round_pages % kArtBlockPages != 0 || p.patience < 1))
-        throw std::invalid_argument("art_decode_attention: a row's rule out of range");
-    }
+    ArtDecodeParams p;
+    const bool active = row_rule(args, b, p);
     for (int h = 0; h < a.num_kv_heads; ++h) {
       const size_t list = a.table_index(b, h);
       const int len = a.seq_lens[list];
@@ -165,6 +180,7 @@ void art_decode_attention(const ArtDecodeArgs& args) {
         for (int k = 0; k < d; ++k) a.o[head * d + k] = float(st.o[size_t(k)]);
         a.lse[head] = float(st.lse);
       }
+      if (args.list_pages_read) args.list_pages_read[list] = read;
       if (args.stats && active) {
         args.stats->lists += 1;
         args.stats->stopped += read < n_pages;
@@ -172,6 +188,127 @@ void art_decode_attention(const ArtDecodeArgs& args) {
         args.stats->pages_read += unsigned(read);
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// fp32: the CPU engine's kernel. The same rule; each block's keys read once for the heads that
+// attend them (attend), the running states merged block by block in fp32.
+
+namespace {
+
+// One (sequence, KV head) list over the fp32 cache. Its pages as a table: list position t is
+// row t % page_size of page table[t / page_size], so page k of the list holds positions
+// [k * ps, k * ps + valid(k)); the partial page is the first (an ART row) or the last.
+struct F32List {
+  const PagedDecodeArgsF32& a;
+  SeqKV kv;
+  const uint32_t* masks;  // null: every head every page
+  int n_pages, partial, partial_valid;
+
+  int valid(int k) const { return k == partial ? partial_valid : a.page_size; }
+  // The positions of pages [p0, p1) that head g attends (g < 0: every page), a range per page.
+  void ranges(int p0, int p1, int g, std::vector<KeyRange>& out) const {
+    out.clear();
+    for (int k = p0; k < p1; ++k)
+      if (g < 0 || !masks || (masks[k] >> g & 1u)) out.push_back({k * a.page_size, k * a.page_size + valid(k)});
+  }
+  // Whether every head attends every page of [p0, p1).
+  bool shared(int p0, int p1, int group) const {
+    const uint32_t all = group >= 32 ? ~0u : (1u << group) - 1;
+    for (int k = p0; masks && k < p1; ++k)
+      if ((masks[k] & all) != all) return false;
+    return true;
+  }
+};
+
+// The list's heads read pages [p0, p1) into their running states (os, lses).
+void read_pages(const F32List& l, const float* qs, int group, int p0, int p1, float* os, float* lses,
+                std::vector<KeyRange>& ranges, std::vector<float>& bo, std::vector<float>& blse) {
+  const int d = l.a.head_dim;
+  if (l.shared(p0, p1, group)) {
+    l.ranges(p0, p1, -1, ranges);
+    if (ranges.empty()) return;
+    attend(qs, group, l.kv, ranges, l.a.scale, bo.data(), blse.data());
+    for (int g = 0; g < group; ++g) merge_state(os + size_t(g) * d, lses[g], bo.data() + size_t(g) * d, blse[size_t(g)], d);
+    return;
+  }
+  for (int g = 0; g < group; ++g) {
+    l.ranges(p0, p1, g, ranges);
+    if (ranges.empty()) continue;
+    attend(qs + size_t(g) * d, 1, l.kv, ranges, l.a.scale, bo.data(), blse.data());
+    merge_state(os + size_t(g) * d, lses[g], bo.data(), blse[0], d);
+  }
+}
+
+// ART over one list: rounds of round_pages in blocks of block_pages, the group's test after
+// every round but the last until it stops, then lag_rounds more. Returns the pages read.
+int traverse(const F32List& l, const float* qs, int group, const ArtDecodeParams& p, bool active, float* os,
+             float* lses) {
+  const int d = l.a.head_dim, n = l.n_pages;
+  for (int g = 0; g < group; ++g) clear_state(os + size_t(g) * d, lses[g], d);
+  std::vector<KeyRange> ranges;
+  std::vector<float> bo(size_t(group) * d), blse(static_cast<size_t>(group)), prev(size_t(group) * d);
+  std::vector<int> run(static_cast<size_t>(group), 0);
+  const ArtStability test(d, !p.full_test);
+  const int rp = active ? p.round_pages : std::max(n, 1), n_rounds = (n + rp - 1) / rp;
+  int rounds = n_rounds;  // to read: all, or up to the stop plus the lag
+  for (int r = 0; r < rounds; ++r) {
+    std::copy_n(os, size_t(group) * d, prev.data());
+    const int end = std::min(n, (r + 1) * rp);
+    for (int k = r * rp; k < end; k += p.block_pages)
+      read_pages(l, qs, group, k, std::min(end, k + p.block_pages), os, lses, ranges, bo, blse);
+    if (!active || rounds < n_rounds || r + 1 == n_rounds) continue;  // tested until the list stops
+    bool all = true;
+    for (int g = 0; g < group; ++g) {
+      const bool st = test.stable(prev.data() + size_t(g) * d, os + size_t(g) * d, p.eps_scale, p.eps_dir);
+      run[size_t(g)] = st ? run[size_t(g)] + 1 : 0;
+      all = all && run[size_t(g)] >= p.patience;
+    }
+    if (all) rounds = std::min(n_rounds, r + 1 + p.lag_rounds);
+  }
+  return std::min(n, rounds * rp);
+}
+
+}  // namespace
+
+void art_decode_attention(const ArtDecodeArgsF32& args) {
+  check(args);
+  const PagedDecodeArgsF32& a = args.attn;
+  if (a.page_stride != 0 || a.head_stride != 0 || (a.head_masks && a.group_size() > 32))
+    throw std::invalid_argument("art_decode_attention (fp32): the default pool layout, masks for groups of <= 32");
+  const int group = a.group_size(), ps = a.page_size, lists = a.batch * a.num_kv_heads;
+  std::vector<int> reads(static_cast<size_t>(lists), 0), actives(static_cast<size_t>(lists), 0);
+  std::vector<ArtDecodeParams> rules(static_cast<size_t>(a.batch));
+  for (int b = 0; b < a.batch; ++b) actives[size_t(b)] = row_rule(args, b, rules[size_t(b)]);
+  for (int i = 0; i < lists; ++i)
+    if (a.seq_lens[i] < 0 || a.seq_lens[i] > a.max_pages_per_seq * ps)
+      throw std::invalid_argument("art_decode_attention: seq_len out of range");
+  std::vector<float> lse_scratch(a.lse ? 0 : size_t(a.batch) * a.num_heads);
+  float* lse = a.lse ? a.lse : lse_scratch.data();
+#pragma omp parallel for schedule(dynamic)
+  for (int i = 0; i < lists; ++i) {
+    const int b = i / a.num_kv_heads, h = i % a.num_kv_heads, len = a.seq_lens[i];
+    const int n = (len + ps - 1) / ps;
+    const bool active = actives[size_t(b)] != 0;
+    const int32_t* table = a.page_table + size_t(i) * a.max_pages_per_seq;
+    const F32List l{a, SeqKV{KVLayerView{.k = a.k_pool, .v = a.v_pool, .num_kv_heads = a.num_kv_heads,
+                                         .head_dim = a.head_dim, .page_size = ps},
+                             table, h},
+                    a.head_masks ? a.head_masks + size_t(i) * a.max_pages_per_seq : nullptr, n, active ? 0 : n - 1,
+                    len - (n - 1) * ps};
+    const size_t head = size_t(b) * a.num_heads + size_t(h) * group;
+    reads[size_t(i)] = traverse(l, a.q + head * a.head_dim, group, rules[size_t(b)], active, a.o + head * a.head_dim,
+                                lse + head);
+  }
+  for (int i = 0; i < lists; ++i) {
+    const int n = (a.seq_lens[i] + ps - 1) / ps;
+    if (args.list_pages_read) args.list_pages_read[i] = reads[size_t(i)];
+    if (!args.stats || !actives[size_t(i / a.num_kv_heads)]) continue;
+    args.stats->lists += 1;
+    args.stats->stopped += reads[size_t(i)] < n;
+    args.stats->pages_listed += unsigned(n);
+    args.stats->pages_read += unsigned(reads[size_t(i)]);
   }
 }
 

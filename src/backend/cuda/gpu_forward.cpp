@@ -415,7 +415,7 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
 // Some row runs ART: every row goes through its kernel, each by its policy's rule (a row
 // without art reads its whole list, as paged_decode_attention would).
 void GpuForward::run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t s) {
-  ArtDecodeArgs art{.attn = a, .stats = art_stats_.data(),
+  ArtDecodeArgs art{.attn = a, .art = {}, .stats = art_stats_.data(),
                     .row_policy = inputs_.data() + InputLayout(opt_.max_rows).policy, .rules = plan.art_rules};
   art.art.round_pages = plan.art_round_pages;
   art.art.max_warps = plan.art_max_warps;

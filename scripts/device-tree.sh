@@ -3,12 +3,20 @@
 # untracked ones git does not ignore); the repository is larger. `hide` takes the paths a GPU
 # run does not read out of git's index and ignores them (.git/info/exclude), so they stay on
 # disk but do not travel; `restore` puts them back. Never commit between the two.
-#   bash scripts/device-tree.sh hide     before a device run
-#   bash scripts/device-tree.sh restore  after it
+#   bash scripts/device-tree.sh hide      before a device run
+#   bash scripts/device-tree.sh hide-all  before a run that needs only scripts/ (carrying the
+#                                         rest: scripts/device-model.sh's parts)
+#   bash scripts/device-tree.sh restore   after either
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PATHS=(data bench/results tests/fixtures/tokenizer tests/fixtures/models tests/fixtures/chat_templates
        tests/fixtures/golden/smollm2-chat tests/fixtures/golden/smollm2-long tests/fixtures/golden/smollm2-prose)
+# DEVICE_KEEP="path ...": paths of the list above that travel this time (a SmolLM2 golden case
+# for the GPU's real-model test: 0.6-1 MB each).
+for keep in ${DEVICE_KEEP:-}; do
+  for i in "${!PATHS[@]}"; do [ "${PATHS[$i]}" = "$keep" ] && unset 'PATHS[i]'; done
+done
+PATHS=("${PATHS[@]}")
 MARK="# device-tree.sh hide"
 case "${1:-}" in
   hide)
@@ -16,10 +24,15 @@ case "${1:-}" in
     { echo "$MARK"; for p in "${PATHS[@]}"; do echo "/$p/"; done; } >> .git/info/exclude
     echo "travels: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes tracked (limit 67108864 with what is carried)"
     ;;
+  hide-all)
+    git rm -r -q --cached -- . ':!scripts'
+    { echo "$MARK"; echo "/*"; echo "!/scripts/"; } >> .git/info/exclude
+    echo "travels: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes tracked (scripts/ only)"
+    ;;
   restore)
-    git reset -q -- "${PATHS[@]}"
+    git reset -q
     sed -i "/^$MARK\$/,\$d" .git/info/exclude
     git status --short | head
     ;;
-  *) echo "usage: $0 hide|restore" >&2; exit 2 ;;
+  *) echo "usage: $0 hide|hide-all|restore" >&2; exit 2 ;;
 esac

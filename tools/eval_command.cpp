@@ -154,6 +154,9 @@ void register_eval(CLI::App& root, std::function<void()>& run) {
   app->add_flag("--coverage", o.coverage,
                "needle task: per layer, the dense attention mass on the needle and the part of it in the "
                "keys the policy chose (a dense scoring pass per head and step: slow)");
+  app->add_flag("--locality", o.locality,
+                "ppl/error windows: per (layer, KV head) and step, the pages holding the chosen keys, their "
+                "overlap with the step before and the hit rate of an LRU page cache (JSON: locality)");
   app->add_option("--answer-tokens", o.answer_tokens, "greedy tokens generated for a passkey answer")
       ->capture_default_str();
   app->add_option("--agree-tokens", o.agree_tokens, "greedy tokens compared with dense")->capture_default_str();

@@ -101,6 +101,8 @@ void validate(const EvalOptions& o) {
     SKIM_REQUIRE(o.buckets >= 1 && o.buckets <= o.decode_tokens,
                  "--buckets must be in [1, --decode-tokens] = [1, {}], got {}", o.decode_tokens, o.buckets);
   }
+  SKIM_REQUIRE(!o.locality || o.has("ppl") || o.has("error"),
+               "--locality measures the teacher-forced windows: add ppl or error to --tasks");
   if (o.has("agree"))
     SKIM_REQUIRE(o.agree_tokens >= 1 && o.agree_tokens < o.ctx,
                  "--agree-tokens must be in [1, --ctx - 1] = [1, {}], got {}", o.ctx - 1, o.agree_tokens);

@@ -31,6 +31,7 @@ struct EvalOptions {
   // policy also reads the haystack for the question: a stricter test than serving).
   bool question_dense = true;
   bool coverage = false;  // needle task: measure where the needle's attention mass went (slow)
+  bool locality = false;  // ppl / error windows: where the chosen keys sit, step after step
   int docs = 1;                 // text windows for ppl / error / agree
   uint64_t seed = 0;
   std::vector<std::filesystem::path> data;

@@ -106,6 +106,8 @@ class Runner {
         engine_.set_policy(pr.policy);
         OutputErrorMeter errors(engine_.config().num_layers);
         if (pr.error) errors.attach(engine_.policy());
+        SelectionLocalityMeter locality;
+        if (o_.locality) locality.attach(engine_.policy());
         ScopedSequence fork(engine_, engine_.fork_sequence(base.id));
         std::span<const int> all(window);
         TeacherForcedRun run = teacher_forced_decode(
@@ -113,6 +115,11 @@ class Runner {
             [&errors] { return errors.seconds(); },
             step_progress(fmt::format("{}: {} teacher-forced", where, pr.policy)));
         engine_.policy().set_observer({});
+        SelectionLocalityMeter::detach(engine_.policy());
+        if (o_.locality) {
+          if (!pr.locality) pr.locality.emplace();
+          pr.locality->merge(locality.stats());
+        }
         pr.add_counters(engine_.policy().counters());
         if (pr.nll) pr.nll->add(run.nll);
         if (pr.error) pr.error->merge(errors);

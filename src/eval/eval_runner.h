@@ -17,6 +17,7 @@
 #include "eval/output_error.h"
 #include "eval/perplexity.h"
 #include "eval/retrieval.h"
+#include "eval/selection_locality.h"
 #include "eval/work.h"
 
 namespace skim {
@@ -34,6 +35,8 @@ struct PolicyResult {
   RetrievalTally needle;                      // task needle: kind (index into needles) -> length
   // --coverage: where the needle's attention mass went, over the answers found and lost.
   std::optional<NeedleCoverageMeter> coverage_found, coverage_lost;
+  // --locality: the chosen keys' pages and their reuse over the teacher-forced windows.
+  std::optional<LocalityStats> locality;
   DecodeWork window_work;     // decode steps on the ctx-long windows (ppl, error, agree)
   DecodeWork retrieval_work;  // decode steps of passkey and needle questions and answers
   // The policy's method counters (AttentionPolicy::counters: CS recall, Retro budget growth),

@@ -49,6 +49,22 @@ std::string accuracy_row(const RetrievalTally& t, int key, const std::vector<int
   return fmt::format("{}", fmt::join(acc, "/"));
 }
 
+// Means over the observed (layer, KV head, step) lists; empty for a policy that chose nothing.
+nlohmann::json locality_json(const LocalityStats& s) {
+  if (s.lists == 0) return nlohmann::json::object();
+  const double n = double(s.lists);
+  nlohmann::json hit = nlohmann::json::object();
+  for (size_t i = 0; i < kLocalityCacheSizes.size(); ++i)
+    hit[fmt::format("{}x", kLocalityCacheSizes[i])] = s.lookups[i] ? double(s.hits[i]) / double(s.lookups[i]) : 0.0;
+  return {{"lists", s.lists},
+          {"keys_per_list", s.keys / n},
+          {"pages_per_list", s.pages / n},
+          {"context_pages_per_list", s.context_pages / n},
+          {"page_keys_over_chosen_keys", s.keys > 0 ? s.page_keys / s.keys : 0.0},
+          {"step_page_overlap", s.repeats ? s.overlap / double(s.repeats) : 0.0},
+          {"lru_hit_rate", hit}};
+}
+
 // Per layer means of a needle coverage meter.
 nlohmann::json coverage_json(const NeedleCoverageMeter& m) {
   nlohmann::json layers = nlohmann::json::array();
@@ -80,6 +96,7 @@ nlohmann::json policy_json(const PolicyResult& p, const EvalResults& r) {
   if (p.coverage_found || p.coverage_lost)
     j["needle_coverage"] = {{"found", p.coverage_found ? coverage_json(*p.coverage_found) : nlohmann::json::array()},
                             {"lost", p.coverage_lost ? coverage_json(*p.coverage_lost) : nlohmann::json::array()}};
+  if (p.locality) j["locality"] = locality_json(*p.locality);
   if (p.agreement)
     j["agreement"] = {{"tokens", p.agreement->tokens},
                       {"runs", p.agreement->runs},
@@ -117,6 +134,7 @@ nlohmann::json to_json(const EvalResults& r) {
                       {"needle_tokens", o.needle_tokens},
                       {"question", o.question_dense ? "dense" : "policy"},
                       {"coverage", o.coverage},
+                      {"locality", o.locality},
                       {"agree_tokens", o.agree_tokens},
                       {"seed", o.seed},
                       {"data", data},

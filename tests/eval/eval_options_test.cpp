@@ -52,6 +52,9 @@ TEST(EvalOptions, BadInputNamesTheFlag) {
   EXPECT_NE(error_of([&] { validate(o); }).find("--depths"), std::string::npos);
   o.depths = {0.5};
   EXPECT_NO_THROW(validate(o));
+  o.locality = true;
+  o.tasks = {"passkey"};
+  EXPECT_NE(error_of([&] { validate(o); }).find("--locality"), std::string::npos);
 }
 
 TEST(EvalOptions, MissingDataPathNamesTheFlag) {

@@ -1,0 +1,61 @@
+// How a selector's choices sit in the cache, step after step (issue 18's design questions),
+// measured on the keys it actually chooses during a teacher-forced decode: per (layer, KV head)
+// list and decode step, the keys chosen (the union of the group's heads) and the 16-token pages
+// holding them, so that
+//  - pages x page size / keys is what a page-granular read costs against gathering the chosen
+//    rows (CSAttention's tokens: nearly every page holds one at keep = 0.3);
+//  - the pages chosen at step t that step t-1 chose too is how much a GPU page cache of the
+//    last step's pages would hold already, and an LRU cache of 1x, 1.5x or 2x a step's pages
+//    (per list, sized at its first step) gives the hit rate, hence the pages a host-memory KV
+//    would copy each step.
+// Layers a selector keeps dense are not observed (they choose nothing).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "attention/policy.h"
+
+namespace skim::eval {
+
+inline constexpr std::array<double, 3> kLocalityCacheSizes = {1.0, 1.5, 2.0};  // x a step's pages
+
+struct LocalityStats {
+  uint64_t lists = 0;        // (layer, KV head, step) observations
+  double keys = 0, pages = 0;
+  double page_keys = 0;      // pages x page size: what a page-granular read loads
+  double context_pages = 0;  // the pages the lists' sequences held
+  uint64_t repeats = 0;      // observations with a previous step
+  double overlap = 0;        // sum over those of |pages_t & pages_t-1| / |pages_t|
+  std::array<uint64_t, kLocalityCacheSizes.size()> hits{}, lookups{};
+
+  void merge(const LocalityStats& o);
+};
+
+class SelectionLocalityMeter {
+ public:
+  void attach(AttentionPolicy& policy);
+  static void detach(AttentionPolicy& policy);
+  void on_selection(const AttentionBatch& b, int row, int kv_head, const std::vector<std::vector<KeyRange>>& heads);
+  const LocalityStats& stats() const { return stats_; }
+
+ private:
+  // An LRU set of page indices of one list.
+  struct Cache {
+    size_t capacity = 0;
+    std::map<int, uint64_t> last_use;  // page -> step
+    bool touch(int page, uint64_t step);  // true on a hit
+  };
+  struct List {
+    std::vector<int> pages;  // last step's, ascending
+    std::array<Cache, kLocalityCacheSizes.size()> caches;
+    uint64_t steps = 0;
+  };
+  std::map<std::tuple<const PageTable*, int, int>, List> lists_;  // (sequence, layer, KV head)
+  LocalityStats stats_;
+};
+
+}  // namespace skim::eval

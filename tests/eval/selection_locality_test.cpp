@@ -1,0 +1,86 @@
+// The selection locality meter (eval/selection_locality.h) against hand-counted selections: the
+// chosen keys and the pages holding them (the union of a group's heads), the overlap with the
+// step before, and LRU caches of 1x, 1.5x and 2x the first step's pages; and on a real policy
+// (streaming: its window slides one key a step) the overlap its definition gives.
+#include "eval/selection_locality.h"
+
+#include <gtest/gtest.h>
+
+#include "../attention/decode_harness.h"
+
+namespace skim::eval {
+namespace {
+
+// A one-row decode batch at `position` (the meter reads the page size, the row's table, the
+// layer and the position).
+struct Row {
+  PageTable table;
+  std::vector<const PageTable*> tables{&table};
+  std::vector<int32_t> pos{0};
+  AttentionBatch batch(int position, int layer) {
+    AttentionBatch b;
+    b.num_rows = 1;
+    b.kv.page_size = 16;
+    b.layer = layer;
+    pos[0] = position;
+    b.positions = pos.data();
+    b.tables = tables.data();
+    return b;
+  }
+};
+
+TEST(SelectionLocality, CountsKeysPagesOverlapAndCacheHits) {
+  Row row;
+  SelectionLocalityMeter m;
+  // Step 1: two heads choose [0, 32) between them and [80, 88): 40 keys in pages 0, 1 and 5.
+  m.on_selection(row.batch(199, 0), 0, 0, {{{0, 20}, {80, 88}}, {{10, 32}}});
+  // Step 2: pages 1, 5, 6: 2 of 3 were chosen before; the 1x cache (3 pages) holds both.
+  m.on_selection(row.batch(200, 0), 0, 0, {{{16, 20}, {85, 100}}});
+  const LocalityStats& s = m.stats();
+  EXPECT_EQ(s.lists, 2u);
+  EXPECT_DOUBLE_EQ(s.keys, 40 + 4 + 15);
+  EXPECT_DOUBLE_EQ(s.pages, 3 + 3);
+  EXPECT_DOUBLE_EQ(s.page_keys, 16.0 * 6);
+  EXPECT_DOUBLE_EQ(s.context_pages, 13 + 13);  // 200 and 201 keys
+  EXPECT_EQ(s.repeats, 1u);
+  EXPECT_DOUBLE_EQ(s.overlap, 2.0 / 3.0);
+  for (size_t i = 0; i < kLocalityCacheSizes.size(); ++i) {  // the first step only fills them
+    EXPECT_EQ(s.lookups[i], 3u);
+    EXPECT_EQ(s.hits[i], 2u);
+  }
+  // Another layer is another list: its first step counts no overlap.
+  m.on_selection(row.batch(200, 1), 0, 0, {{{0, 16}}});
+  EXPECT_EQ(m.stats().repeats, 1u);
+}
+
+// The 1x cache (2 pages after a first step of 2) evicts the least recently used: pages 0, 1;
+// then 0 (a hit) and 2 (evicts 1); then 1 misses.
+TEST(SelectionLocality, LruEvictsTheLeastRecentlyUsed) {
+  Row row;
+  SelectionLocalityMeter m;
+  m.on_selection(row.batch(100, 0), 0, 0, {{{0, 32}}});            // pages 0, 1 (capacity 2 at 1x)
+  m.on_selection(row.batch(101, 0), 0, 0, {{{0, 16}, {32, 48}}});  // page 0 hits, 2 evicts 1
+  m.on_selection(row.batch(102, 0), 0, 0, {{{16, 32}}});           // page 1 misses
+  EXPECT_EQ(m.stats().lookups[0], 3u);
+  EXPECT_EQ(m.stats().hits[0], 1u);
+}
+
+// Streaming's window slides one key a step: consecutive steps choose the same pages but where
+// the window crosses a page boundary.
+TEST(SelectionLocality, StreamingsWindowOverlapsNearlyWhole) {
+  test::DecodeHarness h(1200, 1, 2, 16);
+  auto policy = make_policy("streaming:sink=4,window=256");
+  h.prefill(*policy, 1000);
+  SelectionLocalityMeter m;
+  m.attach(*policy);
+  for (int i = 0; i < 64; ++i) h.step(*policy);
+  SelectionLocalityMeter::detach(*policy);
+  const LocalityStats& s = m.stats();
+  ASSERT_EQ(s.lists, 64u);
+  EXPECT_GT(s.overlap / double(s.repeats), 0.9);
+  EXPECT_NEAR(s.pages / double(s.lists), 1 + 17, 1.0);  // the sink page and the window's 16-17
+  EXPECT_GT(double(s.hits[2]) / double(s.lookups[2]), 0.9);
+}
+
+}  // namespace
+}  // namespace skim::eval

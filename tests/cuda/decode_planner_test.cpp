@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention/policy_registry.h"
+#include "attention/policy_spec.h"
 #include "attention/group_page_select_args.h"
 #include "backend/cuda/decode_planner.h"
 #include "core/error.h"
@@ -48,6 +49,29 @@ TEST(DecodePlanner, BytesAreThoseOfThePlan) {
   EXPECT_EQ(planner.host_bytes(quest, 1, 1000), pages * s.num_kv_heads * s.head_dim * 2 * 2.0);
   EXPECT_EQ(planner.device_bytes(nullptr), 0.0);
   EXPECT_THROW(planner.acquire("cs", moved), Error);  // no GPU selection kernel
+}
+
+// ART's GPU rule (host code: runs without a device, in CI too): the defaults over dense, gbsa,
+// quest and streaming are the kernel's rule; the per-head rule, the full-vector test, a dense
+// base outside the group's order and rounds past 32 blocks are refused.
+TEST(DecodePlanner, ArtRunsTheKernelsRuleOnly) {
+  auto rule = [](const std::string& policy) {
+    const PolicySpec spec = parse_policy_spec(policy);
+    const PolicyPart* base = nullptr;
+    for (const PolicyPart& p : spec.parts)
+      if (p.name != "art") base = &p;
+    return cuda::gpu_art_rule(policy, *spec.find("art"), base);
+  };
+  for (const char* policy : {"art", "gbsa+art", "quest:budget=0.5+art", "streaming+art", "resa+art:round=32,lag=2"}) {
+    ArtRowRule r;
+    EXPECT_NO_THROW(r = rule(policy)) << policy;
+    EXPECT_EQ(r.active, 1) << policy;
+  }
+  EXPECT_EQ(rule("resa+art:round=32,lag=2").round_pages, 128);
+  EXPECT_EQ(rule("resa+art:round=32,lag=2").lag_rounds, 2);
+  for (const char* policy : {"art:stop=head", "gbsa+art:test=full", "art:order=bound", "art:order=recent",
+                             "art:order=group,round=64", "gbsa+art:block=128"})
+    EXPECT_THROW(rule(policy), Error) << policy;
 }
 
 // Policies by index: one index per distinct string while it has users, at most kMaxPolicies

@@ -180,9 +180,8 @@ class QuestPageRows final : public SelectionRows {
   size_t workspace_ = 0;
 };
 
-// The rows planner of a policy string's selector (dense when it has none). The registry's
-// `backends` decide which policies run on the GPU (the engine refuses the others first); a
-// selector the registry lists for cuda without a planner here is an internal error.
+}  // namespace
+
 // ART on the GPU runs the kernel's rule (cuda::art_decode_attention), which the CPU policy runs
 // with stop=group and test=probe (their defaults wherever the rule applies): both devices read
 // the keys through art_params and run one rule.
@@ -198,6 +197,8 @@ ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art, const 
   return ArtRowRule{.active = 1, .round_pages = a.round * 4, .lag_rounds = a.lag, .patience = a.patience,
                     .eps_scale = float(a.eps_scale), .eps_dir = float(a.eps_dir), .max_warps = a.warps};
 }
+
+namespace {
 
 // A stage around a base policy's rows (MAC, RetroAttention): the base plans, the forward runs
 // the stage's pipeline over the plan; everything the planner asks goes to the base unless the
@@ -255,6 +256,9 @@ class RetroRows final : public StageRows {
   RetroRowRule rule_;
 };
 
+// The rows planner of a policy string's selector (dense when it has none). The registry's
+// `backends` decide which policies run on the GPU (the engine refuses the others first); a
+// selector the registry lists for cuda without a planner here is an internal error.
 std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const PlannerShape& shape) {
   const PolicySpec spec = parse_policy_spec(policy);
   if (const PolicyPart* retro = spec.find("retro")) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attention/art_decode_args.h"
+#include "attention/policy_spec.h"
 #include "attention/mac_decode_args.h"
 #include "attention/retro_decode_args.h"
 #include "backend/cuda/device_memory.h"
@@ -105,6 +106,12 @@ class RowPlanner {
   // RetroAttention over this policy's lists (its past rows get the pages they have not seen).
   virtual const RetroRowRule* retro_rule() const { return nullptr; }
 };
+
+// The rule ART runs on the GPU for a policy string's `art` part over its selector (`base`,
+// null: dense): the ART decode kernel's (stop=group, test=probe, blocks of 4 pages, rounds of
+// at most 32 blocks; over dense in the group's order). Refuses (skim::Error) what the kernel
+// cannot run. Host code only: no device needed.
+ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art, const PolicyPart* base);
 
 // The GPU forward's planner: the policies its sequences run, by index, and the plan buffers
 // they share.

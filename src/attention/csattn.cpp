@@ -6,7 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "attention/kmeans.h"
+#include "backend/cpu/cs_select.h"
+#include "backend/cpu/kmeans.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "attention/policy_registry.h"
@@ -55,7 +56,7 @@ bool TopList::below(size_t a, size_t b) const {
 int TopList::admit_key() const { return full() && capacity_ > 0 ? order_key(score_[0]) : INT_MIN; }
 
 void TopList::sift_down(size_t i) {
-  const size_t n = index_.size();
+  const size_t n = size_t(*size_);
   for (;;) {
     size_t least = i;
     for (size_t c = 2 * i + 1; c <= 2 * i + 2 && c < n; ++c)
@@ -80,7 +81,7 @@ void TopList::sift_up(size_t i) {
 bool TopList::try_insert(int32_t index, float score) {
   if (capacity_ <= 0) return false;
   const uint16_t h = f32_to_f16(score);
-  if (int(index_.size()) == capacity_) {
+  if (*size_ == capacity_) {
     // Compare what is stored; an equal score never displaces an earlier arrival.
     if (order_key(h) <= order_key(score_[0])) return false;
     index_[0] = index;
@@ -88,14 +89,15 @@ bool TopList::try_insert(int32_t index, float score) {
     sift_down(0);
     return true;
   }
-  index_.push_back(index);
-  score_.push_back(h);
-  sift_up(index_.size() - 1);
+  const size_t at = size_t((*size_)++);
+  index_[at] = index;
+  score_[at] = h;
+  sift_up(at);
   return true;
 }
 
 std::vector<TopList::Entry> TopList::sorted() const {
-  std::vector<Entry> e(index_.size());
+  std::vector<Entry> e(static_cast<size_t>(*size_));
   for (size_t i = 0; i < e.size(); ++i) e[i] = {index_[i], f16_to_f32(score_[i])};
   std::sort(e.begin(), e.end(), [](Entry a, Entry b) { return a.score > b.score || (a.score == b.score && a.index < b.index); });
   return e;
@@ -107,8 +109,7 @@ void TopList::assign_sorted(const int32_t* index, const float* score, int n) {
   SKIM_REQUIRE(n <= capacity_, "TopList: {} entries exceed the capacity {}", n, capacity_);
   // Reversed, the entries nearly form a min-heap already; fp16 rounding can tie scores that
   // differed, so heapify to be sure.
-  index_.resize(size_t(n));
-  score_.resize(size_t(n));
+  *size_ = n;
   for (int i = 0; i < n; ++i) {
     index_[size_t(i)] = index[n - 1 - i];
     score_[size_t(i)] = f32_to_f16(score[n - 1 - i]);
@@ -165,7 +166,7 @@ void CsSelector::build_subspace(GroupTable& g, const SeqKV& kv, int group, int n
   centroid_scores(centroids, C, ds, keys.data(), num_keys, score.data());  // [C][num_keys]
   std::vector<int32_t> index;
   for (int c = 0; c < C; ++c) {
-    TopList& list = g.lists[size_t(m) * C + c];
+    TopList list = g.list(m * C + c);
     const float* row = score.data() + size_t(c) * num_keys;
     top_entries(row, num_keys, std::min(list.capacity(), num_keys), index, kept);
     list.assign_sorted(index.data(), kept.data(), int(index.size()));
@@ -186,7 +187,10 @@ void CsSelector::build_layer(std::vector<GroupTable>& heads, const SeqKV& kv0, i
                  "policy cs: a sequence reached decoding without prompt queries to build its tables "
                  "from (cs indexes the prompt during prefill)");
     g.centroids.assign(size_t(M) * C * ds, 0.0f);
-    g.lists.assign(size_t(M) * C, TopList(capacity));
+    g.list_capacity = capacity;
+    g.list_index.assign(size_t(M) * C * capacity, 0);
+    g.list_score.assign(size_t(M) * C * capacity, 0);
+    g.list_size.assign(size_t(M) * C, 0);
     g.tail.assign(size_t(M) * C, 0.0f);
   }
   // Every (KV group, subspace) is independent: one task each, spread over the threads (24 for
@@ -199,8 +203,8 @@ void CsSelector::build_layer(std::vector<GroupTable>& heads, const SeqKV& kv0, i
     build_subspace(heads[size_t(t / M)], kv, group, num_keys, t % M);
   }
   for (GroupTable& g : heads) {
-    g.admit.resize(g.lists.size());
-    for (size_t l = 0; l < g.lists.size(); ++l) g.admit[l] = g.lists[l].admit_key();
+    g.admit.resize(size_t(g.num_lists()));
+    for (int l = 0; l < g.num_lists(); ++l) g.admit[size_t(l)] = g.list(l).admit_key();
     g.queries.clear();
     g.queries.shrink_to_fit();
     g.built = true;
@@ -218,8 +222,9 @@ void CsSelector::insert_key(GroupTable& g, int32_t pos, const float* key, int d)
       const size_t l = size_t(m) * C + c;
       const float score = dot(g.centroids.data() + l * ds, k.data(), ds);
       if (TopList::order_key(f32_to_f16(score)) <= g.admit[l]) continue;  // most keys: refused here
-      g.lists[l].try_insert(pos, score);
-      g.admit[l] = g.lists[l].admit_key();
+      TopList list = g.list(int(l));
+      list.try_insert(pos, score);
+      g.admit[l] = list.admit_key();
     }
   }
 }
@@ -263,86 +268,28 @@ void CsSelector::fork(const PageTable* from, const PageTable* to) {
 
 // ---- selection ----
 
-uint64_t CsSelector::gather(const GroupTable& g, const float* q, int d) {
-  const int M = p_.subspaces, C = p_.centroids, ds = d / M;
-  qs_.resize(size_t(ds));
-  cos_.resize(size_t(C));
-  uint64_t bytes = 0;
-  for (int m = 0; m < M; ++m) {
-    std::copy_n(q + size_t(m) * ds, ds, qs_.data());
-    const float norm = normalize(qs_.data(), ds);
-    const float* centroids = g.centroids.data() + size_t(m) * C * ds;
-    for (int c = 0; c < C; ++c) cos_[size_t(c)] = dot(centroids + size_t(c) * ds, qs_.data(), ds);
-    const int best = int(std::max_element(cos_.begin(), cos_.end()) - cos_.begin());
-    const float weight = p_.score_dot ? norm : 1.0f;
-    subspace_searches_ += 1;
-    best_cos_sum_ += cos_[size_t(best)];
-    int take = 1;
-    if (cos_[size_t(best)] < p_.backoff) {  // off-manifold query: widen the search
-      take = std::min(C, p_.backoff_top);
-      backoffs_ += 1;
-    }
-    order_.resize(size_t(C));
-    for (int c = 0; c < C; ++c) order_[size_t(c)] = c;
-    std::partial_sort(order_.begin(), order_.begin() + take, order_.end(),
-                      [&](int a, int b) { return cos_[size_t(a)] > cos_[size_t(b)] || (cos_[size_t(a)] == cos_[size_t(b)] && a < b); });
-    for (int t = 0; t < take; ++t) {
-      const TopList& list = g.lists[size_t(m) * C + order_[size_t(t)]];
-      const float floor = p_.missing_mean ? g.tail[size_t(m) * C + order_[size_t(t)]] : 0.0f;
-      bytes += uint64_t(list.size()) * TopList::kEntryBytes + (p_.missing_mean ? sizeof(float) : 0);
-      for (int i = 0; i < list.size(); ++i) {
-        const int32_t k = list.index(i);
-        if (size_t(k) >= acc_.size()) continue;
-        if (!mark_[size_t(k)]) {
-          mark_[size_t(k)] = 1;
-          touched_.push_back(k);
-        }
-        acc_[size_t(k)] += weight * (list.score(i) - floor);
-      }
-    }
-  }
-  return bytes;
-}
 
-void CsSelector::pick_top(std::vector<int32_t>& picks, int n_pick, int window_begin, bool ordered) {
-  // The score of the n_pick-th best touched key below the window: an nth_element over the
-  // scores as a contiguous array (no indirection), then how many of that score may go in
-  // (ties by index: the smallest indices).
-  scores_.clear();
-  for (int32_t k : touched_)
-    if (k < window_begin) scores_.push_back(acc_[size_t(k)]);
-  float threshold = -INFINITY;
-  size_t ties = scores_.size();
-  if (size_t(n_pick) < scores_.size()) {
-    if (n_pick == 0) {
-      picks.clear();
-      return;
-    }
-    std::nth_element(scores_.begin(), scores_.begin() + (n_pick - 1), scores_.end(), std::greater<float>());
-    threshold = scores_[size_t(n_pick - 1)];
-    size_t above = 0;
-    for (float v : scores_) above += v > threshold;
-    ties = size_t(n_pick) - above;
-  }
-  // A scan of the positions below the window yields the picks by position, with no sort;
-  // branch-free, since which keys are touched is unpredictable.
-  picks.resize(size_t(window_begin));
-  size_t n = 0;
-  for (int k = 0; k < window_begin; ++k) {
-    const bool touched = mark_[size_t(k)] != 0;
-    const float v = acc_[size_t(k)];
-    const bool tie = touched & (v == threshold) & (ties > 0);
-    picks[n] = k;
-    n += size_t((touched & (v > threshold)) | tie);
-    ties -= size_t(tie);
-  }
-  picks.resize(n);
-  if (ordered) {  // descending summed score, ties by index: the order a traversal follows
-    auto better = [&](int32_t a, int32_t c) {
-      return acc_[size_t(a)] > acc_[size_t(c)] || (acc_[size_t(a)] == acc_[size_t(c)] && a < c);
-    };
-    std::sort(picks.begin(), picks.end(), better);
-  }
+
+// One search (cpu::cs_select over the group's tables): picks the n_pick keys below wb; with
+// recall on, leaves the candidates in candidates_. Returns the table bytes read.
+uint64_t CsSelector::search_one(const GroupTable& g, const float* q, int d, int ctx, int wb, int n_pick, bool ordered,
+                                std::vector<int32_t>& picks) {
+  const CsTablesView view = g.view();
+  const int32_t context = ctx, window_begin = wb, n = n_pick;
+  int32_t count = 0;
+  picks.resize(size_t(std::max(wb, 1)));
+  if (p_.recall) candidates_.resize(size_t(ctx));
+  const uint64_t before = stats_.table_bytes;
+  cpu::cs_select({.searches = 1, .head_dim = d, .subspaces = p_.subspaces, .centroids = p_.centroids,
+                  .list_capacity = g.list_capacity, .score_dot = p_.score_dot, .missing_mean = p_.missing_mean,
+                  .by_score = ordered, .backoff = p_.backoff, .backoff_top = p_.backoff_top, .queries = q,
+                  .tables = &view, .context = &context, .window_begin = &window_begin, .n_pick = &n,
+                  .max_picks = wb, .picks = picks.data(), .pick_counts = &count,
+                  .candidates = p_.recall ? candidates_.data() : nullptr, .candidate_stride = ctx,
+                  .stats = &stats_},
+                 scratch_);
+  picks.resize(size_t(count));
+  return stats_.table_bytes - before;
 }
 
 namespace {
@@ -388,10 +335,6 @@ void CsSelector::select(const SelectInput& in, Selection& out) {
   // Between searches the selection is the last one plus every key since: keys that left the
   // window stay in until the next search.
   const int win = std::min(wb, g.search_window);
-  if (acc_.size() < size_t(ctx)) {
-    acc_.resize(size_t(ctx), 0.0f);
-    mark_.resize(size_t(ctx), 0);
-  }
 
   out.heads.assign(size_t(units), {});
   for (int u = 0; u < units; ++u) {
@@ -404,10 +347,8 @@ void CsSelector::select(const SelectInput& in, Selection& out) {
           for (int i = 0; i < d; ++i) pooled_[size_t(i)] += q0[size_t(h) * d + i] / float(group);
         q = pooled_.data();
       }
-      out.metadata_bytes += gather(g, q, d);
-      union_sum_ += touched_.size();
+      out.metadata_bytes += search_one(g, q, d, ctx, wb, n_pick, in.ordered, g.picks[size_t(u)]);
       searched_ += 1;
-      pick_top(g.picks[size_t(u)], n_pick, wb, in.ordered);
       out.metadata_bytes += uint64_t(M) * C * (d / M) * sizeof(float);
     }
     std::vector<KeyRange>& r = out.heads[size_t(u)];
@@ -416,14 +357,7 @@ void CsSelector::select(const SelectInput& in, Selection& out) {
     selected_sum_ += uint64_t(ctx - win);
     if (p_.recall)  // the heads this unit serves; the candidates exist only when it searched
       for (int h = p_.pool_group ? 0 : u; h < (p_.pool_group ? group : u + 1); ++h)
-        measure_recall(in, r, h, search ? mark_.data() : nullptr, wb);
-    if (search) {
-      for (int32_t k : touched_) {
-        acc_[size_t(k)] = 0.0f;
-        mark_[size_t(k)] = 0;
-      }
-      touched_.clear();
-    }
+        measure_recall(in, r, h, search ? candidates_.data() : nullptr, wb);
   }
   selects_ += uint64_t(units);
 }
@@ -483,7 +417,7 @@ uint64_t CsSelector::table_bytes() const {
     for (auto& layer : st.layers)
       for (auto& g : layer) {
         bytes += (g.centroids.size() + g.tail.size()) * sizeof(float);
-        for (auto& l : g.lists) bytes += uint64_t(l.capacity()) * TopList::kEntryBytes;
+        bytes += uint64_t(g.num_lists()) * uint64_t(g.list_capacity) * TopList::kEntryBytes;
       }
   return bytes;
 }
@@ -491,10 +425,12 @@ uint64_t CsSelector::table_bytes() const {
 std::map<std::string, double> CsSelector::counters() const {
   std::map<std::string, double> c;
   c["cs_table_bytes"] = double(table_bytes());
-  if (searched_ > 0) c["cs_union_keys"] = double(union_sum_) / double(searched_);
+  if (searched_ > 0) c["cs_union_keys"] = double(stats_.candidates) / double(searched_);
   if (selects_ > 0) c["cs_selected_keys"] = double(selected_sum_) / double(selects_);
-  if (subspace_searches_ > 0) c["cs_backoff_rate"] = double(backoffs_) / double(subspace_searches_);
-  if (subspace_searches_ > 0) c["cs_centroid_cos"] = best_cos_sum_ / double(subspace_searches_);
+  if (stats_.subspace_searches > 0) {
+    c["cs_backoff_rate"] = double(stats_.backoffs) / double(stats_.subspace_searches);
+    c["cs_centroid_cos"] = stats_.best_cos / double(stats_.subspace_searches);
+  }
   LayerRecall all;
   for (size_t l = 0; l < recall_.size(); ++l) {
     const LayerRecall& r = recall_[l];

@@ -26,7 +26,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "attention/cs_select_args.h"
 #include "attention/policy_spec.h"
+#include "backend/cpu/cs_select.h"
 #include "attention/selector.h"
 
 namespace skim {
@@ -57,24 +59,27 @@ struct CsParams {
 // (DESIGN.md section 9 defaults).
 CsParams cs_params(const PolicyPart& part);
 
-// A bounded list of (key index, score): the `capacity` largest scores offered. Capacity is fixed
-// at construction: a new entry replaces the minimum only when its score is larger. Stored as a
-// binary min-heap (the minimum at the root), so an insert costs O(log L) and no shifting; the
-// gather reads every entry and needs no order. Among equal scores the later arrival (the larger
-// key index) counts as smaller: it is the one evicted, as a list sorted with ties in arrival
-// order would drop it.
+// A bounded list of (key index, score): the `capacity` largest scores offered. A new entry
+// replaces the minimum only when its score is larger. Stored as a binary min-heap (the minimum
+// at the root), so an insert costs O(log L) and no shifting; the gather reads every entry and
+// needs no order. Among equal scores the later arrival (the larger key index) counts as
+// smaller: it is the one evicted, as a list sorted with ties in arrival order would drop it.
+// A view of storage it does not own: `capacity` slots of key index and fp16 score and the
+// count in use, as a group's tables hold every list of theirs in one flat layout (CsGroupTables),
+// the layout a device copy of the tables would have too.
 class TopList {
  public:
   struct Entry {
     int32_t index;
     float score;
   };
-  explicit TopList(int capacity = 0) : capacity_(capacity) {}
+  TopList(int32_t* index, uint16_t* score, int32_t* size, int capacity)
+      : index_(index), score_(score), size_(size), capacity_(capacity) {}
   // Returns whether the entry went in.
   bool try_insert(int32_t index, float score);
   // Fills the list from n <= capacity entries already sorted by descending score (the build).
   void assign_sorted(const int32_t* index, const float* score, int n);
-  int size() const { return int(index_.size()); }
+  int size() const { return *size_; }
   int capacity() const { return capacity_; }
   // Entry i in storage (heap) order.
   int32_t index(int i) const { return index_[size_t(i)]; }
@@ -94,9 +99,21 @@ class TopList {
   bool below(size_t a, size_t b) const;  // entry a ranks under entry b
   void sift_down(size_t i);
   void sift_up(size_t i);
+  int32_t* index_;
+  uint16_t* score_;  // fp16
+  int32_t* size_;
   int capacity_;
-  std::vector<int32_t> index_;
-  std::vector<uint16_t> score_;  // fp16
+};
+
+// One list with storage of its own (tests, tools).
+struct TopListStorage {
+  explicit TopListStorage(int capacity)
+      : index(static_cast<size_t>(capacity)), score(static_cast<size_t>(capacity)), capacity(capacity) {}
+  TopList list() { return TopList(index.data(), score.data(), &size, capacity); }
+  std::vector<int32_t> index;
+  std::vector<uint16_t> score;
+  int32_t size = 0;
+  int capacity;
 };
 
 // The tables of one (sequence, layer, KV group): built from the group's prompt queries at the
@@ -106,7 +123,11 @@ struct CsGroupTables {
   int num_queries = 0;
   bool built = false;
   std::vector<float> centroids;  // [M][C][ds], unit
-  std::vector<TopList> lists;    // [M][C]
+  // The M x C lists (TopList), flat: list l's slots at [l * list_capacity, +list_capacity).
+  int list_capacity = 0;
+  std::vector<int32_t> list_index;   // [M][C][L] key positions
+  std::vector<uint16_t> list_score;  // [M][C][L] fp16
+  std::vector<int32_t> list_size;    // [M][C] slots in use
   std::vector<int> admit;        // [M][C]: each list's admit_key(), contiguous, so that the
                                  // many refused inserts touch no list
   std::vector<float> tail;       // [M][C]: mean score of the prompt keys a list left out
@@ -114,6 +135,17 @@ struct CsGroupTables {
   int searches = 0;                         // selects since the build
   int indexed = 0;  // keys [0, indexed) are in the lists (rewrites, e.g. rectify, are not re-inserted)
   int search_window = 0;  // window start at the last search: reused selections keep [it, context)
+
+  int num_lists() const { return int(list_size.size()); }
+  TopList list(int l) {
+    const size_t at = size_t(l) * size_t(list_capacity);
+    return TopList(list_index.data() + at, list_score.data() + at, &list_size[size_t(l)], list_capacity);
+  }
+  // For reading only: the view's writing members must not be called.
+  TopList list(int l) const { return const_cast<CsGroupTables*>(this)->list(l); }
+  CsTablesView view() const {
+    return {centroids.data(), list_index.data(), list_score.data(), list_size.data(), tail.data()};
+  }
 };
 
 class CsSelector : public Selector {
@@ -144,29 +176,23 @@ class CsSelector : public Selector {
   // Centroids of subspace m and their lists, for one group.
   void build_subspace(GroupTable& g, const SeqKV& kv, int group, int num_keys, int m) const;
   void insert_key(GroupTable& g, int32_t pos, const float* key, int d);
-  // Summed list scores of the chosen centroids for one query: fills acc_/touched_/mark_.
-  // Returns the table bytes read (list entries, and tails with missing=mean).
-  uint64_t gather(const GroupTable& g, const float* q, int d);
-  // The n_pick touched keys below window_begin with the largest summed score (ties by index):
-  // in descending order when `ordered`, else by position.
-  void pick_top(std::vector<int32_t>& picks, int n_pick, int window_begin, bool ordered);
+  // One search of cpu::cs_select over g's tables for query q: the n_pick touched keys below wb
+  // with the largest summed score (ties by position), by descending score when `ordered`, else
+  // by position, into picks. Returns the table bytes read (list entries, tails with missing=mean).
+  uint64_t search_one(const GroupTable& g, const float* q, int d, int ctx, int wb, int n_pick, bool ordered,
+                      std::vector<int32_t>& picks);
   // gathered: mark_ of the search just made (null between searches).
   void measure_recall(const SelectInput& in, const std::vector<KeyRange>& ranges, int h, const uint8_t* gathered,
                       int window_begin);
 
   CsParams p_;
   std::unordered_map<const PageTable*, SeqState> seqs_;
-  // Scratch of select: summed scores by key index over the context, which keys are touched.
-  std::vector<float> acc_;
-  std::vector<int32_t> touched_;
-  std::vector<uint8_t> mark_;
-  std::vector<float> qs_, cos_, pooled_;
-  std::vector<int> order_;
-  std::vector<float> scores_;         // pick_top: the touched keys' summed scores
+  cpu::CsSelectScratch scratch_;       // the search's per-key sums, kept zero between searches
+  std::vector<uint8_t> candidates_;    // recall: the last search's gathered keys
+  std::vector<float> pooled_;
   // Counters.
-  uint64_t selects_ = 0, searched_ = 0, union_sum_ = 0, selected_sum_ = 0;
-  uint64_t backoffs_ = 0, subspace_searches_ = 0;
-  double best_cos_sum_ = 0;  // cosine of a query slice and its nearest centroid, summed
+  uint64_t selects_ = 0, searched_ = 0, selected_sum_ = 0;
+  CsSelectStats stats_;  // the searches': table bytes, union sizes, back-offs, centroid cosines
   struct LayerRecall {
     uint64_t hits = 0, total = 0, candidate_hits = 0, candidate_total = 0, ceiling_hits = 0;
   };

@@ -52,16 +52,16 @@ std::string accuracy_row(const RetrievalTally& t, int key, const std::vector<int
 // Means over the observed (layer, KV head, step) lists; empty for a policy that chose nothing.
 nlohmann::json locality_json(const LocalityStats& s) {
   if (s.lists == 0) return nlohmann::json::object();
-  const double n = double(s.lists);
+  const double n = s.lists;
   nlohmann::json hit = nlohmann::json::object();
   for (size_t i = 0; i < kLocalityCacheSizes.size(); ++i)
-    hit[fmt::format("{}x", kLocalityCacheSizes[i])] = s.lookups[i] ? double(s.hits[i]) / double(s.lookups[i]) : 0.0;
+    hit[fmt::format("{}x", kLocalityCacheSizes[i])] = s.lookups[i] > 0 ? s.hits[i] / s.lookups[i] : 0.0;
   return {{"lists", s.lists},
           {"keys_per_list", s.keys / n},
           {"pages_per_list", s.pages / n},
           {"context_pages_per_list", s.context_pages / n},
           {"page_keys_over_chosen_keys", s.keys > 0 ? s.page_keys / s.keys : 0.0},
-          {"step_page_overlap", s.repeats ? s.overlap / double(s.repeats) : 0.0},
+          {"step_page_overlap", s.repeats > 0 ? s.overlap / s.repeats : 0.0},
           {"lru_hit_rate", hit}};
 }
 

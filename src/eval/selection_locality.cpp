@@ -7,17 +7,11 @@
 namespace skim::eval {
 
 void LocalityStats::merge(const LocalityStats& o) {
-  lists += o.lists;
-  keys += o.keys;
-  pages += o.pages;
-  page_keys += o.page_keys;
-  context_pages += o.context_pages;
-  repeats += o.repeats;
-  overlap += o.overlap;
-  for (size_t i = 0; i < hits.size(); ++i) {
-    hits[i] += o.hits[i];
-    lookups[i] += o.lookups[i];
-  }
+  for (double LocalityStats::*f : {&LocalityStats::lists, &LocalityStats::keys, &LocalityStats::pages,
+                                   &LocalityStats::page_keys, &LocalityStats::context_pages, &LocalityStats::repeats,
+                                   &LocalityStats::overlap})
+    this->*f += o.*f;
+  for (size_t i = 0; i < hits.size(); ++i) hits[i] += o.hits[i], lookups[i] += o.lookups[i];
 }
 
 bool SelectionLocalityMeter::Cache::touch(int page, uint64_t step) {
@@ -76,7 +70,7 @@ void SelectionLocalityMeter::on_selection(const AttentionBatch& b, int row, int 
       const bool hit = l.caches[i].touch(p, l.steps);
       if (l.steps > 0) {
         stats_.lookups[i] += 1;
-        stats_.hits[i] += hit;
+        stats_.hits[i] += hit ? 1.0 : 0.0;
       }
     }
   l.pages = std::move(pages);

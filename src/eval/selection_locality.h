@@ -23,14 +23,15 @@ namespace skim::eval {
 
 inline constexpr std::array<double, 3> kLocalityCacheSizes = {1.0, 1.5, 2.0};  // x a step's pages
 
+// Sums (counts too, as doubles: exact far beyond any run), so that merging is one loop.
 struct LocalityStats {
-  uint64_t lists = 0;        // (layer, KV head, step) observations
+  double lists = 0;          // (layer, KV head, step) observations
   double keys = 0, pages = 0;
   double page_keys = 0;      // pages x page size: what a page-granular read loads
   double context_pages = 0;  // the pages the lists' sequences held
-  uint64_t repeats = 0;      // observations with a previous step
+  double repeats = 0;        // observations with a previous step
   double overlap = 0;        // sum over those of |pages_t & pages_t-1| / |pages_t|
-  std::array<uint64_t, kLocalityCacheSizes.size()> hits{}, lookups{};
+  std::array<double, kLocalityCacheSizes.size()> hits{}, lookups{};
 
   void merge(const LocalityStats& o);
 };

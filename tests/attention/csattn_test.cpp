@@ -12,7 +12,7 @@
 #include <set>
 
 #include "../test_random.h"
-#include "attention/kmeans.h"
+#include "backend/cpu/kmeans.h"
 #include "core/dtype.h"
 
 namespace skim {
@@ -20,7 +20,8 @@ namespace {
 
 TEST(CsTopList, TryInsertKeepsSortedAndBounded) {
   const int cap = 37;
-  TopList list(cap);
+  TopListStorage store(cap);
+  TopList list = store.list();
   std::vector<std::pair<float, int>> all;
   for (int i = 0; i < 500; ++i) {
     float s = test::random_vector(1)[0];
@@ -52,7 +53,8 @@ TEST(CsTopList, TryInsertKeepsSortedAndBounded) {
 // with ties in arrival order; assign_sorted then inserts behave as inserts from empty.
 TEST(CsTopList, TiesEvictTheLaterArrival) {
   const int cap = 16;
-  TopList built(cap), streamed(cap);
+  TopListStorage built_store(cap), streamed_store(cap);
+  TopList built = built_store.list(), streamed = streamed_store.list();
   std::vector<std::pair<float, int>> all;
   for (int i = 0; i < 200; ++i) all.push_back({float(test::random_int(0, 6)) * 0.25f, i});
   std::vector<std::pair<float, int>> first(all.begin(), all.begin() + 40);
@@ -227,7 +229,7 @@ TEST(CsSelector, ListsHoldTheTopScoresAndTheirTailMean) {
     for (int m = 0; m < p.subspaces; ++m)
       for (int c = 0; c < p.centroids; ++c) {
         const float* cen = g->centroids.data() + (size_t(m) * p.centroids + c) * ds;
-        const TopList& list = g->lists[size_t(m) * p.centroids + c];
+        const TopList list = g->list(m * p.centroids + c);
         ASSERT_EQ(list.size(), 30);
         std::set<int> members;
         for (int i = 0; i < list.size(); ++i) {
@@ -294,7 +296,7 @@ TEST(CsSelector, SelectionEqualsPlainScoring) {
           const int take = -by_cos[0].first < p.backoff ? p.backoff_top : 1;
           for (int t = 0; t < take; ++t) {
             const int c = by_cos[size_t(t)].second;
-            const TopList& list = g->lists[size_t(m) * C + c];
+            const TopList list = g->list(m * C + c);
             const float floor = mean ? g->tail[size_t(m) * C + c] : 0.0f;
             for (int i = 0; i < list.size(); ++i) score[list.index(i)] += (dot ? norm : 1.0f) * (list.score(i) - floor);
           }

@@ -1,6 +1,6 @@
 // Cosine k-means on separable synthetic data finds the clusters; its tiled products and its
 // assignment equal their plain definitions on random inputs.
-#include "attention/kmeans.h"
+#include "backend/cpu/kmeans.h"
 
 #include <gtest/gtest.h>
 

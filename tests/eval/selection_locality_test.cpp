@@ -37,20 +37,20 @@ TEST(SelectionLocality, CountsKeysPagesOverlapAndCacheHits) {
   // Step 2: pages 1, 5, 6: 2 of 3 were chosen before; the 1x cache (3 pages) holds both.
   m.on_selection(row.batch(200, 0), 0, 0, {{{16, 20}, {85, 100}}});
   const LocalityStats& s = m.stats();
-  EXPECT_EQ(s.lists, 2u);
+  EXPECT_EQ(s.lists, 2.0);
   EXPECT_DOUBLE_EQ(s.keys, 40 + 4 + 15);
   EXPECT_DOUBLE_EQ(s.pages, 3 + 3);
   EXPECT_DOUBLE_EQ(s.page_keys, 16.0 * 6);
   EXPECT_DOUBLE_EQ(s.context_pages, 13 + 13);  // 200 and 201 keys
-  EXPECT_EQ(s.repeats, 1u);
+  EXPECT_EQ(s.repeats, 1.0);
   EXPECT_DOUBLE_EQ(s.overlap, 2.0 / 3.0);
   for (size_t i = 0; i < kLocalityCacheSizes.size(); ++i) {  // the first step only fills them
-    EXPECT_EQ(s.lookups[i], 3u);
-    EXPECT_EQ(s.hits[i], 2u);
+    EXPECT_EQ(s.lookups[i], 3.0);
+    EXPECT_EQ(s.hits[i], 2.0);
   }
   // Another layer is another list: its first step counts no overlap.
   m.on_selection(row.batch(200, 1), 0, 0, {{{0, 16}}});
-  EXPECT_EQ(m.stats().repeats, 1u);
+  EXPECT_EQ(m.stats().repeats, 1.0);
 }
 
 // The 1x cache (2 pages after a first step of 2) evicts the least recently used: pages 0, 1;
@@ -61,8 +61,8 @@ TEST(SelectionLocality, LruEvictsTheLeastRecentlyUsed) {
   m.on_selection(row.batch(100, 0), 0, 0, {{{0, 32}}});            // pages 0, 1 (capacity 2 at 1x)
   m.on_selection(row.batch(101, 0), 0, 0, {{{0, 16}, {32, 48}}});  // page 0 hits, 2 evicts 1
   m.on_selection(row.batch(102, 0), 0, 0, {{{16, 32}}});           // page 1 misses
-  EXPECT_EQ(m.stats().lookups[0], 3u);
-  EXPECT_EQ(m.stats().hits[0], 1u);
+  EXPECT_EQ(m.stats().lookups[0], 3.0);
+  EXPECT_EQ(m.stats().hits[0], 1.0);
 }
 
 // Streaming's window slides one key a step: consecutive steps choose the same pages but where
@@ -76,7 +76,7 @@ TEST(SelectionLocality, StreamingsWindowOverlapsNearlyWhole) {
   for (int i = 0; i < 64; ++i) h.step(*policy);
   SelectionLocalityMeter::detach(*policy);
   const LocalityStats& s = m.stats();
-  ASSERT_EQ(s.lists, 64u);
+  ASSERT_EQ(s.lists, 64.0);
   EXPECT_GT(s.overlap / double(s.repeats), 0.9);
   EXPECT_NEAR(s.pages / double(s.lists), 1 + 17, 1.0);  // the sink page and the window's 16-17
   EXPECT_GT(double(s.hits[2]) / double(s.lookups[2]), 0.9);

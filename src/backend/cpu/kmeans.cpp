@@ -1,4 +1,4 @@
-#include "attention/kmeans.h"
+#include "backend/cpu/kmeans.h"
 
 #include <algorithm>
 #include <cmath>

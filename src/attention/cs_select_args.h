@@ -1,0 +1,64 @@
+// Arguments of CSAttention's decode-time selection (seeds/004; the CPU policy is
+// attention/csattn.h), the kernel a decode step runs per search: one search per (row, KV group)
+// with the group's mean query, or per (row, query head). CPU implementation cpu::cs_select,
+// which the CPU policy runs; a device implementation takes the same struct.
+//
+// A search, over its (sequence, KV group)'s tables (CsTablesView: CsGroupTables' flat layout):
+//   1. per subspace m: the query's slice q_m, its norm, and the nearest centroid by cosine (the
+//      first of equal ones); when that cosine is below `backoff`, the `backoff_top` nearest;
+//   2. every entry (key, score) of the chosen centroids' lists adds w_m (score - floor) to the
+//      key's sum: w_m = |q_m| with score_dot (the partial scores approximate q.k), else 1;
+//      floor = the list's tail (the mean score of the prompt keys it left out) with
+//      missing_mean, else 0;
+//   3. of the keys summed ("touched") below window_begin, the n_pick largest sums (ties: the
+//      smaller position), given in ascending position, or with by_score by descending sum
+//      (ties by position), the order a traversal follows.
+// The recent window [window_begin, context) is the caller's to add.
+#pragma once
+
+#include <cstdint>
+
+namespace skim {
+
+// One (sequence, KV group)'s tables. M subspaces of ds = head_dim / M, C centroids each, lists
+// of capacity L; list l = m * C + c.
+struct CsTablesView {
+  const float* centroids = nullptr;    // [M][C][ds], unit
+  const int32_t* list_index = nullptr; // [M][C][L] key positions; the first list_size[l] in use
+  const uint16_t* list_score = nullptr;  // [M][C][L] fp16
+  const int32_t* list_size = nullptr;  // [M][C]
+  const float* tail = nullptr;         // [M][C]
+};
+
+// Added to by a call (host memory for the CPU one).
+struct CsSelectStats {
+  uint64_t table_bytes = 0;        // list entries (int32 + fp16) and tails read
+  uint64_t candidates = 0;         // keys touched, summed over the searches
+  uint64_t subspace_searches = 0;
+  uint64_t backoffs = 0;           // subspace searches that widened to backoff_top
+  double best_cos = 0;             // the nearest centroid's cosine, summed
+};
+
+struct CsSelectArgs {
+  int searches = 0;
+  int head_dim = 0, subspaces = 0, centroids = 0, list_capacity = 0;
+  bool score_dot = true, missing_mean = true, by_score = false;
+  double backoff = 0.0;
+  int backoff_top = 1;
+
+  const float* queries = nullptr;        // [searches][head_dim]
+  const CsTablesView* tables = nullptr;  // [searches]
+  const int32_t* context = nullptr;      // [searches] keys visible: every list key is below it
+  const int32_t* window_begin = nullptr; // [searches] <= context
+  const int32_t* n_pick = nullptr;       // [searches] keys to pick below window_begin
+  int max_picks = 0;                     // row stride of picks, >= every window_begin
+  int32_t* picks = nullptr;              // [searches][max_picks]
+  int32_t* pick_counts = nullptr;        // [searches]: min(n_pick, keys touched below window_begin)
+  // Optional, [searches][candidate_stride]: 1 for each key some chosen list holds, 0 for the
+  // others in [0, context) (what a perfect ranking could choose from: recall studies).
+  uint8_t* candidates = nullptr;
+  int candidate_stride = 0;
+  CsSelectStats* stats = nullptr;        // optional
+};
+
+}  // namespace skim

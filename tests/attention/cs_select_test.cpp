@@ -1,0 +1,157 @@
+// cpu::cs_select (attention/cs_select_args.h), the kernel of CSAttention's decode search,
+// against its definition written plainly: per subspace the nearest centroids by cosine (the
+// back-off's top ones below the threshold), every entry of their lists summed per key with the
+// query slice's norm as weight and the list's tail as floor, then the n_pick best sums below
+// the window (a full sort, ties by position). Random tables and queries, several searches in one
+// call, by position and by score, and the candidates it reports.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "../test_random.h"
+#include "backend/cpu/cs_select.h"
+#include "core/dtype.h"
+
+namespace skim {
+namespace {
+
+struct Tables {
+  int M, C, ds, L;
+  std::vector<float> centroids, tail;
+  std::vector<int32_t> index, size;
+  std::vector<uint16_t> score;
+  CsTablesView view() const { return {centroids.data(), index.data(), score.data(), size.data(), tail.data()}; }
+};
+
+Tables random_tables(int M, int C, int ds, int L, int context) {
+  Tables t{M, C, ds, L, test::random_vector(size_t(M) * C * ds), test::random_vector(size_t(M) * C, 0.3f), {}, {}, {}};
+  for (int l = 0; l < M * C; ++l) {  // unit centroids
+    float* c = t.centroids.data() + size_t(l) * ds;
+    double n = 0;
+    for (int i = 0; i < ds; ++i) n += double(c[i]) * c[i];
+    for (int i = 0; i < ds; ++i) c[i] = float(c[i] / std::sqrt(n));
+  }
+  t.index.assign(size_t(M) * C * L, -1);
+  t.score.assign(t.index.size(), 0);
+  t.size.assign(size_t(M) * C, 0);
+  for (int l = 0; l < M * C; ++l) {
+    t.size[size_t(l)] = test::random_int(0, L);
+    std::vector<int32_t> keys(static_cast<size_t>(context));
+    std::iota(keys.begin(), keys.end(), 0);
+    std::shuffle(keys.begin(), keys.end(), test::rng());
+    for (int i = 0; i < t.size[size_t(l)]; ++i) {
+      t.index[size_t(l) * L + i] = keys[size_t(i)];
+      t.score[size_t(l) * L + i] = f32_to_f16(test::random_vector(1)[0]);
+    }
+  }
+  return t;
+}
+
+// The definition: the picks in ascending position (or by score), and the candidates.
+std::vector<int32_t> definition(const Tables& t, const float* q, int context, int wb, int n_pick, double backoff,
+                                int backoff_top, bool by_score, std::vector<uint8_t>& candidates) {
+  std::map<int32_t, float> sums;
+  for (int m = 0; m < t.M; ++m) {
+    std::vector<float> s(q + size_t(m) * t.ds, q + size_t(m + 1) * t.ds);
+    double n2 = 0;
+    for (float x : s) n2 += double(x) * x;
+    const float norm = float(std::sqrt(n2));
+    for (float& x : s) x /= norm;
+    std::vector<std::pair<float, int>> cos;
+    for (int c = 0; c < t.C; ++c) {
+      float d = 0;
+      for (int i = 0; i < t.ds; ++i) d += t.centroids[(size_t(m) * t.C + c) * t.ds + i] * s[size_t(i)];
+      cos.push_back({d, c});
+    }
+    std::sort(cos.begin(), cos.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    const int take = cos[0].first < backoff ? std::min(t.C, backoff_top) : 1;
+    for (int k = 0; k < take; ++k) {
+      const int l = m * t.C + cos[size_t(k)].second;
+      for (int i = 0; i < t.size[size_t(l)]; ++i) {
+        const int32_t key = t.index[size_t(l) * t.L + i];
+        sums[key] += norm * (f16_to_f32(t.score[size_t(l) * t.L + i]) - t.tail[size_t(l)]);
+      }
+    }
+  }
+  candidates.assign(size_t(context), 0);
+  std::vector<std::pair<float, int32_t>> below;
+  for (auto [key, sum] : sums) {
+    candidates[size_t(key)] = 1;
+    if (key < wb) below.push_back({sum, key});
+  }
+  std::sort(below.begin(), below.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  below.resize(std::min(below.size(), size_t(n_pick)));
+  std::vector<int32_t> picks;
+  for (auto [sum, key] : below) picks.push_back(key);
+  if (!by_score) std::sort(picks.begin(), picks.end());
+  return picks;
+}
+
+TEST(CsSelect, EqualsItsDefinition) {
+  const int d = 64, M = 4, C = 16, L = 40;
+  for (bool by_score : {false, true})
+    for (double backoff : {-1.0, 0.5}) {
+      const int searches = 5;
+      std::vector<Tables> tables;
+      std::vector<CsTablesView> views;
+      std::vector<int32_t> context, wb, n_pick;
+      for (int s = 0; s < searches; ++s) {
+        context.push_back(test::random_int(50, 300));
+        tables.push_back(random_tables(M, C, d / M, L, context.back()));
+        wb.push_back(std::max(0, context.back() - test::random_int(0, 40)));
+        n_pick.push_back(test::random_int(0, 60));
+      }
+      for (const Tables& t : tables) views.push_back(t.view());
+      const std::vector<float> q = test::random_vector(size_t(searches) * d);
+      const int max_picks = *std::max_element(wb.begin(), wb.end());
+      std::vector<int32_t> picks(size_t(searches) * max_picks, -1), counts(searches, -1);
+      const int stride = *std::max_element(context.begin(), context.end());
+      std::vector<uint8_t> candidates(size_t(searches) * stride, 7);
+      CsSelectStats stats;
+      cpu::CsSelectScratch scratch;
+      cpu::cs_select({.searches = searches, .head_dim = d, .subspaces = M, .centroids = C, .list_capacity = L,
+                      .score_dot = true, .missing_mean = true, .by_score = by_score, .backoff = backoff,
+                      .backoff_top = 3, .queries = q.data(), .tables = views.data(), .context = context.data(),
+                      .window_begin = wb.data(), .n_pick = n_pick.data(), .max_picks = max_picks,
+                      .picks = picks.data(), .pick_counts = counts.data(), .candidates = candidates.data(),
+                      .candidate_stride = stride, .stats = &stats},
+                     scratch);
+      for (int s = 0; s < searches; ++s) {
+        std::vector<uint8_t> want_candidates;
+        const std::vector<int32_t> want = definition(tables[size_t(s)], q.data() + size_t(s) * d, context[size_t(s)],
+                                                     wb[size_t(s)], n_pick[size_t(s)], backoff, 3, by_score,
+                                                     want_candidates);
+        const std::vector<int32_t> got(picks.begin() + std::ptrdiff_t(s) * max_picks,
+                                       picks.begin() + std::ptrdiff_t(s) * max_picks + counts[size_t(s)]);
+        EXPECT_EQ(got, want) << "search " << s << (by_score ? " by score" : " by position") << ", backoff " << backoff;
+        for (int k = 0; k < context[size_t(s)]; ++k)
+          ASSERT_EQ(candidates[size_t(s) * stride + k], want_candidates[size_t(k)]) << "search " << s << " key " << k;
+      }
+      EXPECT_EQ(stats.subspace_searches, uint64_t(searches) * M);
+      if (backoff < 0) {
+        EXPECT_EQ(stats.backoffs, 0u);
+      }
+      EXPECT_TRUE(std::all_of(scratch.sums.begin(), scratch.sums.end(), [](float x) { return x == 0.0f; }))
+          << "the sums are left zero for the next search";
+    }
+}
+
+TEST(CsSelect, RefusesAWindowPastItsContext) {
+  const Tables t = random_tables(2, 4, 8, 4, 20);
+  const CsTablesView v = t.view();
+  const std::vector<float> q = test::random_vector(16);
+  const int32_t context = 20, wb = 21, n = 3;
+  int32_t picks[32], count = 0;
+  cpu::CsSelectScratch scratch;
+  EXPECT_THROW(cpu::cs_select({.searches = 1, .head_dim = 16, .subspaces = 2, .centroids = 4, .list_capacity = 4,
+                               .queries = q.data(), .tables = &v, .context = &context, .window_begin = &wb,
+                               .n_pick = &n, .max_picks = 32, .picks = picks, .pick_counts = &count},
+                              scratch),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace skim

@@ -62,3 +62,25 @@ struct CsSelectArgs {
 };
 
 }  // namespace skim
+
+namespace skim {
+
+// The streaming insert of CSAttention (a decode step's new key into its group's tables): per
+// subspace m and centroid c, the key slice's score (c . k_m with score_dot, else the cosine)
+// enters list (m, c) when it beats the list's minimum (TopList::try_insert: an equal fp16
+// score never displaces an earlier arrival).
+struct CsInsertArgs {
+  int head_dim = 0, subspaces = 0, centroids = 0, list_capacity = 0;
+  bool score_dot = true;
+  const float* centroids_data = nullptr;  // [M][C][ds], unit (CsTablesView::centroids)
+  int32_t* list_index = nullptr;          // [M][C][L]
+  uint16_t* list_score = nullptr;         // [M][C][L] fp16
+  int32_t* list_size = nullptr;           // [M][C]
+  // Optional [M][C]: each list's TopList::admit_key(), kept up to date, so that the many scores
+  // no list takes are refused without touching the lists (the CPU's; a device may do without).
+  int* admit = nullptr;
+  const float* key = nullptr;  // [head_dim]
+  int32_t position = 0;
+};
+
+}  // namespace skim

@@ -44,79 +44,6 @@ CsParams cs_params(const PolicyPart& p) {
   return c;
 }
 
-// ---- TopList ----
-
-float TopList::score(int i) const { return f16_to_f32(score_[size_t(i)]); }
-
-bool TopList::below(size_t a, size_t b) const {
-  const int sa = order_key(score_[a]), sb = order_key(score_[b]);
-  return sa < sb || (sa == sb && index_[a] > index_[b]);
-}
-
-int TopList::admit_key() const { return full() && capacity_ > 0 ? order_key(score_[0]) : INT_MIN; }
-
-void TopList::sift_down(size_t i) {
-  const size_t n = size_t(*size_);
-  for (;;) {
-    size_t least = i;
-    for (size_t c = 2 * i + 1; c <= 2 * i + 2 && c < n; ++c)
-      if (below(c, least)) least = c;
-    if (least == i) return;
-    std::swap(index_[i], index_[least]);
-    std::swap(score_[i], score_[least]);
-    i = least;
-  }
-}
-
-void TopList::sift_up(size_t i) {
-  while (i > 0) {
-    const size_t parent = (i - 1) / 2;
-    if (!below(i, parent)) return;
-    std::swap(index_[i], index_[parent]);
-    std::swap(score_[i], score_[parent]);
-    i = parent;
-  }
-}
-
-bool TopList::try_insert(int32_t index, float score) {
-  if (capacity_ <= 0) return false;
-  const uint16_t h = f32_to_f16(score);
-  if (*size_ == capacity_) {
-    // Compare what is stored; an equal score never displaces an earlier arrival.
-    if (order_key(h) <= order_key(score_[0])) return false;
-    index_[0] = index;
-    score_[0] = h;
-    sift_down(0);
-    return true;
-  }
-  const size_t at = size_t((*size_)++);
-  index_[at] = index;
-  score_[at] = h;
-  sift_up(at);
-  return true;
-}
-
-std::vector<TopList::Entry> TopList::sorted() const {
-  std::vector<Entry> e(static_cast<size_t>(*size_));
-  for (size_t i = 0; i < e.size(); ++i) e[i] = {index_[i], f16_to_f32(score_[i])};
-  std::sort(e.begin(), e.end(), [](Entry a, Entry b) { return a.score > b.score || (a.score == b.score && a.index < b.index); });
-  return e;
-}
-
-// ---- building and streaming ----
-
-void TopList::assign_sorted(const int32_t* index, const float* score, int n) {
-  SKIM_REQUIRE(n <= capacity_, "TopList: {} entries exceed the capacity {}", n, capacity_);
-  // Reversed, the entries nearly form a min-heap already; fp16 rounding can tie scores that
-  // differed, so heapify to be sure.
-  *size_ = n;
-  for (int i = 0; i < n; ++i) {
-    index_[size_t(i)] = index[n - 1 - i];
-    score_[size_t(i)] = f32_to_f16(score[n - 1 - i]);
-  }
-  for (size_t i = size_t(n) / 2; i-- > 0;) sift_down(i);
-}
-
 namespace {
 
 // The `top` largest of score[0..n) as (index, score), by descending score, ties by index: the
@@ -213,20 +140,10 @@ void CsSelector::build_layer(std::vector<GroupTable>& heads, const SeqKV& kv0, i
 }
 
 void CsSelector::insert_key(GroupTable& g, int32_t pos, const float* key, int d) {
-  const int M = p_.subspaces, C = p_.centroids, ds = d / M;
-  std::vector<float> k(static_cast<size_t>(ds));
-  for (int m = 0; m < M; ++m) {
-    std::copy_n(key + size_t(m) * ds, ds, k.data());
-    if (!p_.score_dot) normalize(k.data(), ds);
-    for (int c = 0; c < C; ++c) {
-      const size_t l = size_t(m) * C + c;
-      const float score = dot(g.centroids.data() + l * ds, k.data(), ds);
-      if (TopList::order_key(f32_to_f16(score)) <= g.admit[l]) continue;  // most keys: refused here
-      TopList list = g.list(int(l));
-      list.try_insert(pos, score);
-      g.admit[l] = list.admit_key();
-    }
-  }
+  cpu::cs_insert({.head_dim = d, .subspaces = p_.subspaces, .centroids = p_.centroids,
+                  .list_capacity = g.list_capacity, .score_dot = p_.score_dot, .centroids_data = g.centroids.data(),
+                  .list_index = g.list_index.data(), .list_score = g.list_score.data(), .list_size = g.list_size.data(),
+                  .admit = g.admit.data(), .key = key, .position = pos});
 }
 
 void CsSelector::observe(const AttentionBatch& b) {

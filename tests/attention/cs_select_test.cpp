@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <map>
 #include <numeric>
 
 #include "../test_random.h"
 #include "backend/cpu/cs_select.h"
+#include "backend/cpu/top_list.h"
 #include "core/dtype.h"
 
 namespace skim {
@@ -137,6 +139,60 @@ TEST(CsSelect, EqualsItsDefinition) {
       EXPECT_TRUE(std::all_of(scratch.sums.begin(), scratch.sums.end(), [](float x) { return x == 0.0f; }))
           << "the sums are left zero for the next search";
     }
+}
+
+// The streaming insert: a stream of keys into empty lists leaves each list (m, c) holding the
+// L best fp16 scores c . k_m of the stream (ties: the earlier key), with and without the admit
+// cache; with score=cos the slices are normalised first. Centroids of sixteenths and key slices
+// with one nonzero power of two make every score exact in any summation order, and many equal.
+TEST(CsInsert, ListsHoldTheBestScoresOfTheStream) {
+  const int d = 32, M = 2, C = 5, L = 7, ds = d / M, n = 120;
+  std::vector<float> centroids(size_t(M) * C * ds);
+  for (float& x : centroids) x = float(test::random_int(-16, 16)) / 16.0f;
+  std::vector<float> keys(size_t(n) * d, 0.0f);
+  for (int i = 0; i < n; ++i)
+    for (int m = 0; m < M; ++m)
+      keys[size_t(i) * d + size_t(m) * ds + size_t(test::random_int(0, ds - 1))] =
+          std::ldexp(test::random_int(0, 1) ? 1.0f : -1.0f, test::random_int(-1, 2));
+  for (bool score_dot : {true, false}) {
+    struct Flat {
+      std::vector<int32_t> index, size;
+      std::vector<uint16_t> score;
+      std::vector<int> admit;
+    };
+    Flat with{std::vector<int32_t>(size_t(M) * C * L), std::vector<int32_t>(size_t(M) * C, 0),
+              std::vector<uint16_t>(size_t(M) * C * L), std::vector<int>(size_t(M) * C, INT_MIN)};
+    Flat without = with;
+    for (int i = 0; i < n; ++i)
+      for (Flat* f : {&with, &without})
+        cpu::cs_insert({.head_dim = d, .subspaces = M, .centroids = C, .list_capacity = L, .score_dot = score_dot,
+                        .centroids_data = centroids.data(), .list_index = f->index.data(),
+                        .list_score = f->score.data(), .list_size = f->size.data(),
+                        .admit = f == &with ? f->admit.data() : nullptr, .key = keys.data() + size_t(i) * d,
+                        .position = i});
+    for (int l = 0; l < M * C; ++l) {
+      const int m = l / C;
+      std::vector<std::pair<float, int>> all;  // the definition: every key's score, best first, stable
+      for (int i = 0; i < n; ++i) {
+        float s = 0;
+        for (int j = 0; j < ds; ++j) {
+          const float k = keys[size_t(i) * d + size_t(m) * ds + j];
+          s += centroids[size_t(l) * ds + j] * (score_dot ? k : (k > 0 ? 1.0f : k < 0 ? -1.0f : 0.0f));
+        }
+        all.push_back({s, i});
+      }
+      std::stable_sort(all.begin(), all.end(), [](auto a, auto b) { return a.first > b.first; });
+      for (Flat* f : {&with, &without}) {
+        TopList list(f->index.data() + size_t(l) * L, f->score.data() + size_t(l) * L, &f->size[size_t(l)], L);
+        const std::vector<TopList::Entry> got = list.sorted();
+        ASSERT_EQ(got.size(), size_t(L));
+        for (int j = 0; j < L; ++j) {
+          EXPECT_EQ(got[size_t(j)].score, all[size_t(j)].first) << "list " << l << " entry " << j;
+          EXPECT_EQ(got[size_t(j)].index, all[size_t(j)].second) << "list " << l << " entry " << j;
+        }
+      }
+    }
+  }
 }
 
 TEST(CsSelect, RefusesAWindowPastItsContext) {

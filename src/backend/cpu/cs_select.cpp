@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "backend/cpu/kmeans.h"
+#include "backend/cpu/top_list.h"
 #include "core/dtype.h"
 
 namespace skim::cpu {
@@ -133,6 +134,26 @@ void cs_select(const CsSelectArgs& a, CsSelectScratch& w) {
       w.touched[size_t(k)] = 0;
     }
     w.touched_keys.clear();
+  }
+}
+
+void cs_insert(const CsInsertArgs& a) {
+  if (a.subspaces <= 0 || a.head_dim % a.subspaces != 0 || a.centroids <= 0 || a.list_capacity < 0)
+    throw std::invalid_argument("cs_insert: bad shapes");
+  const int M = a.subspaces, C = a.centroids, ds = a.head_dim / M;
+  std::vector<float> k(static_cast<size_t>(ds));
+  for (int m = 0; m < M; ++m) {
+    std::copy_n(a.key + size_t(m) * ds, ds, k.data());
+    if (!a.score_dot) normalize(k.data(), ds);
+    for (int c = 0; c < C; ++c) {
+      const size_t l = size_t(m) * C + c;
+      const float score = dot(a.centroids_data + l * ds, k.data(), ds);
+      if (a.admit && TopList::order_key(f32_to_f16(score)) <= a.admit[l]) continue;  // most keys: refused here
+      TopList list(a.list_index + l * size_t(a.list_capacity), a.list_score + l * size_t(a.list_capacity),
+                   a.list_size + l, a.list_capacity);
+      list.try_insert(a.position, score);
+      if (a.admit) a.admit[l] = list.admit_key();
+    }
   }
 }
 

@@ -22,4 +22,8 @@ struct CsSelectScratch {
 // window_begin past its context or past max_picks).
 void cs_select(const CsSelectArgs& args, CsSelectScratch& scratch);
 
+// CSAttention's streaming insert of one key (CsInsertArgs). Throws std::invalid_argument on bad
+// shapes.
+void cs_insert(const CsInsertArgs& args);
+
 }  // namespace skim::cpu

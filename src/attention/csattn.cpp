@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "backend/cpu/cs_select.h"
+#include "backend/cpu/cs_kernels.h"
 #include "backend/cpu/kmeans.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -46,64 +46,9 @@ CsParams cs_params(const PolicyPart& p) {
 
 namespace {
 
-// The `top` largest of score[0..n) as (index, score), by descending score, ties by index: the
-// order try-inserting them one by one would leave. A threshold by nth_element on the values,
-// then a sort of the few kept, instead of a sort of all n.
-void top_entries(const float* score, int n, int top, std::vector<int32_t>& index, std::vector<float>& kept) {
-  index.clear();
-  kept.clear();
-  if (top <= 0) return;
-  std::vector<float> v(score, score + n);
-  std::nth_element(v.begin(), v.begin() + (top - 1), v.end(), std::greater<float>());
-  const float threshold = v[size_t(top - 1)];
-  for (int j = 0; j < n; ++j)
-    if (score[j] > threshold) index.push_back(j);
-  for (int j = 0; j < n && int(index.size()) < top; ++j)
-    if (score[j] == threshold) index.push_back(j);
-  std::sort(index.begin(), index.end(), [&](int32_t a, int32_t b) {
-    return score[a] > score[b] || (score[a] == score[b] && a < b);
-  });
-  for (int32_t j : index) kept.push_back(score[j]);
-}
 
 }  // namespace
 
-void CsSelector::build_subspace(GroupTable& g, const SeqKV& kv, int group, int num_keys, int m) const {
-  const int d = kv.layer.head_dim, C = p_.centroids, ds = d / p_.subspaces;
-  // k-means on a strided sample of the (query, head) vectors when there are many.
-  const int total = g.num_queries * group;
-  const int stride = (total + p_.max_points - 1) / p_.max_points;
-  const int n = (total + stride - 1) / stride;
-  std::vector<float> pts(size_t(n) * ds);
-  for (int i = 0; i < n; ++i) {
-    float* x = pts.data() + size_t(i) * ds;
-    std::copy_n(g.queries.data() + size_t(i) * stride * d + size_t(m) * ds, ds, x);
-    normalize(x, ds);
-  }
-  KMeansResult km = cosine_kmeans(pts.data(), n, ds, C, p_.iters, 0x5eed0000u + uint64_t(m));
-  float* centroids = g.centroids.data() + size_t(m) * C * ds;
-  std::copy(km.centroids.begin(), km.centroids.end(), centroids);
-
-  std::vector<float> keys(size_t(num_keys) * ds), score(size_t(C) * num_keys), kept;
-  for (int j = 0; j < num_keys; ++j) {
-    float* k = keys.data() + size_t(j) * ds;
-    std::copy_n(kv.key(j) + size_t(m) * ds, ds, k);
-    if (!p_.score_dot) normalize(k, ds);
-  }
-  centroid_scores(centroids, C, ds, keys.data(), num_keys, score.data());  // [C][num_keys]
-  std::vector<int32_t> index;
-  for (int c = 0; c < C; ++c) {
-    TopList list = g.list(m * C + c);
-    const float* row = score.data() + size_t(c) * num_keys;
-    top_entries(row, num_keys, std::min(list.capacity(), num_keys), index, kept);
-    list.assign_sorted(index.data(), kept.data(), int(index.size()));
-    double all = 0, in = 0;
-    for (int j = 0; j < num_keys; ++j) all += row[j];
-    for (float v : kept) in += v;
-    const int left = num_keys - int(kept.size());
-    g.tail[size_t(m) * C + c] = left > 0 ? float((all - in) / left) : 0.0f;
-  }
-}
 
 void CsSelector::build_layer(std::vector<GroupTable>& heads, const SeqKV& kv0, int group, int num_keys) {
   const int M = p_.subspaces, C = p_.centroids, ds = kv0.layer.head_dim / M;
@@ -125,9 +70,14 @@ void CsSelector::build_layer(std::vector<GroupTable>& heads, const SeqKV& kv0, i
   const int tasks = int(heads.size()) * M;
 #pragma omp parallel for schedule(dynamic)
   for (int t = 0; t < tasks; ++t) {
-    SeqKV kv = kv0;
-    kv.kv_head = t / M;
-    build_subspace(heads[size_t(t / M)], kv, group, num_keys, t % M);
+    GroupTable& g = heads[size_t(t / M)];
+    cpu::cs_build({.head_dim = kv0.layer.head_dim, .subspaces = M, .centroids = C, .iters = p_.iters,
+                   .max_points = p_.max_points, .list_capacity = g.list_capacity, .score_dot = p_.score_dot,
+                   .subspace = t % M, .vectors = g.queries.data(), .num_vectors = g.num_queries * group,
+                   .k_pool = kv0.layer.k, .pages = kv0.pages, .page_size = kv0.layer.page_size,
+                   .num_kv_heads = kv0.layer.num_kv_heads, .kv_head = t / M, .num_keys = num_keys,
+                   .centroids_out = g.centroids.data(), .list_index = g.list_index.data(),
+                   .list_score = g.list_score.data(), .list_size = g.list_size.data(), .tail = g.tail.data()});
   }
   for (GroupTable& g : heads) {
     g.admit.resize(size_t(g.num_lists()));

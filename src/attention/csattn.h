@@ -26,9 +26,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "attention/cs_select_args.h"
+#include "attention/cs_kernel_args.h"
 #include "attention/policy_spec.h"
-#include "backend/cpu/cs_select.h"
+#include "backend/cpu/cs_kernels.h"
 #include "backend/cpu/top_list.h"
 #include "attention/selector.h"
 
@@ -118,8 +118,6 @@ class CsSelector : public Selector {
 
   // The tables of one layer's KV groups from their prompt queries and the keys [0, num_keys).
   void build_layer(std::vector<GroupTable>& heads, const SeqKV& kv0, int group, int num_keys);
-  // Centroids of subspace m and their lists, for one group.
-  void build_subspace(GroupTable& g, const SeqKV& kv, int group, int num_keys, int m) const;
   void insert_key(GroupTable& g, int32_t pos, const float* key, int d);
   // One search of cpu::cs_select over g's tables for query q: the n_pick touched keys below wb
   // with the largest summed score (ties by position), by descending score when `ordered`, else

@@ -1,8 +1,11 @@
-// Arguments of CSAttention's decode-time selection (seeds/004; the CPU policy is
-// attention/csattn.h), the kernel a decode step runs per search: one search per (row, KV group)
-// with the group's mean query, or per (row, query head). CPU implementation cpu::cs_select,
-// which the CPU policy runs; a device implementation takes the same struct.
+// Arguments of CSAttention's kernels (seeds/004; the CPU policy is attention/csattn.h), over one
+// (sequence, KV group)'s tables in CsGroupTables' flat layout: the build of a subspace's
+// centroids and lists from the prompt (CsBuildArgs), the streaming insert of a new key
+// (CsInsertArgs), and the decode-time search (CsSelectArgs), one per (row, KV group) with the
+// group's mean query or per (row, query head). CPU implementations in backend/cpu/cs_kernels.h,
+// which the CPU policy runs; a device implementation takes the same structs.
 //
+// The search:
 // A search, over its (sequence, KV group)'s tables (CsTablesView: CsGroupTables' flat layout):
 //   1. per subspace m: the query's slice q_m, its norm, and the nearest centroid by cosine (the
 //      first of equal ones); when that cosine is below `backoff`, the `backoff_top` nearest;
@@ -81,6 +84,36 @@ struct CsInsertArgs {
   int* admit = nullptr;
   const float* key = nullptr;  // [head_dim]
   int32_t position = 0;
+};
+
+}  // namespace skim
+
+namespace skim {
+
+// The build of subspace m of one (sequence, KV group)'s tables from its prompt:
+//   1. centroids: cosine k-means (backend/cpu/kmeans.h, seed 0x5eed0000 + m) of slice m of the
+//      group's prompt (query, head) vectors, normalised; a strided sample of at most max_points
+//      of them (every ceil(n / max_points)-th);
+//   2. list (m, c): the min(L, num_keys) prompt keys of largest partial score c . k_m (the key
+//      slice normalised when !score_dot), ties to the smaller position; its tail: the mean
+//      score of the keys it left out (0 when none is).
+// Keys are read from the paged cache: key j is row j % page_size of page pages[j / page_size],
+// KV head kv_head ([num_pages][num_kv_heads][page_size][head_dim]).
+struct CsBuildArgs {
+  int head_dim = 0, subspaces = 0, centroids = 0, iters = 0, max_points = 0, list_capacity = 0;
+  bool score_dot = true;
+  int subspace = 0;                 // m
+  const float* vectors = nullptr;   // [num_vectors][head_dim]
+  int num_vectors = 0;
+  const float* k_pool = nullptr;
+  const int32_t* pages = nullptr;
+  int page_size = 16, num_kv_heads = 0, kv_head = 0, num_keys = 0;
+  // Out, the group's tables (slice m written): [M][C][ds], [M][C][L] twice, [M][C] twice.
+  float* centroids_out = nullptr;
+  int32_t* list_index = nullptr;
+  uint16_t* list_score = nullptr;
+  int32_t* list_size = nullptr;
+  float* tail = nullptr;
 };
 
 }  // namespace skim

@@ -1,4 +1,4 @@
-#include "backend/cpu/cs_select.h"
+#include "backend/cpu/cs_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -108,6 +108,26 @@ int pick(const CsSelectArgs& a, int s, CsSelectScratch& w, int32_t* picks) {
   return int(n);
 }
 
+// The `top` largest of score[0..n) as (index, score), by descending score, ties by index: the
+// order try-inserting them one by one would leave. A threshold by nth_element on the values,
+// then a sort of the few kept, instead of a sort of all n.
+void top_entries(const float* score, int n, int top, std::vector<int32_t>& index, std::vector<float>& kept) {
+  index.clear();
+  kept.clear();
+  if (top <= 0) return;
+  std::vector<float> v(score, score + n);
+  std::nth_element(v.begin(), v.begin() + (top - 1), v.end(), std::greater<float>());
+  const float threshold = v[size_t(top - 1)];
+  for (int j = 0; j < n; ++j)
+    if (score[j] > threshold) index.push_back(j);
+  for (int j = 0; j < n && int(index.size()) < top; ++j)
+    if (score[j] == threshold) index.push_back(j);
+  std::sort(index.begin(), index.end(), [&](int32_t a, int32_t b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  });
+  for (int32_t j : index) kept.push_back(score[j]);
+}
+
 }  // namespace
 
 void cs_select(const CsSelectArgs& a, CsSelectScratch& w) {
@@ -154,6 +174,48 @@ void cs_insert(const CsInsertArgs& a) {
       list.try_insert(a.position, score);
       if (a.admit) a.admit[l] = list.admit_key();
     }
+  }
+}
+
+void cs_build(const CsBuildArgs& a) {
+  if (a.subspaces <= 0 || a.head_dim % a.subspaces != 0 || a.centroids <= 0 || a.list_capacity < 1 ||
+      a.subspace < 0 || a.subspace >= a.subspaces || a.num_keys < 1 || a.num_vectors < 1 || a.max_points < 1)
+    throw std::invalid_argument("cs_build: bad shapes or an empty prompt");
+  const int d = a.head_dim, C = a.centroids, ds = d / a.subspaces, m = a.subspace, num_keys = a.num_keys;
+  // k-means on a strided sample of the (query, head) vectors when there are many.
+  const int stride = (a.num_vectors + a.max_points - 1) / a.max_points;
+  const int n = (a.num_vectors + stride - 1) / stride;
+  std::vector<float> pts(size_t(n) * ds);
+  for (int i = 0; i < n; ++i) {
+    float* x = pts.data() + size_t(i) * ds;
+    std::copy_n(a.vectors + size_t(i) * stride * d + size_t(m) * ds, ds, x);
+    normalize(x, ds);
+  }
+  KMeansResult km = cosine_kmeans(pts.data(), n, ds, C, a.iters, 0x5eed0000u + uint64_t(m));
+  float* centroids = a.centroids_out + size_t(m) * C * ds;
+  std::copy(km.centroids.begin(), km.centroids.end(), centroids);
+
+  std::vector<float> keys(size_t(num_keys) * ds), score(size_t(C) * num_keys), kept;
+  for (int j = 0; j < num_keys; ++j) {
+    float* k = keys.data() + size_t(j) * ds;
+    const size_t row = (size_t(a.pages[j / a.page_size]) * a.num_kv_heads + a.kv_head) * a.page_size + j % a.page_size;
+    std::copy_n(a.k_pool + row * d + size_t(m) * ds, ds, k);
+    if (!a.score_dot) normalize(k, ds);
+  }
+  centroid_scores(centroids, C, ds, keys.data(), num_keys, score.data());  // [C][num_keys]
+  std::vector<int32_t> index;
+  for (int c = 0; c < C; ++c) {
+    const size_t l = size_t(m) * C + c;
+    TopList list(a.list_index + l * a.list_capacity, a.list_score + l * a.list_capacity, a.list_size + l,
+                 a.list_capacity);
+    const float* row = score.data() + size_t(c) * num_keys;
+    top_entries(row, num_keys, std::min(list.capacity(), num_keys), index, kept);
+    list.assign_sorted(index.data(), kept.data(), int(index.size()));
+    double all = 0, in = 0;
+    for (int j = 0; j < num_keys; ++j) all += row[j];
+    for (float v : kept) in += v;
+    const int left = num_keys - int(kept.size());
+    a.tail[l] = left > 0 ? float((all - in) / left) : 0.0f;
   }
 }
 

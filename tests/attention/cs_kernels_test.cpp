@@ -1,9 +1,10 @@
-// cpu::cs_select (attention/cs_select_args.h), the kernel of CSAttention's decode search,
+// CSAttention's kernels (attention/cs_kernel_args.h). cpu::cs_select, the decode search,
 // against its definition written plainly: per subspace the nearest centroids by cosine (the
 // back-off's top ones below the threshold), every entry of their lists summed per key with the
 // query slice's norm as weight and the list's tail as floor, then the n_pick best sums below
-// the window (a full sort, ties by position). Random tables and queries, several searches in one
-// call, by position and by score, and the candidates it reports.
+// the window (a full sort, ties by position); random tables and queries, several searches in
+// one call, by position and by score, and the candidates it reports. cpu::cs_insert against
+// the best scores of a stream; cpu::cs_build's refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +14,7 @@
 #include <numeric>
 
 #include "../test_random.h"
-#include "backend/cpu/cs_select.h"
+#include "backend/cpu/cs_kernels.h"
 #include "backend/cpu/top_list.h"
 #include "core/dtype.h"
 
@@ -206,6 +207,14 @@ TEST(CsSelect, RefusesAWindowPastItsContext) {
                                .queries = q.data(), .tables = &v, .context = &context, .window_begin = &wb,
                                .n_pick = &n, .max_picks = 32, .picks = picks, .pick_counts = &count},
                               scratch),
+               std::invalid_argument);
+  // The build refuses an empty prompt and a subspace out of range (its tables are covered through
+  // the policy: CsSelector.ListsHoldTheTopScoresAndTheirTailMean).
+  EXPECT_THROW(cpu::cs_build({.head_dim = 16, .subspaces = 2, .centroids = 4, .max_points = 8, .list_capacity = 4,
+                              .subspace = 0, .num_vectors = 0, .num_keys = 5}),
+               std::invalid_argument);
+  EXPECT_THROW(cpu::cs_build({.head_dim = 16, .subspaces = 2, .centroids = 4, .max_points = 8, .list_capacity = 4,
+                              .subspace = 2, .num_vectors = 3, .num_keys = 5}),
                std::invalid_argument);
 }
 

@@ -2,13 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 
 #include <fmt/format.h>
 
 #include "backend/cpu/cs_kernels.h"
-#include "backend/cpu/kmeans.h"
-#include "core/dtype.h"
 #include "core/error.h"
 #include "attention/policy_registry.h"
 

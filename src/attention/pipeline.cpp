@@ -1,6 +1,7 @@
 #include "attention/pipeline.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "attention/selectors.h"
 #include "backend/cpu/causal_attend.h"
@@ -107,12 +108,14 @@ void for_each_plan_selection(const AttentionBatch& b, const PagePlan& plan,
   for (int r = 0; r < b.num_rows; ++r) {
     if (rows && !(*rows)[size_t(r)]) continue;
     const std::vector<int32_t>& pages = b.tables[r]->pages;
+    std::unordered_map<int32_t, int> place;  // page id -> its place in the row (lists come in any order)
+    for (size_t j = 0; j < pages.size(); ++j) place.emplace(pages[j], int(j));
     for (int h = 0; h < b.num_kv_heads; ++h) {
       const int list = plan.per_kv_head ? r * b.num_kv_heads + h : r;
       const int n = (plan.lens[size_t(list)] + ps - 1) / ps;
       std::vector<std::vector<int>> indices(static_cast<size_t>(units));
-      for (int i = 0; i < n; ++i) {  // any order (a visiting plan's too): each page's place in the row
-        const int j = int(std::find(pages.begin(), pages.end(), plan.list(list)[i]) - pages.begin());
+      for (int i = 0; i < n; ++i) {
+        const int j = place.at(plan.list(list)[i]);
         for (int g = 0; g < units; ++g)
           if (units == 1 || (plan.head_masks[size_t(list) * plan.max_pages + i] >> g & 1u))
             indices[size_t(g)].push_back(j);

@@ -108,6 +108,8 @@ class PipelinePolicy : public AttentionPolicy {
     std::vector<int32_t> band_begin;
     PagePlan rows, below, above;
     TokenPlan below_tokens, above_tokens;
+    std::vector<int32_t> band_tokens;  // attend_mac_tokens: a hit head's band+tail
+    std::vector<uint8_t> read_keys;    // and the keys a group reads, for the counters
     std::vector<float> cache_o, cache_lse, below_o, below_lse, above_o, above_lse;
   } mac_buffers_;
 };

@@ -12,7 +12,6 @@
 // sparse selector keeps dense (`dense_layers`) go through the plans, exact.
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "attention/pipeline.h"
 #include "backend/cpu/attention_state.h"

@@ -137,9 +137,10 @@ void PipelinePolicy::attend_mac_tokens(const AttentionBatch& b, Selector& select
   match_mac(b, meta);
   const int max_pages = flatten_row_pages(b);
   for (TokenPlan* p : {&m.below_tokens, &m.above_tokens}) p->reset(true, rows * H, tokens_.max_tokens);
-  std::vector<int32_t> band(static_cast<size_t>(tokens_.max_tokens));
+  std::vector<int32_t>& band = m.band_tokens;
+  band.resize(size_t(tokens_.max_tokens));
   uint64_t keys = 0;
-  std::vector<uint8_t> read;  // per (row, KV head): the keys any head of the group reads
+  std::vector<uint8_t>& read = m.read_keys;  // per (row, KV head): the keys any head of the group reads
   for (int r = 0; r < rows; ++r) {
     const int ctx = b.positions[r] + 1, split = mac.prefix_end(ctx - 1, b.kv.page_size);
     for (int h = 0; h < b.num_kv_heads; ++h) {

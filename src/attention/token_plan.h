@@ -17,10 +17,12 @@ struct TokenPlan {
   std::vector<int32_t> lens;    // [lists]
   uint64_t metadata_bytes = 0;  // tables read to make the plan
 
+  // Sizes the plan for `n` lists of at most `tokens` positions; the lists' slots are not cleared
+  // (a list is read up to its length only).
   void reset(bool per_head, int n, int tokens) {
     per_query_head = per_head;
     max_tokens = tokens;
-    table.assign(size_t(n) * size_t(tokens), 0);
+    table.resize(size_t(n) * size_t(tokens));
     lens.assign(size_t(n), 0);
     metadata_bytes = 0;
   }

@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "paged_decode_parity.h"
+#include "policy_against_cpu.h"
 #include "engine/scheduler.h"
 #include "skim/engine.h"
 
@@ -225,34 +226,16 @@ TEST_P(GpuSparsePolicy, DecodeMatchesTheCpuPolicy) {
   std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
   std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
   const std::string policy = GetParam();
-  EngineOptions cpu_opt = gpu_options(int(prompt.size()) + 64);
+  EngineOptions cpu_opt = gpu_options(int(prompt.size()) + 64), gpu_opt = cpu_opt;
   cpu_opt.device = "cpu";
-  cpu_opt.policy = policy;
-  EngineOptions gpu_opt = gpu_options(int(prompt.size()) + 64);
-  gpu_opt.policy = policy;
-  Engine cpu(cpu_opt), gpu(gpu_opt), gpu_dense(gpu_options(int(prompt.size()) + 64));
-  const int vocab = cpu.config().vocab_size;
-  std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
-  int sc = cpu.open_sequence(), sg = gpu.open_sequence(), sd = gpu_dense.open_sequence();
-  cpu.append(sc, prefix, {});
-  gpu.append(sg, prefix, {});
-  gpu_dense.append(sd, prefix, {});
-  float worst = 0, from_dense = 0;
-  for (size_t i = 0; i < 16; ++i) {
-    const int t = i == 0 ? prompt.back() : forced[i - 1];
-    std::vector<float> c = cpu.decode(std::span<const int>(&sc, 1), std::span<const int>(&t, 1));
-    std::vector<float> g = gpu.decode(std::span<const int>(&sg, 1), std::span<const int>(&t, 1));
-    std::vector<float> d = gpu_dense.decode(std::span<const int>(&sd, 1), std::span<const int>(&t, 1));
-    for (int v = 0; v < vocab; ++v) {
-      worst = std::max(worst, std::fabs(c[v] - g[v]));
-      from_dense = std::max(from_dense, std::fabs(g[v] - d[v]));
-    }
-  }
+  cpu_opt.policy = gpu_opt.policy = policy;
+  const test::PolicyAgainstCpu r =
+      test::decode_policy_against_cpu(cpu_opt, gpu_opt, gpu_options(int(prompt.size()) + 64), prompt, forced);
   std::printf("[ sparse   ] %s, demo-long, 16 steps: max |GPU - CPU| = %.3f, max |policy - dense| on the GPU = %.3f\n",
-              policy.c_str(), worst, from_dense);
-  EXPECT_LT(worst, kLogitTol);
-  EXPECT_GT(from_dense, 0.01f) << "the selection changed nothing: is it running?";
-  EXPECT_LT(gpu.decode_kv_bytes_read(), 0.5 * gpu_dense.decode_kv_bytes_read());
+              policy.c_str(), r.worst, r.from_dense);
+  EXPECT_LT(r.worst, kLogitTol);
+  EXPECT_GT(r.from_dense, 0.01f) << "the selection changed nothing: is it running?";
+  EXPECT_LT(r.kv_bytes, 0.5 * r.dense_kv_bytes);
 }
 
 // The paper's sparsities with few pages forced (the SmolLM2 defaults keep 3K tokens of any

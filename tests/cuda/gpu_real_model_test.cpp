@@ -15,8 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "../engine/golden_fixture.h"
+#include "../engine/smollm2_logits_check.h"
 #include "../real_model.h"
 #include "paged_decode_parity.h"
+#include "policy_against_cpu.h"
 #include "model/config.h"
 #include "skim/engine.h"
 
@@ -60,62 +62,18 @@ EngineOptions smollm2_options(int max_context, const std::string& device) {
     if (!fixture_present(fixture)) GTEST_SKIP() << "fixture " << (fixture) << " is missing"; \
   } while (0)
 
-float logsumexp(const float* x, int n) {
-  const float m = *std::max_element(x, x + n);
-  double s = 0;
-  for (int i = 0; i < n; ++i) s += std::exp(double(x[i] - m));
-  return m + float(std::log(s));
-}
 
 class GpuSmolLM2Golden : public ::testing::TestWithParam<std::string> {};
 
-// Prefill rows in full; each decode step teacher-forced along transformers' greedy tokens, on
-// the stored top-k ids and the log-sum-exp; the greedy token where transformers' margin exceeds
-// the tolerance.
+// The CPU golden test's comparison (smollm2_logits_check.h) at the bf16 bound.
 TEST_P(GpuSmolLM2Golden, LogitsMatchTransformersWithinBf16) {
   SKIM_REQUIRE_GPU_AND_SMOLLM2(GetParam());
   const test::GoldenCase c = test::load_golden_case(GetParam());
   expect_fixture_model(c);
   const float tol = bf16_tolerance(GetParam());
-  const auto prompt = c.meta["prompt_ids"].get<std::vector<int>>();
-  const auto positions = c.meta["prefill_positions"].get<std::vector<int>>();
-  const auto greedy = c.meta["greedy_ids"].get<std::vector<int>>();
-  const auto margins = c.meta["greedy_margins"].get<std::vector<float>>();
-  const int k = c.meta["decode_top_k"], n = int(prompt.size());
-
-  Engine engine(smollm2_options(n + int(greedy.size()) + 16, "cuda"));
-  const int vocab = engine.config().vocab_size;
-  std::vector<int> want = positions;
-  want.push_back(n - 1);
-  const int seq = engine.open_sequence();
-  const std::vector<float> logits = engine.append(seq, prompt, want);
-  float worst = 0;
-  const float* golden = c.rows("prefill_logits");
-  for (size_t i = 0; i < positions.size(); ++i) {
-    float d = 0;
-    for (int v = 0; v < vocab; ++v) d = std::max(d, std::fabs(logits[i * vocab + v] - golden[i * vocab + v]));
-    worst = std::max(worst, d);
-    EXPECT_LT(d, tol) << "prefill position " << positions[i];
-  }
-  const float* top_ids = c.rows("decode_top_ids");
-  const float* top_logits = c.rows("decode_top_logits");
-  const float* lse = c.rows("decode_lse");
-  std::vector<float> step(logits.end() - vocab, logits.end());
-  for (size_t i = 0; i < greedy.size(); ++i) {
-    if (i > 0) {
-      int s = seq, t = greedy[i - 1];
-      step = engine.decode(std::span<const int>(&s, 1), std::span<const int>(&t, 1));
-    }
-    float d = std::fabs(logsumexp(step.data(), vocab) - lse[i]);
-    for (int j = 0; j < k; ++j) d = std::max(d, std::fabs(step[int(top_ids[i * k + j])] - top_logits[i * k + j]));
-    worst = std::max(worst, d);
-    EXPECT_LT(d, tol) << "decode step " << i;
-    if (margins[i] > 2 * tol) {
-      EXPECT_EQ(int(std::max_element(step.begin(), step.end()) - step.begin()), greedy[i]) << "step " << i;
-    }
-  }
-  std::printf("[ golden   ] %s on the GPU: max |logit - transformers| = %.3f (tolerance %.3f)\n",
-              GetParam().c_str(), worst, tol);
+  const test::LogitErrors e = test::expect_golden_logits(c, smollm2_options(0, "cuda"), tol);
+  std::printf("[ golden   ] %s on the GPU: max |logit - transformers| prefill %.3f, decode %.3f (tolerance %.3f)\n",
+              GetParam().c_str(), e.prefill, e.decode, tol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Prompts, GpuSmolLM2Golden, ::testing::Values("smollm2-chat", "smollm2-prose", "smollm2-long"),
@@ -139,30 +97,14 @@ TEST_P(GpuSmolLM2Policy, DecodeMatchesTheCpuPolicy) {
   const int ctx = int(prompt.size()) + 64;
   EngineOptions cpu_opt = smollm2_options(ctx, "cpu"), gpu_opt = smollm2_options(ctx, "cuda");
   cpu_opt.policy = gpu_opt.policy = GetParam();
-  Engine cpu(cpu_opt), gpu(gpu_opt), gpu_dense(smollm2_options(ctx, "cuda"));
-  const int vocab = cpu.config().vocab_size;
-  const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
-  int sc = cpu.open_sequence(), sg = gpu.open_sequence(), sd = gpu_dense.open_sequence();
-  cpu.append(sc, prefix, {});
-  gpu.append(sg, prefix, {});
-  gpu_dense.append(sd, prefix, {});
-  float worst = 0, from_dense = 0;
-  for (size_t i = 0; i < 16; ++i) {
-    const int t = i == 0 ? prompt.back() : forced[i - 1];
-    const std::vector<float> a = cpu.decode(std::span<const int>(&sc, 1), std::span<const int>(&t, 1));
-    const std::vector<float> g = gpu.decode(std::span<const int>(&sg, 1), std::span<const int>(&t, 1));
-    const std::vector<float> d = gpu_dense.decode(std::span<const int>(&sd, 1), std::span<const int>(&t, 1));
-    for (int v = 0; v < vocab; ++v) {
-      worst = std::max(worst, std::fabs(a[size_t(v)] - g[size_t(v)]));
-      from_dense = std::max(from_dense, std::fabs(g[size_t(v)] - d[size_t(v)]));
-    }
-  }
+  const test::PolicyAgainstCpu r =
+      test::decode_policy_against_cpu(cpu_opt, gpu_opt, smollm2_options(ctx, "cuda"), prompt, forced);
   std::printf("[ sparse   ] %s, smollm2-long, 16 steps: max |GPU - CPU| = %.3f (tolerance %.3f), max |policy - dense| "
               "on the GPU = %.3f\n",
-              GetParam().c_str(), worst, tol, from_dense);
-  EXPECT_LT(worst, tol);
-  EXPECT_GT(from_dense, 0.01f) << "the selection changed nothing: is it running?";
-  EXPECT_LT(gpu.decode_kv_bytes_read(), 0.5 * gpu_dense.decode_kv_bytes_read());
+              GetParam().c_str(), r.worst, tol, r.from_dense);
+  EXPECT_LT(r.worst, tol);
+  EXPECT_GT(r.from_dense, 0.01f) << "the selection changed nothing: is it running?";
+  EXPECT_LT(r.kv_bytes, 0.5 * r.dense_kv_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, GpuSmolLM2Policy,

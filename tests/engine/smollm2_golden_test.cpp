@@ -13,6 +13,7 @@
 
 #include "../real_model.h"
 #include "golden_fixture.h"
+#include "smollm2_logits_check.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "skim/engine.h"
@@ -34,15 +35,6 @@ constexpr float kLogitTol = 1e-3f;
 
 using Case = test::GoldenCase;
 Case load_case(const std::string& name) { return test::load_golden_case(name); }
-
-float logsumexp(const float* x, int n) {
-  const float m = *std::max_element(x, x + n);
-  double s = 0;
-  for (int i = 0; i < n; ++i) s += std::exp(double(x[i] - m));
-  return m + float(std::log(s));
-}
-
-int argmax_of(const float* x, int n) { return int(std::max_element(x, x + n) - x); }
 
 class SmolLM2Golden : public ::testing::TestWithParam<std::string> {
  protected:
@@ -70,53 +62,11 @@ TEST_P(SmolLM2Golden, TokenizerGivesThePromptIds) {
 // Prefill rows in full; each decode step (teacher-forced along transformers' greedy tokens, so a
 // near-tie cannot derail the rest) on the stored top-k ids and the log-sum-exp over the vocab.
 TEST_P(SmolLM2Golden, LogitsMatchTransformers) {
-  Case c = load_case(GetParam());
-  const auto prompt = c.meta["prompt_ids"].get<std::vector<int>>();
-  const auto positions = c.meta["prefill_positions"].get<std::vector<int>>();
-  const auto greedy = c.meta["greedy_ids"].get<std::vector<int>>();
-  const auto margins = c.meta["greedy_margins"].get<std::vector<float>>();
-  const int k = c.meta["decode_top_k"];
-  const int n = int(prompt.size());
-
   EngineOptions o;
   o.model_dir = test::smollm2_dir();
-  o.max_context = n + int(greedy.size()) + 16;
   o.prefill_chunk = 512;  // the long prompt crosses chunk boundaries
-  Engine engine(o);
-  const int vocab = engine.config().vocab_size;
-  ASSERT_EQ(vocab, 49152);
-
-  std::vector<int> want = positions;
-  want.push_back(n - 1);
-  const int seq = engine.open_sequence();
-  std::vector<float> logits = engine.append(seq, prompt, want);
-  float worst_prefill = 0, worst_decode = 0;
-  const float* golden_prefill = c.rows<float>("prefill_logits");
-  for (size_t i = 0; i < positions.size(); ++i) {
-    float d = 0;
-    for (int v = 0; v < vocab; ++v)
-      d = std::max(d, std::fabs(logits[i * vocab + v] - golden_prefill[i * vocab + v]));
-    worst_prefill = std::max(worst_prefill, d);
-    EXPECT_LT(d, kLogitTol) << "prefill position " << positions[i];
-  }
-
-  const float* top_ids = c.rows<float>("decode_top_ids");  // token ids stored as F32 (exact)
-  const float* top_logits = c.rows<float>("decode_top_logits");
-  const float* lse = c.rows<float>("decode_lse");
-  std::vector<float> step(logits.end() - vocab, logits.end());
-  for (size_t i = 0; i < greedy.size(); ++i) {
-    if (i > 0) {
-      int s = seq, t = greedy[i - 1];
-      step = engine.decode(std::span<const int>(&s, 1), std::span<const int>(&t, 1));
-    }
-    float d = std::fabs(logsumexp(step.data(), vocab) - lse[i]);
-    for (int j = 0; j < k; ++j) d = std::max(d, std::fabs(step[int(top_ids[i * k + j])] - top_logits[i * k + j]));
-    worst_decode = std::max(worst_decode, d);
-    EXPECT_LT(d, kLogitTol) << "decode step " << i;
-    if (margins[i] > 2 * kLogitTol) {
-      EXPECT_EQ(argmax_of(step.data(), vocab), greedy[i]) << "greedy token at decode step " << i;
-    }
-  }
+  const test::LogitErrors e = test::expect_golden_logits(load_case(GetParam()), o, kLogitTol);
+  const float worst_prefill = e.prefill, worst_decode = e.decode;
   RecordProperty("max_abs_logit_diff_prefill", std::to_string(worst_prefill));
   RecordProperty("max_abs_logit_diff_decode", std::to_string(worst_decode));
   std::printf("[ golden   ] %s: max |logit - transformers| prefill %.2e, decode %.2e\n",

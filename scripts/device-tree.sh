@@ -25,8 +25,8 @@ case "${1:-}" in
     echo "travels: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes tracked (limit 67108864 with what is carried)"
     ;;
   hide-all)
-    git rm -r -q --cached -- . ':!scripts'
-    { echo "$MARK"; echo "/*"; echo "!/scripts/"; } >> .git/info/exclude
+    git rm -r -q --cached -- . ':!scripts' ':!.gitignore'
+    { echo "$MARK"; echo "/*"; echo "!/scripts/"; echo "!/.gitignore"; } >> .git/info/exclude
     echo "travels: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes tracked (scripts/ only)"
     ;;
   restore)

@@ -14,7 +14,8 @@
 // (GroupPageSelectArgsF32, the CPU cache's):
 //   q           [batch][num_heads][head_dim]       (post-RoPE, as attention sees it)
 //   kmin/kmax   [num_pages][num_kv_heads][head_dim] (the page digests: exact for the keys'
-//               element type, as the cache holds them)
+//               element type, as the cache holds them; kmin <= kmax in every element of a
+//               scored page, which the CUDA kernel's bound relies on)
 //   page_table  int32 [batch][max_pages_per_seq], seq_lens int32 [batch]
 //   out_table   int32 [batch][num_kv_heads][max_pages_per_seq] (slots past the list untouched)
 //   out_lens    int32 [batch][num_kv_heads]             (tokens in the listed pages)

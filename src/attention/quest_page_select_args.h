@@ -11,7 +11,9 @@
 //
 // Layouts (row-major), elements bf16 (QuestPageSelectArgs) or fp32 (QuestPageSelectArgsF32):
 //   q           [batch][num_heads][head_dim]        (post-RoPE)
-//   kmin/kmax   [num_pages][num_kv_heads][head_dim]  (the page digests)
+//   kmin/kmax   [num_pages][num_kv_heads][head_dim]  (the page digests; kmin <= kmax in every
+//               element of a scored page, as the min and max of its written keys: the CUDA
+//               kernel takes q kmax where q >= 0 and q kmin elsewhere)
 //   page_table  int32 [batch][max_pages_per_seq], seq_lens int32 [batch]
 //   out_table   int32 [batch][num_kv_heads][max_pages_per_seq] (slots past the list untouched)
 //   out_masks   uint32, the same shape: bit g = query head g of the group keeps the page

@@ -133,8 +133,7 @@ struct SelectionBench {
         q(size_t(batch) * heads * d),
         o(size_t(batch) * heads * d),
         lse(size_t(batch) * heads) {
-    fill_random_bf16(kmin.data(), kmin.size(), 4, 1.0f, nullptr);
-    fill_random_bf16(kmax.data(), kmax.size(), 5, 1.0f, nullptr);
+    fill_random_digests(kmin.data(), kmax.data(), kmin.size(), 4, 1.0f, nullptr);
     fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
     dense = c.decode_args(heads, q.data(), o.data(), lse.data());
     ws = DeviceBuffer<uint8_t>(std::max<size_t>(paged_decode_workspace_size(dense), 1));
@@ -204,8 +203,16 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
   return p;
 }
 
-QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int kv_heads, int d, double budget) {
+QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int kv_heads, int d, double budget,
+                                          bool heads_agree) {
   SelectionBench sb(batch, context, heads, kv_heads, d);
+  if (heads_agree)  // each group's first query head's row copied over the group's others
+    for (int b = 0; b < batch; ++b)
+      for (int h = 0; h < heads; ++h)
+        if (const int first = h / (heads / kv_heads) * (heads / kv_heads); h != first)
+          check(cudaMemcpy(sb.q.data() + (size_t(b) * heads + h) * d, sb.q.data() + (size_t(b) * heads + first) * d,
+                           size_t(d) * sizeof(uint16_t), cudaMemcpyDeviceToDevice),
+                "cudaMemcpy");
   const RandomPagedCache& c = sb.c;
   const size_t lists = size_t(batch) * kv_heads;
   DeviceBuffer<int32_t> table(lists * c.pages_per_seq), lens(lists);
@@ -243,6 +250,7 @@ QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int
   p.batch = batch;
   p.context = context;
   p.budget = budget;
+  p.heads_agree = heads_agree;
   p.union_fraction = listed / double(lists * c.pages_per_seq);
   sb.time(select, sparse, p.select_us, p.us, p.dense_us);
   p.bytes = sb.bytes(p.union_fraction, heads);

@@ -49,13 +49,16 @@ struct QuestAttentionPoint {
   double dense_us = 0;      // dense decode attention on the same cache, same run
   double union_fraction = 0;  // pages listed per (sequence, KV head) / the sequence's pages
   double bytes = 0;         // digests + the union's K/V + q + o per call
+  bool heads_agree = false;  // every head of a group had its group's first head's query
 };
 
 // Quest on the GPU: quest_page_select then the masked paged_decode_attention over each
-// (sequence, KV head)'s union, on random pages and digests (independent heads: the union is
-// near its largest, group x budget), rotating among copies like bench_decode_attention.
+// (sequence, KV head)'s union, on random pages and digests, rotating among copies like
+// bench_decode_attention. Independent random queries make the union near its largest (about
+// group x budget); heads_agree gives every head of a group the same query, so the union is the
+// budget: a real model's correlated heads lie between (SmolLM2 at budget 0.1: 1.5x the budget).
 QuestAttentionPoint bench_quest_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
-                                          double budget);
+                                          double budget, bool heads_agree);
 
 struct TokenAttentionPoint {
   int batch = 0, context = 0;

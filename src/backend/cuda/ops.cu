@@ -200,6 +200,16 @@ __global__ void fill_random_bf16_kernel(uint16_t* p, size_t count, uint64_t seed
   }
 }
 
+__global__ void fill_random_digests_kernel(uint16_t* kmin, uint16_t* kmax, size_t count, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const double u = double(splitmix64(seed * 0x100000001b3ull + 2 * i) >> 11) * (1.0 / 9007199254740992.0);
+    const double w = double(splitmix64(seed * 0x100000001b3ull + 2 * i + 1) >> 11) * (1.0 / 9007199254740992.0);
+    const float x = float((2.0 * u - 1.0) * scale), y = float((2.0 * w - 1.0) * scale);
+    kmin[i] = bf16_bits(fminf(x, y));
+    kmax[i] = bf16_bits(fmaxf(x, y));
+  }
+}
+
 __global__ void fill_random_f32_kernel(float* p, size_t count, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
     const double u = double(splitmix64(seed * 0x100000001b3ull + i) >> 11) * (1.0 / 9007199254740992.0);
@@ -272,6 +282,10 @@ void argmax(const float* logits, int n, int vocab, int32_t* next, const DecodeSt
 
 void fill_random_bf16(uint16_t* p, size_t count, uint64_t seed, float scale, cudaStream_t s) {
   if (count > 0) fill_random_bf16_kernel<<<grid_for(count), 256, 0, s>>>(p, count, seed, scale);
+}
+
+void fill_random_digests(uint16_t* kmin, uint16_t* kmax, size_t count, uint64_t seed, float scale, cudaStream_t s) {
+  if (count > 0) fill_random_digests_kernel<<<grid_for(count), 256, 0, s>>>(kmin, kmax, count, seed, scale);
 }
 
 void fill_random_f32(float* p, size_t count, uint64_t seed, float scale, cudaStream_t s) {

@@ -103,6 +103,9 @@ void sample(const float* logits, int n, int vocab, const SampleParams* params, i
 // random-weight models and caches for benchmarks, generated on the device.
 void fill_random_bf16(uint16_t* p, size_t count, uint64_t seed, float scale, cudaStream_t stream);
 void fill_random_f32(float* p, size_t count, uint64_t seed, float scale, cudaStream_t stream);
+// Random page digests: kmin[i] and kmax[i] the smaller and the larger of two such draws, so
+// kmin <= kmax as digests of written keys are.
+void fill_random_digests(uint16_t* kmin, uint16_t* kmax, size_t count, uint64_t seed, float scale, cudaStream_t stream);
 void fill_f32(float* p, size_t count, float value, cudaStream_t stream);
 
 }  // namespace skim::cuda

@@ -28,7 +28,7 @@ struct ByScore {
   size_t scratch_bytes = 0;
 };
 
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+__host__ __device__ __forceinline__ size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 // The by_score part of the workspace, from `base` (its offset) on; `bytes` its size.
 ByScore by_score_layout(const QuestPageSelectArgs& a, char* base, size_t* bytes) {
@@ -57,8 +57,15 @@ ByScore by_score_layout(const QuestPageSelectArgs& a, char* base, size_t* bytes)
   return x;
 }
 
+// A head's flags row is padded to whole kItems-page runs, so that the union reads a thread's
+// run of one head's flags with one 16-byte load.
+__host__ __device__ __forceinline__ size_t flag_stride(const QuestPageSelectArgs& a) {
+  return (size_t(a.max_pages_per_seq) + kItems - 1) / kItems * kItems;
+}
+
 size_t base_bytes(const QuestPageSelectArgs& a) {
-  return align256(size_t(a.batch) * a.num_heads * a.max_pages_per_seq * (sizeof(uint32_t) + 1));
+  const size_t heads = size_t(a.batch) * a.num_heads;
+  return align256(heads * a.max_pages_per_seq * sizeof(uint32_t)) + align256(heads * flag_stride(a));
 }
 
 __device__ __forceinline__ size_t head_row(const QuestPageSelectArgs& a, int b, int hq) {
@@ -69,7 +76,8 @@ __device__ __forceinline__ uint32_t* keys_of(const QuestPageSelectArgs& a, int b
 }
 __device__ __forceinline__ uint8_t* flags_of(const QuestPageSelectArgs& a, int b, int hq) {
   const size_t keys = size_t(a.batch) * a.num_heads * a.max_pages_per_seq;
-  return reinterpret_cast<uint8_t*>(static_cast<uint32_t*>(a.workspace) + keys) + head_row(a, b, hq);
+  return static_cast<uint8_t*>(a.workspace) + align256(keys * sizeof(uint32_t)) +
+         (size_t(b) * a.num_heads + hq) * flag_stride(a);
 }
 
 __device__ __forceinline__ int context_of(const QuestPageSelectArgs& a, int b) {
@@ -137,17 +145,21 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
     uint32_t mask[kItems], key[kItems];
     int listed = 0;
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      mask[i] = 0u;
-      key[i] = 0u;
-      if (p0 + i < m)
-        for (int g = 0; g < group; ++g)
-          if (flags_of(a, b, kvh * group + g)[p0 + i]) {
+    for (int i = 0; i < kItems; ++i) mask[i] = key[i] = 0u;
+    static_assert(kItems == 16, "a thread's run of one head's flags is one 16-byte load");
+    if (p0 < m)
+      for (int g = 0; g < group; ++g) {
+        const uint4 run = *reinterpret_cast<const uint4*>(flags_of(a, b, kvh * group + g) + p0);
+        const uint8_t* f = reinterpret_cast<const uint8_t*>(&run);
+#pragma unroll
+        for (int i = 0; i < kItems; ++i)
+          if (p0 + i < m && f[i]) {
             mask[i] |= 1u << g;
-            key[i] = max(key[i], keys_of(a, b, kvh * group + g)[p0 + i]);
+            if (a.by_score) key[i] = max(key[i], keys_of(a, b, kvh * group + g)[p0 + i]);
           }
-      listed += mask[i] != 0u;
-    }
+      }
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) listed += mask[i] != 0u;
     int pos, total;
     Scan(scan).ExclusiveSum(listed, pos, total);
     __syncthreads();

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/warp_transpose_sum.cuh"
 
 namespace skim::cuda {
 
@@ -11,7 +14,7 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kMaxHeads = 8;         // query heads per list (per CTA)
-constexpr int kUnroll = 4;           // tokens a warp gathers before scoring them
+constexpr int kTile = 16;            // tokens a warp gathers, then scores, at a time
 constexpr int kMinChunkTokens = 256;  // below this a chunk's merge costs more than its spreading gains
 constexpr int kMaxChunks = 256;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
@@ -25,40 +28,51 @@ struct Params {
   float* part_lse;   // [batch * num_heads][chunks], natural log
 };
 
-__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
-// This lane's E consecutive elements of a bf16 row (E = 4: one 8-byte load; E = 2: 4 bytes).
+// This lane's E consecutive elements of a bf16 row, raw (E = 4: one 8-byte load; E = 2: 4 bytes).
 template <int E>
-__device__ __forceinline__ void load_row(const uint16_t* p, float (&x)[E]) {
-  if constexpr (E == 4) {
-    const uint2 w = __ldg(reinterpret_cast<const uint2*>(p));
-    x[0] = bf16_bits_to_float(w.x & 0xffffu), x[1] = bf16_bits_to_float(w.x >> 16);
-    x[2] = bf16_bits_to_float(w.y & 0xffffu), x[3] = bf16_bits_to_float(w.y >> 16);
-  } else {
-    const uint32_t w = __ldg(reinterpret_cast<const unsigned int*>(p));
-    x[0] = bf16_bits_to_float(w & 0xffffu), x[1] = bf16_bits_to_float(w >> 16);
+using RowBits = std::conditional_t<E == 4, uint2, uint32_t>;
+
+template <int E>
+__device__ __forceinline__ void unpack(const RowBits<E>& r, float (&x)[E]) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&r);
+#pragma unroll
+  for (int i = 0; i < E / 2; ++i) x[2 * i] = lo_bf16(w[i]), x[2 * i + 1] = hi_bf16(w[i]);
+}
+
+// Up to G heads' online softmax states over one warp's tokens, in the exp2 domain: m and l are
+// uniform over the lanes, acc holds this lane's E dims.
+template <int G, int E>
+struct WarpStates {
+  float m[G], l[G], acc[G][E];
+
+  __device__ __forceinline__ WarpStates() {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
+    }
   }
-}
 
-__device__ __forceinline__ float warp_sum(float v) {
+  // Head g takes a tile's scores (lane 2j and 2j + 1: token j's, -inf past the list): rescales
+  // its state to the new maximum and returns this lane's token's weight.
+  __device__ __forceinline__ float rescale(int g, float score) {
+    float tile_max = score;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// One head's online softmax state over this warp's tokens (m, l uniform over the lanes; acc
-// this lane's E dims).
-template <int E>
-struct HeadState {
-  float m = -INFINITY, l = 0.0f, acc[E] = {};
-
-  __device__ __forceinline__ void add(float s, const float (&v)[E]) {
-    const float m_new = fmaxf(m, s);
-    const float corr = exp2f(m - m_new), p = exp2f(s - m_new);
-    l = l * corr + p;
+    for (int o = 2; o < 32; o <<= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+    const float m_new = fmaxf(m[g], tile_max);  // finite: a tile holds a token
+    const float corr = exp2f(m[g] - m_new), w = exp2f(score - m_new);
+    float sum = w;  // lane pairs hold the same token: summed over the 16 pairs
 #pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] = acc[e] * corr + p * v[e];
-    m = m_new;
+    for (int o = 2; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    l[g] = l[g] * corr + sum;
+    m[g] = m_new;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] *= corr;
+    return w;
   }
 };
 
@@ -93,69 +107,116 @@ __device__ __forceinline__ void write_merged(const Params& p, const float* wo, c
   if (d == 0) p.part_lse[bh * p.chunks + chunk] = lse;
 }
 
+// This lane's offsets of the tile's rows: lane j < kTile gets token t0 + j's row (-1 past end).
+__device__ __forceinline__ long long tile_row(const PagedDecodeArgs& a, const int32_t* positions, const int32_t* pages,
+                                              size_t page_stride, int d, int t0, int end, int lane) {
+  if (lane >= kTile || t0 + lane >= end) return -1;
+  const int pos = __ldg(positions + t0 + lane);
+  return (long long)(size_t(__ldg(pages + pos / a.page_size)) * page_stride + size_t(pos % a.page_size) * d);
+}
+
 // CTA (chunk, list): the list's tokens [chunk * chunk_tokens, +chunk_tokens), warp w taking
-// kUnroll consecutive tokens at a time, strided by the CTA's warps.
-template <int D>
+// tiles of kTile consecutive tokens, strided by the CTA's warps. Per tile a warp issues every
+// K and V load (8 bytes a lane and row at head_dim 128), scores the 16 tokens for each head at
+// once (lane partials summed by transpose_sum16: lanes 2j, 2j + 1 end with token j's score),
+// takes the tile into each head's online softmax, and adds the weighted V rows (the weights
+// through shared memory, four tokens a load). G: the largest heads per list it serves.
+template <int D, int G>
 __global__ void __launch_bounds__(kThreads) gather_kernel(const Params p) {
   constexpr int E = D / 32;
-  __shared__ float s_o[kMaxHeads][kWarps][D];
-  __shared__ float s_m[kMaxHeads][kWarps], s_l[kMaxHeads][kWarps];
+  __shared__ float s_o[G][kWarps][D];
+  __shared__ float s_m[G][kWarps], s_l[G][kWarps];
+  __shared__ float4 s_w[kWarps][G][kTile / 4];
   const PagedDecodeArgs& a = p.t.attn;
   const int list = blockIdx.y, chunk = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = a.num_heads / a.num_kv_heads;
   const int per_row = p.t.lists_per_query_head ? a.num_heads : a.num_kv_heads;
   const int b = list / per_row, u = list % per_row;
-  const int hq0 = p.t.lists_per_query_head ? u : u * group, kvh = hq0 / group, G = p.heads_per_list;
+  const int hq0 = p.t.lists_per_query_head ? u : u * group, kvh = hq0 / group, heads = p.heads_per_list;
   const int len = min(max(p.t.token_lens[list], 0), p.t.max_tokens);
   const int begin = chunk * p.chunk_tokens, end = min(len, begin + p.chunk_tokens);
   const int32_t* positions = p.t.token_lists + size_t(list) * p.t.max_tokens;
   const int32_t* pages = a.page_table + size_t(b) * a.max_pages_per_seq;
   const size_t head_off = size_t(kvh) * p.head_stride + size_t(lane) * E;
 
-  float q[kMaxHeads][E];
+  float q[G][E];
 #pragma unroll
-  for (int g = 0; g < kMaxHeads; ++g) {
-    float x[E] = {};
-    if (g < G) load_row<E>(a.q + (size_t(b) * a.num_heads + hq0 + g) * D + lane * E, x);
+  for (int g = 0; g < G; ++g) {
+    RowBits<E> r{};
+    if (g < heads) r = __ldg(reinterpret_cast<const RowBits<E>*>(a.q + (size_t(b) * a.num_heads + hq0 + g) * D + lane * E));
+    unpack<E>(r, q[g]);
 #pragma unroll
-    for (int e = 0; e < E; ++e) q[g][e] = x[e] * p.scale_log2;
+    for (int e = 0; e < E; ++e) q[g][e] *= p.scale_log2;
   }
-  HeadState<E> st[kMaxHeads];
+  WarpStates<G, E> st;
+  float* w_flat = reinterpret_cast<float*>(&s_w[warp][0][0]);
 
-  for (int t0 = begin + warp * kUnroll; t0 < end; t0 += kWarps * kUnroll) {
-    float k[kUnroll][E], v[kUnroll][E];
+  constexpr int kStride = kWarps * kTile;
+  long long my_row = tile_row(a, positions, pages, p.page_stride, D, begin + warp * kTile, end, lane);
+  for (int t0 = begin + warp * kTile; t0 < end; t0 += kStride) {
+    RowBits<E> k[kTile], v[kTile];
 #pragma unroll
-    for (int i = 0; i < kUnroll; ++i) {  // every load of the batch before any use
-      const int pos = t0 + i < end ? __ldg(positions + t0 + i) : -1;
-      if (pos < 0) continue;
-      const size_t off = size_t(__ldg(pages + pos / a.page_size)) * p.page_stride + size_t(pos % a.page_size) * D + head_off;
-      load_row<E>(a.k_pool + off, k[i]);
-      load_row<E>(a.v_pool + off, v[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < kUnroll; ++i) {
-      if (t0 + i >= end) break;  // uniform over the warp
-#pragma unroll
-      for (int g = 0; g < kMaxHeads; ++g) {
-        if (g >= G) break;
-        float s = 0.0f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) s = fmaf(q[g][e], k[i][e], s);
-        st[g].add(warp_sum(s), v[i]);
+    for (int j = 0; j < kTile; ++j) {  // every load of the tile before any use
+      const long long row = __shfl_sync(0xffffffffu, my_row, j);
+      k[j] = v[j] = RowBits<E>{};
+      if (row >= 0) {
+        k[j] = __ldg(reinterpret_cast<const RowBits<E>*>(a.k_pool + size_t(row) + head_off));
+        v[j] = __ldg(reinterpret_cast<const RowBits<E>*>(a.v_pool + size_t(row) + head_off));
       }
     }
+    // The next tile's rows (positions, then pages: a dependent pair) load while this one scores.
+    my_row = tile_row(a, positions, pages, p.page_stride, D, t0 + kStride, end, lane);
+    const bool valid = t0 + (lane >> 1) < end;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      if (g >= heads) break;
+      float s[kTile];
+#pragma unroll
+      for (int j = 0; j < kTile; ++j) {
+        float x[E];
+        unpack<E>(k[j], x);
+        s[j] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) s[j] = fmaf(q[g][e], x[e], s[j]);
+      }
+      const float sum = transpose_sum16(s, lane);  // every lane shuffles
+      const float score = valid ? sum : -INFINITY;
+      const float w = st.rescale(g, score);
+      if ((lane & 1) == 0) w_flat[g * kTile + (lane >> 1)] = w;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j4 = 0; j4 < kTile / 4; ++j4) {
+      float4 w[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+        if (g < heads) w[g] = s_w[warp][g][j4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float x[E];
+        unpack<E>(v[4 * j4 + c], x);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          if (g >= heads) break;
+          const float wt = c == 0 ? w[g].x : c == 1 ? w[g].y : c == 2 ? w[g].z : w[g].w;
+#pragma unroll
+          for (int e = 0; e < E; ++e) st.acc[g][e] = fmaf(wt, x[e], st.acc[g][e]);
+        }
+      }
+    }
+    __syncwarp();  // the weights are rewritten by the next tile
   }
 
 #pragma unroll
-  for (int g = 0; g < kMaxHeads; ++g) {
-    if (g >= G) break;
+  for (int g = 0; g < G; ++g) {
+    if (g >= heads) break;
 #pragma unroll
-    for (int e = 0; e < E; ++e) s_o[g][warp][lane * E + e] = st[g].acc[e];
-    if (lane == 0) s_m[g][warp] = st[g].m, s_l[g][warp] = st[g].l;
+    for (int e = 0; e < E; ++e) s_o[g][warp][lane * E + e] = st.acc[g][e];
+    if (lane == 0) s_m[g][warp] = st.m[g], s_l[g][warp] = st.l[g];
   }
   __syncthreads();
-  for (int g = 0; g < G; ++g) write_merged<D>(p, &s_o[g][0][0], s_m[g], s_l[g], b, hq0 + g, chunk);
+  for (int g = 0; g < heads; ++g) write_merged<D>(p, &s_o[g][0][0], s_m[g], s_l[g], b, hq0 + g, chunk);
 }
 
 // One block per (sequence, query head): the chunks' partial states merged.
@@ -178,6 +239,16 @@ __global__ void __launch_bounds__(D) merge_kernel(const Params p) {
   if (d == 0 && p.t.attn.lse) p.t.attn.lse[bh] = empty ? -INFINITY : M + logf(L);
 }
 
+using GatherKernel = void (*)(Params);
+
+// The instantiation for head_dim d serving `heads` query heads per list (1, 2, 4 or 8 at most).
+template <int D>
+GatherKernel gather_for(int heads) {
+  return heads <= 1 ? gather_kernel<D, 1> : heads <= 2 ? gather_kernel<D, 2> : heads <= 4 ? gather_kernel<D, 4>
+                                                                                          : gather_kernel<D, 8>;
+}
+GatherKernel gather_for(int d, int heads) { return d == 64 ? gather_for<64>(heads) : gather_for<128>(heads); }
+
 struct Plan {
   int heads_per_list = 0, chunks = 1, chunk_tokens = 0;
   size_t workspace_bytes = 0;
@@ -199,10 +270,10 @@ cudaError_t make_plan(const TokenDecodeArgs& t, Plan& plan) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   if (e == cudaSuccess)
-    e = a.head_dim == 64 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gather_kernel<64>, kThreads, 0)
-                         : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gather_kernel<128>, kThreads, 0);
-  if (e != cudaSuccess) return e;
   plan.heads_per_list = t.lists_per_query_head ? 1 : a.group_size();
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gather_for(a.head_dim, plan.heads_per_list), kThreads, 0);
+  if (e != cudaSuccess) return e;
   const long lists = std::max(1L, long(t.lists()));
   const long capacity = long(sms) * std::max(per_sm, 1);
   const int by_tokens = (std::max(t.max_tokens, 1) + kMinChunkTokens - 1) / kMinChunkTokens;
@@ -239,10 +310,7 @@ cudaError_t token_decode_attention(const TokenDecodeArgs& t, cudaStream_t stream
     p.part_lse = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + align_up(states * a.head_dim * 4, 256));
   }
   const dim3 grid(unsigned(plan.chunks), unsigned(t.lists()));
-  if (a.head_dim == 64)
-    gather_kernel<64><<<grid, kThreads, 0, stream>>>(p);
-  else
-    gather_kernel<128><<<grid, kThreads, 0, stream>>>(p);
+  gather_for(a.head_dim, plan.heads_per_list)<<<grid, kThreads, 0, stream>>>(p);
   if ((e = cudaGetLastError()) != cudaSuccess || plan.chunks == 1) return e;
   const unsigned rows = unsigned(size_t(a.batch) * a.num_heads);
   if (a.head_dim == 64)

@@ -5,10 +5,11 @@
 // Split-KV flash decoding over the list: several CTAs share one list, each a contiguous chunk
 // of it, and each CTA handles every query head that reads the list (the GQA group of a shared
 // list, one head of a per-query-head list), so a chosen K/V row is read from HBM once per
-// call. A warp takes one token at a time (each lane 8 bytes of the K row and of the V row:
-// one 256-byte row per warp load at head_dim 128), scores it for its heads with a warp
-// reduction, and keeps an online softmax per head; the CTA merges its warps and writes one
-// partial state per head, merged across chunks by a second small kernel (the exact
+// call. A warp takes a tile of 16 tokens at a time: it issues all their K and V loads (each
+// lane 8 bytes of a row: one 256-byte row per warp load at head_dim 128) while the next tile's
+// positions and page ids load, scores the 16 tokens per head with one transposed warp sum
+// (16 shuffles for 16 tokens), and keeps an online softmax per head; the CTA merges its warps
+// and writes one partial state per head, merged across chunks by a second small kernel (the exact
 // log-sum-exp rule of attention/attention_state.h). With one chunk it writes the result
 // directly. The split is static: results are bitwise reproducible.
 //

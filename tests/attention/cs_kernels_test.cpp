@@ -13,6 +13,7 @@
 #include <map>
 #include <numeric>
 
+#include "../cs_tables_case.h"
 #include "../test_random.h"
 #include "backend/cpu/cs_kernels.h"
 #include "backend/cpu/top_list.h"
@@ -21,40 +22,8 @@
 namespace skim {
 namespace {
 
-struct Tables {
-  int M, C, ds, L;
-  std::vector<float> centroids, tail;
-  std::vector<int32_t> index, size;
-  std::vector<uint16_t> score;
-  CsTablesView view() const { return {centroids.data(), index.data(), score.data(), size.data(), tail.data()}; }
-};
-
-Tables random_tables(int M, int C, int ds, int L, int context) {
-  Tables t{M, C, ds, L, test::random_vector(size_t(M) * C * ds), test::random_vector(size_t(M) * C, 0.3f), {}, {}, {}};
-  for (int l = 0; l < M * C; ++l) {  // unit centroids
-    float* c = t.centroids.data() + size_t(l) * ds;
-    double n = 0;
-    for (int i = 0; i < ds; ++i) n += double(c[i]) * c[i];
-    for (int i = 0; i < ds; ++i) c[i] = float(c[i] / std::sqrt(n));
-  }
-  t.index.assign(size_t(M) * C * L, -1);
-  t.score.assign(t.index.size(), 0);
-  t.size.assign(size_t(M) * C, 0);
-  for (int l = 0; l < M * C; ++l) {
-    t.size[size_t(l)] = test::random_int(0, L);
-    std::vector<int32_t> keys(static_cast<size_t>(context));
-    std::iota(keys.begin(), keys.end(), 0);
-    std::shuffle(keys.begin(), keys.end(), test::rng());
-    for (int i = 0; i < t.size[size_t(l)]; ++i) {
-      t.index[size_t(l) * L + i] = keys[size_t(i)];
-      t.score[size_t(l) * L + i] = f32_to_f16(test::random_vector(1)[0]);
-    }
-  }
-  return t;
-}
-
 // The definition: the picks in ascending position (or by score), and the candidates.
-std::vector<int32_t> definition(const Tables& t, const float* q, int context, int wb, int n_pick, double backoff,
+std::vector<int32_t> definition(const test::CsTables& t, const float* q, int context, int wb, int n_pick, double backoff,
                                 int backoff_top, bool by_score, std::vector<uint8_t>& candidates) {
   std::map<int32_t, float> sums;
   for (int m = 0; m < t.M; ++m) {
@@ -98,16 +67,16 @@ TEST(CsSelect, EqualsItsDefinition) {
   for (bool by_score : {false, true})
     for (double backoff : {-1.0, 0.5}) {
       const int searches = 5;
-      std::vector<Tables> tables;
+      std::vector<test::CsTables> tables;
       std::vector<CsTablesView> views;
       std::vector<int32_t> context, wb, n_pick;
       for (int s = 0; s < searches; ++s) {
         context.push_back(test::random_int(50, 300));
-        tables.push_back(random_tables(M, C, d / M, L, context.back()));
+        tables.push_back(test::random_cs_tables(M, C, d / M, L, context.back()));
         wb.push_back(std::max(0, context.back() - test::random_int(0, 40)));
         n_pick.push_back(test::random_int(0, 60));
       }
-      for (const Tables& t : tables) views.push_back(t.view());
+      for (const test::CsTables& t : tables) views.push_back(t.view());
       const std::vector<float> q = test::random_vector(size_t(searches) * d);
       const int max_picks = *std::max_element(wb.begin(), wb.end());
       std::vector<int32_t> picks(size_t(searches) * max_picks, -1), counts(searches, -1);
@@ -197,7 +166,7 @@ TEST(CsInsert, ListsHoldTheBestScoresOfTheStream) {
 }
 
 TEST(CsSelect, RefusesAWindowPastItsContext) {
-  const Tables t = random_tables(2, 4, 8, 4, 20);
+  const test::CsTables t = test::random_cs_tables(2, 4, 8, 4, 20);
   const CsTablesView v = t.view();
   const std::vector<float> q = test::random_vector(16);
   const int32_t context = 20, wb = 21, n = 3;

@@ -2,17 +2,18 @@
 // what the table build fills, the streaming insert updates and the search reads.
 #pragma once
 
-#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "attention/top_list_heap.h"
 
 namespace skim {
 
 // A bounded list of (key index, score): the `capacity` largest scores offered. A new entry
 // replaces the minimum only when its score is larger. Stored as a binary min-heap (the minimum
-// at the root), so an insert costs O(log L) and no shifting; the gather reads every entry and
-// needs no order. Among equal scores the later arrival (the larger key index) counts as
+// at the root: attention/top_list_heap.h, which the device insert shares), so an insert costs
+// O(log L) and no shifting; the gather reads every entry and needs no order. Among equal scores the later arrival (the larger key index) counts as
 // smaller: it is the one evicted, as a list sorted with ties in arrival order would drop it.
 // A view of storage it does not own: `capacity` slots of key index and fp16 score and the
 // count in use, as a group's tables hold every list of theirs in one flat layout (CsGroupTables),
@@ -38,7 +39,7 @@ class TopList {
   bool full() const { return size() == capacity_; }
   // A score's rank as an integer: fp16 bits ordered as their values (finite scores), so
   // comparisons need no conversion.
-  static int order_key(uint16_t h) { return (h & 0x8000u) ? -int(h & 0x7fffu) : int(h); }
+  static int order_key(uint16_t h) { return top_list::order_key(h); }
   // What a new score's order key must exceed to go in: the minimum's when full, else INT_MIN.
   int admit_key() const;
   // The entries by descending score, ties by index (for tests and reports).
@@ -46,9 +47,7 @@ class TopList {
   static constexpr size_t kEntryBytes = sizeof(int32_t) + sizeof(uint16_t);
 
  private:
-  bool below(size_t a, size_t b) const;  // entry a ranks under entry b
-  void sift_down(size_t i);
-  void sift_up(size_t i);
+  top_list::Heap heap() const { return {index_, score_, size_, capacity_}; }
   int32_t* index_;
   uint16_t* score_;  // fp16
   int32_t* size_;

@@ -129,6 +129,27 @@ void bench_tokens(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann:
   std::printf("\n");
 }
 
+// CSAttention's decode search (cs_select) at the CPU policy's default table shape.
+void bench_cs(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::json& out) {
+  std::printf("cs_select (CSAttention's decode search: 4 subspaces x 64 centroids, lists of 0.2 x context, picks "
+              "keep=%g of the context per KV head; random tables)\n", a.sparse_keep);
+  std::printf("| batch | context | list entries | us | table MB read | candidates per search | backoffs | x table floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  out["cs_select"] = nlohmann::json::array();
+  for (int b : int_list(a.attention_batches, "--attention-batches"))
+    for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
+      auto p = cuda::bench_cs_select(b, ctx, c.num_kv_heads, c.head_dim, a.sparse_keep);
+      const double floor_us = p.table_bytes / bw * 1e6;
+      std::printf("| %d | %d | %d | %.1f | %.1f | %.0f | %.2f | %.2f |\n", b, ctx, p.list_capacity, p.us,
+                  p.table_bytes / 1e6, p.candidates, p.backoff_fraction, p.us / floor_us);
+      std::fflush(stdout);
+      out["cs_select"].push_back({{"batch", b}, {"context", ctx}, {"keep", p.keep}, {"list_capacity", p.list_capacity},
+                                  {"us", p.us}, {"table_bytes", p.table_bytes}, {"candidates", p.candidates},
+                                  {"backoff_fraction", p.backoff_fraction}, {"floor_us", floor_us}});
+    }
+  std::printf("\n");
+}
+
 // ART decode attention with its stop forced at rounds 1, 2, 4, 8 and never, against dense.
 void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::json& out) {
   std::printf("ART decode attention (rounds of %d pages; eps so loose that the lists stop at round `patience`; "
@@ -273,6 +294,7 @@ void run_bench(const BenchArgs& a) {
           }
       std::printf("\n");
       bench_tokens(a, c, bw, out);
+      bench_cs(a, c, bw, out);
     }
     if (a.art) bench_art(a, c, bw, out);
   }

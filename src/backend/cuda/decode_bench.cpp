@@ -10,6 +10,7 @@
 
 #include "attention/policy.h"
 #include "backend/cuda/art_decode_attention.cuh"
+#include "backend/cuda/cs_select.cuh"
 #include "backend/cuda/gpu_forward.h"
 #include "backend/cuda/group_page_select.cuh"
 #include "backend/cuda/quest_page_select.cuh"
@@ -580,6 +581,74 @@ ModelConfig llama31_70b_config() {
   c.num_heads = 64;
   c.num_kv_heads = 8;
   return c;
+}
+
+}  // namespace skim::cuda
+
+namespace skim::cuda {
+
+CsSelectPoint bench_cs_select(int batch, int context, int kv_heads, int d, double keep) {
+  constexpr int M = 4, C = 64, kWindow = 64;
+  const int ds = d / M, L = std::max(1, int(0.2 * context)), searches = batch * kv_heads;
+  const size_t lists = size_t(searches) * M * C;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> centroids(lists * ds), tails(lists), queries(size_t(searches) * d);
+  for (size_t l = 0; l < lists; ++l) {  // unit centroids
+    double n2 = 0;
+    for (int i = 0; i < ds; ++i) n2 += double(centroids[l * ds + i] = normal(rng)) * centroids[l * ds + i];
+    for (int i = 0; i < ds; ++i) centroids[l * ds + i] = float(centroids[l * ds + i] / std::sqrt(n2));
+    tails[l] = 0.1f * normal(rng);
+  }
+  for (float& x : queries) x = normal(rng);
+  DeviceBuffer<float> dcent(centroids.size()), dtail(tails.size()), dq(queries.size());
+  DeviceBuffer<int32_t> index(lists * L), sizes(lists);
+  DeviceBuffer<uint16_t> score(lists * L);
+  check(cudaMemcpy(dcent.data(), centroids.data(), dcent.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpy(dtail.data(), tails.data(), dtail.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpy(dq.data(), queries.data(), dq.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  const std::vector<int32_t> full(lists, L);
+  check(cudaMemcpy(sizes.data(), full.data(), sizes.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  fill_random_cs_lists(index.data(), score.data(), lists, L, context, 12, nullptr);
+  std::vector<CsTablesView> views;
+  for (int s = 0; s < searches; ++s) {
+    const size_t l0 = size_t(s) * M * C;
+    views.push_back({dcent.data() + l0 * ds, index.data() + l0 * L, score.data() + l0 * L, sizes.data() + l0,
+                     dtail.data() + l0});
+  }
+  DeviceBuffer<CsTablesView> dviews(views.size());
+  check(cudaMemcpy(dviews.data(), views.data(), dviews.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  const std::vector<int32_t> ctx(searches, context), wb(searches, std::max(0, context - kWindow)),
+      n_pick(searches, std::max(1, int(keep * context)));
+  DeviceBuffer<int32_t> dctx(searches), dwb(searches), dn(searches), picks(size_t(searches) * wb[0] + 1),
+      counts(searches);
+  check(cudaMemcpy(dctx.data(), ctx.data(), dctx.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpy(dwb.data(), wb.data(), dwb.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpy(dn.data(), n_pick.data(), dn.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  DeviceBuffer<CsSelectStats> stats(1);
+  check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
+  CsSelectArgs a{.searches = searches, .head_dim = d, .subspaces = M, .centroids = C, .list_capacity = L,
+                 .score_dot = true, .missing_mean = true, .backoff = 0.3, .backoff_top = 2, .queries = dq.data(),
+                 .tables = dviews.data(), .context = dctx.data(), .window_begin = dwb.data(), .n_pick = dn.data(),
+                 .max_picks = wb[0], .picks = picks.data(), .pick_counts = counts.data(), .stats = stats.data()};
+  const size_t ws_bytes = cs_select_workspace_size(a, context);
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+  const CsSelectWorkspace workspace{ws.data(), ws_bytes, context};
+  check(cs_select(a, workspace, nullptr), "cs_select");  // once with statistics, outside the timing
+  CsSelectStats st{};
+  check(cudaMemcpy(&st, stats.data(), sizeof(st), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  a.stats = nullptr;
+  CsSelectPoint p;
+  p.batch = batch;
+  p.context = context;
+  p.list_capacity = L;
+  p.keep = keep;
+  p.us = graph_us_per_call(20, [&](int, cudaStream_t s) { check(cs_select(a, workspace, s), "cs_select"); });
+  p.table_bytes = double(st.table_bytes);
+  p.candidates = double(st.candidates) / searches;
+  p.backoff_fraction = double(st.backoffs) / std::max<double>(1, double(st.subspace_searches));
+  return p;
 }
 
 }  // namespace skim::cuda

@@ -76,6 +76,21 @@ struct TokenAttentionPoint {
 TokenAttentionPoint bench_token_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
                                           double keep);
 
+struct CsSelectPoint {
+  int batch = 0, context = 0, list_capacity = 0;
+  double keep = 0;             // picks: keep x context per search
+  double us = 0;               // cs_select, one call for every (sequence, KV group)
+  double table_bytes = 0;      // list entries and tails read per call (the search's own count)
+  double candidates = 0;       // keys touched per search
+  double backoff_fraction = 0;  // subspace searches that widened to two lists
+};
+
+// CSAttention's decode search on the GPU: cs_select over random tables of the CPU policy's
+// default shape (4 subspaces of 64 centroids, lists of 0.2 x context entries, back-off to 2
+// lists below cosine 0.3) for each (sequence, KV head), picking keep x context keys below a
+// 64-key window. The token gather over the picks is bench_token_attention's.
+CsSelectPoint bench_cs_select(int batch, int context, int num_kv_heads, int head_dim, double keep);
+
 struct ArtAttentionPoint {
   int batch = 0, context = 0, round_pages = 0, lag = 0, max_warps = 0;
   int stop_round = -1;       // the round whose test stops every list (-1: none; patience out of reach)

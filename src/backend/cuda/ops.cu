@@ -1,6 +1,7 @@
 // The forward pass's small kernels (see ops.cuh). Memory-bound and tiny next to the
 // projections and attention; written for clarity: one block per row (or row and head).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cfloat>
 
@@ -210,6 +211,29 @@ __global__ void fill_random_digests_kernel(uint16_t* kmin, uint16_t* kmax, size_
   }
 }
 
+__device__ uint64_t gcd_u64(uint64_t a, uint64_t b) {
+  while (b != 0) {
+    const uint64_t t = a % b;
+    a = b, b = t;
+  }
+  return a;
+}
+
+__global__ void fill_random_cs_lists_kernel(int32_t* index, uint16_t* score, size_t lists, int L, int context,
+                                            uint64_t seed) {
+  const size_t count = lists * size_t(L);
+  for (size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x; e < count; e += size_t(gridDim.x) * blockDim.x) {
+    const size_t list = e / L, i = e % L;
+    // A step coprime to the context makes i -> (step i + offset) mod context one-to-one.
+    uint64_t step = 1 + 2 * (splitmix64(seed + 2 * list) % uint64_t(context));
+    while (gcd_u64(step, uint64_t(context)) != 1) step += 2;
+    const uint64_t offset = splitmix64(seed + 2 * list + 1) % uint64_t(context);
+    index[e] = int32_t((step * i + offset) % uint64_t(context));
+    const double u = double(splitmix64(seed * 0x100000001b3ull + e) >> 11) * (1.0 / 9007199254740992.0);
+    score[e] = __half_as_ushort(__float2half_rn(float(2.0 * u - 1.0)));
+  }
+}
+
 __global__ void fill_random_f32_kernel(float* p, size_t count, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
     const double u = double(splitmix64(seed * 0x100000001b3ull + i) >> 11) * (1.0 / 9007199254740992.0);
@@ -282,6 +306,12 @@ void argmax(const float* logits, int n, int vocab, int32_t* next, const DecodeSt
 
 void fill_random_bf16(uint16_t* p, size_t count, uint64_t seed, float scale, cudaStream_t s) {
   if (count > 0) fill_random_bf16_kernel<<<grid_for(count), 256, 0, s>>>(p, count, seed, scale);
+}
+
+void fill_random_cs_lists(int32_t* index, uint16_t* score, size_t lists, int L, int context, uint64_t seed,
+                          cudaStream_t s) {
+  if (lists > 0 && L > 0)
+    fill_random_cs_lists_kernel<<<grid_for(lists * size_t(L)), 256, 0, s>>>(index, score, lists, L, context, seed);
 }
 
 void fill_random_digests(uint16_t* kmin, uint16_t* kmax, size_t count, uint64_t seed, float scale, cudaStream_t s) {

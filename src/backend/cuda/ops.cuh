@@ -103,6 +103,11 @@ void sample(const float* logits, int n, int vocab, const SampleParams* params, i
 // random-weight models and caches for benchmarks, generated on the device.
 void fill_random_bf16(uint16_t* p, size_t count, uint64_t seed, float scale, cudaStream_t stream);
 void fill_random_f32(float* p, size_t count, uint64_t seed, float scale, cudaStream_t stream);
+// Random CSAttention lists for benchmarks: `lists` lists of L entries each, list j holding the
+// distinct positions (a i + b) mod context (a odd-coprime step of its own) with random fp16
+// scores in [-1, 1].
+void fill_random_cs_lists(int32_t* index, uint16_t* score, size_t lists, int L, int context, uint64_t seed,
+                          cudaStream_t stream);
 // Random page digests: kmin[i] and kmax[i] the smaller and the larger of two such draws, so
 // kmin <= kmax as digests of written keys are.
 void fill_random_digests(uint16_t* kmin, uint16_t* kmax, size_t count, uint64_t seed, float scale, cudaStream_t stream);

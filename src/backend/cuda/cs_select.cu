@@ -17,42 +17,55 @@ namespace {
 using page_select::kThreads;
 using page_select::order_key;
 
-constexpr int kMaxSlice = 128, kMaxCentroids = 256;
+constexpr int kMaxSlice = 128, kMaxCentroids = 256, kMaxLists = 32;  // lists a search gathers
+constexpr int kScatterThreads = 256, kScatterItems = 8;  // a scatter CTA: entries per thread in flight
+constexpr int kSumThreads = 256, kSumItems = 16;
 constexpr uint64_t kEntryBytes = sizeof(int32_t) + sizeof(uint16_t);
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
-// The workspace, per search s: sums and marks over positions [s][max_context] (zero between
-// calls), the touched positions [s][cap], the sort keys of positions [s][max_context]; with
-// by_score the picks' sort keys and positions [s][max_picks], the segments and CUB's scratch.
+// Lists a search gathers at most: M subspaces x its back-off's width.
+int lists_per_search(const CsSelectArgs& a) { return a.subspaces * std::min(a.centroids, a.backoff_top); }
+
+// The workspace, per search s (J = lists_per_search):
+//   chosen [s][J] list ids in the CPU's order (-1: unused), weight [s][J]
+//   contrib [s][J][max_context] each chosen list's term per position (read where masked)
+//   masks [s][max_context] bit j: list j holds the position (zero between calls)
+//   keys [s][max_context] sort keys of the sums; touched, below [s] counts (zero between calls)
+//   by_score: the picks' sort keys and positions [s][max_picks], segments, CUB's scratch.
 struct Layout {
-  float* sums = nullptr;
-  uint8_t* marks = nullptr;
-  int32_t* touched = nullptr;
-  uint32_t* keys = nullptr;
+  int32_t* chosen = nullptr;
+  float* weight = nullptr;
+  float* contrib = nullptr;
+  uint32_t *masks = nullptr, *keys = nullptr;
+  int *touched = nullptr, *below = nullptr;
   uint32_t *pick_keys = nullptr, *sorted_keys = nullptr;
   int32_t* pick_positions = nullptr;
   int *begin = nullptr, *end = nullptr;
   void* scratch = nullptr;
-  size_t scratch_bytes = 0, touched_cap = 0, bytes = 0;
-  int max_context = 0;
+  size_t scratch_bytes = 0, bytes = 0;
+  int max_context = 0, lists = 0;
 };
 
 Layout layout(const CsSelectArgs& a, int max_context, char* base) {
   Layout w;
   w.max_context = max_context;
-  const size_t S = size_t(a.searches), ctx = size_t(max_context), picks = S * size_t(std::max(a.max_picks, 0));
-  w.touched_cap = std::min(ctx, size_t(a.subspaces) * std::min(a.centroids, a.backoff_top) * size_t(a.list_capacity));
+  w.lists = lists_per_search(a);
+  const size_t S = size_t(a.searches), ctx = size_t(max_context), J = size_t(w.lists);
+  const size_t picks = S * size_t(std::max(a.max_picks, 0));
   size_t at = 0;
   auto take = [&](size_t n) {
     char* p = base ? base + at : nullptr;
     at += align256(n);
     return p;
   };
-  w.sums = reinterpret_cast<float*>(take(S * ctx * sizeof(float)));
-  w.marks = reinterpret_cast<uint8_t*>(take(S * ctx));
-  w.touched = reinterpret_cast<int32_t*>(take(S * w.touched_cap * sizeof(int32_t)));
+  w.chosen = reinterpret_cast<int32_t*>(take(S * J * sizeof(int32_t)));
+  w.weight = reinterpret_cast<float*>(take(S * J * sizeof(float)));
+  w.contrib = reinterpret_cast<float*>(take(S * J * ctx * sizeof(float)));
+  w.masks = reinterpret_cast<uint32_t*>(take(S * ctx * sizeof(uint32_t)));
   w.keys = reinterpret_cast<uint32_t*>(take(S * ctx * sizeof(uint32_t)));
+  w.touched = reinterpret_cast<int*>(take(S * sizeof(int)));
+  w.below = reinterpret_cast<int*>(take(S * sizeof(int)));
   if (a.by_score) {
     w.pick_keys = reinterpret_cast<uint32_t*>(take(picks * sizeof(uint32_t)));
     w.sorted_keys = reinterpret_cast<uint32_t*>(take(picks * sizeof(uint32_t)));
@@ -69,111 +82,138 @@ Layout layout(const CsSelectArgs& a, int max_context, char* base) {
   return w;
 }
 
-// The search's shared state besides the radix select's.
-struct SearchSmem {
-  float slice[kMaxSlice];
-  float cos[kMaxCentroids];
-  int chosen[kMaxCentroids];
-  int take, touched, below;
-  float weight;
-};
-
-// Step 1 for subspace m: the slice's norm and cosines, and the lists to gather (sm.chosen,
-// sm.take); thread 0 decides, as the CPU does, with its ties to the smaller centroid.
-__device__ void choose_lists(const CsSelectArgs& a, const CsTablesView& t, const float* q, int m, SearchSmem& sm) {
-  const int ds = a.head_dim / a.subspaces, C = a.centroids;
-  if (threadIdx.x == 0) {  // the CPU's normalize: a double sum in order, then the float norm
-    double s2 = 0;
-    for (int i = 0; i < ds; ++i) s2 += double(q[m * ds + i]) * q[m * ds + i];
-    const float norm = float(sqrt(s2));
-    for (int i = 0; i < ds; ++i) sm.slice[i] = norm > 0 ? q[m * ds + i] / norm : q[m * ds + i];
-    sm.weight = a.score_dot ? norm : 1.0f;
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float* centroid = t.centroids + (size_t(m) * C + c) * ds;
-    float d = 0.0f;
-    for (int i = 0; i < ds; ++i) d += centroid[i] * sm.slice[i];
-    sm.cos[c] = d;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int best = 0;
-    for (int c = 1; c < C; ++c)
-      if (sm.cos[c] > sm.cos[best]) best = c;
-    const bool widen = sm.cos[best] < float(a.backoff);
-    sm.take = widen ? min(C, a.backoff_top) : 1;
-    for (int k = 0; k < sm.take; ++k) {  // the k-th nearest: descending cosine, ties by index
-      int pick = -1;
-      for (int c = 0; c < C; ++c) {
-        bool used = false;
-        for (int j = 0; j < k; ++j) used |= sm.chosen[j] == c;
-        if (!used && (pick < 0 || sm.cos[c] > sm.cos[pick])) pick = c;
-      }
-      sm.chosen[k] = pick;
-    }
-    if (a.stats) {
-      atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->subspace_searches), 1ull);
-      atomicAdd(&a.stats->best_cos, double(sm.cos[best]));
-      if (widen) atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->backoffs), 1ull);
-    }
-  }
-  __syncthreads();
+__device__ __forceinline__ int context_of(const CsSelectArgs& a, const Layout& w, int s) {
+  return min(max(a.context[s], 0), w.max_context);
 }
 
-// Step 2 for list l: its entries added into the sums (the list's keys are distinct, so no two
-// threads share a position), newly touched positions listed.
-__device__ void gather_list(const CsSelectArgs& a, const CsTablesView& t, size_t l, int context, const Layout& w,
-                            float* sums, uint8_t* marks, int32_t* touched, SearchSmem& sm) {
-  const float floor = a.missing_mean ? t.tail[l] : 0.0f, weight = sm.weight;
-  const int n = min(t.list_size[l], a.list_capacity);
-  const int32_t* index = t.list_index + l * size_t(a.list_capacity);
-  const uint16_t* score = t.list_score + l * size_t(a.list_capacity);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int32_t key = index[i];
-    if (key < 0 || key >= context) continue;
-    if (!marks[key]) {
-      marks[key] = 1;
-      const int slot = atomicAdd(&sm.touched, 1);
-      if (slot < int(w.touched_cap)) touched[slot] = key;
+// Step 1, one CTA per search: per subspace the slice's norm (the CPU's normalize: a double sum
+// in order, then the float norm), its cosine to each centroid (a thread per centroid), and the
+// lists to gather, chosen by thread 0 with the CPU's rule (descending cosine, ties to the
+// smaller centroid): chosen[s][m * T + k] for the k-th nearest, -1 past the back-off's take.
+__global__ void __launch_bounds__(128) choose_kernel(const CsSelectArgs a, const Layout w) {
+  __shared__ float slice[kMaxSlice], cos[kMaxCentroids];
+  __shared__ float weight;
+  const int s = blockIdx.x, ds = a.head_dim / a.subspaces, C = a.centroids, T = w.lists / a.subspaces;
+  const float* q = a.queries + size_t(s) * a.head_dim;
+  const CsTablesView t = a.tables[s];
+  for (int m = 0; m < a.subspaces; ++m) {
+    if (threadIdx.x == 0) {
+      double s2 = 0;
+      for (int i = 0; i < ds; ++i) s2 += double(q[m * ds + i]) * q[m * ds + i];
+      const float norm = float(sqrt(s2));
+      for (int i = 0; i < ds; ++i) slice[i] = norm > 0 ? q[m * ds + i] / norm : q[m * ds + i];
+      weight = a.score_dot ? norm : 1.0f;
     }
-    sums[key] += weight * (__half2float(__ushort_as_half(score[i])) - floor);
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      const float* centroid = t.centroids + (size_t(m) * C + c) * ds;
+      float d = 0.0f;
+      for (int i = 0; i < ds; ++i) d += centroid[i] * slice[i];
+      cos[c] = d;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int best = 0;
+      for (int c = 1; c < C; ++c)
+        if (cos[c] > cos[best]) best = c;
+      const bool widen = cos[best] < float(a.backoff);
+      const int take = widen ? T : 1;
+      int32_t* chosen = w.chosen + size_t(s) * w.lists + size_t(m) * T;
+      for (int k = 0; k < T; ++k) {
+        int pick = -1;
+        for (int c = 0; k < take && c < C; ++c) {
+          bool used = false;
+          for (int j = 0; j < k; ++j) used |= chosen[j] == m * C + c;
+          if (!used && (pick < 0 || cos[c] > cos[pick])) pick = c;
+        }
+        chosen[k] = pick < 0 ? -1 : m * C + pick;
+        w.weight[size_t(s) * w.lists + size_t(m) * T + k] = weight;
+      }
+      if (a.stats) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->subspace_searches), 1ull);
+        atomicAdd(&a.stats->best_cos, double(cos[best]));
+        if (widen) atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->backoffs), 1ull);
+      }
+    }
+    __syncthreads();
   }
-  if (a.stats && threadIdx.x == 0)
+}
+
+// Step 2, CTA (entry chunk, chosen list j, search s): each entry's term w (score - floor) into
+// contrib[s][j][key], bit j into the key's mask. A list's keys are distinct, so the terms never
+// collide; each thread issues its kScatterItems entries' loads together.
+__global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const CsSelectArgs a, const Layout w) {
+  const int s = blockIdx.z, j = blockIdx.y;
+  const int32_t l = w.chosen[size_t(s) * w.lists + j];
+  if (l < 0) return;
+  const CsTablesView t = a.tables[s];
+  const int context = context_of(a, w, s), n = min(t.list_size[l], a.list_capacity);
+  const float floor = a.missing_mean ? t.tail[l] : 0.0f, weight = w.weight[size_t(s) * w.lists + j];
+  if (a.stats && blockIdx.x == 0 && threadIdx.x == 0)
     atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->table_bytes),
               (unsigned long long)(uint64_t(n) * kEntryBytes + (a.missing_mean ? sizeof(float) : 0)));
-  __syncthreads();  // the next list may hold the same keys
+  const int32_t* index = t.list_index + size_t(l) * a.list_capacity;
+  const uint16_t* score = t.list_score + size_t(l) * a.list_capacity;
+  float* contrib = w.contrib + (size_t(s) * w.lists + j) * w.max_context;
+  uint32_t* masks = w.masks + size_t(s) * w.max_context;
+  const int base = blockIdx.x * kScatterThreads * kScatterItems + threadIdx.x;
+  int32_t key[kScatterItems];
+  uint16_t sc[kScatterItems];
+#pragma unroll
+  for (int i = 0; i < kScatterItems; ++i) {
+    const int e = base + i * kScatterThreads;
+    key[i] = e < n ? index[e] : -1;
+    sc[i] = e < n ? score[e] : uint16_t(0);
+  }
+#pragma unroll
+  for (int i = 0; i < kScatterItems; ++i)
+    if (key[i] >= 0 && key[i] < context) {
+      contrib[key[i]] = weight * (__half2float(__ushort_as_half(sc[i])) - floor);
+      atomicOr(masks + key[i], 1u << j);
+    }
 }
 
-// One CTA per search: steps 1-2 per subspace, then the picks, the candidates, and the clearing.
-__global__ void __launch_bounds__(kThreads) search_kernel(const CsSelectArgs a, const Layout w) {
-  __shared__ page_select::SelectSmem sel;
-  __shared__ SearchSmem sm;
-  const int s = blockIdx.x;
-  const CsTablesView t = a.tables[s];
-  const int context = min(max(a.context[s], 0), w.max_context);
+// Step 3, CTA (position chunk, search s): each position's sum of its lists' terms in list order
+// (the CPU's order of additions, from 0), its sort key (0: untouched, below every touched one),
+// its mask cleared for the next call; the touched counts and the candidates.
+__global__ void __launch_bounds__(kSumThreads) sum_kernel(const CsSelectArgs a, const Layout w) {
+  const int s = blockIdx.y, context = context_of(a, w, s);
   const int window_begin = min(max(a.window_begin[s], 0), min(context, a.max_picks));
-  float* sums = w.sums + size_t(s) * w.max_context;
-  uint8_t* marks = w.marks + size_t(s) * w.max_context;
-  int32_t* touched = w.touched + size_t(s) * w.touched_cap;
+  uint32_t* masks = w.masks + size_t(s) * w.max_context;
   uint32_t* keys = w.keys + size_t(s) * w.max_context;
-  if (threadIdx.x == 0) sm.touched = sm.below = 0;
-  const float* q = a.queries + size_t(s) * a.head_dim;
-  for (int m = 0; m < a.subspaces; ++m) {
-    choose_lists(a, t, q, m, sm);
-    for (int k = 0; k < sm.take; ++k)
-      gather_list(a, t, size_t(m) * a.centroids + sm.chosen[k], context, w, sums, marks, touched, sm);
+  const float* contrib = w.contrib + size_t(s) * w.lists * w.max_context;
+  int touched = 0, below = 0;
+  for (int i = 0; i < kSumItems; ++i) {
+    const int p = (blockIdx.x * kSumItems + i) * kSumThreads + threadIdx.x;
+    if (p >= context) break;
+    const uint32_t mask = masks[p];
+    float sum = 0.0f;
+    for (uint32_t m = mask; m != 0; m &= m - 1) sum += contrib[size_t(__ffs(m) - 1) * w.max_context + p];
+    if (mask) masks[p] = 0u;
+    if (p < window_begin) keys[p] = mask ? order_key(sum) : 0u;
+    touched += mask != 0u;
+    below += mask != 0u && p < window_begin;
+    if (a.candidates) a.candidates[size_t(s) * a.candidate_stride + p] = mask != 0u;
   }
+  for (int o = 16; o > 0; o >>= 1) {
+    touched += __shfl_xor_sync(0xffffffffu, touched, o);
+    below += __shfl_xor_sync(0xffffffffu, below, o);
+  }
+  if ((threadIdx.x & 31) == 0 && touched) {
+    atomicAdd(w.touched + s, touched);
+    atomicAdd(w.below + s, below);
+  }
+}
 
-  // Step 3: the n_pick best touched sums below the window, in position order.
-  int below = 0;
-  for (int p = threadIdx.x; p < window_begin; p += blockDim.x) {
-    keys[p] = marks[p] ? order_key(sums[p]) : 0u;  // untouched: below every touched key
-    below += marks[p];
-  }
-  atomicAdd(&sm.below, below);
-  __syncthreads();
-  const int n = min(max(a.n_pick[s], 0), sm.below);
+// Step 4, one CTA per search: the n_pick largest sums below the window by page selection's
+// radix select over the positions, in position order (ties to the smaller position); the
+// counts cleared for the next call.
+__global__ void __launch_bounds__(kThreads) pick_kernel(const CsSelectArgs a, const Layout w) {
+  __shared__ page_select::SelectSmem sel;
+  const int s = blockIdx.x, context = context_of(a, w, s);
+  const int window_begin = min(max(a.window_begin[s], 0), min(context, a.max_picks));
+  const int n = min(max(a.n_pick[s], 0), w.below[s]);
+  const uint32_t* keys = w.keys + size_t(s) * w.max_context;
   int32_t* picks = a.picks + size_t(s) * a.max_picks;
   if (n > 0) {
     uint32_t* pick_keys = a.by_score ? w.pick_keys + size_t(s) * a.max_picks : nullptr;
@@ -186,26 +226,20 @@ __global__ void __launch_bounds__(kThreads) search_kernel(const CsSelectArgs a, 
         },
         [](int) {});
   }
+  __syncthreads();
   if (threadIdx.x == 0) {
     a.pick_counts[s] = n;
     if (a.by_score) w.begin[s] = s * a.max_picks, w.end[s] = s * a.max_picks + n;
-    if (a.stats) atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->candidates), (unsigned long long)sm.touched);
-  }
-  if (a.candidates)
-    for (int k = threadIdx.x; k < context; k += blockDim.x) a.candidates[size_t(s) * a.candidate_stride + k] = marks[k];
-  __syncthreads();
-  const int count = min(sm.touched, int(w.touched_cap));
-  for (int i = threadIdx.x; i < count; i += blockDim.x) {  // left zero for the next call
-    sums[touched[i]] = 0.0f;
-    marks[touched[i]] = 0;
+    if (a.stats) atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->candidates), (unsigned long long)w.touched[s]);
+    w.touched[s] = w.below[s] = 0;
   }
 }
 
 bool supported(const CsSelectArgs& a, int max_context) {
   if (a.searches < 0 || a.subspaces <= 0 || a.head_dim <= 0 || a.head_dim % a.subspaces != 0) return false;
   return a.head_dim / a.subspaces <= kMaxSlice && a.centroids > 0 && a.centroids <= kMaxCentroids &&
-         a.list_capacity >= 0 && a.backoff_top >= 1 && a.max_picks >= 0 && max_context > 0 &&
-         (!a.candidates || a.candidate_stride >= max_context);
+         a.list_capacity >= 0 && a.backoff_top >= 1 && lists_per_search(a) <= kMaxLists && a.max_picks >= 0 &&
+         max_context > 0 && (!a.candidates || a.candidate_stride >= max_context);
 }
 
 }  // namespace
@@ -219,7 +253,12 @@ cudaError_t cs_select(const CsSelectArgs& a, const CsSelectWorkspace& ws, cudaSt
   const Layout w = layout(a, ws.max_context, static_cast<char*>(ws.data));
   if (ws.bytes < w.bytes) return cudaErrorInvalidValue;
   if (a.searches == 0) return cudaSuccess;
-  search_kernel<<<a.searches, kThreads, 0, stream>>>(a, w);
+  choose_kernel<<<a.searches, 128, 0, stream>>>(a, w);
+  const int per_scatter = kScatterThreads * kScatterItems, per_sum = kSumThreads * kSumItems;
+  const dim3 scatter((std::max(a.list_capacity, 1) + per_scatter - 1) / per_scatter, w.lists, a.searches);
+  scatter_kernel<<<scatter, kScatterThreads, 0, stream>>>(a, w);
+  sum_kernel<<<dim3((ws.max_context + per_sum - 1) / per_sum, a.searches), kSumThreads, 0, stream>>>(a, w);
+  pick_kernel<<<a.searches, kThreads, 0, stream>>>(a, w);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || !a.by_score) return e;
   // Descending sum; the sort is stable and the picks come in position order, so equal sums stay

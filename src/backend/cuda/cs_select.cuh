@@ -3,20 +3,23 @@
 // (tables: a device array of CsTablesView whose pointers are device pointers; stats: one
 // device CsSelectStats added to atomically, or null).
 //
-// One CTA per search. Per subspace, in order: the query slice's norm, its cosine to each
-// centroid (a thread per centroid), the nearest (or the back-off's nearest few) chosen by one
-// thread with the CPU's tie rule; then each chosen list in turn, its entries spread over the
-// threads, added into a dense per-position sum. A list holds distinct keys and the lists are
-// taken one after another (a barrier between), so every key's sum adds its terms in the CPU's
-// order without atomics. The picks are the n_pick largest sums of the touched keys below the
-// window: page selection's radix select (page_select_common.cuh) over the positions, keys of
-// untouched positions below every touched one, walked in position order (ties to the smaller
-// position); with by_score a segmented radix sort then orders them by descending sum. The CTA
-// clears the sums and marks it wrote, so the workspace stays zero between calls.
+// Four kernels, each spread over the GPU, none waiting on the host:
+//   1. choose (a CTA per search): per subspace the query slice's norm, its cosine to each
+//      centroid, and the nearest list (or the back-off's nearest few), with the CPU's tie rule;
+//   2. scatter (CTAs over each chosen list's entries): entry (key, score) writes its term
+//      w (score - floor) into its list's row of a per-position table and sets the list's bit in
+//      the key's mask (a list's keys are distinct: no two writes collide);
+//   3. sum (CTAs over positions): a touched position adds its lists' terms in list order, which
+//      is the CPU's order of additions, so the sums are the CPU's; it clears its mask;
+//   4. pick (a CTA per search): the n_pick largest sums of the touched keys below the window by
+//      page selection's radix select (page_select_common.cuh) over the positions, untouched
+//      positions below every touched one, walked in position order (ties to the smaller
+//      position); with by_score a segmented radix sort then orders them by descending sum.
+// The masks and counts are zero again after a call, so the workspace needs no clearing.
 //
-// Differences from the CPU: the slice's norm and the cosines are fp32 sums in another order
-// (the CPU's norm sums in double, its dot products in SIMD lanes), so a near-tie of centroids
-// or of key sums may go the other way. This header holds no device code.
+// Differences from the CPU: the cosines are fp32 sums in another order (the CPU's dot products
+// run in SIMD lanes), so a near-tie of centroids may go the other way; the norm and the sums
+// are computed as the CPU does. At most 32 lists per search (subspaces x back-off width). This header holds no device code.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -41,7 +44,8 @@ struct CsSelectWorkspace {
 size_t cs_select_workspace_size(const CsSelectArgs& args, int max_context);
 
 // Asynchronous on `stream`; allocates nothing; captures into a CUDA graph. Supported: subspaces
-// dividing head_dim into slices of at most 128 dims, at most 256 centroids, backoff_top >= 1.
+// dividing head_dim into slices of at most 128 dims, at most 256 centroids, backoff_top >= 1,
+// subspaces x min(centroids, backoff_top) <= 32.
 // A search's context is clamped to max_context and its window_begin to [0, min(context,
 // max_picks)]; candidates, when asked for, need candidate_stride >= max_context. Returns
 // cudaErrorInvalidValue for unsupported shapes or a too small workspace, else the launch status.

@@ -18,13 +18,25 @@ for keep in ${DEVICE_KEEP:-}; do
 done
 PATHS=("${PATHS[@]}")
 MARK="# device-tree.sh hide"
+# While hidden, a commit would record the hidden paths as deleted: a pre-commit hook refuses
+# commits until `restore` (installed by hide, removed by restore).
+HOOK=.git/hooks/pre-commit
+guard() {
+  mkdir -p .git/hooks
+  printf '#!/bin/sh\n# installed by scripts/device-tree.sh hide\necho "device-tree.sh: paths are hidden from the index; run bash scripts/device-tree.sh restore before committing" >&2\nexit 1\n' > $HOOK
+  chmod +x $HOOK
+}
 case "${1:-}" in
   hide)
+    grep -qx "$MARK" .git/info/exclude 2>/dev/null && { echo "device-tree.sh: already hidden; restore first" >&2; exit 2; }
+    guard
     git rm -r -q --cached "${PATHS[@]}"
     { echo "$MARK"; for p in "${PATHS[@]}"; do echo "/$p/"; done; } >> .git/info/exclude
     echo "travels: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes tracked (limit 67108864 with what is carried)"
     ;;
   hide-all)
+    grep -qx "$MARK" .git/info/exclude 2>/dev/null && { echo "device-tree.sh: already hidden; restore first" >&2; exit 2; }
+    guard
     git rm -r -q --cached -- . ':!scripts' ':!.gitignore'
     { echo "$MARK"; echo "/*"; echo "!/scripts/"; echo "!/.gitignore"; } >> .git/info/exclude
     echo "travels: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes tracked (scripts/ only)"
@@ -32,6 +44,7 @@ case "${1:-}" in
   restore)
     git reset -q
     sed -i "/^$MARK\$/,\$d" .git/info/exclude
+    grep -q "installed by scripts/device-tree.sh hide" $HOOK 2>/dev/null && rm -f $HOOK
     git status --short | head
     ;;
   *) echo "usage: $0 hide|hide-all|restore" >&2; exit 2 ;;

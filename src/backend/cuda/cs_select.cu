@@ -86,56 +86,60 @@ __device__ __forceinline__ int context_of(const CsSelectArgs& a, const Layout& w
   return min(max(a.context[s], 0), w.max_context);
 }
 
-// Step 1, one CTA per search: per subspace the slice's norm (the CPU's normalize: a double sum
-// in order, then the float norm), its cosine to each centroid (a thread per centroid), and the
-// lists to gather, chosen by thread 0 with the CPU's rule (descending cosine, ties to the
-// smaller centroid): chosen[s][m * T + k] for the k-th nearest, -1 past the back-off's take.
-__global__ void __launch_bounds__(128) choose_kernel(const CsSelectArgs a, const Layout w) {
+// Step 1, CTA (subspace m, search s): the query slice's norm (the CPU's normalize: a double
+// sum in order, then the float norm), its cosine to each centroid (a warp per centroid, the
+// slice and centroid read coalesced), and the lists to gather, chosen by thread 0 with the
+// CPU's rule (descending cosine, ties to the smaller centroid): chosen[s][m * T + k] for the
+// k-th nearest, -1 past the back-off's take.
+constexpr int kChooseThreads = 128;
+
+__global__ void __launch_bounds__(kChooseThreads) choose_kernel(const CsSelectArgs a, const Layout w) {
   __shared__ float slice[kMaxSlice], cos[kMaxCentroids];
   __shared__ float weight;
-  const int s = blockIdx.x, ds = a.head_dim / a.subspaces, C = a.centroids, T = w.lists / a.subspaces;
-  const float* q = a.queries + size_t(s) * a.head_dim;
+  const int m = blockIdx.x, s = blockIdx.y, ds = a.head_dim / a.subspaces, C = a.centroids;
+  const int T = w.lists / a.subspaces, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* q = a.queries + size_t(s) * a.head_dim + size_t(m) * ds;
   const CsTablesView t = a.tables[s];
-  for (int m = 0; m < a.subspaces; ++m) {
-    if (threadIdx.x == 0) {
-      double s2 = 0;
-      for (int i = 0; i < ds; ++i) s2 += double(q[m * ds + i]) * q[m * ds + i];
-      const float norm = float(sqrt(s2));
-      for (int i = 0; i < ds; ++i) slice[i] = norm > 0 ? q[m * ds + i] / norm : q[m * ds + i];
-      weight = a.score_dot ? norm : 1.0f;
+  for (int i = threadIdx.x; i < ds; i += blockDim.x) slice[i] = q[i];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s2 = 0;
+    for (int i = 0; i < ds; ++i) s2 += double(slice[i]) * slice[i];
+    const float norm = float(sqrt(s2));
+    weight = a.score_dot ? norm : 1.0f;
+    if (norm > 0)
+      for (int i = 0; i < ds; ++i) slice[i] /= norm;
+  }
+  __syncthreads();
+  for (int c = warp; c < C; c += kChooseThreads / 32) {
+    const float* centroid = t.centroids + (size_t(m) * C + c) * ds;
+    float d = 0.0f;
+    for (int i = lane; i < ds; i += 32) d += centroid[i] * slice[i];
+    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+    if (lane == 0) cos[c] = d;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int best = 0;
+  for (int c = 1; c < C; ++c)
+    if (cos[c] > cos[best]) best = c;
+  const bool widen = cos[best] < float(a.backoff);
+  const int take = widen ? T : 1;
+  int32_t* chosen = w.chosen + size_t(s) * w.lists + size_t(m) * T;
+  for (int k = 0; k < T; ++k) {
+    int pick = -1;
+    for (int c = 0; k < take && c < C; ++c) {
+      bool used = false;
+      for (int j = 0; j < k; ++j) used |= chosen[j] == m * C + c;
+      if (!used && (pick < 0 || cos[c] > cos[pick])) pick = c;
     }
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      const float* centroid = t.centroids + (size_t(m) * C + c) * ds;
-      float d = 0.0f;
-      for (int i = 0; i < ds; ++i) d += centroid[i] * slice[i];
-      cos[c] = d;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int best = 0;
-      for (int c = 1; c < C; ++c)
-        if (cos[c] > cos[best]) best = c;
-      const bool widen = cos[best] < float(a.backoff);
-      const int take = widen ? T : 1;
-      int32_t* chosen = w.chosen + size_t(s) * w.lists + size_t(m) * T;
-      for (int k = 0; k < T; ++k) {
-        int pick = -1;
-        for (int c = 0; k < take && c < C; ++c) {
-          bool used = false;
-          for (int j = 0; j < k; ++j) used |= chosen[j] == m * C + c;
-          if (!used && (pick < 0 || cos[c] > cos[pick])) pick = c;
-        }
-        chosen[k] = pick < 0 ? -1 : m * C + pick;
-        w.weight[size_t(s) * w.lists + size_t(m) * T + k] = weight;
-      }
-      if (a.stats) {
-        atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->subspace_searches), 1ull);
-        atomicAdd(&a.stats->best_cos, double(cos[best]));
-        if (widen) atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->backoffs), 1ull);
-      }
-    }
-    __syncthreads();
+    chosen[k] = pick < 0 ? -1 : m * C + pick;
+    w.weight[size_t(s) * w.lists + size_t(m) * T + k] = weight;
+  }
+  if (a.stats) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->subspace_searches), 1ull);
+    atomicAdd(&a.stats->best_cos, double(cos[best]));
+    if (widen) atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->backoffs), 1ull);
   }
 }
 
@@ -253,7 +257,7 @@ cudaError_t cs_select(const CsSelectArgs& a, const CsSelectWorkspace& ws, cudaSt
   const Layout w = layout(a, ws.max_context, static_cast<char*>(ws.data));
   if (ws.bytes < w.bytes) return cudaErrorInvalidValue;
   if (a.searches == 0) return cudaSuccess;
-  choose_kernel<<<a.searches, 128, 0, stream>>>(a, w);
+  choose_kernel<<<dim3(a.subspaces, a.searches), kChooseThreads, 0, stream>>>(a, w);
   const int per_scatter = kScatterThreads * kScatterItems, per_sum = kSumThreads * kSumItems;
   const dim3 scatter((std::max(a.list_capacity, 1) + per_scatter - 1) / per_scatter, w.lists, a.searches);
   scatter_kernel<<<scatter, kScatterThreads, 0, stream>>>(a, w);

@@ -4,8 +4,8 @@
 // device CsSelectStats added to atomically, or null).
 //
 // Four kernels, each spread over the GPU, none waiting on the host:
-//   1. choose (a CTA per search): per subspace the query slice's norm, its cosine to each
-//      centroid, and the nearest list (or the back-off's nearest few), with the CPU's tie rule;
+//   1. choose (a CTA per search and subspace): the query slice's norm, its cosine to each
+//      centroid (a warp each), and the nearest list (or the back-off's nearest few), with the CPU's tie rule;
 //   2. scatter (CTAs over each chosen list's entries): entry (key, score) writes its term
 //      w (score - floor) into its list's row of a per-position table and sets the list's bit in
 //      the key's mask (a list's keys are distinct: no two writes collide);
@@ -17,8 +17,8 @@
 //      position); with by_score a segmented radix sort then orders them by descending sum.
 // The masks and counts are zero again after a call, so the workspace needs no clearing.
 //
-// Differences from the CPU: the cosines are fp32 sums in another order (the CPU's dot products
-// run in SIMD lanes), so a near-tie of centroids may go the other way; the norm and the sums
+// Differences from the CPU: the cosines are fp32 sums in another order (a warp's lanes; the
+// CPU's dot products run in SIMD lanes), so a near-tie of centroids may go the other way; the norm and the sums
 // are computed as the CPU does. At most 32 lists per search (subspaces x back-off width). This header holds no device code.
 #pragma once
 

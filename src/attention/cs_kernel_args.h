@@ -98,14 +98,16 @@ namespace skim {
 //      slice normalised when !score_dot), ties to the smaller position; its tail: the mean
 //      score of the keys it left out (0 when none is).
 // Keys are read from the paged cache: key j is row j % page_size of page pages[j / page_size],
-// KV head kv_head ([num_pages][num_kv_heads][page_size][head_dim]).
-struct CsBuildArgs {
+// KV head kv_head ([num_pages][num_kv_heads][page_size][head_dim]), elements KeyElem: fp32 (the
+// CPU cache, CsBuildArgs) or bf16 bits (the GPU cache, CsBuildArgsBf16).
+template <class KeyElem>
+struct CsBuildArgsOf {
   int head_dim = 0, subspaces = 0, centroids = 0, iters = 0, max_points = 0, list_capacity = 0;
   bool score_dot = true;
   int subspace = 0;                 // m
   const float* vectors = nullptr;   // [num_vectors][head_dim]
   int num_vectors = 0;
-  const float* k_pool = nullptr;
+  const KeyElem* k_pool = nullptr;
   const int32_t* pages = nullptr;
   int page_size = 16, num_kv_heads = 0, kv_head = 0, num_keys = 0;
   // Out, the group's tables (slice m written): [M][C][ds], [M][C][L] twice, [M][C] twice.
@@ -115,5 +117,8 @@ struct CsBuildArgs {
   int32_t* list_size = nullptr;
   float* tail = nullptr;
 };
+
+using CsBuildArgs = CsBuildArgsOf<float>;
+using CsBuildArgsBf16 = CsBuildArgsOf<uint16_t>;
 
 }  // namespace skim

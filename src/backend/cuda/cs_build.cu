@@ -1,0 +1,392 @@
+// CSAttention's table build on the GPU (see cs_build.cuh).
+#include "backend/cuda/cs_build.cuh"
+
+#include <cuda_fp16.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_segmented_radix_sort.cuh>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "attention/top_list_heap.h"
+#include "backend/cuda/page_select_common.cuh"
+
+namespace skim::cuda {
+
+namespace {
+
+using page_select::kThreads;  // 512: a k-means CTA and a list CTA (the radix select's width)
+using page_select::order_key;
+
+constexpr int kMaxSlice = 128, kMaxCentroids = 256, kMaxPoints = 65536, kMaxCandidates = 8;
+constexpr size_t kMaxClusterSmem = 200 * 1024;  // the Lloyd sums of a k-means CTA
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+// The workspace, per build b: its points [max_points][ds], their D^2 and its prefix sums
+// [max_points], the sort keys of one centroid's key scores [C][max_keys], the lists' heap
+// keys before and after their sort [C][L]; the segments [count][C]; CUB's scratch.
+struct Layout {
+  float* points = nullptr;
+  float* d2 = nullptr;
+  double* prefix = nullptr;
+  uint32_t* keys = nullptr;
+  uint64_t *entries = nullptr, *sorted = nullptr;
+  int *begin = nullptr, *end = nullptr;
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0, bytes = 0;
+  int ds = 0, max_points = 0, max_keys = 0;
+};
+
+Layout layout(const CsBuildArgsBf16& a, int count, int max_keys, char* base) {
+  Layout w;
+  w.ds = a.head_dim / a.subspaces;
+  w.max_points = a.max_points;
+  w.max_keys = max_keys;
+  const size_t B = size_t(count), P = size_t(a.max_points), C = size_t(a.centroids), L = size_t(a.list_capacity);
+  size_t at = 0;
+  auto take = [&](size_t n) {
+    char* p = base ? base + at : nullptr;
+    at += align256(n);
+    return p;
+  };
+  w.points = reinterpret_cast<float*>(take(B * P * w.ds * sizeof(float)));
+  w.d2 = reinterpret_cast<float*>(take(B * P * sizeof(float)));
+  w.prefix = reinterpret_cast<double*>(take(B * P * sizeof(double)));
+  w.keys = reinterpret_cast<uint32_t*>(take(B * C * size_t(max_keys) * sizeof(uint32_t)));
+  w.entries = reinterpret_cast<uint64_t*>(take(B * C * L * sizeof(uint64_t)));
+  w.sorted = reinterpret_cast<uint64_t*>(take(B * C * L * sizeof(uint64_t)));
+  w.begin = reinterpret_cast<int*>(take(B * C * sizeof(int)));
+  w.end = reinterpret_cast<int*>(take(B * C * sizeof(int)));
+  cub::DeviceSegmentedRadixSort::SortKeys(nullptr, w.scratch_bytes, static_cast<const uint64_t*>(nullptr),
+                                          static_cast<uint64_t*>(nullptr), int(B * C * L), int(B * C),
+                                          static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+  w.scratch = take(w.scratch_bytes);
+  w.bytes = at;
+  return w;
+}
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+// Draw number `draw` of the stream `seed`: 64 random bits.
+__device__ __forceinline__ uint64_t draw_bits(uint64_t seed, uint64_t draw) {
+  return splitmix64(seed * 0x100000001b3ull + draw);
+}
+__device__ __forceinline__ double draw_unit(uint64_t seed, uint64_t draw) {  // [0, 1)
+  return double(draw_bits(seed, draw) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// The sample of a build: every stride-th of its n vectors.
+__device__ __forceinline__ int sample_stride(const CsBuildArgsBf16& a) {
+  return (a.num_vectors + a.max_points - 1) / a.max_points;
+}
+__device__ __forceinline__ int sample_size(const CsBuildArgsBf16& a) {
+  const int stride = sample_stride(a);
+  return (a.num_vectors + stride - 1) / stride;
+}
+
+// The CPU's normalize: a double sum of squares in order, then the float norm.
+__device__ __forceinline__ void normalize_slice(float* x, int ds) {
+  double s2 = 0;
+  for (int t = 0; t < ds; ++t) s2 += double(x[t]) * x[t];
+  const float norm = float(sqrt(s2));
+  if (norm > 0)
+    for (int t = 0; t < ds; ++t) x[t] /= norm;
+}
+
+__device__ __forceinline__ float bf16_value(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
+
+__device__ __forceinline__ float dot(const float* x, const float* y, int n) {
+  float s = 0.0f;
+  for (int t = 0; t < n; ++t) s += x[t] * y[t];
+  return s;
+}
+
+// Squared cosine distance (1 - cos)^2 from a similarity, as the CPU's distance2.
+__device__ __forceinline__ float distance2(float sim) {
+  const float d = fmaxf(0.0f, 1.0f - sim);
+  return d * d;
+}
+
+// Step 1, a CTA per build: the normalised slices of the sampled vectors.
+__global__ void __launch_bounds__(256) sample_kernel(const CsBuildArgsBf16* builds, const Layout w) {
+  const CsBuildArgsBf16 a = builds[blockIdx.x];
+  const int ds = w.ds, stride = sample_stride(a), n = sample_size(a);
+  float* points = w.points + size_t(blockIdx.x) * w.max_points * ds;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float* v = a.vectors + size_t(i) * stride * a.head_dim + size_t(a.subspace) * ds;
+    float* p = points + size_t(i) * ds;
+    for (int t = 0; t < ds; ++t) p[t] = v[t];
+    normalize_slice(p, ds);
+  }
+}
+
+using Reduce = cub::BlockReduce<double, kThreads>;
+using Scan = cub::BlockScan<double, kThreads>;
+
+struct KMeansSmem {
+  union {
+    typename Reduce::TempStorage reduce;
+    typename Scan::TempStorage scan;
+  };
+  double total, carry, after[kMaxCandidates];
+  int picks[kMaxCandidates], chosen;
+};
+
+// D^2's inclusive prefix sums in double (the draws search them) and their total.
+__device__ void prefix_sums(KMeansSmem& sm, const float* d2, double* prefix, int n) {
+  if (threadIdx.x == 0) sm.carry = 0;
+  __syncthreads();
+  for (int base = 0; base < n; base += kThreads) {
+    const int i = base + threadIdx.x;
+    double incl, tile;
+    Scan(sm.scan).InclusiveSum(i < n ? double(d2[i]) : 0.0, incl, tile);
+    if (i < n) prefix[i] = sm.carry + incl;
+    __syncthreads();  // every thread has read the carry and the scan storage
+    if (threadIdx.x == 0) sm.carry += tile;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) sm.total = sm.carry;
+  __syncthreads();
+}
+
+// The block's sum of x.
+__device__ double block_sum(KMeansSmem& sm, double x) {
+  const double total = Reduce(sm.reduce).Sum(x);
+  __syncthreads();
+  return total;  // thread 0's
+}
+
+// Step 2, a CTA per build: greedy k-means++ seeds, then Lloyd iterations, into centroids_out.
+// Dynamic shared memory: the clusters' double sums [C][ds] and sizes [C].
+__global__ void __launch_bounds__(kThreads) kmeans_kernel(const CsBuildArgsBf16* builds, const Layout w) {
+  extern __shared__ double cluster_sum[];
+  __shared__ KMeansSmem sm;
+  const CsBuildArgsBf16 a = builds[blockIdx.x];
+  const int ds = w.ds, n = sample_size(a), k = a.centroids, m = a.subspace;
+  const int candidates = min(kMaxCandidates, 2 + int(log(double(k))));
+  const uint64_t seed = 0x5eed0000ull + uint64_t(m);
+  const float* points = w.points + size_t(blockIdx.x) * w.max_points * ds;
+  float* d2 = w.d2 + size_t(blockIdx.x) * w.max_points;
+  double* prefix = w.prefix + size_t(blockIdx.x) * w.max_points;
+  float* c = a.centroids_out + size_t(m) * k * ds;
+  uint64_t draws = 0;  // uniform over the CTA: every thread counts the same draws
+
+  // The first seed uniformly; D^2 to it.
+  const int first = int(draw_bits(seed, draws++) % uint64_t(n));
+  for (int t = threadIdx.x; t < ds; t += blockDim.x) c[t] = points[size_t(first) * ds + t];
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) d2[i] = distance2(dot(points + size_t(i) * ds, c, ds));
+  __syncthreads();
+  for (int j = 1; j < k; ++j) {
+    prefix_sums(sm, d2, prefix, n);
+    if (threadIdx.x < candidates) {  // candidate t: a D^2 draw (uniform when every D is 0)
+      const uint64_t d = draws + uint64_t(threadIdx.x);
+      int pick;
+      if (sm.total <= 0) {
+        pick = int(draw_bits(seed, d) % uint64_t(n));
+      } else {
+        const double r = draw_unit(seed, d) * sm.total;
+        int lo = 0, hi = n - 1;  // the first i with prefix[i] > r
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (prefix[mid] > r) hi = mid;
+          else lo = mid + 1;
+        }
+        pick = lo;
+      }
+      sm.picks[threadIdx.x] = pick;
+    }
+    draws += uint64_t(candidates);
+    __syncthreads();
+    // Each candidate's total D^2 once it is a seed.
+    double after[kMaxCandidates] = {};
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const float* p = points + size_t(i) * ds;
+#pragma unroll
+      for (int t = 0; t < kMaxCandidates; ++t)
+        if (t < candidates) after[t] += fminf(d2[i], distance2(dot(p, points + size_t(sm.picks[t]) * ds, ds)));
+    }
+#pragma unroll
+    for (int t = 0; t < kMaxCandidates; ++t)
+      if (t < candidates) {
+        const double total = block_sum(sm, after[t]);
+        if (threadIdx.x == 0) sm.after[t] = total;
+      }
+    if (threadIdx.x == 0) {
+      int best = 0;
+      for (int t = 1; t < candidates; ++t)
+        if (sm.after[t] < sm.after[best]) best = t;
+      sm.chosen = sm.picks[best];
+    }
+    __syncthreads();
+    float* cj = c + size_t(j) * ds;
+    for (int t = threadIdx.x; t < ds; t += blockDim.x) cj[t] = points[size_t(sm.chosen) * ds + t];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+      d2[i] = fminf(d2[i], distance2(dot(points + size_t(i) * ds, cj, ds)));
+    __syncthreads();
+  }
+
+  // Lloyd: each point to its nearest centroid (the first of equal ones), each centroid the
+  // normalised double mean of its points (an empty cluster keeps its centroid).
+  int* members = reinterpret_cast<int*>(cluster_sum + size_t(k) * ds);
+  for (int it = 0; it < a.iters; ++it) {
+    for (int x = threadIdx.x; x < k * ds; x += blockDim.x) cluster_sum[x] = 0.0;
+    for (int x = threadIdx.x; x < k; x += blockDim.x) members[x] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const float* p = points + size_t(i) * ds;
+      int best = 0;
+      float best_sim = -INFINITY;
+      for (int cj = 0; cj < k; ++cj) {
+        const float sim = dot(p, c + size_t(cj) * ds, ds);
+        if (sim > best_sim) best_sim = sim, best = cj;
+      }
+      atomicAdd(members + best, 1);
+      for (int t = 0; t < ds; ++t) atomicAdd(cluster_sum + size_t(best) * ds + t, double(p[t]));
+    }
+    __syncthreads();
+    for (int cj = threadIdx.x; cj < k; cj += blockDim.x) {
+      const double* s = cluster_sum + size_t(cj) * ds;
+      double norm = 0;
+      for (int t = 0; t < ds; ++t) norm += s[t] * s[t];
+      if (members[cj] == 0 || norm <= 0) continue;
+      norm = sqrt(norm);
+      for (int t = 0; t < ds; ++t) c[size_t(cj) * ds + t] = float(s[t] / norm);
+    }
+    __syncthreads();
+  }
+}
+
+// A list entry's sort key: ascending order is TopList's rank order (fp16 score ascending, then
+// position descending), so a list sorted by it is a valid min-heap; it carries the fp16 bits
+// and the position.
+__device__ __forceinline__ uint64_t heap_key(uint16_t h, int32_t position) {
+  const uint32_t rank = uint32_t(top_list::order_key(h) + 32768) << 16 | h;
+  return uint64_t(rank) << 32 | uint32_t(0x7fffffff - position);
+}
+
+__device__ __forceinline__ float key_score(uint32_t key) {  // order_key's inverse
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+struct ListSmem {
+  page_select::SelectSmem select;
+  typename Reduce::TempStorage reduce;
+  float centroid[kMaxSlice];
+};
+
+// Step 3, CTA (centroid c, build b): every key's score against centroid c, its sum, and the
+// top min(L, num_keys) (ties to the smaller position) as heap keys; the list's size, tail and
+// sort segment.
+__global__ void __launch_bounds__(kThreads) list_kernel(const CsBuildArgsBf16* builds, const Layout w) {
+  __shared__ ListSmem sm;
+  const CsBuildArgsBf16 a = builds[blockIdx.y];
+  const int ds = w.ds, c = blockIdx.x, m = a.subspace, num_keys = min(a.num_keys, w.max_keys);
+  const size_t l = size_t(m) * a.centroids + c, unit = size_t(blockIdx.y) * a.centroids + c;
+  for (int t = threadIdx.x; t < ds; t += blockDim.x) sm.centroid[t] = a.centroids_out[l * ds + t];
+  __syncthreads();
+  uint32_t* keys = w.keys + unit * w.max_keys;
+  double all = 0;
+  for (int j = threadIdx.x; j < num_keys; j += blockDim.x) {
+    const size_t row = (size_t(a.pages[j / a.page_size]) * a.num_kv_heads + a.kv_head) * a.page_size + j % a.page_size;
+    const uint16_t* kp = a.k_pool + row * a.head_dim + size_t(m) * ds;
+    float norm = 0.0f;  // the slice normalised first when !score_dot, as the CPU does
+    if (!a.score_dot) {
+      double s2 = 0;
+      for (int t = 0; t < ds; ++t) s2 += double(bf16_value(kp[t])) * bf16_value(kp[t]);
+      norm = float(sqrt(s2));
+    }
+    float score = 0.0f;
+    for (int t = 0; t < ds; ++t) score += sm.centroid[t] * (norm > 0 ? bf16_value(kp[t]) / norm : bf16_value(kp[t]));
+    keys[j] = order_key(score);
+    all += score;
+  }
+  all = Reduce(sm.reduce).Sum(all);
+  __syncthreads();
+  const int kept = min(a.list_capacity, num_keys);
+  uint64_t* entries = w.entries + unit * a.list_capacity;
+  double in = 0;
+  auto keep = [&](int p, int rank) {
+    const float score = key_score(keys[p]);
+    in += score;
+    entries[rank] = heap_key(__half_as_ushort(__float2half_rn(score)), p);
+  };
+  if (kept == num_keys) {
+    for (int p = threadIdx.x; p < num_keys; p += blockDim.x) keep(p, p);
+  } else if (kept > 0) {
+    page_select::select_top_pages(sm.select, keys, num_keys, kept, keep, [](int) {});
+  }
+  in = Reduce(sm.reduce).Sum(in);
+  if (threadIdx.x == 0) {
+    const int left = num_keys - kept;
+    a.tail[l] = left > 0 ? float((all - in) / left) : 0.0f;
+    a.list_size[l] = kept;
+    w.begin[unit] = int(unit * a.list_capacity);
+    w.end[unit] = int(unit * a.list_capacity + kept);
+  }
+}
+
+// Step 5, CTA (centroid c, build b): the sorted heap keys into the list's storage.
+__global__ void __launch_bounds__(256) unpack_kernel(const CsBuildArgsBf16* builds, const Layout w) {
+  const CsBuildArgsBf16 a = builds[blockIdx.y];
+  const size_t l = size_t(a.subspace) * a.centroids + blockIdx.x;
+  const size_t unit = size_t(blockIdx.y) * a.centroids + blockIdx.x;
+  const int kept = w.end[unit] - w.begin[unit];
+  const uint64_t* sorted = w.sorted + unit * a.list_capacity;
+  for (int i = threadIdx.x; i < kept; i += blockDim.x) {
+    const uint64_t key = sorted[i];
+    a.list_index[l * a.list_capacity + i] = int32_t(0x7fffffff - uint32_t(key));
+    a.list_score[l * a.list_capacity + i] = uint16_t(key >> 32);
+  }
+}
+
+size_t cluster_smem(const CsBuildArgsBf16& a) {
+  return size_t(a.centroids) * (a.head_dim / a.subspaces) * sizeof(double) + size_t(a.centroids) * sizeof(int);
+}
+
+bool supported(const CsBuildArgsBf16& a, int count, int max_keys) {
+  if (count < 0 || a.subspaces <= 0 || a.head_dim <= 0 || a.head_dim % a.subspaces != 0) return false;
+  return a.head_dim / a.subspaces <= kMaxSlice && a.centroids > 0 && a.centroids <= kMaxCentroids &&
+         a.max_points > 0 && a.max_points <= kMaxPoints && a.list_capacity > 0 && a.iters >= 0 && max_keys > 0 &&
+         a.page_size > 0 && cluster_smem(a) <= kMaxClusterSmem;
+}
+
+}  // namespace
+
+size_t cs_build_workspace_size(const CsBuildArgsBf16& a, int count, int max_keys) {
+  return supported(a, count, max_keys) ? layout(a, count, max_keys, nullptr).bytes : 0;
+}
+
+cudaError_t cs_build(const CsBuildArgsBf16* builds, int count, const CsBuildArgsBf16& a, int max_keys,
+                     const CsBuildWorkspace& ws, cudaStream_t stream) {
+  if (!supported(a, count, max_keys) || (count > 0 && (!builds || !ws.data))) return cudaErrorInvalidValue;
+  const Layout w = layout(a, count, max_keys, static_cast<char*>(ws.data));
+  if (ws.bytes < w.bytes) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  const size_t smem = cluster_smem(a);
+  cudaError_t e = cudaFuncSetAttribute(kmeans_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return e;
+  sample_kernel<<<count, 256, 0, stream>>>(builds, w);
+  kmeans_kernel<<<count, kThreads, smem, stream>>>(builds, w);
+  const dim3 lists(unsigned(a.centroids), unsigned(count));
+  list_kernel<<<lists, kThreads, 0, stream>>>(builds, w);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  size_t scratch = w.scratch_bytes;
+  const int segments = count * a.centroids;
+  e = cub::DeviceSegmentedRadixSort::SortKeys(w.scratch, scratch, w.entries, w.sorted, segments * a.list_capacity,
+                                              segments, w.begin, w.end, 0, 64, stream);
+  if (e != cudaSuccess) return e;
+  unpack_kernel<<<lists, 256, 0, stream>>>(builds, w);
+  return cudaGetLastError();
+}
+
+}  // namespace skim::cuda

@@ -1,0 +1,183 @@
+// cpu::page_cache_map (kv/page_cache_args.h) against a plain LRU written here: random plans of
+// overlapping page lists over many steps, pages written between steps; the same copies, slot
+// tables, counts and cache state step after step. Then the properties the cache exists for: a
+// written page is copied again before it is read (no stale page), a sliding window copies only
+// its new page once warm, a step with more distinct pages than slots is refused with nothing
+// changed, and a page id outside the pool is refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "../test_random.h"
+#include "backend/cpu/page_cache_map.h"
+
+namespace skim {
+namespace {
+
+// The cache and one step's plan, in the args' layout.
+struct Cache {
+  int slots, host_pages;
+  std::vector<int32_t> slot_of_page, page_in_slot;
+  std::vector<int64_t> last_used;
+  Cache(int s, int h) : slots(s), host_pages(h), slot_of_page(size_t(h), -1), page_in_slot(size_t(s), -1),
+                        last_used(size_t(s), -1) {}
+};
+
+struct Step {
+  int lists, max_pages;
+  std::vector<int32_t> table, list_pages, written;
+  std::vector<int32_t> slot_table, copy_page, copy_slot, counts;
+  Step(int l, int m, std::vector<int32_t> t, std::vector<int32_t> lp, std::vector<int32_t> w)
+      : lists(l), max_pages(m), table(std::move(t)), list_pages(std::move(lp)), written(std::move(w)),
+        counts(3, -1) {}
+};
+
+bool run(Cache& c, Step& st, int64_t step) {
+  st.slot_table.assign(st.table.size(), -7);
+  st.copy_page.assign(size_t(c.slots), -7);
+  st.copy_slot.assign(size_t(c.slots), -7);
+  return cpu::page_cache_map({.lists = st.lists, .max_pages = st.max_pages, .table = st.table.data(),
+                              .list_pages = st.list_pages.data(), .slot_table = st.slot_table.data(),
+                              .slots = c.slots, .num_host_pages = c.host_pages, .slot_of_page = c.slot_of_page.data(),
+                              .page_in_slot = c.page_in_slot.data(), .last_used = c.last_used.data(), .step = step,
+                              .written = st.written.data(), .num_written = int(st.written.size()),
+                              .copy_page = st.copy_page.data(), .copy_slot = st.copy_slot.data(),
+                              .counts = st.counts.data()});
+}
+
+// A plain LRU: slot -> (page, last use); victims found by repeated minimum search.
+struct PlainLru {
+  std::vector<std::pair<int32_t, int64_t>> slot;  // (page or -1, last use or -1)
+  explicit PlainLru(int slots) : slot(size_t(slots), {-1, -1}) {}
+  int find(int32_t page) const {
+    for (size_t s = 0; s < slot.size(); ++s)
+      if (slot[s].first == page) return int(s);
+    return -1;
+  }
+  // The copies (page, slot) of one step, or refused.
+  bool step(const std::set<int32_t>& pages, const std::vector<int32_t>& written, int64_t now,
+            std::vector<std::pair<int32_t, int32_t>>& copies, int& hits) {
+    copies.clear();
+    hits = 0;
+    if (pages.size() > slot.size()) return false;
+    for (int32_t w : written)
+      if (const int s = find(w); s >= 0) slot[size_t(s)] = {-1, -1};
+    std::vector<int32_t> misses;
+    for (int32_t p : pages)
+      if (const int s = find(p); s >= 0) slot[size_t(s)].second = now, ++hits;
+      else misses.push_back(p);
+    std::vector<int32_t> victims;
+    for (size_t k = 0; k < misses.size(); ++k) {
+      int best = -1;
+      for (size_t s = 0; s < slot.size(); ++s) {
+        if (slot[s].second == now || std::find(victims.begin(), victims.end(), int32_t(s)) != victims.end()) continue;
+        if (best < 0 || slot[s].second < slot[size_t(best)].second) best = int(s);
+      }
+      victims.push_back(best);
+    }
+    std::sort(victims.begin(), victims.end());
+    for (size_t k = 0; k < misses.size(); ++k) {
+      slot[size_t(victims[k])] = {misses[k], now};
+      copies.push_back({misses[k], victims[k]});
+    }
+    return true;
+  }
+};
+
+TEST(PageCacheMap, EqualsAPlainLru) {
+  const int host_pages = 300, slots = 64;
+  Cache c(slots, host_pages);
+  PlainLru lru(slots);
+  int refused = 0, copied = 0, hit = 0, center = 100;
+  for (int64_t step = 0; step < 200; ++step) {
+    Step st(test::random_int(1, 6), 12, {}, {}, {});
+    st.table.assign(size_t(st.lists) * st.max_pages, 0);
+    center = std::clamp(center + test::random_int(-2, 2), 0, host_pages - 40);  // a slow drift: overlaps
+    std::set<int32_t> pages;
+    for (int i = 0; i < st.lists; ++i) {
+      st.list_pages.push_back(test::random_int(0, st.max_pages));
+      for (int j = 0; j < st.list_pages.back(); ++j) {
+        const int32_t p = step % 7 == 0 ? test::random_int(0, host_pages - 1) : center + test::random_int(0, 39);
+        st.table[size_t(i) * st.max_pages + j] = p;
+        pages.insert(p);
+      }
+    }
+    for (int w = test::random_int(0, 3); w > 0; --w) st.written.push_back(test::random_int(0, host_pages - 1));
+    std::vector<std::pair<int32_t, int32_t>> copies;
+    int hits = 0;
+    const bool want = lru.step(pages, st.written, step, copies, hits);
+    ASSERT_EQ(run(c, st, step), want) << "step " << step;
+    if (!want) {
+      EXPECT_EQ(st.counts[2], 1);
+      ++refused;
+      continue;
+    }
+    ASSERT_EQ(st.counts[0], int(copies.size())) << "step " << step;
+    EXPECT_EQ(st.counts[1], hits) << "step " << step;
+    for (size_t k = 0; k < copies.size(); ++k) {
+      EXPECT_EQ(st.copy_page[k], copies[k].first) << "step " << step << " copy " << k;
+      EXPECT_EQ(st.copy_slot[k], copies[k].second) << "step " << step << " copy " << k;
+    }
+    for (int i = 0; i < st.lists; ++i)
+      for (int j = 0; j < st.list_pages[size_t(i)]; ++j) {
+        const size_t at = size_t(i) * st.max_pages + j;
+        ASSERT_EQ(st.slot_table[at], lru.find(st.table[at])) << "step " << step;
+        ASSERT_EQ(c.page_in_slot[size_t(st.slot_table[at])], st.table[at]);
+      }
+    for (int s = 0; s < slots; ++s) ASSERT_EQ(c.page_in_slot[size_t(s)], lru.slot[size_t(s)].first) << "slot " << s;
+    copied += int(copies.size());
+    hit += hits;
+  }
+  EXPECT_EQ(refused, 0) << "64 slots hold any step of at most 6 x 12 pages drawn from 40";
+  EXPECT_GT(hit, copied) << "drifting selections mostly hit";
+}
+
+TEST(PageCacheMap, AWrittenPageIsCopiedAgainAndAWarmWindowCopiesOnlyItsNewPages) {
+  const int window = 8;
+  Cache c(2 * window, 1000);
+  for (int64_t step = 0; step < 50; ++step) {
+    // A window of the last `window` pages; the newest, step + window - 1, is written each step.
+    Step st(1, window, {}, {}, {});
+    for (int j = 0; j < window; ++j) st.table.push_back(int32_t(step + j));
+    st.list_pages = {window};
+    st.written = {int32_t(step + window - 1)};
+    ASSERT_TRUE(run(c, st, step));
+    const std::vector<int32_t> copies(st.copy_page.begin(), st.copy_page.begin() + st.counts[0]);
+    if (step == 0) {
+      EXPECT_EQ(st.counts[0], window);
+    } else {
+      EXPECT_EQ(copies, std::vector<int32_t>{int32_t(step + window - 1)})
+          << "step " << step << ": the one new page, written before it is read";
+    }
+  }
+  // A resident page written in between is copied again, into a slot the step may use.
+  Step st(1, 2, {100, 101}, {2}, {});
+  ASSERT_TRUE(run(c, st, 60));
+  Step again(1, 2, {100, 101}, {2}, {101});
+  ASSERT_TRUE(run(c, again, 61));
+  EXPECT_EQ(again.counts[0], 1);
+  EXPECT_EQ(again.copy_page[0], 101) << "the written page is not read stale";
+  EXPECT_EQ(again.counts[1], 1);
+}
+
+TEST(PageCacheMap, RefusesAStepLargerThanTheCacheAndPagesOutsideThePool) {
+  Cache c(4, 50);
+  Step fill(1, 3, {1, 2, 3}, {3}, {});
+  ASSERT_TRUE(run(c, fill, 0));
+  const Cache before = c;
+  Step big(2, 3, {4, 5, 6, 7, 8, 1}, {3, 3}, {});
+  EXPECT_FALSE(run(c, big, 1));
+  EXPECT_EQ(big.counts[2], 1);
+  EXPECT_EQ(c.slot_of_page, before.slot_of_page) << "a refused step changes nothing";
+  EXPECT_EQ(c.last_used, before.last_used);
+  Step outside(1, 1, {50}, {1}, {});
+  EXPECT_THROW(run(c, outside, 2), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace skim

@@ -13,6 +13,7 @@
 
 #include "attention/top_list_heap.h"
 #include "backend/cuda/page_select_common.cuh"
+#include "backend/cuda/workspace_carver.h"
 
 namespace skim::cuda {
 
@@ -23,8 +24,6 @@ using page_select::order_key;
 
 constexpr int kMaxSlice = 128, kMaxCentroids = 256, kMaxPoints = 65536, kMaxCandidates = 8;
 constexpr size_t kMaxClusterSmem = 200 * 1024;  // the Lloyd sums of a k-means CTA
-
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 // The workspace, per build b: its points [max_points][ds], their D^2 and its prefix sums
 // [max_points], the sort keys of one centroid's key scores [C][max_keys], the lists' heap
@@ -47,25 +46,20 @@ Layout layout(const CsBuildArgsBf16& a, int count, int max_keys, char* base) {
   w.max_points = a.max_points;
   w.max_keys = max_keys;
   const size_t B = size_t(count), P = size_t(a.max_points), C = size_t(a.centroids), L = size_t(a.list_capacity);
-  size_t at = 0;
-  auto take = [&](size_t n) {
-    char* p = base ? base + at : nullptr;
-    at += align256(n);
-    return p;
-  };
-  w.points = reinterpret_cast<float*>(take(B * P * w.ds * sizeof(float)));
-  w.d2 = reinterpret_cast<float*>(take(B * P * sizeof(float)));
-  w.prefix = reinterpret_cast<double*>(take(B * P * sizeof(double)));
-  w.keys = reinterpret_cast<uint32_t*>(take(B * C * size_t(max_keys) * sizeof(uint32_t)));
-  w.entries = reinterpret_cast<uint64_t*>(take(B * C * L * sizeof(uint64_t)));
-  w.sorted = reinterpret_cast<uint64_t*>(take(B * C * L * sizeof(uint64_t)));
-  w.begin = reinterpret_cast<int*>(take(B * C * sizeof(int)));
-  w.end = reinterpret_cast<int*>(take(B * C * sizeof(int)));
+  WorkspaceCarver carve(base);
+  w.points = carve.take<float>(B * P * w.ds);
+  w.d2 = carve.take<float>(B * P);
+  w.prefix = carve.take<double>(B * P);
+  w.keys = carve.take<uint32_t>(B * C * size_t(max_keys));
+  w.entries = carve.take<uint64_t>(B * C * L);
+  w.sorted = carve.take<uint64_t>(B * C * L);
+  w.begin = carve.take<int>(B * C);
+  w.end = carve.take<int>(B * C);
   cub::DeviceSegmentedRadixSort::SortKeys(nullptr, w.scratch_bytes, static_cast<const uint64_t*>(nullptr),
                                           static_cast<uint64_t*>(nullptr), int(B * C * L), int(B * C),
                                           static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
-  w.scratch = take(w.scratch_bytes);
-  w.bytes = at;
+  w.scratch = carve.take<char>(w.scratch_bytes);
+  w.bytes = carve.bytes();
   return w;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/page_select_common.cuh"
+#include "backend/cuda/workspace_carver.h"
 
 namespace skim::cuda {
 
@@ -21,8 +22,6 @@ constexpr int kMaxSlice = 128, kMaxCentroids = 256, kMaxLists = 32;  // lists a 
 constexpr int kScatterThreads = 256, kScatterItems = 8;  // a scatter CTA: entries per thread in flight
 constexpr int kSumThreads = 256, kSumItems = 16;
 constexpr uint64_t kEntryBytes = sizeof(int32_t) + sizeof(uint16_t);
-
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 // Lists a search gathers at most: M subspaces x its back-off's width.
 int lists_per_search(const CsSelectArgs& a) { return a.subspaces * std::min(a.centroids, a.backoff_top); }
@@ -53,32 +52,27 @@ Layout layout(const CsSelectArgs& a, int max_context, char* base) {
   w.lists = lists_per_search(a);
   const size_t S = size_t(a.searches), ctx = size_t(max_context), J = size_t(w.lists);
   const size_t picks = S * size_t(std::max(a.max_picks, 0));
-  size_t at = 0;
-  auto take = [&](size_t n) {
-    char* p = base ? base + at : nullptr;
-    at += align256(n);
-    return p;
-  };
-  w.chosen = reinterpret_cast<int32_t*>(take(S * J * sizeof(int32_t)));
-  w.weight = reinterpret_cast<float*>(take(S * J * sizeof(float)));
-  w.contrib = reinterpret_cast<float*>(take(S * J * ctx * sizeof(float)));
-  w.masks = reinterpret_cast<uint32_t*>(take(S * ctx * sizeof(uint32_t)));
-  w.keys = reinterpret_cast<uint32_t*>(take(S * ctx * sizeof(uint32_t)));
-  w.touched = reinterpret_cast<int*>(take(S * sizeof(int)));
-  w.below = reinterpret_cast<int*>(take(S * sizeof(int)));
+  WorkspaceCarver carve(base);
+  w.chosen = carve.take<int32_t>(S * J);
+  w.weight = carve.take<float>(S * J);
+  w.contrib = carve.take<float>(S * J * ctx);
+  w.masks = carve.take<uint32_t>(S * ctx);
+  w.keys = carve.take<uint32_t>(S * ctx);
+  w.touched = carve.take<int>(S);
+  w.below = carve.take<int>(S);
   if (a.by_score) {
-    w.pick_keys = reinterpret_cast<uint32_t*>(take(picks * sizeof(uint32_t)));
-    w.sorted_keys = reinterpret_cast<uint32_t*>(take(picks * sizeof(uint32_t)));
-    w.pick_positions = reinterpret_cast<int32_t*>(take(picks * sizeof(int32_t)));
-    w.begin = reinterpret_cast<int*>(take(S * sizeof(int)));
-    w.end = reinterpret_cast<int*>(take(S * sizeof(int)));
+    w.pick_keys = carve.take<uint32_t>(picks);
+    w.sorted_keys = carve.take<uint32_t>(picks);
+    w.pick_positions = carve.take<int32_t>(picks);
+    w.begin = carve.take<int>(S);
+    w.end = carve.take<int>(S);
     cub::DeviceSegmentedRadixSort::SortPairsDescending(
         nullptr, w.scratch_bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
         static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), int(picks), a.searches,
         static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
-    w.scratch = take(w.scratch_bytes);
+    w.scratch = carve.take<char>(w.scratch_bytes);
   }
-  w.bytes = at;
+  w.bytes = carve.bytes();
   return w;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cuda/page_select_common.cuh"
+#include "backend/cuda/workspace_carver.h"
 
 namespace skim::cuda {
 
@@ -33,27 +34,22 @@ __host__ __device__ __forceinline__ size_t align256(size_t x) { return (x + 255)
 // The by_score part of the workspace, from `base` (its offset) on; `bytes` its size.
 ByScore by_score_layout(const QuestPageSelectArgs& a, char* base, size_t* bytes) {
   const size_t lists = size_t(a.batch) * a.num_kv_heads, slots = lists * a.max_pages_per_seq;
-  size_t at = 0;
-  auto take = [&](size_t n) {
-    char* p = base ? base + at : nullptr;
-    at += align256(n);
-    return p;
-  };
+  WorkspaceCarver carve(base);
   ByScore x;
-  x.pages = reinterpret_cast<int32_t*>(take(slots * 4));
-  x.masks = reinterpret_cast<uint32_t*>(take(slots * 4));
-  x.keys = reinterpret_cast<uint32_t*>(take(slots * 4));
-  x.sorted_keys = reinterpret_cast<uint32_t*>(take(slots * 4));
-  x.slots = reinterpret_cast<int32_t*>(take(slots * 4));
-  x.sorted_slots = reinterpret_cast<int32_t*>(take(slots * 4));
-  x.begin = reinterpret_cast<int*>(take(lists * 4));
-  x.end = reinterpret_cast<int*>(take(lists * 4));
+  x.pages = carve.take<int32_t>(slots);
+  x.masks = carve.take<uint32_t>(slots);
+  x.keys = carve.take<uint32_t>(slots);
+  x.sorted_keys = carve.take<uint32_t>(slots);
+  x.slots = carve.take<int32_t>(slots);
+  x.sorted_slots = carve.take<int32_t>(slots);
+  x.begin = carve.take<int>(lists);
+  x.end = carve.take<int>(lists);
   cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, x.scratch_bytes, static_cast<const uint32_t*>(nullptr),
                                                      static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
                                                      static_cast<int32_t*>(nullptr), int(slots), int(lists),
                                                      static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
-  x.scratch = take(x.scratch_bytes);
-  if (bytes) *bytes = at;
+  x.scratch = carve.take<char>(x.scratch_bytes);
+  if (bytes) *bytes = carve.bytes();
   return x;
 }
 

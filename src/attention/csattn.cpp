@@ -41,12 +41,6 @@ CsParams cs_params(const PolicyPart& p) {
   return c;
 }
 
-namespace {
-
-
-}  // namespace
-
-
 void CsSelector::build_layer(std::vector<GroupTable>& heads, const SeqKV& kv0, int group, int num_keys) {
   const int M = p_.subspaces, C = p_.centroids, ds = kv0.layer.head_dim / M;
   SKIM_REQUIRE(num_keys > 0, "policy cs: no prompt keys to index");

@@ -9,6 +9,8 @@
 #   engine steps   (in gpu-check.log) the engine build, test_cuda (kernel parity, the demo
 #                  model on the GPU against the golden fixtures), `skim bench` -> bench-e2e.json
 #   summary.md     skim bench against SDPA (both timed in CUDA graphs), issue 5's targets
+# With more than 8 files in OUT_DIR (the device tool returns 8 at most), all but gpu-check.log and
+# summary.md end in gpu-check.tar.gz.
 # Usage: bash scripts/gpu-check.sh OUT_DIR   (env: NCU=1 adds an Nsight Compute profile of
 # one point (NCU_BATCH, NCU_CTX); QUICK=1 runs fewer cases and points; SKIP_SDPA=1;
 # ENGINE_ONLY=1 runs the engine steps alone, SKIP_ENGINE=1 the kernel steps alone; MATRIX=1 adds
@@ -41,6 +43,13 @@ LOG=$OUT/gpu-check.log
 exec > >(tee -a "$LOG") 2>&1
 status=0
 step() { echo; echo "=== $* ($(date +%T))"; }
+# The device tool sends back at most 8 files of $OUT: with more, everything but the log and the
+# summary goes into one gpu-check.tar.gz (unpack it here with tar -xzf).
+bundle_out() {
+  [ "$(find "$OUT" -type f | wc -l)" -le 8 ] && return
+  (cd "$OUT" && find . -type f ! -name gpu-check.log ! -name summary.md ! -name gpu-check.tar.gz -print0 |
+    tar -czf gpu-check.tar.gz --null -T - --remove-files) && echo "gpu-check: the rest of $OUT is in gpu-check.tar.gz"
+}
 
 step environment
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
@@ -242,4 +251,5 @@ cat "$OUT/results.md"
 [ -s "$OUT/summary.md" ] && cat "$OUT/summary.md"
 grep '^parity:' "$OUT/parity.log"
 echo "gpu-check status $status"
+bundle_out
 exit $status

@@ -29,6 +29,7 @@ struct BenchArgs {
   std::string attention_batches = "1,8";
   int steps = 64;
   std::string prefill_contexts = "8192,32768";
+  int prefill_8b_max = 8192;      // the 8B shape prefills only contexts up to this (8K: 1 s; 128K: minutes)
   int chunk = 512;
   double sparse_keep = 0.1;
   bool attention_only = false, e2e_only = false, no_8b = false, no_prefill = false;
@@ -358,7 +359,7 @@ void run_bench(const BenchArgs& a) {
     out["prefill"] = nlohmann::json::array();
     for (auto& [name, w] : models)
       for (int ctx : int_list(a.prefill_contexts, "--prefill-contexts")) {
-        if (name != models.front().first && ctx > 8192) continue;  // the 8B shape: 8K only
+        if (name != models.front().first && ctx > a.prefill_8b_max) continue;  // the 8B shape: see --prefill-8b-max
         const double tps = cuda::bench_prefill(w, ctx, a.chunk);
         std::printf("| %s | %d | %.0f |\n", name.c_str(), ctx, tps);
         std::fflush(stdout);
@@ -404,7 +405,12 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_option("--art-max-warps", a.art_max_warps, "ART's warps per list for --art (0: paged decode's split)")
       ->capture_default_str();
   app->add_flag("--no-8b", a.no_8b, "skip the random Llama-3.1-8B-shaped model");
-  app->add_option("--prefill-contexts", a.prefill_contexts, "prefill lengths (the 8B shape: up to 8K)")->capture_default_str();
+  app->add_option("--prefill-contexts", a.prefill_contexts, "prefill lengths (the 8B shape: up to --prefill-8b-max)")
+      ->capture_default_str();
+  app->add_option("--prefill-8b-max", a.prefill_8b_max,
+                  "longest prefill of the 8B shape (time to first token at 32K and 128K: 131072)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   app->add_option("--chunk", a.chunk, "prefill chunk, tokens")->capture_default_str();
   app->add_flag("--no-prefill", a.no_prefill, "skip the prefill measurement");
   app->add_option("--tp", a.tp,

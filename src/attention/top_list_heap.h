@@ -12,6 +12,9 @@
 
 namespace skim::top_list {
 
+// Bytes of one list entry: a key index and an fp16 score.
+constexpr uint64_t kEntryBytes = sizeof(int32_t) + sizeof(uint16_t);
+
 // A score's rank as an integer: fp16 bits ordered as their values (finite scores).
 SKIM_HOST_DEVICE inline int order_key(uint16_t h) { return (h & 0x8000u) ? -int(h & 0x7fffu) : int(h); }
 

@@ -14,7 +14,6 @@ namespace skim::cpu {
 
 namespace {
 
-constexpr uint64_t kEntryBytes = sizeof(int32_t) + sizeof(uint16_t);
 
 float dot(const float* a, const float* b, int n) {
   float s = 0;
@@ -54,7 +53,7 @@ void gather(const CsSelectArgs& a, int s, CsSelectScratch& w, CsSelectStats& sta
       const size_t l = size_t(m) * C + size_t(w.order[size_t(k)]);
       const float floor = a.missing_mean ? t.tail[l] : 0.0f;
       const int n = t.list_size[l];
-      stats.table_bytes += uint64_t(n) * kEntryBytes + (a.missing_mean ? sizeof(float) : 0);
+      stats.table_bytes += uint64_t(n) * top_list::kEntryBytes + (a.missing_mean ? sizeof(float) : 0);
       const int32_t* index = t.list_index + l * size_t(a.list_capacity);
       const uint16_t* score = t.list_score + l * size_t(a.list_capacity);
       for (int i = 0; i < n; ++i) {

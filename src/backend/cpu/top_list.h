@@ -13,8 +13,9 @@ namespace skim {
 // A bounded list of (key index, score): the `capacity` largest scores offered. A new entry
 // replaces the minimum only when its score is larger. Stored as a binary min-heap (the minimum
 // at the root: attention/top_list_heap.h, which the device insert shares), so an insert costs
-// O(log L) and no shifting; the gather reads every entry and needs no order. Among equal scores the later arrival (the larger key index) counts as
-// smaller: it is the one evicted, as a list sorted with ties in arrival order would drop it.
+// O(log L) and no shifting; the gather reads every entry and needs no order. Among equal
+// scores the later arrival (the larger key index) counts as smaller: it is the one evicted, as
+// a list sorted with ties in arrival order would drop it.
 // A view of storage it does not own: `capacity` slots of key index and fp16 score and the
 // count in use, as a group's tables hold every list of theirs in one flat layout (CsGroupTables),
 // the layout a device copy of the tables would have too.
@@ -44,7 +45,7 @@ class TopList {
   int admit_key() const;
   // The entries by descending score, ties by index (for tests and reports).
   std::vector<Entry> sorted() const;
-  static constexpr size_t kEntryBytes = sizeof(int32_t) + sizeof(uint16_t);
+  static constexpr size_t kEntryBytes = top_list::kEntryBytes;
 
  private:
   top_list::Heap heap() const { return {index_, score_, size_, capacity_}; }

@@ -7,12 +7,12 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 #include "attention/top_list_heap.h"
+#include "backend/cuda/hash_random.cuh"
 #include "backend/cuda/page_select_common.cuh"
+#include "backend/cuda/sequential_norm.cuh"
 #include "backend/cuda/workspace_carver.h"
 
 namespace skim::cuda {
@@ -63,20 +63,6 @@ Layout layout(const CsBuildArgsBf16& a, int count, int max_keys, char* base) {
   return w;
 }
 
-__device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-// Draw number `draw` of the stream `seed`: 64 random bits.
-__device__ __forceinline__ uint64_t draw_bits(uint64_t seed, uint64_t draw) {
-  return splitmix64(seed * 0x100000001b3ull + draw);
-}
-__device__ __forceinline__ double draw_unit(uint64_t seed, uint64_t draw) {  // [0, 1)
-  return double(draw_bits(seed, draw) >> 11) * (1.0 / 9007199254740992.0);
-}
-
 // The sample of a build: every stride-th of its n vectors.
 __device__ __forceinline__ int sample_stride(const CsBuildArgsBf16& a) {
   return (a.num_vectors + a.max_points - 1) / a.max_points;
@@ -86,11 +72,9 @@ __device__ __forceinline__ int sample_size(const CsBuildArgsBf16& a) {
   return (a.num_vectors + stride - 1) / stride;
 }
 
-// The CPU's normalize: a double sum of squares in order, then the float norm.
+// The CPU's normalize (sequential_norm.cuh).
 __device__ __forceinline__ void normalize_slice(float* x, int ds) {
-  double s2 = 0;
-  for (int t = 0; t < ds; ++t) s2 += double(x[t]) * x[t];
-  const float norm = float(sqrt(s2));
+  const float norm = sequential_norm([&](int t) { return x[t]; }, ds);
   if (norm > 0)
     for (int t = 0; t < ds; ++t) x[t] /= norm;
 }
@@ -293,12 +277,8 @@ __global__ void __launch_bounds__(kThreads) list_kernel(const CsBuildArgsBf16* b
   for (int j = threadIdx.x; j < num_keys; j += blockDim.x) {
     const size_t row = (size_t(a.pages[j / a.page_size]) * a.num_kv_heads + a.kv_head) * a.page_size + j % a.page_size;
     const uint16_t* kp = a.k_pool + row * a.head_dim + size_t(m) * ds;
-    float norm = 0.0f;  // the slice normalised first when !score_dot, as the CPU does
-    if (!a.score_dot) {
-      double s2 = 0;
-      for (int t = 0; t < ds; ++t) s2 += double(bf16_value(kp[t])) * bf16_value(kp[t]);
-      norm = float(sqrt(s2));
-    }
+    // The slice normalised first when !score_dot, as the CPU does.
+    const float norm = a.score_dot ? 0.0f : sequential_norm([&](int t) { return bf16_value(kp[t]); }, ds);
     float score = 0.0f;
     for (int t = 0; t < ds; ++t) score += sm.centroid[t] * (norm > 0 ? bf16_value(kp[t]) / norm : bf16_value(kp[t]));
     keys[j] = order_key(score);

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "attention/top_list_heap.h"
+#include "backend/cuda/sequential_norm.cuh"
 
 namespace skim::cuda {
 
@@ -18,13 +19,9 @@ __global__ void __launch_bounds__(kMaxLists) insert_kernel(const CsInsertArgs* a
   if (l >= M * C) return;
   const int m = l / C;
   const float* k = a.key + size_t(m) * ds;
-  float norm = 1.0f;  // score=cos: the slice normalised as the CPU's normalize does
-  if (!a.score_dot) {
-    double s2 = 0;
-    for (int i = 0; i < ds; ++i) s2 += double(k[i]) * k[i];
-    norm = float(sqrt(s2));
-    if (norm == 0.0f) norm = 1.0f;
-  }
+  // score=cos: the slice normalised as the CPU's normalize does (a zero slice stays zero).
+  float norm = a.score_dot ? 1.0f : sequential_norm([&](int i) { return k[i]; }, ds);
+  if (norm == 0.0f) norm = 1.0f;
   const float* centroid = a.centroids_data + size_t(l) * ds;
   float score = 0.0f;
   for (int i = 0; i < ds; ++i) score += centroid[i] * (a.score_dot ? k[i] : k[i] / norm);

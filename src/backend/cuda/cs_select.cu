@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "attention/top_list_heap.h"
 #include "backend/cuda/page_select_common.cuh"
+#include "backend/cuda/sequential_norm.cuh"
 #include "backend/cuda/workspace_carver.h"
 
 namespace skim::cuda {
@@ -21,7 +23,6 @@ using page_select::order_key;
 constexpr int kMaxSlice = 128, kMaxCentroids = 256, kMaxLists = 32;  // lists a search gathers
 constexpr int kScatterThreads = 256, kScatterItems = 8;  // a scatter CTA: entries per thread in flight
 constexpr int kSumThreads = 256, kSumItems = 16;
-constexpr uint64_t kEntryBytes = sizeof(int32_t) + sizeof(uint16_t);
 
 // Lists a search gathers at most: M subspaces x its back-off's width.
 int lists_per_search(const CsSelectArgs& a) { return a.subspaces * std::min(a.centroids, a.backoff_top); }
@@ -97,9 +98,7 @@ __global__ void __launch_bounds__(kChooseThreads) choose_kernel(const CsSelectAr
   for (int i = threadIdx.x; i < ds; i += blockDim.x) slice[i] = q[i];
   __syncthreads();
   if (threadIdx.x == 0) {
-    double s2 = 0;
-    for (int i = 0; i < ds; ++i) s2 += double(slice[i]) * slice[i];
-    const float norm = float(sqrt(s2));
+    const float norm = sequential_norm([&](int i) { return slice[i]; }, ds);
     weight = a.score_dot ? norm : 1.0f;
     if (norm > 0)
       for (int i = 0; i < ds; ++i) slice[i] /= norm;
@@ -149,7 +148,7 @@ __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const CsSelect
   const float floor = a.missing_mean ? t.tail[l] : 0.0f, weight = w.weight[size_t(s) * w.lists + j];
   if (a.stats && blockIdx.x == 0 && threadIdx.x == 0)
     atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->table_bytes),
-              (unsigned long long)(uint64_t(n) * kEntryBytes + (a.missing_mean ? sizeof(float) : 0)));
+              (unsigned long long)(uint64_t(n) * top_list::kEntryBytes + (a.missing_mean ? sizeof(float) : 0)));
   const int32_t* index = t.list_index + size_t(l) * a.list_capacity;
   const uint16_t* score = t.list_score + size_t(l) * a.list_capacity;
   float* contrib = w.contrib + (size_t(s) * w.lists + j) * w.max_context;

@@ -6,6 +6,7 @@
 #include <cfloat>
 
 #include "backend/cuda/ops.cuh"
+#include "backend/cuda/hash_random.cuh"
 
 namespace skim::cuda {
 
@@ -187,24 +188,16 @@ __global__ void argmax_kernel(const float* logits, int vocab, int32_t* next, Dec
   }
 }
 
-__device__ uint64_t splitmix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 __global__ void fill_random_bf16_kernel(uint16_t* p, size_t count, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
-    const double u = double(splitmix64(seed * 0x100000001b3ull + i) >> 11) * (1.0 / 9007199254740992.0);
+    const double u = draw_unit(seed, i);
     p[i] = bf16_bits(float((2.0 * u - 1.0) * scale));
   }
 }
 
 __global__ void fill_random_digests_kernel(uint16_t* kmin, uint16_t* kmax, size_t count, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
-    const double u = double(splitmix64(seed * 0x100000001b3ull + 2 * i) >> 11) * (1.0 / 9007199254740992.0);
-    const double w = double(splitmix64(seed * 0x100000001b3ull + 2 * i + 1) >> 11) * (1.0 / 9007199254740992.0);
+    const double u = draw_unit(seed, 2 * i), w = draw_unit(seed, 2 * i + 1);
     const float x = float((2.0 * u - 1.0) * scale), y = float((2.0 * w - 1.0) * scale);
     kmin[i] = bf16_bits(fminf(x, y));
     kmax[i] = bf16_bits(fmaxf(x, y));
@@ -229,14 +222,14 @@ __global__ void fill_random_cs_lists_kernel(int32_t* index, uint16_t* score, siz
     while (gcd_u64(step, uint64_t(context)) != 1) step += 2;
     const uint64_t offset = splitmix64(seed + 2 * list + 1) % uint64_t(context);
     index[e] = int32_t((step * i + offset) % uint64_t(context));
-    const double u = double(splitmix64(seed * 0x100000001b3ull + e) >> 11) * (1.0 / 9007199254740992.0);
+    const double u = draw_unit(seed, e);
     score[e] = __half_as_ushort(__float2half_rn(float(2.0 * u - 1.0)));
   }
 }
 
 __global__ void fill_random_f32_kernel(float* p, size_t count, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
-    const double u = double(splitmix64(seed * 0x100000001b3ull + i) >> 11) * (1.0 / 9007199254740992.0);
+    const double u = draw_unit(seed, i);
     p[i] = float((2.0 * u - 1.0) * scale);
   }
 }

@@ -29,8 +29,6 @@ struct ByScore {
   size_t scratch_bytes = 0;
 };
 
-__host__ __device__ __forceinline__ size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-
 // The by_score part of the workspace, from `base` (its offset) on; `bytes` its size.
 ByScore by_score_layout(const QuestPageSelectArgs& a, char* base, size_t* bytes) {
   const size_t lists = size_t(a.batch) * a.num_kv_heads, slots = lists * a.max_pages_per_seq;
@@ -61,7 +59,8 @@ __host__ __device__ __forceinline__ size_t flag_stride(const QuestPageSelectArgs
 
 size_t base_bytes(const QuestPageSelectArgs& a) {
   const size_t heads = size_t(a.batch) * a.num_heads;
-  return align256(heads * a.max_pages_per_seq * sizeof(uint32_t)) + align256(heads * flag_stride(a));
+  return WorkspaceCarver::align(heads * a.max_pages_per_seq * sizeof(uint32_t)) +
+         WorkspaceCarver::align(heads * flag_stride(a));
 }
 
 __device__ __forceinline__ size_t head_row(const QuestPageSelectArgs& a, int b, int hq) {
@@ -72,7 +71,7 @@ __device__ __forceinline__ uint32_t* keys_of(const QuestPageSelectArgs& a, int b
 }
 __device__ __forceinline__ uint8_t* flags_of(const QuestPageSelectArgs& a, int b, int hq) {
   const size_t keys = size_t(a.batch) * a.num_heads * a.max_pages_per_seq;
-  return static_cast<uint8_t*>(a.workspace) + align256(keys * sizeof(uint32_t)) +
+  return static_cast<uint8_t*>(a.workspace) + WorkspaceCarver::align(keys * sizeof(uint32_t)) +
          (size_t(b) * a.num_heads + hq) * flag_stride(a);
 }
 

@@ -1,15 +1,18 @@
 // Carves one workspace allocation into pieces aligned to 256 bytes, in order: a layout function
 // runs it once with a null base to size the workspace (every piece null), then with the real
-// base (every piece at its offset). Host code; the kernels get the pieces' pointers.
+// base (every piece at its offset). Host code but align(), which kernels that locate a piece
+// themselves call too.
 #pragma once
 
 #include <cstddef>
+
+#include "core/host_device.h"
 
 namespace skim::cuda {
 
 class WorkspaceCarver {
  public:
-  static constexpr size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
+  SKIM_HOST_DEVICE static constexpr size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
   explicit WorkspaceCarver(void* base) : base_(static_cast<char*>(base)) {}
   // The next piece of `count` elements of T (null while sizing).

@@ -29,6 +29,7 @@ struct BenchArgs {
   std::string attention_batches = "1,8";
   int steps = 64;
   std::string prefill_contexts = "8192,32768";
+  std::string prefill_attention;  // contexts of the prefill attention kernel's table (empty: none)
   int prefill_8b_max = 8192;      // the 8B shape prefills only contexts up to this (8K: 1 s; 128K: minutes)
   int chunk = 512;
   double sparse_keep = 0.1;
@@ -179,6 +180,29 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
   std::printf("\n");
 }
 
+// Paged prefill attention of the 8B layer shape, both tile sizes: a whole causal prompt in one
+// call (SDPA's shape: bench/attention/sdpa_prefill_bench.py times the same), a 2048-token chunk
+// and a 32-row chunk (ReSA's rectification) at the end of each context.
+void bench_prefill_attention(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::json& out) {
+  std::printf("paged prefill attention, Llama-3.1-8B layer (32 q / 8 KV heads of 128), causal, bf16 paged KV; "
+              "rows at the end of the context\n");
+  std::printf("| context | rows | rows per warp | us | TFLOP/s | x bytes floor |\n|---|---|---|---|---|---|\n");
+  out["prefill_attention"] = nlohmann::json::array();
+  for (int ctx : int_list(a.prefill_attention, "--prefill-attention"))
+    for (int rows : {ctx, 2048, 32})
+      for (int mt : {1, 2}) {
+        if (rows != ctx && rows >= ctx) continue;  // the chunks are shorter than the prompt
+        auto p = cuda::bench_prefill_attention(ctx, rows, c.num_heads, c.num_kv_heads, c.head_dim, mt);
+        const double floor_us = p.bytes / bw * 1e6;
+        std::printf("| %d | %d | %d | %.1f | %.1f | %.2f |\n", ctx, rows, 16 * mt, p.us, p.flops / p.us / 1e6,
+                    p.us / floor_us);
+        std::fflush(stdout);
+        out["prefill_attention"].push_back({{"context", ctx}, {"rows", rows}, {"m_tiles", mt}, {"us", p.us},
+                                            {"flops", p.flops}, {"bytes", p.bytes}, {"floor_us", floor_us}});
+      }
+  std::printf("\n");
+}
+
 // Tensor parallelism: greedy decode steps of a random-weight shape over each --tp size, dense
 // and gbsa/quest at --sparse-keep, against one GPU's bytes floor plus the all-reduces.
 void bench_tp(const BenchArgs& a, double bw, nlohmann::json& out) {
@@ -298,6 +322,7 @@ void run_bench(const BenchArgs& a) {
       bench_cs(a, c, bw, out);
     }
     if (a.art) bench_art(a, c, bw, out);
+    if (!a.prefill_attention.empty()) bench_prefill_attention(a, c, bw, out);
   }
 
   std::vector<std::pair<std::string, std::shared_ptr<const cuda::GpuWeights>>> models;
@@ -413,6 +438,9 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--chunk", a.chunk, "prefill chunk, tokens")->capture_default_str();
   app->add_flag("--no-prefill", a.no_prefill, "skip the prefill measurement");
+  app->add_option("--prefill-attention", a.prefill_attention,
+                  "also the prefill attention kernel (8B layer shape) at these contexts: a whole causal prompt, a "
+                  "2048-token and a 32-row chunk at the end of each");
   app->add_option("--tp", a.tp,
                   "only tensor parallelism: decode steps of a random --shape model split over each of these GPU "
                   "counts (e.g. 1,2), dense and gbsa/quest at --sparse-keep");

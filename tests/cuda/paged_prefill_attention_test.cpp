@@ -1,6 +1,7 @@
 // CUDA paged prefill attention against its CPU reference (the decode reference, one row at a
-// time) on fresh random inputs: head_dim 64 and 128, GQA groups 1, 4, 8 and 12 (two CTAs per
-// KV head), chunks that start and end inside pages, shuffled page ids. Skips without a GPU.
+// time) on fresh random inputs: head_dim 64 and 128, GQA groups 1, 3 (SmolLM2's: row tiles
+// split tokens), 4, 8, 12 and 16, chunks that start and end inside pages and key steps, whole
+// prompts of several row tiles, shuffled page ids, both tile sizes. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,7 +36,8 @@ TEST(CudaPagedPrefillAttention, MatchesCpuReference) {
   // the partials are merged (rectification's shape); unaligned starts and lengths.
   for (Case c : {Case{128, 1, 4, 0, 37}, Case{128, 2, 4, 37, 50}, Case{64, 4, 1, 5, 16}, Case{128, 2, 8, 250, 130},
                  Case{64, 1, 12, 19, 33}, Case{128, 8, 4, 1000, 7}, Case{128, 8, 4, 20000 - 29, 32},
-                 Case{64, 2, 8, 9001, 19}, Case{128, 1, 16, 4097, 40}}) {
+                 Case{64, 2, 8, 9001, 19}, Case{128, 1, 16, 4097, 40}, Case{128, 3, 3, 0, 301},
+                 Case{64, 3, 3, 70, 129}, Case{128, 2, 4, 0, 1000}, Case{128, 1, 1, 3, 250}}) {
     SCOPED_TRACE(testing::Message() << "d " << c.d << " kv " << c.kv_heads << " group " << c.group << " rows ["
                                     << c.start << ", " << c.start + c.n << ")");
     const int heads = c.kv_heads * c.group, ps = 16, last = c.start + c.n - 1;
@@ -79,23 +81,33 @@ TEST(CudaPagedPrefillAttention, MatchesCpuReference) {
     cuda::DeviceBuffer<uint8_t> ws{std::max<size_t>(1, cuda::paged_prefill_workspace_size(c.n, heads, c.kv_heads, c.d, last))};
     a.workspace = ws.data();
     a.workspace_bytes = ws.bytes();
-    ASSERT_EQ(cuda::paged_prefill_attention(a, nullptr), cudaSuccess);
-    cuda::check(cudaDeviceSynchronize(), "prefill attention");
-    std::vector<float> got_o(want_o.size()), got_lse(want_lse.size());
-    cuda::check(cudaMemcpy(got_o.data(), o.data(), o.bytes(), cudaMemcpyDeviceToHost), "D2H");
-    cuda::check(cudaMemcpy(got_lse.data(), lse.data(), lse.bytes(), cudaMemcpyDeviceToHost), "D2H");
-    // Probabilities are rounded to bf16 before P.V (as in flash attention), 2^-9 relative per
-    // weight, and the normaliser sums those rounded weights, so o stays a weighted mean of the
-    // v rows (|v| <~ 4 here): its error is bounded by about 2^-8 max|v| and is a few 1e-3 in
-    // practice (a relative measure is no good: o of few keys can be near 0). lse measured on an
-    // H100 within 1.3e-3. A wrong mask, page or head errs by O(1).
-    double o_err = 0, lse_err = 0;
-    for (size_t i = 0; i < got_o.size(); ++i) o_err = std::max(o_err, std::fabs(double(got_o[i]) - want_o[i]));
-    for (size_t i = 0; i < got_lse.size(); ++i)
-      lse_err = std::max(lse_err, std::fabs(double(got_lse[i]) - want_lse[i]));
-    EXPECT_LT(o_err, 2e-2);
-    EXPECT_LT(lse_err, 3e-3);
-    std::printf("[ prefill  ] d %d group %d rows %d: o abs err %.2e, lse err %.2e\n", c.d, c.group, c.n, o_err, lse_err);
+    for (int m_tiles : {1, 2}) {
+      SCOPED_TRACE(testing::Message() << "rows per warp " << 16 * m_tiles);
+      cuda::check(cudaMemset(o.data(), 0xff, o.bytes()), "cudaMemset");  // NaN: a row left unwritten fails
+      ASSERT_EQ(cuda::paged_prefill_attention_tiles(a, m_tiles, nullptr), cudaSuccess);
+      cuda::check(cudaDeviceSynchronize(), "prefill attention");
+      std::vector<float> got_o(want_o.size()), got_lse(want_lse.size());
+      cuda::check(cudaMemcpy(got_o.data(), o.data(), o.bytes(), cudaMemcpyDeviceToHost), "D2H");
+      cuda::check(cudaMemcpy(got_lse.data(), lse.data(), lse.bytes(), cudaMemcpyDeviceToHost), "D2H");
+      // Probabilities are rounded to bf16 before P.V (as in flash attention), 2^-9 relative per
+      // weight, and the normaliser sums those rounded weights, so o stays a weighted mean of the
+      // v rows (|v| <~ 4 here): its error is bounded by about 2^-8 max|v| and is a few 1e-3 in
+      // practice (a relative measure is no good: o of few keys can be near 0). lse measured on an
+      // H100 within 1.3e-3. A wrong mask, page or head errs by O(1).
+      double o_err = 0, lse_err = 0;
+      for (size_t i = 0; i < got_o.size(); ++i) {
+        const double e = std::fabs(double(got_o[i]) - want_o[i]);
+        o_err = std::isnan(e) ? INFINITY : std::max(o_err, e);
+      }
+      for (size_t i = 0; i < got_lse.size(); ++i) {
+        const double e = std::fabs(double(got_lse[i]) - want_lse[i]);
+        lse_err = std::isnan(e) ? INFINITY : std::max(lse_err, e);
+      }
+      EXPECT_LT(o_err, 2e-2);
+      EXPECT_LT(lse_err, 3e-3);
+      std::printf("[ prefill  ] d %d group %d rows %d, %d rows per warp: o abs err %.2e, lse err %.2e\n", c.d, c.group,
+                  c.n, 16 * m_tiles, o_err, lse_err);
+    }
   }
 }
 

@@ -16,6 +16,7 @@
 #include "backend/cuda/quest_page_select.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/paged_decode_attention.cuh"
+#include "backend/cuda/paged_prefill_attention.cuh"
 #include "backend/cuda/token_decode_attention.cuh"
 
 namespace skim::cuda {
@@ -512,6 +513,50 @@ double bench_retro_steps(std::shared_ptr<const GpuWeights> weights, int batch, i
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = warm; s < warm + steps; ++s) step(s);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3 / steps;
+}
+
+PrefillAttentionPoint bench_prefill_attention(int context, int rows, int heads, int kv_heads, int d, int m_tiles) {
+  RandomPagedCache c(1, context, kv_heads, d);
+  DeviceBuffer<uint16_t> q(size_t(rows) * heads * d);
+  DeviceBuffer<float> o(size_t(rows) * heads * d), lse(size_t(rows) * heads);
+  fill_random_bf16(q.data(), q.size(), 3, 1.0f, nullptr);
+  std::vector<int32_t> pos(static_cast<size_t>(rows));
+  std::iota(pos.begin(), pos.end(), context - rows);
+  DeviceBuffer<int32_t> positions;
+  upload(positions, pos.data(), pos.size());
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(1, paged_prefill_workspace_size(rows, heads, kv_heads, d, context - 1)));
+  PagedPrefillArgs a;
+  a.n = rows;
+  a.num_heads = heads;
+  a.num_kv_heads = kv_heads;
+  a.head_dim = d;
+  a.max_position = context - 1;
+  a.scale = 1.0f / std::sqrt(float(d));
+  a.q = q.data();
+  a.page_table = c.table.data();
+  a.positions = positions.data();
+  a.o = o.data();
+  a.lse = lse.data();
+  a.workspace = ws.data();
+  a.workspace_bytes = ws.bytes();
+
+  PrefillAttentionPoint p;
+  p.context = context;
+  p.rows = rows;
+  p.m_tiles = m_tiles;
+  double pairs = 0;  // row at position x sees x + 1 keys
+  for (int x : pos) pairs += x + 1.0;
+  p.flops = 4.0 * d * heads * pairs;
+  p.bytes = c.kv_bytes() + double(rows) * heads * (d * (2 + 4) + 4);
+  // Enough calls for ~5 TFLOP per graph (a whole 128K prompt is one call), rotating among the
+  // cache copies so that short chunks read HBM.
+  const int calls = int(std::clamp(std::ceil(5e12 / p.flops), 1.0, 200.0));
+  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+    check(paged_prefill_attention_tiles(a, m_tiles, s), "paged_prefill_attention");
+  });
+  return p;
 }
 
 double bench_prefill(std::shared_ptr<const GpuWeights> weights, int context, int chunk) {

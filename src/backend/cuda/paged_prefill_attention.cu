@@ -1,202 +1,317 @@
 #include "backend/cuda/paged_prefill_attention.cuh"
 
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include <algorithm>
 
-#include "backend/cuda/paged_decode_attention_impl.cuh"  // merge_kernel, device_info
+#include "backend/cuda/paged_decode_attention_impl.cuh"  // PTX wrappers, merge_kernel, device_info
 
 namespace skim::cuda {
 
 namespace {
 
-using namespace nvcuda;
+using detail::cp_async16;
+using detail::cp_async_commit;
+using detail::cp_async_wait;
+using detail::ldmatrix_x4;
+using detail::ldmatrix_x4_trans;
+using detail::mma_m16n8k16;
+using detail::pack_bf16;
+using detail::smem_addr;
 
-constexpr int kTile = 16;        // rows per CTA, keys per page; WMMA's M, N and K
-constexpr int kBlockPages = 4;   // pages per step of the key loop
-constexpr int kKeys = kBlockPages * kTile;
-constexpr int kMaxWarps = 8;
+constexpr int kPage = 16;
+constexpr int kWarps = 4;
+constexpr int kKeys = 64;  // keys per step of the key loop: four pages
 
-// Shared memory: the current block of K and V pages, then one area per warp (query head).
-template <int D>
-struct Smem {
-  static constexpr int kKV = kKeys * D * 2;        // bf16 bytes of a block of K (or V)
-  static constexpr int kQ = kTile * D * 2;         // bf16 query tile
-  static constexpr int kS = kTile * kKeys * 4;     // fp32 scores
-  static constexpr int kP = kTile * kKeys * 2;     // bf16 probabilities
-  static constexpr int kO = kTile * D * 4;         // fp32 output accumulator
-  static constexpr int kStats = 3 * kTile * 4 + 32;  // m, l, alpha (+ padding to 32 B)
-  static constexpr int kWarp = kQ + kS + kP + kO + kStats;
-  static int bytes(int warps) { return 2 * kKV + warps * kWarp; }
+// A CTA's tile for head_dim D with MT m16 tiles per warp. Its rows are (token, query head)
+// pairs of one KV head, packed token-major: row R is token R / group, head R % group of the
+// group. The heads of a group share every K/V row, so they share the CTA's copy of it.
+template <int D, int MT>
+struct Tile {
+  static constexpr int kRows = kWarps * MT * 16;
+  static constexpr int kWarpRows = MT * 16;
+  static constexpr int kRowBytes = D * 2;
+  static constexpr int kPieces = D / 8;  // 16-byte pieces of a row
+  static constexpr int kQBytes = kRows * kRowBytes;
+  static constexpr int kKVBytes = kKeys * kRowBytes;  // one step's K (or V)
+  static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes;  // Q, then K, V of two stages
+  static constexpr int kThreads = kWarps * 32;
+  // ldmatrix reads the same piece of 8 consecutive rows: piece c of row r sits at c ^ (r & 7),
+  // so the 8 reads hit 8 different bank groups.
+  __device__ static __forceinline__ uint32_t swz(int r, int c) {
+    return uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4));
+  }
 };
 
-// Split of the key range: CTA z of a row tile takes key blocks [z * blocks_per_split, ...).
+// Split of the key range: CTA z of a row tile takes key steps [z * steps_per_split, ...).
 // With splits > 1 each CTA writes its rows' normalised partial o and lse to part_o
 // [n][num_heads][splits][D] and part_lse [n][num_heads][splits] (merge_kernel's layout, the
 // rows as its batch); rows whose position precedes the CTA's keys write (0, -inf).
 struct Split {
   int splits = 1;
-  int blocks_per_split = 1 << 24;  // x kBlockPages pages: no overflow
+  int steps_per_split = 1 << 24;
   float* part_o = nullptr;
   float* part_lse = nullptr;
 };
 
-template <int D>
-__global__ void prefill_kernel(PagedPrefillArgs a, int sub_groups, Split sp) {
-  using S = Smem<D>;
-  using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
-  using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  __nv_bfloat16* kb = reinterpret_cast<__nv_bfloat16*>(smem);  // [kKeys][D]
-  __nv_bfloat16* vb = reinterpret_cast<__nv_bfloat16*>(smem + S::kKV);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  unsigned char* mine = smem + 2 * S::kKV + warp * S::kWarp;
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(mine);
-  float* ss = reinterpret_cast<float*>(mine + S::kQ);
-  __nv_bfloat16* ps = reinterpret_cast<__nv_bfloat16*>(mine + S::kQ + S::kS);
-  float* os = reinterpret_cast<float*>(mine + S::kQ + S::kS + S::kP);
-  float* m = reinterpret_cast<float*>(mine + S::kQ + S::kS + S::kP + S::kO);
-  float* l = m + kTile;
-  float* alpha = l + kTile;
+// What a CTA works on: its KV head, its packed rows and the key steps it visits.
+struct CtaWork {
+  int h, group, total_rows, r0;
+  int min_pos;  // position of the tile's first token: steps past it need the causal mask
+  int pages;    // pages the tile's last token sees
+  int begin, end;
+};
 
-  const int group = a.num_heads / a.num_kv_heads;
-  const int h = blockIdx.y / sub_groups, sub = blockIdx.y % sub_groups;
-  const int head_in_group = sub * kMaxWarps + warp;
-  const bool active = head_in_group < group;
-  const int hq = h * group + head_in_group;
-  const int r0 = blockIdx.x * kTile;
-  const int rows = min(kTile, a.n - r0);
-  const int last_pos = a.positions[r0 + rows - 1];  // rows are consecutive positions
+template <class T>
+__device__ __forceinline__ CtaWork cta_work(const PagedPrefillArgs& a, const Split& sp) {
+  CtaWork w;
+  w.h = blockIdx.y;
+  w.group = a.num_heads / a.num_kv_heads;
+  w.total_rows = a.n * w.group;
+  // The last row tiles have the longest prefixes: they start first, so none runs alone at the end.
+  w.r0 = (gridDim.x - 1 - blockIdx.x) * T::kRows;
+  const int last_row = min(w.total_rows, w.r0 + T::kRows) - 1;
+  w.min_pos = a.positions[w.r0 / w.group];  // rows are consecutive positions
+  const int last_pos = a.positions[last_row / w.group];
+  w.pages = last_pos / kPage + 1;
+  w.begin = blockIdx.z * sp.steps_per_split;
+  w.end = min(last_pos / kKeys + 1, w.begin + sp.steps_per_split);
+  return w;
+}
+
+// The tile's queries into shared memory; rows past the chunk are zeros.
+template <class T>
+__device__ __forceinline__ void load_q_tile(const PagedPrefillArgs& a, const CtaWork& w, uint32_t q_s) {
+  for (int i = threadIdx.x; i < T::kRows * T::kPieces; i += T::kThreads) {
+    const int row = i / T::kPieces, c = i % T::kPieces, r = w.r0 + row;
+    const bool ok = r < w.total_rows;
+    const size_t head = ok ? size_t(r / w.group) * a.num_heads + w.h * w.group + r % w.group : 0;
+    cp_async16(q_s + T::swz(row, c), a.q + head * T::kRowBytes / 2 + c * 8, ok ? 16 : 0);
+  }
+}
+
+// K and V of the step's four pages into a stage; pages past the tile's prefix are zeros (their
+// scores are masked, and zero V keeps 0 x V finite).
+template <class T>
+__device__ __forceinline__ void load_kv_step(const PagedPrefillArgs& a, const CtaWork& w, int step, uint32_t k_s,
+                                             uint32_t v_s) {
+  for (int i = threadIdx.x; i < kKeys * T::kPieces; i += T::kThreads) {
+    const int key = i / T::kPieces, c = i % T::kPieces, page = step * (kKeys / kPage) + key / kPage;
+    const bool ok = page < w.pages;
+    const size_t off =
+        ok ? ((size_t(a.page_table[page]) * a.num_kv_heads + w.h) * kPage + key % kPage) * (T::kRowBytes / 2) + c * 8
+           : 0;
+    cp_async16(k_s + T::swz(key, c), a.k_pool + off, ok ? 16 : 0);
+    cp_async16(v_s + T::swz(key, c), a.v_pool + off, ok ? 16 : 0);
+  }
+}
+
+// s = Q K^T for the warp's rows and the step's 64 keys: s[mt][j] holds keys 8j..8j+7 in the
+// m16n8 accumulator layout. The B fragments of K serve all MT row tiles.
+template <class T, int D, int MT>
+__device__ __forceinline__ void compute_scores(uint32_t q_s, uint32_t k_s, int warp, int lane,
+                                               float (&s)[MT][kKeys / 8][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    uint32_t qa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      ldmatrix_x4(qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3],
+                  q_s + T::swz(warp * T::kWarpRows + mt * 16 + (lane & 15), 2 * kc + (lane >> 4)));
+#pragma unroll
+    for (int np = 0; np < kKeys / 16; ++np) {
+      uint32_t b0, b1, b2, b3;
+      ldmatrix_x4(b0, b1, b2, b3, k_s + T::swz(16 * np + ((lane >> 4) << 3) + (lane & 7), 2 * kc + ((lane >> 3) & 1)));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_m16n8k16(s[mt][2 * np], qa[mt], b0, b1);
+        mma_m16n8k16(s[mt][2 * np + 1], qa[mt], b2, b3);
+      }
+    }
+  }
+}
+
+// Keys after a row's position score -inf (the causal mask; also the pages past the prefix).
+// Only the steps at the tile's diagonal come here: the rows' positions are loaded then, not
+// held in registers through the loop.
+template <class T, int MT>
+__device__ __forceinline__ void mask_scores(const PagedPrefillArgs& a, const CtaWork& w, int warp, int lane, int key0,
+                                            float (&s)[MT][kKeys / 8][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = w.r0 + warp * T::kWarpRows + mt * 16 + lane / 4 + 8 * half;
+      const int pos = r < w.total_rows ? a.positions[r / w.group] : -1;  // past the chunk: all masked
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (key0 + 8 * j + 2 * (lane & 3) + e > pos) s[mt][j][2 * half + e] = -INFINITY;
+    }
+}
+
+// The online softmax of one step: new running maxima, o and l rescaled, and the step's
+// probabilities as bf16 A fragments p[mt][j][half] (row lane/4 + 8 half, keys 8j + 2(lane%4),
+// + 1). l sums the rounded weights P.V uses (so o stays a weighted mean), per lane: the four
+// lanes of a row are added at the end.
+template <int D, int MT>
+__device__ __forceinline__ void update_softmax(float (&s)[MT][kKeys / 8][4], float scale_log2, float (&m)[MT][2],
+                                               float (&l)[MT][2], float (&o)[MT][D / 8][4],
+                                               uint32_t (&p)[MT][kKeys / 8][2]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[mt][half], mx * scale_log2);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet stays at 0
+      const float alpha = exp2f(m[mt][half] - base);
+      m[mt][half] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j) {
+        const uint32_t pk = pack_bf16(exp2f(fmaf(s[mt][j][2 * half], scale_log2, -base)),
+                                      exp2f(fmaf(s[mt][j][2 * half + 1], scale_log2, -base)));
+        p[mt][j][half] = pk;
+        sum += __uint_as_float(pk << 16) + __uint_as_float(pk & 0xffff0000u);
+      }
+      l[mt][half] = l[mt][half] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) o[mt][dt][2 * half] *= alpha, o[mt][dt][2 * half + 1] *= alpha;
+    }
+}
+
+// o += P V: the step's probabilities (registers) times its V rows (ldmatrix.trans gives the
+// B fragments of V stored [key][dim]).
+template <class T, int D, int MT>
+__device__ __forceinline__ void accumulate_pv(const uint32_t (&p)[MT][kKeys / 8][2], uint32_t v_s, int lane,
+                                              float (&o)[MT][D / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    uint32_t pa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      pa[mt][0] = p[mt][2 * kk][0];
+      pa[mt][1] = p[mt][2 * kk][1];
+      pa[mt][2] = p[mt][2 * kk + 1][0];
+      pa[mt][3] = p[mt][2 * kk + 1][1];
+    }
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b0, b1, b2, b3;
+      ldmatrix_x4_trans(b0, b1, b2, b3, v_s + T::swz(16 * kk + (((lane >> 3) & 1) << 3) + (lane & 7), 2 * dp + (lane >> 4)));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_m16n8k16(o[mt][2 * dp], pa[mt], b0, b1);
+        mma_m16n8k16(o[mt][2 * dp + 1], pa[mt], b2, b3);
+      }
+    }
+  }
+}
+
+// The warp's rows' o / l and lse, or this split's partials.
+template <class T, int D, int MT>
+__device__ __forceinline__ void store_rows(const PagedPrefillArgs& a, const CtaWork& w, const Split& sp, int warp,
+                                           int lane, const float (&o)[MT][D / 8][4], const float (&m)[MT][2],
+                                           float (&l)[MT][2]) {
+  const int ns = sp.splits;
+  float* out_o = ns > 1 ? sp.part_o : a.o;
+  float* out_lse = ns > 1 ? sp.part_lse : a.lse;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = l[mt][half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int r = w.r0 + warp * T::kWarpRows + mt * 16 + lane / 4 + 8 * half;
+      if (r >= w.total_rows) continue;
+      const size_t at = (size_t(r / w.group) * a.num_heads + w.h * w.group + r % w.group) * ns + blockIdx.z;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      float* dst = out_o + at * D + 2 * (lane & 3);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        *reinterpret_cast<float2*>(dst + 8 * dt) = make_float2(o[mt][dt][2 * half] * inv, o[mt][dt][2 * half + 1] * inv);
+      if ((lane & 3) == 0) out_lse[at] = sum > 0.0f ? (m[mt][half] + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+    }
+}
+
+// Flash attention (FlashAttention-2's loop) over the paged cache: Q of the tile stays in shared
+// memory, each step's K/V pages arrive by cp.async while the previous step computes, scores
+// and P.V run on mma.sync with o, m and l in registers. One CTA per (row tile, KV head, split).
+template <int D, int MT>
+__global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(PagedPrefillArgs a, Split sp) {
+  using T = Tile<D, MT>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t q_s = smem_addr(smem), kv_s = q_s + T::kQBytes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const CtaWork w = cta_work<T>(a, sp);
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
-  if (active) {
-    for (int i = lane; i < kTile * D; i += 32) {
-      const int r = i / D, c = i % D;
-      qs[i] = r < rows ? __ushort_as_bfloat16(a.q[(size_t(r0 + r) * a.num_heads + hq) * D + c])
-                       : __float2bfloat16(0.0f);
-      os[i] = 0.0f;
-    }
-    if (lane < kTile) m[lane] = -INFINITY, l[lane] = 0.0f;
-  }
-  __syncwarp();
+  load_q_tile<T>(a, w, q_s);
+  if (w.begin < w.end) load_kv_step<T>(a, w, w.begin, kv_s, kv_s + T::kKVBytes);
+  cp_async_commit();
 
-  // Two lanes per row in the softmax: lane 2r + half takes keys [32 half, 32 half + 32).
-  const int row = lane / 2, half = lane % 2;
-  const int row_pos = row < rows ? a.positions[r0 + row] : -1;
-  const int pages = last_pos / kTile + 1;
-  const int begin = blockIdx.z * sp.blocks_per_split * kBlockPages;
-  const int end = min(pages, begin + sp.blocks_per_split * kBlockPages);
-  for (int first = begin; first < end; first += kBlockPages) {
-    const int in_block = min(kBlockPages, end - first);
-    for (int i = threadIdx.x; i < kBlockPages * kTile * D / 8; i += blockDim.x) {
-      const int pg = i / (kTile * D / 8), off = i % (kTile * D / 8);
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;  // pages past the sequence: zeros, masked below
-      if (pg < in_block) {
-        const size_t base = (size_t(a.page_table[first + pg]) * a.num_kv_heads + h) * kTile * D;
-        kv = reinterpret_cast<const uint4*>(a.k_pool + base)[off];
-        vv = reinterpret_cast<const uint4*>(a.v_pool + base)[off];
-      }
-      reinterpret_cast<uint4*>(kb)[i] = kv;
-      reinterpret_cast<uint4*>(vb)[i] = vv;
-    }
-    __syncthreads();
-    if (active) {
-      // Scores S = Q K^T, one 16-key tile at a time (K rows [key][dim] are K^T column-major).
-      for (int kt = 0; kt < kBlockPages; ++kt) {
-        FragAcc acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int k = 0; k < D; k += 16) {
-          FragA fa;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-          wmma::load_matrix_sync(fa, qs + k, D);
-          wmma::load_matrix_sync(fb, kb + kt * kTile * D + k, D);
-          wmma::mma_sync(acc, fa, fb, acc);
-        }
-        wmma::store_matrix_sync(ss + kt * kTile, acc, kKeys, wmma::mem_row_major);
-      }
-      __syncwarp();
-      // Online softmax; keys after the row's position are masked.
-      const int key0 = first * kTile + half * 32;
-      float x[32], mx = m[row];
-      for (int j = 0; j < 32; ++j) {
-        x[j] = key0 + j <= row_pos ? ss[row * kKeys + half * 32 + j] * scale_log2 : -INFINITY;
-        mx = fmaxf(mx, x[j]);
-      }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      float sum = 0.0f, f = 1.0f;
-      if (mx != -INFINITY) {
-        f = exp2f(m[row] - mx);  // 0 when m was -inf
-        for (int j = 0; j < 32; ++j) {
-          // The normaliser sums the bf16 weights P.V uses, so o stays a weighted mean.
-          const __nv_bfloat16 p = __float2bfloat16(exp2f(x[j] - mx));
-          sum += __bfloat162float(p);
-          ps[row * kKeys + half * 32 + j] = p;
-        }
-      } else {
-        for (int j = 0; j < 32; ++j) ps[row * kKeys + half * 32 + j] = __float2bfloat16(0.0f);
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      __syncwarp();
-      if (half == 0) {
-        if (mx != -INFINITY) m[row] = mx;
-        l[row] = l[row] * f + sum;
-        alpha[row] = f;
-      }
-      __syncwarp();
-      for (int i = lane; i < kTile * D; i += 32) os[i] *= alpha[i / D];
-      __syncwarp();
-      // O += P V, one 16-column block of O at a time.
-      FragA fp[kBlockPages];
-      for (int kt = 0; kt < kBlockPages; ++kt) wmma::load_matrix_sync(fp[kt], ps + kt * kTile, kKeys);
-      for (int c = 0; c < D; c += 16) {
-        FragAcc acc;
-        wmma::load_matrix_sync(acc, os + c, D, wmma::mem_row_major);
-        for (int kt = 0; kt < kBlockPages; ++kt) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fv;
-          wmma::load_matrix_sync(fv, vb + kt * kTile * D + c, D);
-          wmma::mma_sync(acc, fp[kt], fv, acc);
-        }
-        wmma::store_matrix_sync(os + c, acc, D, wmma::mem_row_major);
-      }
-      __syncwarp();
-    }
-    __syncthreads();  // the block's buffers are refilled next
+  float o[MT][D / 8][4], m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
   }
 
-  if (!active) return;
-  // Final outputs, or this split's partials (one more stride level: the split).
-  const int z = blockIdx.z, ns = sp.splits;
-  float* o = ns > 1 ? sp.part_o : a.o;
-  float* lse = ns > 1 ? sp.part_lse : a.lse;
-  for (int i = lane; i < rows * D; i += 32) {
-    const int r = i / D;
-    o[((size_t(r0 + r) * a.num_heads + hq) * ns + z) * D + i % D] = l[r] > 0.0f ? os[i] / l[r] : 0.0f;
+  for (int step = w.begin; step < w.end; ++step) {
+    cp_async_wait<0>();
+    __syncthreads();  // this step's stage has arrived, and every warp is done with the other one
+    const uint32_t k_s = kv_s + ((step - w.begin) & 1) * 2 * T::kKVBytes, v_s = k_s + T::kKVBytes;
+    if (step + 1 < w.end) {
+      const uint32_t k_next = kv_s + ((step + 1 - w.begin) & 1) * 2 * T::kKVBytes;
+      load_kv_step<T>(a, w, step + 1, k_next, k_next + T::kKVBytes);
+    }
+    cp_async_commit();
+    float s[MT][kKeys / 8][4];
+    compute_scores<T, D, MT>(q_s, k_s, warp, lane, s);
+    if ((step + 1) * kKeys - 1 > w.min_pos) mask_scores<T, MT>(a, w, warp, lane, step * kKeys, s);
+    uint32_t p[MT][kKeys / 8][2];
+    update_softmax<D, MT>(s, scale_log2, m, l, o, p);
+    accumulate_pv<T, D, MT>(p, v_s, lane, o);
   }
-  if (lane < rows)
-    lse[(size_t(r0 + lane) * a.num_heads + hq) * ns + z] =
-        l[lane] > 0.0f ? (m[lane] + log2f(l[lane])) * 0.6931471805599453f : -INFINITY;
+  store_rows<T, D, MT>(a, w, sp, warp, lane, o, m, l);
 }
 
 // Key splits per row tile, only when the row tiles alone leave SMs idle: then enough CTAs
-// for two per SM, each split at least kMinSplitBlocks blocks of keys, at most kMaxSplits.
+// for two per SM, each split at least kMinSplitSteps steps of keys, at most kMaxSplits.
 constexpr int kMaxSplits = 64;
-constexpr int kMinSplitBlocks = 4;
+constexpr int kMinSplitSteps = 4;
 struct SplitPlan {
-  int splits = 1, blocks_per_split = 1 << 24;
+  int splits = 1, steps_per_split = 1 << 24;
 };
-SplitPlan plan_splits(int n, int units, int max_position, int sms) {
+SplitPlan plan_splits(int row_tiles, int units, int max_position, int sms) {
   SplitPlan p;
-  const int tiles = (n + kTile - 1) / kTile;
-  const int blocks = (max_position / kTile + 1 + kBlockPages - 1) / kBlockPages;
-  const long ctas = long(tiles) * units;
+  const int steps = max_position / kKeys + 1;
+  const long ctas = long(row_tiles) * units;
   if (ctas >= sms) return p;
   int s = int(std::min<long>((2L * sms + ctas - 1) / ctas, kMaxSplits));
-  s = std::min(s, std::max(1, blocks / kMinSplitBlocks));
+  s = std::min(s, std::max(1, steps / kMinSplitSteps));
   if (s <= 1) return p;
-  p.blocks_per_split = (blocks + s - 1) / s;
-  p.splits = (blocks + p.blocks_per_split - 1) / p.blocks_per_split;
+  p.steps_per_split = (steps + s - 1) / s;
+  p.splits = (steps + p.steps_per_split - 1) / p.steps_per_split;
   return p;
+}
+
+int row_tiles(int n, int group, int m_tiles) {
+  const int rows = kWarps * m_tiles * 16;
+  return (n * group + rows - 1) / rows;
 }
 
 size_t split_bytes(int n, int num_heads, int head_dim, int splits) {
@@ -209,35 +324,36 @@ int sm_count() {
   return detail::device_info(info) == cudaSuccess ? info.sms : 132;
 }
 
-template <int D>
-cudaError_t launch(const PagedPrefillArgs& a, cudaStream_t stream) {
-  const int group = a.num_heads / a.num_kv_heads;
-  const int warps = std::min(group, kMaxWarps), sub_groups = (group + kMaxWarps - 1) / kMaxWarps;
-  const int smem = Smem<D>::bytes(warps);
-  // The attribute is per device (tensor parallelism launches on several): the largest size it
-  // allows so far on each. A benign race: every writer of a device's entry stores the same value.
+// The dynamic shared memory the kernel needs, allowed once per device (tensor parallelism
+// launches on several). A benign race: every writer of a device's entry stores the same value.
+template <int D, int MT>
+cudaError_t allow_smem() {
   constexpr int kMaxDevices = 64;
-  static int configured[kMaxDevices] = {};
+  static bool done[kMaxDevices] = {};
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  if (dev >= kMaxDevices || smem > configured[dev]) {
-    const int all = Smem<D>::bytes(kMaxWarps);
-    cudaError_t e = cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, all);
-    if (e != cudaSuccess) return e;
-    if (dev < kMaxDevices) configured[dev] = all;
-  }
-  const int units = a.num_kv_heads * sub_groups;
-  const SplitPlan plan = a.workspace ? plan_splits(a.n, units, a.max_position, sm_count()) : SplitPlan{};
+  if (dev < kMaxDevices && done[dev]) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(flash_prefill_kernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Tile<D, MT>::kSmemBytes);
+  if (e == cudaSuccess && dev < kMaxDevices) done[dev] = true;
+  return e;
+}
+
+template <int D, int MT>
+cudaError_t launch(const PagedPrefillArgs& a, cudaStream_t stream) {
+  if (cudaError_t e = allow_smem<D, MT>(); e != cudaSuccess) return e;
+  const int group = a.num_heads / a.num_kv_heads, tiles = row_tiles(a.n, group, MT);
+  const SplitPlan plan = a.workspace ? plan_splits(tiles, a.num_kv_heads, a.max_position, sm_count()) : SplitPlan{};
   Split sp;
   if (plan.splits > 1 && a.workspace_bytes >= split_bytes(a.n, a.num_heads, D, plan.splits)) {
     sp.splits = plan.splits;
-    sp.blocks_per_split = plan.blocks_per_split;
+    sp.steps_per_split = plan.steps_per_split;
     sp.part_o = static_cast<float*>(a.workspace);
     sp.part_lse = reinterpret_cast<float*>(static_cast<char*>(a.workspace) +
                                            detail::align_up(size_t(a.n) * a.num_heads * sp.splits * D * 4, 256));
   }
-  const dim3 grid((a.n + kTile - 1) / kTile, units, sp.splits);
-  prefill_kernel<D><<<grid, warps * 32, smem, stream>>>(a, sub_groups, sp);
+  const dim3 grid(tiles, a.num_kv_heads, sp.splits);
+  flash_prefill_kernel<D, MT><<<grid, kWarps * 32, Tile<D, MT>::kSmemBytes, stream>>>(a, sp);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || sp.splits == 1) return e;
   detail::MergeParams mp;
@@ -251,26 +367,33 @@ cudaError_t launch(const PagedPrefillArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+bool supported(const PagedPrefillArgs& a) {
+  return a.n >= 0 && a.num_heads > 0 && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
+         (a.head_dim == 64 || a.head_dim == 128) && a.page_size == kPage;
+}
+
 }  // namespace
 
-cudaError_t paged_prefill_attention(const PagedPrefillArgs& a, cudaStream_t stream) {
-  if (a.n < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
-      (a.head_dim != 64 && a.head_dim != 128) || a.page_size != kTile)
-    return cudaErrorInvalidValue;
+cudaError_t paged_prefill_attention_tiles(const PagedPrefillArgs& a, int m_tiles, cudaStream_t stream) {
+  if (!supported(a) || (m_tiles != 1 && m_tiles != 2)) return cudaErrorInvalidValue;
   if (a.n == 0) return cudaSuccess;
-  return a.head_dim == 64 ? launch<64>(a, stream) : launch<128>(a, stream);
+  if (a.head_dim == 64) return m_tiles == 1 ? launch<64, 1>(a, stream) : launch<64, 2>(a, stream);
+  return m_tiles == 1 ? launch<128, 1>(a, stream) : launch<128, 2>(a, stream);
+}
+
+cudaError_t paged_prefill_attention(const PagedPrefillArgs& a, cudaStream_t stream) {
+  return paged_prefill_attention_tiles(a, kDefaultPrefillMTiles, stream);
 }
 
 size_t paged_prefill_workspace_size(int max_rows, int num_heads, int num_kv_heads, int head_dim, int max_position) {
   if (max_rows <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads) return 0;
-  const int group = num_heads / num_kv_heads;
-  const int units = num_kv_heads * ((group + kMaxWarps - 1) / kMaxWarps);
-  const int sms = sm_count();
+  const int group = num_heads / num_kv_heads, sms = sm_count();
   size_t bytes = 0;
-  for (int n = 1; n <= max_rows; ++n) {
-    const SplitPlan p = plan_splits(n, units, max_position, sms);
-    if (p.splits > 1) bytes = std::max(bytes, split_bytes(n, num_heads, head_dim, p.splits));
-  }
+  for (int n = 1; n <= max_rows; ++n)
+    for (int mt = 1; mt <= 2; ++mt) {  // either tile size (the bench times both)
+      const SplitPlan p = plan_splits(row_tiles(n, group, mt), num_kv_heads, max_position, sms);
+      if (p.splits > 1) bytes = std::max(bytes, split_bytes(n, num_heads, head_dim, p.splits));
+    }
   return bytes;
 }
 

@@ -31,7 +31,7 @@ struct BenchArgs {
   std::string prefill_contexts = "8192,32768";
   std::string prefill_attention;  // contexts of the prefill attention kernel's table (empty: none)
   int prefill_8b_max = 8192;      // the 8B shape prefills only contexts up to this (8K: 1 s; 128K: minutes)
-  int chunk = 512;
+  int chunk = kGpuPrefillChunk;  // what the engine prefills with on the GPU
   double sparse_keep = 0.1;
   bool attention_only = false, e2e_only = false, no_8b = false, no_prefill = false;
   bool policy_defaults = false;  // also the end-to-end steps of every GPU policy at its defaults

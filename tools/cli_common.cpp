@@ -91,7 +91,7 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
   app.add_option("-t,--threads", o.threads, fmt::format("CPU threads (0: all cores; at most {})", max_threads()))
       ->capture_default_str();
   app.add_option("--policy", o.policy, "attention policy, e.g. dense")->capture_default_str();
-  app.add_option("--chunk", o.prefill_chunk, "prefill chunk, tokens")->capture_default_str();
+  app.add_option("--chunk", o.prefill_chunk, "prefill chunk, tokens (0: 512 on the CPU, 2048 on the GPU)")->capture_default_str();
   app.add_option("--device", o.device, "cpu, or cuda (every policy but cs and oracle; skim policies lists each one's backends)")->capture_default_str();
   app.add_option("--tp", o.tensor_parallel,
                  "tensor parallelism: ranks to split the model's heads, MLP and vocabulary over (CPU: one thread "

@@ -163,7 +163,7 @@ void register_eval(CLI::App& root, std::function<void()>& run) {
   app->add_option("--data", a.data, "text files or folders (default: data/heldout-python)");
   app->add_option("--seed", o.seed, "seed for text windows and passkey prompts")->capture_default_str();
   app->add_option("-t,--threads", a.engine.threads, "CPU threads (0: all cores)")->capture_default_str();
-  app->add_option("--chunk", a.engine.prefill_chunk, "prefill chunk, tokens")->capture_default_str();
+  app->add_option("--chunk", a.engine.prefill_chunk, "prefill chunk, tokens (0: 512 on the CPU, 2048 on the GPU)")->capture_default_str();
   app->add_option("--tp", a.engine.tensor_parallel, "tensor-parallel ranks (one thread each, sharing --threads)")
       ->capture_default_str();
   app->add_flag("--json", a.json, "print one JSON object instead of the table");

@@ -1,7 +1,8 @@
 // Arguments of paged prefill attention, shared by the CUDA kernel and its CPU reference
 // (skim::cuda::paged_prefill_attention, skim::cpu::paged_prefill_attention): the rows of a
-// prefill chunk of ONE sequence, row r being the query at positions[r], attend causally to
-// the sequence's cached keys [0, positions[r]] (their K/V already written). Layouts as in
+// prefill chunk of one sequence, or of several (one pass over the chunks of every sequence ReSA
+// rectifies in a step), row r being the query at positions[r], attend causally to its
+// sequence's cached keys [0, positions[r]] (their K/V already written). Layouts as in
 // paged_decode_args.h: q bf16 [n][num_heads][head_dim], pools bf16
 // [num_pages][num_kv_heads][page_size][head_dim], o fp32 [n][num_heads][head_dim], lse fp32
 // [n][num_heads] (natural log).
@@ -22,7 +23,13 @@ struct PagedPrefillArgs {
   const uint16_t* k_pool = nullptr;
   const uint16_t* v_pool = nullptr;
   const int32_t* page_table = nullptr;  // the sequence's pages (> max_position / page_size)
-  const int32_t* positions = nullptr;   // [n]
+  const int32_t* positions = nullptr;   // [n]; each sequence's rows at consecutive positions
+  // Several sequences: rows [seq_rows[s], seq_rows[s + 1]) are sequence s's, its page table at
+  // page_table + seq_rows[s] * table_stride (a table per row, as the decode batch stages them).
+  // seq_rows in the kernel's memory, seq_rows[num_seqs] = n; nullptr: one sequence.
+  int num_seqs = 1;
+  const int32_t* seq_rows = nullptr;
+  int table_stride = 0;
   float* o = nullptr;
   float* lse = nullptr;
   // GPU only: scratch for splitting the key range over several CTAs when the rows are too few

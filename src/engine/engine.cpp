@@ -104,22 +104,29 @@ struct Engine::Impl {
   }
   void reserve(PageTable& t, int length) { forward->reserve(t, length); }
 
-  // ReSA's dense rectification: the last `count` tokens, written under sparse attention, run
-  // again as one dense prefill chunk; their K/V and page digests are overwritten in every
-  // layer. Sampled tokens are not changed.
-  void rectify(Sequence& s, int count) {
+  // ReSA's dense rectification: each due sequence's last f tokens, written under sparse
+  // attention, run again as a dense prefill; their K/V and page digests are overwritten in
+  // every layer. Sampled tokens are not changed. The sequences due in the same step share
+  // forward passes (up to a prefill chunk of rows each: the weights are read once for all of
+  // them); a sequence's rows stay in order, split over passes only when f exceeds a chunk.
+  void rectify(std::span<Sequence* const> due) {
     std::vector<float> none;
-    const int end = s.table.length;
-    for (int b = end - count; b < end; b += options.prefill_chunk) {  // f may exceed a pass
-      ForwardBatch fb;
-      for (int pos = b; pos < std::min(end, b + options.prefill_chunk); ++pos) {
-        fb.tokens.push_back(s.tokens[size_t(pos)]);
+    ForwardBatch fb;
+    auto flush = [&] {
+      if (!fb.tokens.empty()) forward->run(fb, *policy, none);
+      fb = ForwardBatch{};
+    };
+    for (Sequence* s : due) {
+      const int end = s->table.length, count = std::min(s->rectify_every, end);
+      for (int pos = end - count; pos < end; ++pos) {
+        if (int(fb.tokens.size()) == options.prefill_chunk) flush();
+        fb.tokens.push_back(s->tokens[size_t(pos)]);
         fb.positions.push_back(pos);
-        fb.tables.push_back(&s.table);
+        fb.tables.push_back(&s->table);
       }
-      forward->run(fb, *policy, none);
+      rectified_tokens += uint64_t(count);
     }
-    rectified_tokens += uint64_t(count);
+    flush();
   }
   uint64_t rectified_tokens = 0;
 
@@ -154,6 +161,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   openblas_set_num_threads(1);
 #endif
   m.gpu = o.device == "cuda";
+  if (m.options.prefill_chunk == 0) m.options.prefill_chunk = m.gpu ? kGpuPrefillChunk : kCpuPrefillChunk;
 #ifdef SKIM_HAVE_CUDA
   if (m.gpu) cuda::require_device("--device cuda");  // before the model loads: fail fast
 #else
@@ -187,7 +195,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
 #ifdef SKIM_HAVE_CUDA
   if (m.gpu) {
     cuda::GpuForwardOptions go;
-    go.max_rows = std::max(o.prefill_chunk, o.max_sequences);
+    go.max_rows = std::max(m.options.prefill_chunk, o.max_sequences);
     go.max_pages_per_seq = pages_per_seq;
     go.policy = o.policy;
     if (o.tensor_parallel > 1) {
@@ -419,6 +427,7 @@ ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<con
 }
 
 void Engine::Impl::finish_decode(std::span<const int> seqs, std::span<const int> tokens) {
+  std::vector<Sequence*> due;  // ReSA: sequences whose f-th step since the last rectification this was
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = sequence(seqs[i]);
     const int f = s.rectify_every;
@@ -426,8 +435,9 @@ void Engine::Impl::finish_decode(std::span<const int> seqs, std::span<const int>
     s.tokens.push_back(tokens[i]);
     s.decode_steps += 1;
     s.retro_steps += 1;
-    if (f > 0 && s.decode_steps % f == 0) rectify(s, std::min(f, s.table.length));
+    if (f > 0 && s.decode_steps % f == 0) due.push_back(&s);
   }
+  if (!due.empty()) rectify(due);
 }
 
 std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int> tokens) {

@@ -54,7 +54,7 @@ inline constexpr size_t kMaxStopBytes = 256;
 // An engine. The context and the sequences are bounded again by memory (check_kv_memory).
 inline constexpr IntField kMaxContext{"max_context", 1, int64_t(1) << 24};
 inline constexpr IntField kMaxSequences{"max_sequences", 1, 4096};
-inline constexpr IntField kPrefillChunk{"prefill_chunk", 1, 65536};
+inline constexpr IntField kPrefillChunk{"prefill_chunk", 0, 65536};  // 0: the device default
 inline constexpr IntField kTensorParallel{"tensor_parallel", 1, 64};
 }  // namespace fields
 

@@ -297,6 +297,54 @@ TEST(GpuEngine, ResaRectifiesOnTheGpuAsOnTheCpu) {
   EXPECT_GT(from_gbsa, 0.01f) << "rectification changed nothing: is it running?";
 }
 
+// ReSA with several sequences due in the same step: their rectifications share one prefill pass
+// (paged prefill attention over several sequences). Three sequences of different prompt lengths
+// decode together, teacher-forced, and each row's logits follow the same sequence decoded alone
+// (another batch size: the GEMMs may round differently); every sequence rectified.
+TEST(GpuEngine, ResaRectifiesSequencesDueTogetherInOnePass) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
+  std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
+  const std::string policy = "resa:keep=0.1,n_min=16,f=4";
+  const int steps = 12, n = 3;
+  const std::vector<int> cut = {0, 150, 333};  // prompt tokens each sequence leaves out
+  auto prefix = [&](int r) { return std::vector<int>(prompt.begin(), prompt.end() - 1 - cut[size_t(r)]); };
+  auto token = [&](int i) { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; };
+
+  EngineOptions o = gpu_options(int(prompt.size()) + 64);
+  o.max_sequences = n;
+  o.policy = policy;
+  Engine together(o);
+  std::vector<int> seqs;
+  for (int r = 0; r < n; ++r) {
+    seqs.push_back(together.open_sequence());
+    together.append(seqs.back(), prefix(r), {});
+  }
+  std::vector<std::vector<float>> rows;  // [step] n rows of logits
+  for (int i = 0; i < steps; ++i) rows.push_back(together.decode(seqs, std::vector<int>(size_t(n), token(i))));
+  EXPECT_EQ(together.rectified_tokens(), uint64_t(n * steps));
+
+  const size_t vocab = size_t(together.config().vocab_size);
+  for (int r = 0; r < n; ++r) {
+    EngineOptions a = gpu_options(int(prompt.size()) + 64);
+    a.policy = policy;
+    Engine alone(a);
+    const int seq = alone.open_sequence();
+    alone.append(seq, prefix(r), {});
+    float worst = 0;
+    for (int i = 0; i < steps; ++i) {
+      const int t = token(i);
+      const std::vector<float> l = alone.decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1));
+      for (size_t v = 0; v < vocab; ++v) worst = std::max(worst, std::fabs(l[v] - rows[size_t(i)][size_t(r) * vocab + v]));
+    }
+    std::printf("[ resa     ] sequence %d of %d rectified together vs alone, %d steps: max |diff| = %.3g\n", r, n,
+                steps, worst);
+    EXPECT_LT(worst, kLogitTol);
+    EXPECT_EQ(alone.rectified_tokens(), uint64_t(steps));
+  }
+}
+
 // Per-sequence policies in one batch: four forks of the demo-long prompt decode together under
 // dense, gbsa, quest and resa (f = 4), teacher-forced, and each row's logits follow the same
 // policy run alone (another batch size: the GEMMs and the attention's splits may round

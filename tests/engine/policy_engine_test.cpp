@@ -41,12 +41,12 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-// Largest difference between two engines' caches over all layers, positions and heads.
-float kv_diff(const PolicyRun& a, const PolicyRun& b) {
-  const PagedKVCache& ca = a.engine->kv_cache();
-  const PagedKVCache& cb = b.engine->kv_cache();
-  const PageTable& ta = a.engine->page_table(a.seq);
-  const PageTable& tb = b.engine->page_table(b.seq);
+// Largest difference between two sequences' caches over all layers, positions and heads.
+float kv_diff(const Engine& ea, int sa, const Engine& eb, int sb) {
+  const PagedKVCache& ca = ea.kv_cache();
+  const PagedKVCache& cb = eb.kv_cache();
+  const PageTable& ta = ea.page_table(sa);
+  const PageTable& tb = eb.page_table(sb);
   const KVCacheShape& s = ca.shape();
   float m = 0;
   for (int l = 0; l < s.num_layers; ++l)
@@ -58,6 +58,7 @@ float kv_diff(const PolicyRun& a, const PolicyRun& b) {
         }
   return m;
 }
+float kv_diff(const PolicyRun& a, const PolicyRun& b) { return kv_diff(*a.engine, a.seq, *b.engine, b.seq); }
 
 TEST(PolicyEngine, FullBudgetEqualsDense) {
   auto prompt = random_ids(300, 512), feed = random_ids(12, 512);
@@ -88,6 +89,30 @@ TEST(PolicyEngine, RectifyEveryFRewritesTheLastFTokens) {
   // cache is dense again.
   EXPECT_EQ(rect.engine->rectified_tokens(), 9u);
   EXPECT_LE(kv_diff(rect, dense), 1e-5f);  // prefill and decode kernels sum in different orders
+}
+
+// Sequences due in the same step rectify in shared passes (f = 3: one pass of 9 rows; f = 40: 120
+// rows over two passes of 64, a sequence split between them): after a step that rectified, each
+// sequence's cache is the one dense decoding writes, as when it runs alone.
+TEST(PolicyEngine, SequencesDueTogetherRectifyInSharedPasses) {
+  for (int f : {3, 40}) {
+    SCOPED_TRACE(testing::Message() << "f " << f);
+    const std::vector<std::vector<int>> prompts = {random_ids(200, 512), random_ids(90, 512), random_ids(131, 512)};
+    const std::vector<int> feed = random_ids(f, 512);
+    const int n = int(prompts.size());
+    auto e = test::make_tiny_engine("gbsa:keep=0.02,n_min=1,n_local=1+rectify:f=" + std::to_string(f), 200 + f + 8, n);
+    std::vector<int> seqs;
+    for (const auto& p : prompts) {
+      seqs.push_back(e->open_sequence());
+      e->append(seqs.back(), p, {});
+    }
+    for (int t : feed) e->decode(seqs, std::vector<int>(size_t(n), t));
+    EXPECT_EQ(e->rectified_tokens(), uint64_t(n * f));
+    for (int r = 0; r < n; ++r) {
+      PolicyRun dense = run_policy("dense", prompts[size_t(r)], feed);
+      EXPECT_LE(kv_diff(*e, seqs[size_t(r)], *dense.engine, dense.seq), 1e-5f) << "sequence " << r;
+    }
+  }
 }
 
 // The CPU engine runs one policy for every sequence: a sequence's own policy is the engine's,

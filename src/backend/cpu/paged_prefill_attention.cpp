@@ -7,12 +7,17 @@
 
 namespace skim::cpu {
 
+// Every row as a decode query over its own sequence's keys [0, position].
 void paged_prefill_attention(const PagedPrefillArgs& a) {
   const int pages = a.max_position / a.page_size + 1;
   std::vector<int32_t> tables, lens;
-  for (int r = 0; r < a.n; ++r) {
-    tables.insert(tables.end(), a.page_table, a.page_table + pages);
-    lens.push_back(a.positions[r] + 1);
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int begin = a.seq_rows ? a.seq_rows[s] : 0, end = a.seq_rows ? a.seq_rows[s + 1] : a.n;
+    const int32_t* table = a.page_table + (a.seq_rows ? size_t(begin) * a.table_stride : 0);
+    for (int r = begin; r < end; ++r) {
+      tables.insert(tables.end(), table, table + pages);
+      lens.push_back(a.positions[r] + 1);
+    }
   }
   PagedDecodeArgs d;
   d.batch = a.n;

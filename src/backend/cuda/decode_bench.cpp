@@ -406,7 +406,9 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   const size_t embed_bytes = weights->embed.data.bytes();
   const bool tied = weights->lm_head.rows == 0;
   GpuForwardOptions o;
-  o.max_rows = sparse ? std::max(batch, rectify_f) : batch;  // a rectification is f rows
+  // A rectification is f rows per sequence, every sequence in one pass (the engine's chunk of
+  // 2048 rows holds 64 sequences' f = 32).
+  o.max_rows = sparse ? std::max(batch, rectify_f * batch) : batch;
   o.max_pages_per_seq = pages_per_seq;
   o.policy = mix[0];
   GpuForward fwd(weights, shape, o);
@@ -443,20 +445,20 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   if (policy.find("art") != std::string::npos || policy.find("mac") != std::string::npos) p.kv_bytes = counted / steps;
   p.floor_ms = (p.weight_bytes + p.kv_bytes) / copy_bw * 1e3;
   if (sparse && rectify_f > 0) {
-    // As Engine::rectify does it: per sequence, one prefill chunk of its last f tokens (the
-    // GPU forward attends densely in prefill), after one warm-up round.
+    // As Engine::rectify does it when every sequence is due in the same step: one prefill pass
+    // over each sequence's last f tokens (the GPU forward attends densely in prefill), after one
+    // warm-up round.
     auto dense = make_policy("dense");
     std::vector<float> none;
     auto rectify_all = [&] {
-      for (PageTable* t : ptrs) {
-        ForwardBatch fb;
+      ForwardBatch fb;
+      for (PageTable* t : ptrs)
         for (int pos = t->length - rectify_f; pos < t->length; ++pos) {
           fb.tokens.push_back(int32_t((uint32_t(pos) * 2654435761u) % uint32_t(c.vocab_size)));
           fb.positions.push_back(pos);
           fb.tables.push_back(t);
         }
-        fwd.run(fb, *dense, none);
-      }
+      fwd.run(fb, *dense, none);
     };
     rectify_all();
     const auto t0 = std::chrono::steady_clock::now();

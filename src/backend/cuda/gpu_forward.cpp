@@ -199,6 +199,10 @@ uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const i
     staging_[in.newest_row + r] =
         r + 1 < n && tables[size_t(r + 1)] == tables[size_t(r)] ? staging_[in.newest_row + r + 1] : r;
   for (size_t i = 0; i < logits_rows.size(); ++i) staging_[in.rows + i] = logits_rows[i];
+  staged_runs_ = 0;  // the runs of rows of one sequence
+  for (int r = 0; r < n; ++r)
+    if (r == 0 || tables[size_t(r)] != tables[size_t(r - 1)]) staging_[in.seq_rows + staged_runs_++] = r;
+  staging_[in.seq_rows + staged_runs_] = n;
   // Rows [0, n) of the page table suffice: the kernels read no further.
   const size_t count = in.table + size_t(n) * maxp;
   check(cudaMemcpyAsync(inputs_.data(), staging_, count * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
@@ -335,6 +339,11 @@ void GpuForward::attention(int n, int layer) {
     pa.v_pool = cache_.v(layer);
     pa.page_table = table;  // row 0's: every row's is the same
     pa.positions = inputs_.data() + in.positions;
+    if (pass_.seqs > 1) {  // each run's table is its first row's
+      pa.num_seqs = pass_.seqs;
+      pa.seq_rows = inputs_.data() + in.seq_rows;
+      pa.table_stride = opt_.max_pages_per_seq;
+    }
     pa.o = o_.data();
     pa.lse = lse_.data();
     pa.workspace = prefill_workspace_.data();
@@ -482,14 +491,22 @@ int GpuForward::launch(const ForwardBatch& batch) {
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
   for (int i = 0; all_rows && i < nl; ++i) all_rows = batch.logits_rows[size_t(i)] == i;
+  // A prefill chunk: rows at consecutive positions of one sequence, or of several one after
+  // another (each sequence in one run), none running MAC (its rings fill from one chunk).
   bool chunk = !batch.decode;
   for (int r = 1; chunk && r < n; ++r)
-    chunk = batch.tables[size_t(r)] == batch.tables[0] && batch.positions[size_t(r)] == batch.positions[0] + r;
+    chunk = batch.tables[size_t(r)] == batch.tables[size_t(r - 1)]
+                ? batch.positions[size_t(r)] == batch.positions[size_t(r - 1)] + 1
+                : std::find(batch.tables.begin(), batch.tables.begin() + r, batch.tables[size_t(r)]) ==
+                      batch.tables.begin() + r;
+  for (int r = 0; chunk && staged_runs_ > 1 && r < n; ++r)
+    chunk = batch.policy.empty() || !planner_->mac_rule(batch.policy[size_t(r)]);
   if (batch.decode) {  // one graph per step, the logits rows (all, or the newest of each sequence) as data
     check(cudaGraphLaunch(graph(n, max_len, false, policies, all_rows ? -1 : nl), stream_), "cudaGraphLaunch");
     return nl;
   }
-  Pass pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .decode = batch.decode, .policies = policies};
+  Pass pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .seqs = staged_runs_, .decode = batch.decode,
+            .policies = policies};
   const MacRowRule* mac = chunk && !batch.policy.empty() ? planner_->mac_rule(batch.policy[0]) : nullptr;
   if (mac) {  // the chunk's last ring's worth of rows fill the sequence's rings
     pass.mac_first = std::max(0, n - mac->window);

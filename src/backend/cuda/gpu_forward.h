@@ -138,7 +138,9 @@ class GpuForward final : public Forward, private Backend {
     int max_seq_len = 0;  // of the rows (a graph's context bucket when captured)
     bool gather = false;  // logits of the staged logits rows, else of rows [0, n_logits)
     bool chunk = false;   // the rows are consecutive positions of one sequence (a prefill
-                          // chunk): attention runs as paged prefill attention, not row by row
+                          // chunk), or of `seqs` sequences one after another (ReSA rectifying
+                          // several in one pass): attention runs as paged prefill attention
+    int seqs = 1;
     bool decode = false;  // every row is a decode step (the planner's selection applies)
     uint32_t policies = 1;  // bit i: some row runs policy index i
     // A prefill chunk of a sequence that runs MAC: its rows [mac_first, n) (the last ring's
@@ -223,6 +225,7 @@ class GpuForward final : public Forward, private Backend {
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.
   DeviceBuffer<int32_t> inputs_;
   int32_t* staging_ = nullptr;
+  int staged_runs_ = 0;  // runs of rows of one sequence in the staged pass (InputLayout::seq_rows)
   DeviceBuffer<int32_t> next_;  // argmax (or sample) of each logits row
   DeviceBuffer<SampleParams> sample_params_;
   SampleParams* sample_staging_ = nullptr;  // pinned [max_rows]

@@ -54,12 +54,21 @@ struct Split {
   float* part_lse = nullptr;
 };
 
-// What a CTA works on: its KV head, its packed rows and the key steps it visits.
+// What a CTA works on: its KV head, its sequence, its packed rows and the key steps it visits.
 struct CtaWork {
-  int h, group, total_rows, r0;
-  int min_pos;  // position of the tile's first token: steps past it need the causal mask
-  int pages;    // pages the tile's last token sees
+  const int32_t* table;  // the sequence's pages
+  int h, group;
+  int row0;        // the sequence's first row of q, o and positions
+  int total_rows;  // its packed rows: rows x group
+  int r0;          // the tile's first packed row
+  int min_pos;     // position of the tile's first token: steps past it need the causal mask
+  int pages;       // pages the tile's last token sees
   int begin, end;
+  bool idle = false;  // past the last tile: with several sequences the grid is a bound
+  __device__ int token(int r) const { return row0 + r / group; }
+  __device__ size_t head_row(const PagedPrefillArgs& a, int r) const {  // row of q / o: (token, query head)
+    return size_t(token(r)) * a.num_heads + h * group + r % group;
+  }
 };
 
 template <class T>
@@ -67,12 +76,28 @@ __device__ __forceinline__ CtaWork cta_work(const PagedPrefillArgs& a, const Spl
   CtaWork w;
   w.h = blockIdx.y;
   w.group = a.num_heads / a.num_kv_heads;
-  w.total_rows = a.n * w.group;
   // The last row tiles have the longest prefixes: they start first, so none runs alone at the end.
-  w.r0 = (gridDim.x - 1 - blockIdx.x) * T::kRows;
+  int tile = gridDim.x - 1 - blockIdx.x, seq = 0, row0 = 0, rows = a.n;
+  if (a.seq_rows) {  // this tile's sequence (a handful: a scan)
+    for (; seq < a.num_seqs; ++seq) {
+      row0 = a.seq_rows[seq];
+      rows = a.seq_rows[seq + 1] - row0;
+      const int tiles = (rows * w.group + T::kRows - 1) / T::kRows;
+      if (tile < tiles) break;
+      tile -= tiles;
+    }
+    if (seq == a.num_seqs) {
+      w.idle = true;
+      return w;
+    }
+  }
+  w.table = a.page_table + (a.seq_rows ? size_t(row0) * a.table_stride : 0);
+  w.row0 = row0;
+  w.total_rows = rows * w.group;
+  w.r0 = tile * T::kRows;
   const int last_row = min(w.total_rows, w.r0 + T::kRows) - 1;
-  w.min_pos = a.positions[w.r0 / w.group];  // rows are consecutive positions
-  const int last_pos = a.positions[last_row / w.group];
+  w.min_pos = a.positions[w.token(w.r0)];  // rows are consecutive positions
+  const int last_pos = a.positions[w.token(last_row)];
   w.pages = last_pos / kPage + 1;
   w.begin = blockIdx.z * sp.steps_per_split;
   w.end = min(last_pos / kKeys + 1, w.begin + sp.steps_per_split);
@@ -85,7 +110,7 @@ __device__ __forceinline__ void load_q_tile(const PagedPrefillArgs& a, const Cta
   for (int i = threadIdx.x; i < T::kRows * T::kPieces; i += T::kThreads) {
     const int row = i / T::kPieces, c = i % T::kPieces, r = w.r0 + row;
     const bool ok = r < w.total_rows;
-    const size_t head = ok ? size_t(r / w.group) * a.num_heads + w.h * w.group + r % w.group : 0;
+    const size_t head = ok ? w.head_row(a, r) : 0;
     cp_async16(q_s + T::swz(row, c), a.q + head * T::kRowBytes / 2 + c * 8, ok ? 16 : 0);
   }
 }
@@ -99,7 +124,7 @@ __device__ __forceinline__ void load_kv_step(const PagedPrefillArgs& a, const Ct
     const int key = i / T::kPieces, c = i % T::kPieces, page = step * (kKeys / kPage) + key / kPage;
     const bool ok = page < w.pages;
     const size_t off =
-        ok ? ((size_t(a.page_table[page]) * a.num_kv_heads + w.h) * kPage + key % kPage) * (T::kRowBytes / 2) + c * 8
+        ok ? ((size_t(w.table[page]) * a.num_kv_heads + w.h) * kPage + key % kPage) * (T::kRowBytes / 2) + c * 8
            : 0;
     cp_async16(k_s + T::swz(key, c), a.k_pool + off, ok ? 16 : 0);
     cp_async16(v_s + T::swz(key, c), a.v_pool + off, ok ? 16 : 0);
@@ -146,7 +171,7 @@ __device__ __forceinline__ void mask_scores(const PagedPrefillArgs& a, const Cta
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = w.r0 + warp * T::kWarpRows + mt * 16 + lane / 4 + 8 * half;
-      const int pos = r < w.total_rows ? a.positions[r / w.group] : -1;  // past the chunk: all masked
+      const int pos = r < w.total_rows ? a.positions[w.token(r)] : -1;  // past the chunk: all masked
 #pragma unroll
       for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
@@ -235,7 +260,7 @@ __device__ __forceinline__ void store_rows(const PagedPrefillArgs& a, const CtaW
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const int r = w.r0 + warp * T::kWarpRows + mt * 16 + lane / 4 + 8 * half;
       if (r >= w.total_rows) continue;
-      const size_t at = (size_t(r / w.group) * a.num_heads + w.h * w.group + r % w.group) * ns + blockIdx.z;
+      const size_t at = w.head_row(a, r) * ns + blockIdx.z;
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       float* dst = out_o + at * D + 2 * (lane & 3);
 #pragma unroll
@@ -255,6 +280,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(PagedPrefill
   const uint32_t q_s = smem_addr(smem), kv_s = q_s + T::kQBytes;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const CtaWork w = cta_work<T>(a, sp);
+  if (w.idle) return;
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
   load_q_tile<T>(a, w, q_s);
@@ -342,7 +368,8 @@ cudaError_t allow_smem() {
 template <int D, int MT>
 cudaError_t launch(const PagedPrefillArgs& a, cudaStream_t stream) {
   if (cudaError_t e = allow_smem<D, MT>(); e != cudaSuccess) return e;
-  const int group = a.num_heads / a.num_kv_heads, tiles = row_tiles(a.n, group, MT);
+  // Several sequences: each may leave one tile part-filled; a bound, the CTAs past it return.
+  const int group = a.num_heads / a.num_kv_heads, tiles = row_tiles(a.n, group, MT) + (a.seq_rows ? a.num_seqs : 0);
   const SplitPlan plan = a.workspace ? plan_splits(tiles, a.num_kv_heads, a.max_position, sm_count()) : SplitPlan{};
   Split sp;
   if (plan.splits > 1 && a.workspace_bytes >= split_bytes(a.n, a.num_heads, D, plan.splits)) {
@@ -369,7 +396,8 @@ cudaError_t launch(const PagedPrefillArgs& a, cudaStream_t stream) {
 
 bool supported(const PagedPrefillArgs& a) {
   return a.n >= 0 && a.num_heads > 0 && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
-         (a.head_dim == 64 || a.head_dim == 128) && a.page_size == kPage;
+         (a.head_dim == 64 || a.head_dim == 128) && a.page_size == kPage && a.num_seqs >= 1 &&
+         (a.num_seqs == 1 || a.seq_rows);
 }
 
 }  // namespace

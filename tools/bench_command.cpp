@@ -186,18 +186,21 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
 void bench_prefill_attention(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::json& out) {
   std::printf("paged prefill attention, Llama-3.1-8B layer (32 q / 8 KV heads of 128), causal, bf16 paged KV; "
               "rows at the end of the context\n");
-  std::printf("| context | rows | rows per warp | us | TFLOP/s | x bytes floor |\n|---|---|---|---|---|---|\n");
+  std::printf("| context | rows | kernel | us | TFLOP/s | x bytes floor |\n|---|---|---|---|---|---|\n");
   out["prefill_attention"] = nlohmann::json::array();
+  const char* names[] = {"mma 64 rows", "mma 128 rows", "wgmma"};
   for (int ctx : int_list(a.prefill_attention, "--prefill-attention"))
     for (int rows : {ctx, 2048, 32})
-      for (int mt : {1, 2}) {
+      for (auto kernel : {cuda::PrefillKernel::kMma64, cuda::PrefillKernel::kMma128, cuda::PrefillKernel::kWgmma}) {
         if (rows != ctx && rows >= ctx) continue;  // the chunks are shorter than the prompt
-        auto p = cuda::bench_prefill_attention(ctx, rows, c.num_heads, c.num_kv_heads, c.head_dim, mt);
+        if (!cuda::prefill_kernel_available(kernel)) continue;
+        auto p = cuda::bench_prefill_attention(ctx, rows, c.num_heads, c.num_kv_heads, c.head_dim, kernel);
         const double floor_us = p.bytes / bw * 1e6;
-        std::printf("| %d | %d | %d | %.1f | %.1f | %.2f |\n", ctx, rows, 16 * mt, p.us, p.flops / p.us / 1e6,
+        const char* name = names[int(kernel)];
+        std::printf("| %d | %d | %s | %.1f | %.1f | %.2f |\n", ctx, rows, name, p.us, p.flops / p.us / 1e6,
                     p.us / floor_us);
         std::fflush(stdout);
-        out["prefill_attention"].push_back({{"context", ctx}, {"rows", rows}, {"m_tiles", mt}, {"us", p.us},
+        out["prefill_attention"].push_back({{"context", ctx}, {"rows", rows}, {"kernel", name}, {"us", p.us},
                                             {"flops", p.flops}, {"bytes", p.bytes}, {"floor_us", floor_us}});
       }
   std::printf("\n");

@@ -1,7 +1,7 @@
 // CUDA paged prefill attention against its CPU reference (the decode reference, one row at a
 // time) on fresh random inputs: head_dim 64 and 128, GQA groups 1, 3 (SmolLM2's: row tiles
 // split tokens), 4, 8, 12 and 16, chunks that start and end inside pages and key steps, whole
-// prompts of several row tiles, shuffled page ids, both tile sizes. Skips without a GPU.
+// prompts of several row tiles, shuffled page ids, every kernel. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +21,11 @@ namespace {
 
 using test::to_device;
 using test::to_host;
+
+// Every kernel where the device has it (the wgmma one on Hopper only).
+constexpr cuda::PrefillKernel kKernels[] = {cuda::PrefillKernel::kMma64, cuda::PrefillKernel::kMma128,
+                                            cuda::PrefillKernel::kWgmma};
+const char* const kNames[] = {"mma 64 rows", "mma 128 rows", "wgmma"};
 
 std::vector<uint16_t> random_bf16(size_t n) {
   std::vector<float> f = test::random_vector(n);
@@ -81,10 +86,11 @@ TEST(CudaPagedPrefillAttention, MatchesCpuReference) {
     cuda::DeviceBuffer<uint8_t> ws{std::max<size_t>(1, cuda::paged_prefill_workspace_size(c.n, heads, c.kv_heads, c.d, last))};
     a.workspace = ws.data();
     a.workspace_bytes = ws.bytes();
-    for (int m_tiles : {1, 2}) {
-      SCOPED_TRACE(testing::Message() << "rows per warp " << 16 * m_tiles);
+    for (cuda::PrefillKernel kernel : kKernels) {
+      if (!cuda::prefill_kernel_available(kernel)) continue;
+      SCOPED_TRACE(testing::Message() << "kernel " << int(kernel));
       cuda::check(cudaMemset(o.data(), 0xff, o.bytes()), "cudaMemset");  // NaN: a row left unwritten fails
-      ASSERT_EQ(cuda::paged_prefill_attention_tiles(a, m_tiles, nullptr), cudaSuccess);
+      ASSERT_EQ(cuda::paged_prefill_attention_with(a, kernel, nullptr), cudaSuccess);
       cuda::check(cudaDeviceSynchronize(), "prefill attention");
       std::vector<float> got_o(want_o.size()), got_lse(want_lse.size());
       cuda::check(cudaMemcpy(got_o.data(), o.data(), o.bytes(), cudaMemcpyDeviceToHost), "D2H");
@@ -105,8 +111,8 @@ TEST(CudaPagedPrefillAttention, MatchesCpuReference) {
       }
       EXPECT_LT(o_err, 2e-2);
       EXPECT_LT(lse_err, 3e-3);
-      std::printf("[ prefill  ] d %d group %d rows %d, %d rows per warp: o abs err %.2e, lse err %.2e\n", c.d, c.group,
-                  c.n, 16 * m_tiles, o_err, lse_err);
+      std::printf("[ prefill  ] d %d group %d rows %d, %s: o abs err %.2e, lse err %.2e\n", c.d, c.group, c.n,
+                  kNames[int(kernel)], o_err, lse_err);
     }
   }
 }
@@ -177,10 +183,11 @@ TEST(CudaPagedPrefillAttention, SeveralSequencesMatchEachAlone) {
     a.lse = lse.data();
     a.workspace = ws.data();
     a.workspace_bytes = ws.bytes();
-    for (int m_tiles : {1, 2}) {
-      SCOPED_TRACE(testing::Message() << "rows per warp " << 16 * m_tiles);
-      cuda::check(cudaMemset(o.data(), 0xff, o.bytes()), "cudaMemset");
-      ASSERT_EQ(cuda::paged_prefill_attention_tiles(a, m_tiles, nullptr), cudaSuccess);
+    for (cuda::PrefillKernel kernel : kKernels) {
+      if (!cuda::prefill_kernel_available(kernel)) continue;
+      SCOPED_TRACE(testing::Message() << "kernel " << int(kernel));
+      cuda::check(cudaMemset(o.data(), 0xff, o.bytes()), "cudaMemset");  // NaN: a row left unwritten fails
+      ASSERT_EQ(cuda::paged_prefill_attention_with(a, kernel, nullptr), cudaSuccess);
       cuda::check(cudaDeviceSynchronize(), "prefill attention");
       std::vector<float> got_o = to_host(o), got_lse = to_host(lse);
       double o_err = 0, lse_err = 0;
@@ -194,8 +201,8 @@ TEST(CudaPagedPrefillAttention, SeveralSequencesMatchEachAlone) {
       }
       EXPECT_LT(o_err, 2e-2);
       EXPECT_LT(lse_err, 3e-3);
-      std::printf("[ prefill  ] %d sequences, d %d group %d, %d rows per warp: o abs err %.2e, lse err %.2e\n",
-                  num_seqs, c.d, c.group, 16 * m_tiles, o_err, lse_err);
+      std::printf("[ prefill  ] %d sequences, d %d group %d, %s: o abs err %.2e, lse err %.2e\n", num_seqs, c.d,
+                  c.group, kNames[int(kernel)], o_err, lse_err);
     }
   }
 }

@@ -517,7 +517,8 @@ double bench_retro_steps(std::shared_ptr<const GpuWeights> weights, int batch, i
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3 / steps;
 }
 
-PrefillAttentionPoint bench_prefill_attention(int context, int rows, int heads, int kv_heads, int d, int m_tiles) {
+PrefillAttentionPoint bench_prefill_attention(int context, int rows, int heads, int kv_heads, int d,
+                                              PrefillKernel kernel) {
   RandomPagedCache c(1, context, kv_heads, d);
   DeviceBuffer<uint16_t> q(size_t(rows) * heads * d);
   DeviceBuffer<float> o(size_t(rows) * heads * d), lse(size_t(rows) * heads);
@@ -545,7 +546,7 @@ PrefillAttentionPoint bench_prefill_attention(int context, int rows, int heads, 
   PrefillAttentionPoint p;
   p.context = context;
   p.rows = rows;
-  p.m_tiles = m_tiles;
+  p.kernel = kernel;
   double pairs = 0;  // row at position x sees x + 1 keys
   for (int x : pos) pairs += x + 1.0;
   p.flops = 4.0 * d * heads * pairs;
@@ -556,7 +557,7 @@ PrefillAttentionPoint bench_prefill_attention(int context, int rows, int heads, 
   p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
     a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
     a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
-    check(paged_prefill_attention_tiles(a, m_tiles, s), "paged_prefill_attention");
+    check(paged_prefill_attention_with(a, kernel, s), "paged_prefill_attention");
   });
   return p;
 }

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/gpu_forward.h"
 #include "backend/cuda/gpu_weights.h"
+#include "backend/cuda/paged_prefill_attention.cuh"
 
 namespace skim::cuda {
 
@@ -109,7 +110,8 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int num_heads, int
                                       int round_pages, int patience, int lag = 0, int max_warps = 0);
 
 struct PrefillAttentionPoint {
-  int context = 0, rows = 0, m_tiles = 0;
+  int context = 0, rows = 0;
+  PrefillKernel kernel = PrefillKernel::kMma128;
   double us = 0;      // one call (a graph of calls, back to back)
   double flops = 0;   // 4 x head_dim x num_heads x the (row, key) pairs the causal mask keeps
   double bytes = 0;   // K/V of the prefix + q + o, each read or written once
@@ -117,9 +119,9 @@ struct PrefillAttentionPoint {
 
 // Paged prefill attention of one sequence on random bf16 pages: `rows` query rows at the end of
 // a `context`-token prefix (rows = context: a whole prompt in one chunk, the shape SDPA's causal
-// prefill is timed on; a few rows: ReSA's rectification), with m_tiles 16-row MMA tiles per warp.
+// prefill is timed on; a few rows: ReSA's rectification), with the kernel given.
 PrefillAttentionPoint bench_prefill_attention(int context, int rows, int num_heads, int num_kv_heads, int head_dim,
-                                              int m_tiles);
+                                              PrefillKernel kernel);
 
 struct EndToEndPoint {
   int batch = 0, context = 0, steps = 0;

@@ -3,8 +3,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "backend/cuda/paged_decode_attention_impl.cuh"  // PTX wrappers, merge_kernel, device_info
+#include "backend/cuda/wgmma.cuh"
 
 namespace skim::cuda {
 
@@ -21,13 +23,13 @@ using detail::smem_addr;
 
 constexpr int kPage = 16;
 constexpr int kWarps = 4;
-constexpr int kKeys = 64;  // keys per step of the key loop: four pages
 
 // A CTA's tile for head_dim D with MT m16 tiles per warp. Its rows are (token, query head)
 // pairs of one KV head, packed token-major: row R is token R / group, head R % group of the
 // group. The heads of a group share every K/V row, so they share the CTA's copy of it.
 template <int D, int MT>
 struct Tile {
+  static constexpr int kKeys = 64;  // keys per step of the key loop: four pages
   static constexpr int kRows = kWarps * MT * 16;
   static constexpr int kWarpRows = MT * 16;
   static constexpr int kRowBytes = D * 2;
@@ -100,7 +102,7 @@ __device__ __forceinline__ CtaWork cta_work(const PagedPrefillArgs& a, const Spl
   const int last_pos = a.positions[w.token(last_row)];
   w.pages = last_pos / kPage + 1;
   w.begin = blockIdx.z * sp.steps_per_split;
-  w.end = min(last_pos / kKeys + 1, w.begin + sp.steps_per_split);
+  w.end = min(last_pos / T::kKeys + 1, w.begin + sp.steps_per_split);
   return w;
 }
 
@@ -120,8 +122,8 @@ __device__ __forceinline__ void load_q_tile(const PagedPrefillArgs& a, const Cta
 template <class T>
 __device__ __forceinline__ void load_kv_step(const PagedPrefillArgs& a, const CtaWork& w, int step, uint32_t k_s,
                                              uint32_t v_s) {
-  for (int i = threadIdx.x; i < kKeys * T::kPieces; i += T::kThreads) {
-    const int key = i / T::kPieces, c = i % T::kPieces, page = step * (kKeys / kPage) + key / kPage;
+  for (int i = threadIdx.x; i < T::kKeys * T::kPieces; i += T::kThreads) {
+    const int key = i / T::kPieces, c = i % T::kPieces, page = step * (T::kKeys / kPage) + key / kPage;
     const bool ok = page < w.pages;
     const size_t off =
         ok ? ((size_t(w.table[page]) * a.num_kv_heads + w.h) * kPage + key % kPage) * (T::kRowBytes / 2) + c * 8
@@ -135,11 +137,11 @@ __device__ __forceinline__ void load_kv_step(const PagedPrefillArgs& a, const Ct
 // m16n8 accumulator layout. The B fragments of K serve all MT row tiles.
 template <class T, int D, int MT>
 __device__ __forceinline__ void compute_scores(uint32_t q_s, uint32_t k_s, int warp, int lane,
-                                               float (&s)[MT][kKeys / 8][4]) {
+                                               float (&s)[MT][T::kKeys / 8][4]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int j = 0; j < kKeys / 8; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
+    for (int j = 0; j < T::kKeys / 8; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
 #pragma unroll
   for (int kc = 0; kc < D / 16; ++kc) {
     uint32_t qa[MT][4];
@@ -148,7 +150,7 @@ __device__ __forceinline__ void compute_scores(uint32_t q_s, uint32_t k_s, int w
       ldmatrix_x4(qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3],
                   q_s + T::swz(warp * T::kWarpRows + mt * 16 + (lane & 15), 2 * kc + (lane >> 4)));
 #pragma unroll
-    for (int np = 0; np < kKeys / 16; ++np) {
+    for (int np = 0; np < T::kKeys / 16; ++np) {
       uint32_t b0, b1, b2, b3;
       ldmatrix_x4(b0, b1, b2, b3, k_s + T::swz(16 * np + ((lane >> 4) << 3) + (lane & 7), 2 * kc + ((lane >> 3) & 1)));
 #pragma unroll
@@ -165,7 +167,7 @@ __device__ __forceinline__ void compute_scores(uint32_t q_s, uint32_t k_s, int w
 // held in registers through the loop.
 template <class T, int MT>
 __device__ __forceinline__ void mask_scores(const PagedPrefillArgs& a, const CtaWork& w, int warp, int lane, int key0,
-                                            float (&s)[MT][kKeys / 8][4]) {
+                                            float (&s)[MT][T::kKeys / 8][4]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -173,7 +175,7 @@ __device__ __forceinline__ void mask_scores(const PagedPrefillArgs& a, const Cta
       const int r = w.r0 + warp * T::kWarpRows + mt * 16 + lane / 4 + 8 * half;
       const int pos = r < w.total_rows ? a.positions[w.token(r)] : -1;  // past the chunk: all masked
 #pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j)
+      for (int j = 0; j < T::kKeys / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
           if (key0 + 8 * j + 2 * (lane & 3) + e > pos) s[mt][j][2 * half + e] = -INFINITY;
@@ -184,17 +186,17 @@ __device__ __forceinline__ void mask_scores(const PagedPrefillArgs& a, const Cta
 // probabilities as bf16 A fragments p[mt][j][half] (row lane/4 + 8 half, keys 8j + 2(lane%4),
 // + 1). l sums the rounded weights P.V uses (so o stays a weighted mean), per lane: the four
 // lanes of a row are added at the end.
-template <int D, int MT>
-__device__ __forceinline__ void update_softmax(float (&s)[MT][kKeys / 8][4], float scale_log2, float (&m)[MT][2],
+template <int D, int MT, int KEYS>
+__device__ __forceinline__ void update_softmax(float (&s)[MT][KEYS / 8][4], float scale_log2, float (&m)[MT][2],
                                                float (&l)[MT][2], float (&o)[MT][D / 8][4],
-                                               uint32_t (&p)[MT][kKeys / 8][2]) {
+                                               uint32_t (&p)[MT][KEYS / 8][2]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
+      for (int j = 0; j < KEYS / 8; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[mt][half], mx * scale_log2);
@@ -203,7 +205,7 @@ __device__ __forceinline__ void update_softmax(float (&s)[MT][kKeys / 8][4], flo
       m[mt][half] = m_new;
       float sum = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j) {
+      for (int j = 0; j < KEYS / 8; ++j) {
         const uint32_t pk = pack_bf16(exp2f(fmaf(s[mt][j][2 * half], scale_log2, -base)),
                                       exp2f(fmaf(s[mt][j][2 * half + 1], scale_log2, -base)));
         p[mt][j][half] = pk;
@@ -218,10 +220,10 @@ __device__ __forceinline__ void update_softmax(float (&s)[MT][kKeys / 8][4], flo
 // o += P V: the step's probabilities (registers) times its V rows (ldmatrix.trans gives the
 // B fragments of V stored [key][dim]).
 template <class T, int D, int MT>
-__device__ __forceinline__ void accumulate_pv(const uint32_t (&p)[MT][kKeys / 8][2], uint32_t v_s, int lane,
+__device__ __forceinline__ void accumulate_pv(const uint32_t (&p)[MT][T::kKeys / 8][2], uint32_t v_s, int lane,
                                               float (&o)[MT][D / 8][4]) {
 #pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk) {
+  for (int kk = 0; kk < T::kKeys / 16; ++kk) {
     uint32_t pa[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -305,39 +307,132 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(PagedPrefill
       load_kv_step<T>(a, w, step + 1, k_next, k_next + T::kKVBytes);
     }
     cp_async_commit();
-    float s[MT][kKeys / 8][4];
+    float s[MT][T::kKeys / 8][4];
     compute_scores<T, D, MT>(q_s, k_s, warp, lane, s);
-    if ((step + 1) * kKeys - 1 > w.min_pos) mask_scores<T, MT>(a, w, warp, lane, step * kKeys, s);
-    uint32_t p[MT][kKeys / 8][2];
-    update_softmax<D, MT>(s, scale_log2, m, l, o, p);
+    if ((step + 1) * T::kKeys - 1 > w.min_pos) mask_scores<T, MT>(a, w, warp, lane, step * T::kKeys, s);
+    uint32_t p[MT][T::kKeys / 8][2];
+    update_softmax<D, MT, T::kKeys>(s, scale_log2, m, l, o, p);
     accumulate_pv<T, D, MT>(p, v_s, lane, o);
   }
   store_rows<T, D, MT>(a, w, sp, warp, lane, o, m, l);
 }
 
+// The Hopper form: two warpgroups of 64 rows each (128 rows per CTA), 128 keys per step,
+// S = Q K^T and O += P V on wgmma. Each operand tile is stored as 64-element column halves
+// ([half][row][64], 128 bytes a row, 128-byte swizzle: piece c of row r at c ^ (r & 7)), the
+// layout wgmma's descriptors read; Q, K (K-major) and V (N-major: its descriptor transposes).
+template <int D>
+struct TileSm90 {
+  static constexpr int kRows = 128, kKeys = 128, kWarpRows = 16, kThreads = 256;
+  static constexpr int kRowBytes = D * 2, kPieces = D / 8;
+  static constexpr int kHalfBytes = 128 * 128;  // one 64-column half of a 128-row (or key) tile
+  static constexpr int kQBytes = kRows * D * 2, kKVBytes = kKeys * D * 2;
+  static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes + 1024;  // + alignment to 1024
+  __device__ static __forceinline__ uint32_t swz(int r, int c) {
+    return uint32_t((c >> 3) * kHalfBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+  }
+};
+
+// s = Q K^T for the warpgroup's 64 rows and the step's 128 keys (d / 16 wgmma k-steps).
+template <int D>
+__device__ __forceinline__ void scores_sm90(uint32_t q_s, uint32_t k_s, int wg, float (&s)[64]) {
+  using T = TileSm90<D>;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) s[i] = 0.0f;  // the first k-step overwrites them; no undefined reads
+  detail::wgmma_fence();
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    const uint32_t half = (kc / 4) * T::kHalfBytes, kstep = (kc % 4) * 32;
+    detail::wgmma_m64n128k16_ss(s, detail::sw128_desc(q_s + half + wg * 64 * 128 + kstep, 16, 1024),
+                                detail::sw128_desc(k_s + half + kstep, 16, 1024), kc > 0);
+  }
+  detail::wgmma_commit();
+  detail::wgmma_wait<0>();
+  detail::fence_registers(s);
+}
+
+// o += P V over the step's 128 keys: P from registers (the scores' layout is wgmma's A
+// fragment), V N-major: its two 64-column halves kHalfBytes apart, groups of 8 keys 1024 apart.
+template <int D>
+__device__ __forceinline__ void pv_sm90(const uint32_t (&p)[1][16][2], uint32_t v_s, float (&o)[D / 2]) {
+  using T = TileSm90<D>;
+  detail::fence_registers(o);
+  detail::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const uint32_t a[4] = {p[0][2 * kk][0], p[0][2 * kk][1], p[0][2 * kk + 1][0], p[0][2 * kk + 1][1]};
+    const uint64_t desc = detail::sw128_desc(v_s + kk * 16 * 128, T::kHalfBytes, 1024);
+    if constexpr (D == 128)
+      detail::wgmma_m64n128k16_rs(o, a, desc);
+    else
+      detail::wgmma_m64n64k16_rs(o, a, desc);
+  }
+  detail::wgmma_commit();
+  detail::wgmma_wait<0>();
+  detail::fence_registers(o);
+}
+
+// FlashAttention's loop on Hopper: as flash_prefill_kernel, with a warpgroup per 64 rows and
+// the MMAs on wgmma. The softmax and the row bookkeeping are the mma.sync kernel's (one 16-row
+// tile per warp).
+template <int D>
+__global__ void __launch_bounds__(256, 1) flash_prefill_sm90_kernel(PagedPrefillArgs a, Split sp) {
+#ifndef SKIM_WGMMA
+  __trap();  // launched only where sm_90a code exists (wgmma_available): elsewhere the MMAs are empty
+#endif
+  using T = TileSm90<D>;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t q_s = (smem_addr(smem_raw) + 1023) & ~1023u, kv_s = q_s + T::kQBytes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
+  const CtaWork w = cta_work<T>(a, sp);
+  if (w.idle) return;
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+
+  load_q_tile<T>(a, w, q_s);
+  if (w.begin < w.end) load_kv_step<T>(a, w, w.begin, kv_s, kv_s + T::kKVBytes);
+  cp_async_commit();
+
+  float o[1][D / 8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.0f;
+  for (int step = w.begin; step < w.end; ++step) {
+    cp_async_wait<0>();
+    detail::fence_proxy_async();  // cp.async wrote it; wgmma reads it
+    __syncthreads();  // this step's stage has arrived, and every warpgroup is done with the other one
+    const uint32_t k_s = kv_s + ((step - w.begin) & 1) * 2 * T::kKVBytes, v_s = k_s + T::kKVBytes;
+    if (step + 1 < w.end) {
+      const uint32_t k_next = kv_s + ((step + 1 - w.begin) & 1) * 2 * T::kKVBytes;
+      load_kv_step<T>(a, w, step + 1, k_next, k_next + T::kKVBytes);
+    }
+    cp_async_commit();
+    float s[1][16][4];
+    scores_sm90<D>(q_s, k_s, wg, reinterpret_cast<float(&)[64]>(s));
+    if ((step + 1) * T::kKeys - 1 > w.min_pos) mask_scores<T, 1>(a, w, warp, lane, step * T::kKeys, s);
+    uint32_t p[1][16][2];
+    update_softmax<D, 1, T::kKeys>(s, scale_log2, m, l, o, p);
+    pv_sm90<D>(p, v_s, reinterpret_cast<float(&)[D / 2]>(o));
+  }
+  store_rows<T, D, 1>(a, w, sp, warp, lane, o, m, l);
+}
+
 // Key splits per row tile, only when the row tiles alone leave SMs idle: then enough CTAs
-// for two per SM, each split at least kMinSplitSteps steps of keys, at most kMaxSplits.
+// for two per SM, each split at least kMinSplitKeys keys, at most kMaxSplits.
 constexpr int kMaxSplits = 64;
-constexpr int kMinSplitSteps = 4;
+constexpr int kMinSplitKeys = 256;
 struct SplitPlan {
   int splits = 1, steps_per_split = 1 << 24;
 };
-SplitPlan plan_splits(int row_tiles, int units, int max_position, int sms) {
+SplitPlan plan_splits(int row_tiles, int units, int max_position, int keys_per_step, int sms) {
   SplitPlan p;
-  const int steps = max_position / kKeys + 1;
+  const int steps = max_position / keys_per_step + 1;
   const long ctas = long(row_tiles) * units;
   if (ctas >= sms) return p;
   int s = int(std::min<long>((2L * sms + ctas - 1) / ctas, kMaxSplits));
-  s = std::min(s, std::max(1, steps / kMinSplitSteps));
+  s = std::min(s, std::max(1, steps * keys_per_step / kMinSplitKeys));
   if (s <= 1) return p;
   p.steps_per_split = (steps + s - 1) / s;
   p.splits = (steps + p.steps_per_split - 1) / p.steps_per_split;
   return p;
-}
-
-int row_tiles(int n, int group, int m_tiles) {
-  const int rows = kWarps * m_tiles * 16;
-  return (n * group + rows - 1) / rows;
 }
 
 size_t split_bytes(int n, int num_heads, int head_dim, int splits) {
@@ -350,27 +445,66 @@ int sm_count() {
   return detail::device_info(info) == cudaSuccess ? info.sms : 132;
 }
 
-// The dynamic shared memory the kernel needs, allowed once per device (tensor parallelism
-// launches on several). A benign race: every writer of a device's entry stores the same value.
-template <int D, int MT>
-cudaError_t allow_smem() {
+// Each kernel's shape: rows per CTA, keys per step, threads, shared memory, the kernel.
+struct KernelShape {
+  int rows, keys, threads, smem;
+  const void* fn;
+};
+template <int D>
+KernelShape kernel_shape(PrefillKernel k) {
+  switch (k) {
+    case PrefillKernel::kMma64:
+      return {Tile<D, 1>::kRows, Tile<D, 1>::kKeys, Tile<D, 1>::kThreads, Tile<D, 1>::kSmemBytes,
+              reinterpret_cast<const void*>(flash_prefill_kernel<D, 1>)};
+    case PrefillKernel::kMma128:
+      return {Tile<D, 2>::kRows, Tile<D, 2>::kKeys, Tile<D, 2>::kThreads, Tile<D, 2>::kSmemBytes,
+              reinterpret_cast<const void*>(flash_prefill_kernel<D, 2>)};
+    default:
+      return {TileSm90<D>::kRows, TileSm90<D>::kKeys, TileSm90<D>::kThreads, TileSm90<D>::kSmemBytes,
+              reinterpret_cast<const void*>(flash_prefill_sm90_kernel<D>)};
+  }
+}
+
+// Whether the wgmma kernel has sm_90a code for this device (a build without the 90a target
+// would run compute_80 PTX, where its body is empty). Asked once per device.
+bool wgmma_available() {
   constexpr int kMaxDevices = 64;
-  static bool done[kMaxDevices] = {};
+  static int known[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no; a benign race (same answer)
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (dev < kMaxDevices && known[dev]) return known[dev] == 1;
+  cudaFuncAttributes attr{};
+  int major = 0;
+  const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                   major == 9 && cudaFuncGetAttributes(&attr, flash_prefill_sm90_kernel<128>) == cudaSuccess &&
+                   attr.ptxVersion >= 90;
+  if (dev < kMaxDevices) known[dev] = yes ? 1 : 2;
+  return yes;
+}
+
+// The dynamic shared memory a kernel needs, allowed once per (kernel, device): tensor
+// parallelism launches on several. A benign race: every writer stores the same value.
+cudaError_t allow_smem(const KernelShape& k, int kernel_id) {
+  constexpr int kMaxDevices = 64, kKernels = 6;
+  static bool done[kKernels][kMaxDevices] = {};
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  if (dev < kMaxDevices && done[dev]) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(flash_prefill_kernel<D, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Tile<D, MT>::kSmemBytes);
-  if (e == cudaSuccess && dev < kMaxDevices) done[dev] = true;
+  if (dev < kMaxDevices && done[kernel_id][dev]) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem);
+  if (e == cudaSuccess && dev < kMaxDevices) done[kernel_id][dev] = true;
   return e;
 }
 
-template <int D, int MT>
-cudaError_t launch(const PagedPrefillArgs& a, cudaStream_t stream) {
-  if (cudaError_t e = allow_smem<D, MT>(); e != cudaSuccess) return e;
+int row_tiles(int n, int group, int rows_per_tile) { return (n * group + rows_per_tile - 1) / rows_per_tile; }
+
+template <int D>
+cudaError_t launch(const PagedPrefillArgs& a, PrefillKernel kind, cudaStream_t stream) {
+  const KernelShape k = kernel_shape<D>(kind);
+  if (cudaError_t e = allow_smem(k, int(kind) * 2 + (D == 128)); e != cudaSuccess) return e;
   // Several sequences: each may leave one tile part-filled; a bound, the CTAs past it return.
-  const int group = a.num_heads / a.num_kv_heads, tiles = row_tiles(a.n, group, MT) + (a.seq_rows ? a.num_seqs : 0);
-  const SplitPlan plan = a.workspace ? plan_splits(tiles, a.num_kv_heads, a.max_position, sm_count()) : SplitPlan{};
+  const int group = a.num_heads / a.num_kv_heads, tiles = row_tiles(a.n, group, k.rows) + (a.seq_rows ? a.num_seqs : 0);
+  const SplitPlan plan =
+      a.workspace ? plan_splits(tiles, a.num_kv_heads, a.max_position, k.keys, sm_count()) : SplitPlan{};
   Split sp;
   if (plan.splits > 1 && a.workspace_bytes >= split_bytes(a.n, a.num_heads, D, plan.splits)) {
     sp.splits = plan.splits;
@@ -380,9 +514,11 @@ cudaError_t launch(const PagedPrefillArgs& a, cudaStream_t stream) {
                                            detail::align_up(size_t(a.n) * a.num_heads * sp.splits * D * 4, 256));
   }
   const dim3 grid(tiles, a.num_kv_heads, sp.splits);
-  flash_prefill_kernel<D, MT><<<grid, kWarps * 32, Tile<D, MT>::kSmemBytes, stream>>>(a, sp);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess || sp.splits == 1) return e;
+  PagedPrefillArgs args = a;
+  void* params[] = {&args, &sp};
+  if (cudaError_t e = cudaLaunchKernel(k.fn, grid, dim3(k.threads), params, size_t(k.smem), stream); e != cudaSuccess)
+    return e;
+  if (sp.splits == 1) return cudaSuccess;
   detail::MergeParams mp;
   mp.part_o = sp.part_o;
   mp.part_lse = sp.part_lse;
@@ -402,15 +538,20 @@ bool supported(const PagedPrefillArgs& a) {
 
 }  // namespace
 
-cudaError_t paged_prefill_attention_tiles(const PagedPrefillArgs& a, int m_tiles, cudaStream_t stream) {
-  if (!supported(a) || (m_tiles != 1 && m_tiles != 2)) return cudaErrorInvalidValue;
+bool prefill_kernel_available(PrefillKernel kind) { return kind != PrefillKernel::kWgmma || wgmma_available(); }
+
+PrefillKernel default_prefill_kernel() {
+  return wgmma_available() ? PrefillKernel::kWgmma : PrefillKernel::kMma128;
+}
+
+cudaError_t paged_prefill_attention_with(const PagedPrefillArgs& a, PrefillKernel kind, cudaStream_t stream) {
+  if (!supported(a) || !prefill_kernel_available(kind)) return cudaErrorInvalidValue;
   if (a.n == 0) return cudaSuccess;
-  if (a.head_dim == 64) return m_tiles == 1 ? launch<64, 1>(a, stream) : launch<64, 2>(a, stream);
-  return m_tiles == 1 ? launch<128, 1>(a, stream) : launch<128, 2>(a, stream);
+  return a.head_dim == 64 ? launch<64>(a, kind, stream) : launch<128>(a, kind, stream);
 }
 
 cudaError_t paged_prefill_attention(const PagedPrefillArgs& a, cudaStream_t stream) {
-  return paged_prefill_attention_tiles(a, kDefaultPrefillMTiles, stream);
+  return paged_prefill_attention_with(a, default_prefill_kernel(), stream);
 }
 
 size_t paged_prefill_workspace_size(int max_rows, int num_heads, int num_kv_heads, int head_dim, int max_position) {
@@ -418,8 +559,8 @@ size_t paged_prefill_workspace_size(int max_rows, int num_heads, int num_kv_head
   const int group = num_heads / num_kv_heads, sms = sm_count();
   size_t bytes = 0;
   for (int n = 1; n <= max_rows; ++n)
-    for (int mt = 1; mt <= 2; ++mt) {  // either tile size (the bench times both)
-      const SplitPlan p = plan_splits(row_tiles(n, group, mt), num_kv_heads, max_position, sms);
+    for (auto [rows, keys] : {std::pair{64, 64}, std::pair{128, 64}, std::pair{128, 128}}) {  // every kernel
+      const SplitPlan p = plan_splits(row_tiles(n, group, rows), num_kv_heads, max_position, keys, sms);
       if (p.splits > 1) bytes = std::max(bytes, split_bytes(n, num_heads, head_dim, p.splits));
     }
   return bytes;

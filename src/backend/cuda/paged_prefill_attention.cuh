@@ -25,10 +25,14 @@ namespace skim::cuda {
 // partial (o, lse) that the decode path's merge kernel combines exactly.
 cudaError_t paged_prefill_attention(const PagedPrefillArgs& args, cudaStream_t stream);
 
-// The same with the tile chosen: m_tiles 16-row MMA tiles per warp (1: 64 rows per CTA, 2: 128
-// rows, the default: each K/V fragment feeds two row tiles). For benchmarks and tests.
-constexpr int kDefaultPrefillMTiles = 2;
-cudaError_t paged_prefill_attention_tiles(const PagedPrefillArgs& args, int m_tiles, cudaStream_t stream);
+// The kernels, for benchmarks and tests: FlashAttention-2's loop on mma.sync with 64 rows per
+// CTA (16 per warp) or 128 (32 per warp: each K/V fragment feeds two row tiles), and the Hopper
+// form on wgmma (two warpgroups of 64 rows, 128 keys per step; sm_90a builds on Hopper only).
+// paged_prefill_attention runs the default: kWgmma where it is available, else kMma128.
+enum class PrefillKernel { kMma64 = 0, kMma128 = 1, kWgmma = 2 };
+bool prefill_kernel_available(PrefillKernel kind);
+PrefillKernel default_prefill_kernel();
+cudaError_t paged_prefill_attention_with(const PagedPrefillArgs& args, PrefillKernel kind, cudaStream_t stream);
 
 // Workspace bytes any call with at most max_rows rows and positions <= max_position may use.
 size_t paged_prefill_workspace_size(int max_rows, int num_heads, int num_kv_heads, int head_dim, int max_position);

@@ -1,11 +1,12 @@
 // Paged prefill attention on the GPU: the causal attention of a prefill chunk of one sequence
-// over its paged cache (attention/paged_prefill_args.h), FlashAttention-2 style. A CTA takes 64
-// or 128 rows, each a (token, query head) pair of one KV head (the heads of a GQA group share
+// (or of several: paged_prefill_args.h) over its paged cache, FlashAttention style. A CTA takes
+// 64 or 128 rows, each a (token, query head) pair of one KV head (the heads of a GQA group share
 // the CTA's copy of every K/V row), keeps their queries in shared memory, and streams the KV
-// pages [0, last row's position] 64 keys per step through a cp.async double buffer; scores and
-// P.V run on the tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate) with the output
-// and the online softmax state in registers. Steps past the tile's first position apply the
-// causal mask; steps past its last are never visited.
+// pages [0, last row's position] through a cp.async double buffer; scores and P.V run on the
+// tensor cores (bf16 in, fp32 accumulate) with the output and the online softmax state in
+// registers: on Hopper with wgmma (two warpgroups of 64 rows, 128 keys per step), elsewhere with
+// mma.sync m16n8k16 (64 keys per step). Steps past the tile's first position apply the causal
+// mask; steps past its last are never visited.
 //
 // Same name and arguments as the CPU reference, skim::cpu::paged_prefill_attention. No device
 // code here.

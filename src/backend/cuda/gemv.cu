@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backend/cuda/ops.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace skim::cuda {
 
@@ -26,6 +27,8 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& v, float* f) {
 template <int N, int R>
 __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                                                    float* __restrict__ y, int out, int in) {
+  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
+  detail::pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int warps = int(gridDim.x * blockDim.x) >> 5;
   const int in8 = in >> 3;
@@ -75,7 +78,7 @@ void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cud
   constexpr int R = N == 1 ? 1 : N <= 4 ? 2 : 4;
   const int rows_per_block = 256 / 32 * R;
   const int blocks = std::min((out + rows_per_block - 1) / rows_per_block, 132 * 16);
-  gemv_kernel<N, R><<<blocks, 256, 0, s>>>(x, w, y, out, in);
+  (void)launch_pdl(gemv_kernel<N, R>, blocks, 256, 0, s, x, w, y, out, in);
 }
 
 }  // namespace

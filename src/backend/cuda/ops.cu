@@ -1,5 +1,7 @@
 // The forward pass's small kernels (see ops.cuh). Memory-bound and tiny next to the
-// projections and attention; written for clarity: one block per row (or row and head).
+// projections and attention; written for clarity: one block per row (or row and head). Those of
+// a decode step launch as programmatic dependents (pdl.cuh); a failed launch surfaces at the
+// pass's next error check, as a <<<>>> launch's does.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -7,6 +9,7 @@
 
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/hash_random.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace skim::cuda {
 
@@ -34,6 +37,8 @@ __device__ float block_sum(float v) {
 }
 
 __global__ void embed_kernel(const uint16_t* table, const int32_t* tokens, float* x, int hidden) {
+  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
+  detail::pdl_launch_dependents();
   const size_t r = blockIdx.x;
   const uint16_t* row = table + size_t(tokens[r]) * hidden;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) x[r * hidden + i] = bf16_load(row + i);
@@ -57,6 +62,8 @@ __global__ void unpack_vocab_slices_kernel(const float* gathered, int n, int str
 
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, uint16_t* out, int dim,
                                    float eps) {
+  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
+  detail::pdl_launch_dependents();
   float* xr = x + size_t(blockIdx.x) * dim;
   const float* yr = y ? y + size_t(blockIdx.x) * dim : nullptr;
   float ss = 0.0f;
@@ -71,6 +78,8 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, uin
 }
 
 __global__ void gather_rows_kernel(const uint16_t* in, const int32_t* rows, uint16_t* out, int dim) {
+  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
+  detail::pdl_launch_dependents();
   const uint16_t* src = in + size_t(rows[blockIdx.x]) * dim;
   uint16_t* dst = out + size_t(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
@@ -79,6 +88,8 @@ __global__ void gather_rows_kernel(const uint16_t* in, const int32_t* rows, uint
 // Block (row, head): heads [0, H) are query heads, [H, H + KVH) key heads (which also move
 // their value head). Thread i holds the RoPE pair (i, i + d/2).
 __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
+  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
+  detail::pdl_launch_dependents();
   const int r = blockIdx.x, head = blockIdx.y, i = threadIdx.x, half = a.head_dim / 2;
   const bool is_q = head < a.num_heads;
   const int q_dim = a.num_heads * a.head_dim, kv_dim = a.num_kv_heads * a.head_dim;
@@ -124,6 +135,8 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
 __global__ void page_digest_kernel(const uint16_t* k_pool, uint16_t* kmin, uint16_t* kmax,
                                    const int32_t* positions, const int32_t* page_table, int max_pages,
                                    int n, int num_kv_heads, int d, int page_size) {
+  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
+  detail::pdl_launch_dependents();
   const int r = blockIdx.x, h = blockIdx.y;
   const int pos = positions[r];
   const int page = page_table[size_t(r) * max_pages + pos / page_size];
@@ -147,6 +160,8 @@ __global__ void page_digest_kernel(const uint16_t* k_pool, uint16_t* kmin, uint1
 
 // Block (row, slice): a decode row spreads over several SMs.
 __global__ void silu_mul_kernel(const float* gate_up, uint16_t* out, int I) {
+  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
+  detail::pdl_launch_dependents();
   const float* g = gate_up + size_t(blockIdx.x) * 2 * I;
   uint16_t* o = out + size_t(blockIdx.x) * I;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < I; i += gridDim.y * blockDim.x) {
@@ -156,6 +171,8 @@ __global__ void silu_mul_kernel(const float* gate_up, uint16_t* out, int I) {
 }
 
 __global__ void to_bf16_kernel(const float* in, uint16_t* out, size_t count) {
+  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
+  detail::pdl_launch_dependents();
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
     out[i] = bf16_bits(in[i]);
 }
@@ -247,7 +264,7 @@ unsigned grid_for(size_t count) {
 }  // namespace
 
 void embed(const uint16_t* table, const int32_t* tokens, float* x, int n, int hidden, cudaStream_t s) {
-  if (n > 0) embed_kernel<<<n, 256, 0, s>>>(table, tokens, x, hidden);
+  if (n > 0) (void)launch_pdl(embed_kernel, n, 256, 0, s, table, tokens, x, hidden);
 }
 
 void embed_vocab_slice(const uint16_t* table, const int32_t* tokens, float* x, int n, int hidden, int vocab_begin,
@@ -263,33 +280,33 @@ void unpack_vocab_slices(const float* gathered, int ranks, int n, int stride, in
 void add_rmsnorm(float* x, const float* y, const float* w, uint16_t* out, int n, int dim, float eps,
                  cudaStream_t s) {
   // One block per row; wide rows get more threads (a decode step has a single row).
-  if (n > 0) add_rmsnorm_kernel<<<n, dim >= 2048 ? 1024 : 256, 0, s>>>(x, y, w, out, dim, eps);
+  if (n > 0) (void)launch_pdl(add_rmsnorm_kernel, n, dim >= 2048 ? 1024 : 256, 0, s, x, y, w, out, dim, eps);
 }
 
 void gather_rows(const uint16_t* in, const int32_t* rows, uint16_t* out, int n, int dim, cudaStream_t s) {
-  if (n > 0) gather_rows_kernel<<<n, 256, 0, s>>>(in, rows, out, dim);
+  if (n > 0) (void)launch_pdl(gather_rows_kernel, n, 256, 0, s, in, rows, out, dim);
 }
 
 void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t s) {
   if (a.n == 0) return;
   // head_dim / 2 threads, rounded up to whole warps for the block reduction (head_dim 64, 128).
-  qkv_rope_append_kernel<<<dim3(a.n, a.num_heads + a.num_kv_heads), a.head_dim / 2, 0, s>>>(a);
+  (void)launch_pdl(qkv_rope_append_kernel, dim3(a.n, a.num_heads + a.num_kv_heads), a.head_dim / 2, 0, s, a);
 }
 
 void page_digest(const uint16_t* k_pool, uint16_t* kmin, uint16_t* kmax, const int32_t* positions,
                  const int32_t* page_table, int max_pages, int n, int num_kv_heads, int head_dim,
                  int page_size, cudaStream_t s) {
   if (n == 0) return;
-  page_digest_kernel<<<dim3(n, num_kv_heads), head_dim, 0, s>>>(
-      k_pool, kmin, kmax, positions, page_table, max_pages, n, num_kv_heads, head_dim, page_size);
+  (void)launch_pdl(page_digest_kernel, dim3(n, num_kv_heads), head_dim, 0, s, k_pool, kmin, kmax, positions, page_table,
+                   max_pages, n, num_kv_heads, head_dim, page_size);
 }
 
 void silu_mul(const float* gate_up, uint16_t* out, int n, int I, cudaStream_t s) {
-  if (n > 0) silu_mul_kernel<<<dim3(n, (I + 1023) / 1024), 256, 0, s>>>(gate_up, out, I);
+  if (n > 0) (void)launch_pdl(silu_mul_kernel, dim3(n, (I + 1023) / 1024), 256, 0, s, gate_up, out, I);
 }
 
 void to_bf16(const float* in, uint16_t* out, size_t count, cudaStream_t s) {
-  if (count > 0) to_bf16_kernel<<<grid_for(count), 256, 0, s>>>(in, out, count);
+  if (count > 0) (void)launch_pdl(to_bf16_kernel, grid_for(count), 256, 0, s, in, out, count);
 }
 
 void argmax(const float* logits, int n, int vocab, int32_t* next, const DecodeState* advance, cudaStream_t s) {

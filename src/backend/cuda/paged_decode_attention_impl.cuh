@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "attention/paged_decode_args.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace skim::cuda::detail {
 
@@ -105,18 +106,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// Programmatic dependent launch (sm_90): the split kernel lets the merge kernel start early
+// Programmatic dependent launch (pdl.cuh): the split kernel lets the merge kernel start early
 // (its launch overlaps our tail); the merge kernel waits for our writes before reading.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
 
 // ---------------------------------------------------------------------------------------
 
@@ -823,11 +814,10 @@ struct Variant {
                          .head_stride = a.head_stride_elems(), .scale_log2 = a.scale * 1.4426950408889634f};
 
     const dim3 grid(plan.num_chunks, a.num_kv_heads * plan.sub_groups, a.batch);
-    if (a.head_masks)
-      split_kernel<D, WARPS, STAGES, true><<<grid, C::kThreads, C::kSmemBytes, stream>>>(sp);
-    else
-      split_kernel<D, WARPS, STAGES, false><<<grid, C::kThreads, C::kSmemBytes, stream>>>(sp);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    // A programmatic dependent of the step's previous kernel: it waits for its inputs first.
+    e = a.head_masks ? launch_pdl(split_kernel<D, WARPS, STAGES, true>, grid, C::kThreads, C::kSmemBytes, stream, sp)
+                     : launch_pdl(split_kernel<D, WARPS, STAGES, false>, grid, C::kThreads, C::kSmemBytes, stream, sp);
+    if (e != cudaSuccess) return e;
     if (plan.direct) return cudaSuccess;
 
     MergeParams mp;

@@ -1,0 +1,62 @@
+// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl may start while the
+// stream's previous kernel still runs, once every CTA of that kernel has called
+// pdl_launch_dependents (or exited); it must call pdl_wait before reading anything its
+// predecessors write, and gets their writes after it. In a decode step's CUDA graph of ~12
+// kernels per layer this hides each launch's latency and ramp behind the previous kernel's tail.
+// Below sm_90 both calls compile to nothing and launch_pdl launches plainly.
+//
+// Rule: launch with launch_pdl only kernels whose first statements are pdl_wait() (then
+// pdl_launch_dependents()): a kernel that reads its inputs before waiting would race.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace skim::cuda {
+
+namespace detail {
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Whether the current device runs programmatic dependent launches (compute capability 9+),
+// asked once per device.
+inline bool pdl_supported() {
+  constexpr int kMaxDevices = 64;
+  static int known[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no; a benign race (same answer)
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (dev < kMaxDevices && known[dev]) return known[dev] == 1;
+  const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+  if (dev < kMaxDevices) known[dev] = yes ? 1 : 2;
+  return yes;
+}
+
+}  // namespace detail
+
+// kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the stream's
+// previous kernel (see the rule above).
+template <class... Params, class... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = detail::pdl_supported() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
+}  // namespace skim::cuda

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 
 #include "../test_random.h"
@@ -144,13 +145,24 @@ TEST(GpuTensorParallel, TwoGpusEqualOne) {
   for (const char* policy : {"dense", "gbsa:keep=0.6,n_min=2", "quest:budget=0.75,min=0,dense_layers=0"}) {
     const int i1 = one.acquire_policy(policy), i2 = two->acquire_policy(policy);
     const Steps a = run_steps(one, i1, prompt, steps), b = run_steps(*two, i2, prompt, steps);
+    // Each run feeds back its own greedy token: up to the first step where they differ (a
+    // near-tie of one GPU's top two logits, which the other rounding order may flip; then the
+    // inputs differ and the comparison ends) the logits agree within bf16 rounding.
+    size_t same = 0;
+    while (same < a.tokens.size() && a.tokens[same] == b.tokens[same]) ++same;
     float worst = 0;
-    for (size_t s = 0; s < a.logits.size(); ++s)
+    for (size_t s = 0; s < std::min(a.logits.size(), same + 1); ++s)
       for (size_t v = 0; v < a.logits[s].size(); ++v) worst = std::max(worst, std::fabs(a.logits[s][v] - b.logits[s][v]));
     // Logits of std ~1: the bf16 activations before each projection round differently when
     // the row-parallel sums are split.
     EXPECT_LT(worst, 0.1f) << policy;
-    EXPECT_EQ(a.tokens, b.tokens) << policy;
+    if (same < a.tokens.size()) {
+      std::vector<float> top = a.logits[same];
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+      std::printf("%s: tokens differ at step %zu (%d vs %d), one GPU's top-2 margin %.4f\n", policy, same,
+                  a.tokens[same], b.tokens[same], top[0] - top[1]);
+      EXPECT_LT(top[0] - top[1], 2 * worst + 1e-3f) << policy << ": a flip where the top two were not tied";
+    }
     std::printf("%s: worst logit difference %.4f\n", policy, worst);
     one.release_policy(i1);
     two->release_policy(i2);

@@ -1,0 +1,109 @@
+// Paged prefill attention on wgmma (Hopper, sm_90a). Device code, included by
+// paged_prefill_attention.cu only; without sm_90a code its kernel traps (the host launches it
+// only where wgmma_available() says it was built for the device).
+#pragma once
+
+#include "backend/cuda/paged_prefill_common.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+namespace skim::cuda::prefill {
+
+// The Hopper form: two warpgroups of 64 rows each (128 rows per CTA), 128 keys per step,
+// S = Q K^T and O += P V on wgmma. Each operand tile is stored as 64-element column halves
+// ([half][row][64], 128 bytes a row, 128-byte swizzle: piece c of row r at c ^ (r & 7)), the
+// layout wgmma's descriptors read; Q, K (K-major) and V (N-major: its descriptor transposes).
+template <int D>
+struct TileSm90 {
+  static constexpr int kRows = 128, kKeys = 128, kWarpRows = 16, kThreads = 256;
+  static constexpr int kRowBytes = D * 2, kPieces = D / 8;
+  static constexpr int kHalfBytes = 128 * 128;  // one 64-column half of a 128-row (or key) tile
+  static constexpr int kQBytes = kRows * D * 2, kKVBytes = kKeys * D * 2;
+  static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes + 1024;  // + alignment to 1024
+  __device__ static __forceinline__ uint32_t swz(int r, int c) {
+    return uint32_t((c >> 3) * kHalfBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+  }
+};
+
+// s = Q K^T for the warpgroup's 64 rows and the step's 128 keys (d / 16 wgmma k-steps).
+template <int D>
+__device__ __forceinline__ void scores_sm90(uint32_t q_s, uint32_t k_s, int wg, float (&s)[64]) {
+  using T = TileSm90<D>;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) s[i] = 0.0f;  // the first k-step overwrites them; no undefined reads
+  detail::wgmma_fence();
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    const uint32_t half = (kc / 4) * T::kHalfBytes, kstep = (kc % 4) * 32;
+    detail::wgmma_m64n128k16_ss(s, detail::sw128_desc(q_s + half + wg * 64 * 128 + kstep, 16, 1024),
+                                detail::sw128_desc(k_s + half + kstep, 16, 1024), kc > 0);
+  }
+  detail::wgmma_commit();
+  detail::wgmma_wait<0>();
+  detail::fence_registers(s);
+}
+
+// o += P V over the step's 128 keys: P from registers (the scores' layout is wgmma's A
+// fragment), V N-major: its two 64-column halves kHalfBytes apart, groups of 8 keys 1024 apart.
+template <int D>
+__device__ __forceinline__ void pv_sm90(const uint32_t (&p)[1][16][2], uint32_t v_s, float (&o)[D / 2]) {
+  using T = TileSm90<D>;
+  detail::fence_registers(o);
+  detail::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const uint32_t a[4] = {p[0][2 * kk][0], p[0][2 * kk][1], p[0][2 * kk + 1][0], p[0][2 * kk + 1][1]};
+    const uint64_t desc = detail::sw128_desc(v_s + kk * 16 * 128, T::kHalfBytes, 1024);
+    if constexpr (D == 128)
+      detail::wgmma_m64n128k16_rs(o, a, desc);
+    else
+      detail::wgmma_m64n64k16_rs(o, a, desc);
+  }
+  detail::wgmma_commit();
+  detail::wgmma_wait<0>();
+  detail::fence_registers(o);
+}
+
+// FlashAttention's loop on Hopper: as flash_prefill_kernel, with a warpgroup per 64 rows and
+// the MMAs on wgmma. The softmax and the row bookkeeping are the mma.sync kernel's (one 16-row
+// tile per warp).
+template <int D>
+__global__ void __launch_bounds__(256, 1) flash_prefill_sm90_kernel(PagedPrefillArgs a, Split sp) {
+#ifndef SKIM_WGMMA
+  __trap();  // launched only where sm_90a code exists (wgmma_available): elsewhere the MMAs are empty
+#endif
+  using T = TileSm90<D>;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t q_s = (smem_addr(smem_raw) + 1023) & ~1023u, kv_s = q_s + T::kQBytes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
+  const CtaWork w = cta_work<T>(a, sp);
+  if (w.idle) return;
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+
+  load_q_tile<T>(a, w, q_s);
+  if (w.begin < w.end) load_kv_step<T>(a, w, w.begin, kv_s, kv_s + T::kKVBytes);
+  cp_async_commit();
+
+  float o[1][D / 8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.0f;
+  for (int step = w.begin; step < w.end; ++step) {
+    cp_async_wait<0>();
+    detail::fence_proxy_async();  // cp.async wrote it; wgmma reads it
+    __syncthreads();  // this step's stage has arrived, and every warpgroup is done with the other one
+    const uint32_t k_s = kv_s + ((step - w.begin) & 1) * 2 * T::kKVBytes, v_s = k_s + T::kKVBytes;
+    if (step + 1 < w.end) {
+      const uint32_t k_next = kv_s + ((step + 1 - w.begin) & 1) * 2 * T::kKVBytes;
+      load_kv_step<T>(a, w, step + 1, k_next, k_next + T::kKVBytes);
+    }
+    cp_async_commit();
+    float s[1][16][4];
+    scores_sm90<D>(q_s, k_s, wg, reinterpret_cast<float(&)[64]>(s));
+    if ((step + 1) * T::kKeys - 1 > w.min_pos) mask_scores<T, 1>(a, w, warp, lane, step * T::kKeys, s);
+    uint32_t p[1][16][2];
+    update_softmax<D, 1, T::kKeys>(s, scale_log2, m, l, o, p);
+    pv_sm90<D>(p, v_s, reinterpret_cast<float(&)[D / 2]>(o));
+  }
+  store_rows<T, D, 1>(a, w, sp, warp, lane, o, m, l);
+}
+
+}  // namespace skim::cuda::prefill

@@ -34,6 +34,38 @@ std::vector<uint16_t> random_bf16(size_t n) {
   return out;
 }
 
+// Runs every kernel the device has on `a` (device pointers, writing `o` and `lse`) and checks
+// the outputs against the reference's, every one written (they start as NaN).
+void expect_every_kernel_matches(const PagedPrefillArgs& a, cuda::DeviceBuffer<float>& o, cuda::DeviceBuffer<float>& lse,
+                                 const std::vector<float>& want_o, const std::vector<float>& want_lse,
+                                 const testing::Message& what) {
+  for (cuda::PrefillKernel kernel : kKernels) {
+    if (!cuda::prefill_kernel_available(kernel)) continue;
+    SCOPED_TRACE(testing::Message(what) << ", " << kNames[int(kernel)]);
+    cuda::check(cudaMemset(o.data(), 0xff, o.bytes()), "cudaMemset");
+    ASSERT_EQ(cuda::paged_prefill_attention_with(a, kernel, nullptr), cudaSuccess);
+    cuda::check(cudaDeviceSynchronize(), "prefill attention");
+    // Probabilities are rounded to bf16 before P.V (as in flash attention), 2^-9 relative per
+    // weight, and the normaliser sums those rounded weights, so o stays a weighted mean of the
+    // v rows (|v| <~ 4 here): its error is bounded by about 2^-8 max|v| and is a few 1e-3 in
+    // practice (a relative measure is no good: o of few keys can be near 0). lse measured on an
+    // H100 within 1.5e-3. A wrong mask, page or head errs by O(1).
+    auto max_err = [](const std::vector<float>& got, const std::vector<float>& want) {
+      double err = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double e = std::fabs(double(got[i]) - want[i]);
+        err = std::isnan(e) ? INFINITY : std::max(err, e);
+      }
+      return err;
+    };
+    const double o_err = max_err(to_host(o), want_o), lse_err = max_err(to_host(lse), want_lse);
+    EXPECT_LT(o_err, 2e-2);
+    EXPECT_LT(lse_err, 3e-3);
+    std::printf("[ prefill  ] %s, %s: o abs err %.2e, lse err %.2e\n", testing::Message(what).GetString().c_str(),
+                kNames[int(kernel)], o_err, lse_err);
+  }
+}
+
 TEST(CudaPagedPrefillAttention, MatchesCpuReference) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   struct Case { int d, kv_heads, group, start, n; };
@@ -86,34 +118,8 @@ TEST(CudaPagedPrefillAttention, MatchesCpuReference) {
     cuda::DeviceBuffer<uint8_t> ws{std::max<size_t>(1, cuda::paged_prefill_workspace_size(c.n, heads, c.kv_heads, c.d, last))};
     a.workspace = ws.data();
     a.workspace_bytes = ws.bytes();
-    for (cuda::PrefillKernel kernel : kKernels) {
-      if (!cuda::prefill_kernel_available(kernel)) continue;
-      SCOPED_TRACE(testing::Message() << "kernel " << int(kernel));
-      cuda::check(cudaMemset(o.data(), 0xff, o.bytes()), "cudaMemset");  // NaN: a row left unwritten fails
-      ASSERT_EQ(cuda::paged_prefill_attention_with(a, kernel, nullptr), cudaSuccess);
-      cuda::check(cudaDeviceSynchronize(), "prefill attention");
-      std::vector<float> got_o(want_o.size()), got_lse(want_lse.size());
-      cuda::check(cudaMemcpy(got_o.data(), o.data(), o.bytes(), cudaMemcpyDeviceToHost), "D2H");
-      cuda::check(cudaMemcpy(got_lse.data(), lse.data(), lse.bytes(), cudaMemcpyDeviceToHost), "D2H");
-      // Probabilities are rounded to bf16 before P.V (as in flash attention), 2^-9 relative per
-      // weight, and the normaliser sums those rounded weights, so o stays a weighted mean of the
-      // v rows (|v| <~ 4 here): its error is bounded by about 2^-8 max|v| and is a few 1e-3 in
-      // practice (a relative measure is no good: o of few keys can be near 0). lse measured on an
-      // H100 within 1.3e-3. A wrong mask, page or head errs by O(1).
-      double o_err = 0, lse_err = 0;
-      for (size_t i = 0; i < got_o.size(); ++i) {
-        const double e = std::fabs(double(got_o[i]) - want_o[i]);
-        o_err = std::isnan(e) ? INFINITY : std::max(o_err, e);
-      }
-      for (size_t i = 0; i < got_lse.size(); ++i) {
-        const double e = std::fabs(double(got_lse[i]) - want_lse[i]);
-        lse_err = std::isnan(e) ? INFINITY : std::max(lse_err, e);
-      }
-      EXPECT_LT(o_err, 2e-2);
-      EXPECT_LT(lse_err, 3e-3);
-      std::printf("[ prefill  ] d %d group %d rows %d, %s: o abs err %.2e, lse err %.2e\n", c.d, c.group, c.n,
-                  kNames[int(kernel)], o_err, lse_err);
-    }
+    expect_every_kernel_matches(a, o, lse, want_o, want_lse,
+                                testing::Message() << "d " << c.d << " group " << c.group << " rows " << c.n);
   }
 }
 
@@ -183,27 +189,8 @@ TEST(CudaPagedPrefillAttention, SeveralSequencesMatchEachAlone) {
     a.lse = lse.data();
     a.workspace = ws.data();
     a.workspace_bytes = ws.bytes();
-    for (cuda::PrefillKernel kernel : kKernels) {
-      if (!cuda::prefill_kernel_available(kernel)) continue;
-      SCOPED_TRACE(testing::Message() << "kernel " << int(kernel));
-      cuda::check(cudaMemset(o.data(), 0xff, o.bytes()), "cudaMemset");  // NaN: a row left unwritten fails
-      ASSERT_EQ(cuda::paged_prefill_attention_with(a, kernel, nullptr), cudaSuccess);
-      cuda::check(cudaDeviceSynchronize(), "prefill attention");
-      std::vector<float> got_o = to_host(o), got_lse = to_host(lse);
-      double o_err = 0, lse_err = 0;
-      for (size_t i = 0; i < got_o.size(); ++i) {
-        const double e = std::fabs(double(got_o[i]) - want_o[i]);
-        o_err = std::isnan(e) ? INFINITY : std::max(o_err, e);
-      }
-      for (size_t i = 0; i < got_lse.size(); ++i) {
-        const double e = std::fabs(double(got_lse[i]) - want_lse[i]);
-        lse_err = std::isnan(e) ? INFINITY : std::max(lse_err, e);
-      }
-      EXPECT_LT(o_err, 2e-2);
-      EXPECT_LT(lse_err, 3e-3);
-      std::printf("[ prefill  ] %d sequences, d %d group %d, %s: o abs err %.2e, lse err %.2e\n", num_seqs, c.d,
-                  c.group, kNames[int(kernel)], o_err, lse_err);
-    }
+    expect_every_kernel_matches(a, o, lse, want_o, want_lse,
+                                testing::Message() << num_seqs << " sequences, d " << c.d << " group " << c.group);
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "attention/paged_prefill_args.h"
 #include "backend/cuda/paged_decode_attention_impl.cuh"  // PTX wrappers
+#include "backend/cuda/wgmma.cuh"  // fence_proxy_async
 
 namespace skim::cuda::prefill {
 
@@ -108,6 +109,38 @@ __device__ __forceinline__ void load_kv_step(const PagedPrefillArgs& a, const Ct
     cp_async16(k_s + T::swz(key, c), a.k_pool + off, ok ? 16 : 0);
     cp_async16(v_s + T::swz(key, c), a.v_pool + off, ok ? 16 : 0);
   }
+}
+
+// The tile's K/V double buffer at kv_s: step i (counted from the CTA's first) in stage i & 1,
+// K then V.
+template <class T>
+__device__ __forceinline__ uint32_t k_stage(uint32_t kv_s, int i) {
+  return kv_s + (i & 1) * 2 * T::kKVBytes;
+}
+
+// Before the loop: the queries and the first step's K/V start loading (one commit group).
+template <class T>
+__device__ __forceinline__ void start_loads(const PagedPrefillArgs& a, const CtaWork& w, uint32_t q_s, uint32_t kv_s) {
+  load_q_tile<T>(a, w, q_s);
+  if (w.begin < w.end) load_kv_step<T>(a, w, w.begin, k_stage<T>(kv_s, 0), k_stage<T>(kv_s, 0) + T::kKVBytes);
+  cp_async_commit();
+}
+
+// At the top of step `step`: waits for its stage (and, first time, the queries), lets every
+// thread see it (for wgmma, ASYNC_READ: also the async proxy), then starts loading the next step
+// into the other stage, which the barrier guarantees no warp still reads. Returns the step's K
+// stage (V follows it).
+template <class T, bool ASYNC_READ>
+__device__ __forceinline__ uint32_t next_stage(const PagedPrefillArgs& a, const CtaWork& w, uint32_t kv_s, int step) {
+  cp_async_wait<0>();
+  if constexpr (ASYNC_READ) detail::fence_proxy_async();  // cp.async wrote it; wgmma reads it
+  __syncthreads();
+  if (step + 1 < w.end) {
+    const uint32_t k_next = k_stage<T>(kv_s, step + 1 - w.begin);
+    load_kv_step<T>(a, w, step + 1, k_next, k_next + T::kKVBytes);
+  }
+  cp_async_commit();
+  return k_stage<T>(kv_s, step - w.begin);
 }
 
 // Keys after a row's position score -inf (the causal mask; also the pages past the prefix).

@@ -104,9 +104,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(PagedPrefill
   if (w.idle) return;
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
-  load_q_tile<T>(a, w, q_s);
-  if (w.begin < w.end) load_kv_step<T>(a, w, w.begin, kv_s, kv_s + T::kKVBytes);
-  cp_async_commit();
+  start_loads<T>(a, w, q_s, kv_s);
 
   float o[MT][D / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
@@ -118,14 +116,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(PagedPrefill
   }
 
   for (int step = w.begin; step < w.end; ++step) {
-    cp_async_wait<0>();
-    __syncthreads();  // this step's stage has arrived, and every warp is done with the other one
-    const uint32_t k_s = kv_s + ((step - w.begin) & 1) * 2 * T::kKVBytes, v_s = k_s + T::kKVBytes;
-    if (step + 1 < w.end) {
-      const uint32_t k_next = kv_s + ((step + 1 - w.begin) & 1) * 2 * T::kKVBytes;
-      load_kv_step<T>(a, w, step + 1, k_next, k_next + T::kKVBytes);
-    }
-    cp_async_commit();
+    const uint32_t k_s = next_stage<T, false>(a, w, kv_s, step), v_s = k_s + T::kKVBytes;
     float s[MT][T::kKeys / 8][4];
     compute_scores<T, D, MT>(q_s, k_s, warp, lane, s);
     if ((step + 1) * T::kKeys - 1 > w.min_pos) mask_scores<T, MT>(a, w, warp, lane, step * T::kKeys, s);

@@ -79,23 +79,13 @@ __global__ void __launch_bounds__(256, 1) flash_prefill_sm90_kernel(PagedPrefill
   if (w.idle) return;
   const float scale_log2 = a.scale * 1.4426950408889634f;
 
-  load_q_tile<T>(a, w, q_s);
-  if (w.begin < w.end) load_kv_step<T>(a, w, w.begin, kv_s, kv_s + T::kKVBytes);
-  cp_async_commit();
+  start_loads<T>(a, w, q_s, kv_s);
 
   float o[1][D / 8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.0f;
   for (int step = w.begin; step < w.end; ++step) {
-    cp_async_wait<0>();
-    detail::fence_proxy_async();  // cp.async wrote it; wgmma reads it
-    __syncthreads();  // this step's stage has arrived, and every warpgroup is done with the other one
-    const uint32_t k_s = kv_s + ((step - w.begin) & 1) * 2 * T::kKVBytes, v_s = k_s + T::kKVBytes;
-    if (step + 1 < w.end) {
-      const uint32_t k_next = kv_s + ((step + 1 - w.begin) & 1) * 2 * T::kKVBytes;
-      load_kv_step<T>(a, w, step + 1, k_next, k_next + T::kKVBytes);
-    }
-    cp_async_commit();
+    const uint32_t k_s = next_stage<T, true>(a, w, kv_s, step), v_s = k_s + T::kKVBytes;
     float s[1][16][4];
     scores_sm90<D>(q_s, k_s, wg, reinterpret_cast<float(&)[64]>(s));
     if ((step + 1) * T::kKeys - 1 > w.min_pos) mask_scores<T, 1>(a, w, warp, lane, step * T::kKeys, s);

@@ -13,10 +13,12 @@ namespace {
 
 using prefill::flash_prefill_kernel;
 using prefill::flash_prefill_sm90_kernel;
+using prefill::flash_prefill_sm90_ws_kernel;
 using prefill::kPage;
 using prefill::Split;
 using prefill::Tile;
 using prefill::TileSm90;
+using prefill::TileSm90Ws;
 
 // Key splits per row tile, only when the row tiles alone leave SMs idle: then enough CTAs
 // for two per SM, each split at least kMinSplitKeys keys, at most kMaxSplits.
@@ -62,9 +64,12 @@ KernelShape kernel_shape(PrefillKernel k) {
     case PrefillKernel::kMma128:
       return {Tile<D, 2>::kRows, Tile<D, 2>::kKeys, Tile<D, 2>::kThreads, Tile<D, 2>::kSmemBytes,
               reinterpret_cast<const void*>(flash_prefill_kernel<D, 2>)};
-    default:
+    case PrefillKernel::kWgmma:
       return {TileSm90<D>::kRows, TileSm90<D>::kKeys, TileSm90<D>::kThreads, TileSm90<D>::kSmemBytes,
               reinterpret_cast<const void*>(flash_prefill_sm90_kernel<D>)};
+    default:
+      return {TileSm90Ws<D>::kRows, TileSm90Ws<D>::kKeys, TileSm90Ws<D>::kCtaThreads, TileSm90Ws<D>::kSmemBytes,
+              reinterpret_cast<const void*>(flash_prefill_sm90_ws_kernel<D>)};
   }
 }
 
@@ -88,7 +93,7 @@ bool wgmma_available() {
 // The dynamic shared memory a kernel needs, allowed once per (kernel, device): tensor
 // parallelism launches on several. A benign race: every writer stores the same value.
 cudaError_t allow_smem(const KernelShape& k, int kernel_id) {
-  constexpr int kMaxDevices = 64, kKernels = 6;
+  constexpr int kMaxDevices = 64, kKernels = 8;
   static bool done[kKernels][kMaxDevices] = {};
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
@@ -141,7 +146,9 @@ bool supported(const PagedPrefillArgs& a) {
 
 }  // namespace
 
-bool prefill_kernel_available(PrefillKernel kind) { return kind != PrefillKernel::kWgmma || wgmma_available(); }
+bool prefill_kernel_available(PrefillKernel kind) {
+  return (kind != PrefillKernel::kWgmma && kind != PrefillKernel::kWgmmaWs) || wgmma_available();
+}
 
 PrefillKernel default_prefill_kernel() {
   return wgmma_available() ? PrefillKernel::kWgmma : PrefillKernel::kMma128;

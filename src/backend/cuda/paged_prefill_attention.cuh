@@ -29,8 +29,10 @@ cudaError_t paged_prefill_attention(const PagedPrefillArgs& args, cudaStream_t s
 // The kernels, for benchmarks and tests: FlashAttention-2's loop on mma.sync with 64 rows per
 // CTA (16 per warp) or 128 (32 per warp: each K/V fragment feeds two row tiles), and the Hopper
 // form on wgmma (two warpgroups of 64 rows, 128 keys per step; sm_90a builds on Hopper only).
-// paged_prefill_attention runs the default: kWgmma where it is available, else kMma128.
-enum class PrefillKernel { kMma64 = 0, kMma128 = 1, kWgmma = 2 };
+// kWgmmaWs: the same MMAs, warp-specialised (a producer warpgroup loads three K/V stages for
+// two consumer warpgroups; not yet measured, so not the default). paged_prefill_attention runs
+// the default: kWgmma where it is available, else kMma128.
+enum class PrefillKernel { kMma64 = 0, kMma128 = 1, kWgmma = 2, kWgmmaWs = 3 };
 bool prefill_kernel_available(PrefillKernel kind);
 PrefillKernel default_prefill_kernel();
 cudaError_t paged_prefill_attention_with(const PagedPrefillArgs& args, PrefillKernel kind, cudaStream_t stream);

@@ -96,4 +96,91 @@ __global__ void __launch_bounds__(256, 1) flash_prefill_sm90_kernel(PagedPrefill
   store_rows<T, D, 1>(a, w, sp, warp, lane, o, m, l);
 }
 
+// The warp-specialised form (FlashAttention-3's division of labour, without its ping-pong): a
+// producer warpgroup loads Q and each step's K/V pages into three stages, and two consumer
+// warpgroups (64 rows each, as above) compute, so loads and barriers leave the consumers'
+// critical path and the two consumers drift apart (one's softmax overlaps the other's MMAs).
+// Per stage an mbarrier `full` (the producer's 128 threads arrive once the stage's cp.async
+// copies are complete and fenced for the async proxy) and `empty` (the consumers' 256 threads
+// arrive once their P V has read it). Registers move to the consumers by setmaxnreg.
+template <int D>
+struct TileSm90Ws : TileSm90<D> {
+  using Base = TileSm90<D>;
+  static constexpr int kStages = 3;
+  static constexpr int kThreads = 128;        // the loaders: the producer warpgroup
+  static constexpr int kCtaThreads = 3 * 128;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kSmemBytes = Base::kQBytes + kStages * 2 * Base::kKVBytes + 1024 + kBarrierBytes;
+};
+
+template <int D>
+__device__ __forceinline__ void produce_sm90(const PagedPrefillArgs& a, const CtaWork& w, uint32_t q_s, uint32_t kv_s,
+                                             uint32_t full, uint32_t empty) {
+  using T = TileSm90Ws<D>;
+  int i = 0;
+  for (int step = w.begin; step < w.end; ++step, ++i) {
+    const int stage = i % T::kStages;
+    if (i >= T::kStages) detail::mbar_wait(empty + 8 * stage, (i / T::kStages - 1) & 1);  // its last use is read
+    if (i == 0) load_q_tile<T>(a, w, q_s);
+    const uint32_t k_s = kv_s + stage * 2 * T::kKVBytes;
+    load_kv_step<T>(a, w, step, k_s, k_s + T::kKVBytes);
+    cp_async_commit();
+    if (i >= 1) {  // the previous step's copies (and the queries) are in: hand that stage over
+      cp_async_wait<1>();
+      detail::fence_proxy_async();
+      detail::mbar_arrive(full + 8 * ((i - 1) % T::kStages));
+    }
+  }
+  if (i >= 1) {
+    cp_async_wait<0>();
+    detail::fence_proxy_async();
+    detail::mbar_arrive(full + 8 * ((i - 1) % T::kStages));
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(384, 1) flash_prefill_sm90_ws_kernel(PagedPrefillArgs a, Split sp) {
+#ifndef SKIM_WGMMA
+  __trap();  // launched only where sm_90a code exists (wgmma_available)
+#endif
+  using T = TileSm90Ws<D>;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t q_s = (smem_addr(smem_raw) + 1023) & ~1023u, kv_s = q_s + T::kQBytes;
+  const uint32_t full = kv_s + T::kStages * 2 * T::kKVBytes, empty = full + 8 * T::kStages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const CtaWork w = cta_work<T>(a, sp);
+  if (w.idle) return;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < T::kStages; ++s) {
+      detail::mbar_init(full + 8 * s, 128);
+      detail::mbar_init(empty + 8 * s, 256);
+    }
+  __syncthreads();
+  if (warp < 4) {
+    detail::setmaxnreg_dec<40>();
+    produce_sm90<D>(a, w, q_s, kv_s, full, empty);
+    return;
+  }
+  detail::setmaxnreg_inc<232>();
+  const int cw = warp - 4, wg = cw / 4;  // the consumer's warp (its 16 rows) and warpgroup (64)
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  float o[1][D / 8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.0f;
+  int i = 0;
+  for (int step = w.begin; step < w.end; ++step, ++i) {
+    const int stage = i % T::kStages;
+    detail::mbar_wait(full + 8 * stage, (i / T::kStages) & 1);
+    const uint32_t k_s = kv_s + stage * 2 * T::kKVBytes, v_s = k_s + T::kKVBytes;
+    float s[1][16][4];
+    scores_sm90<D>(q_s, k_s, wg, reinterpret_cast<float(&)[64]>(s));
+    if ((step + 1) * T::kKeys - 1 > w.min_pos) mask_scores<T, 1>(a, w, cw, lane, step * T::kKeys, s);
+    uint32_t p[1][16][2];
+    update_softmax<D, 1, T::kKeys>(s, scale_log2, m, l, o, p);
+    pv_sm90<D>(p, v_s, reinterpret_cast<float(&)[D / 2]>(o));
+    detail::mbar_arrive(empty + 8 * stage);  // this thread's reads of the stage are done
+  }
+  store_rows<T, D, 1>(a, w, sp, cw, lane, o, m, l);
+}
+
 }  // namespace skim::cuda::prefill

@@ -88,4 +88,42 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
 }
 
 
+// mbarriers in shared memory (CTA scope) for producer/consumer pipelines: init (one thread,
+// then a barrier), arrive, and a wait for the completion of the phase of parity `parity`.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+#ifdef SKIM_WGMMA
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+#ifdef SKIM_WGMMA
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+#ifdef SKIM_WGMMA
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// Hands registers between warpgroups (a warp-specialised kernel with __launch_bounds__(t, 1)):
+// every thread of the warpgroup executes it.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#ifdef SKIM_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#ifdef SKIM_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 }  // namespace skim::cuda::detail

@@ -303,21 +303,22 @@ void run_bench(const BenchArgs& a) {
                   "masked attention over the union per KV head; random digests; heads: independent queries (the "
                   "union near group x budget) or agreeing (one query per group: the union is the budget))\n",
                   a.sparse_keep);
-      std::printf("| heads | batch | context | select us | select + attend us | dense us | speedup | union | MB read | "
-                  "x floor |\n");
-      std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      std::printf("| heads | batch | context | select us | fused select us | select + attend us | dense us | speedup | "
+                  "union | MB read | x floor |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
       out["quest_attention"] = nlohmann::json::array();
       for (bool agree : {false, true})
         for (int b : int_list(a.attention_batches, "--attention-batches"))
           for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
             auto p = cuda::bench_quest_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep, agree);
             const double floor_us = p.bytes / bw * 1e6;
-            std::printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.2fx | %.2f | %.1f | %.2f |\n",
-                        agree ? "agree" : "independent", b, ctx, p.select_us, p.us, p.dense_us, p.dense_us / p.us,
-                        p.union_fraction, p.bytes / 1e6, p.us / floor_us);
+            std::printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx | %.2f | %.1f | %.2f |\n",
+                        agree ? "agree" : "independent", b, ctx, p.select_us, p.fused_select_us, p.us, p.dense_us,
+                        p.dense_us / p.us, p.union_fraction, p.bytes / 1e6, p.us / floor_us);
             std::fflush(stdout);
             out["quest_attention"].push_back({{"batch", b}, {"context", ctx}, {"budget", p.budget},
-                                              {"heads_agree", agree}, {"select_us", p.select_us}, {"us", p.us},
+                                              {"heads_agree", agree}, {"select_us", p.select_us},
+                                              {"fused_select_us", p.fused_select_us}, {"us", p.us},
                                               {"dense_us", p.dense_us}, {"union_fraction", p.union_fraction},
                                               {"bytes", p.bytes}, {"floor_us", floor_us}});
           }

@@ -256,6 +256,10 @@ QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int
   p.union_fraction = listed / double(lists * c.pages_per_seq);
   sb.time(select, sparse, p.select_us, p.us, p.dense_us);
   p.bytes = sb.bytes(p.union_fraction, heads);
+  // The fused selection where it applies (the same plan: only its time differs).
+  sel.max_seq_len = context;
+  sel.fused_max_pages = 1 << 20;
+  p.fused_select_us = graph_us_per_call(std::max(c.copies, 100), select);
   return p;
 }
 

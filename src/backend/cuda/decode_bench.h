@@ -46,6 +46,7 @@ struct QuestAttentionPoint {
   int batch = 0, context = 0;
   double budget = 0;        // fraction of the context per query head
   double select_us = 0;     // quest_page_select alone (scores per head + top-n + union)
+  double fused_select_us = 0;  // the same with its fused kernel (one launch) where it applies
   double us = 0;            // selection + masked decode attention over the union, one call
   double dense_us = 0;      // dense decode attention on the same cache, same run
   double union_fraction = 0;  // pages listed per (sequence, KV head) / the sequence's pages

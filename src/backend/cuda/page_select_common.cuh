@@ -164,20 +164,23 @@ __device__ inline void find_bin(const unsigned* hist, unsigned need, int* bin, u
   }
 }
 
-// Shared memory of one select CTA.
-struct SelectSmem {
+// Shared memory of one select CTA: the radix select's scratch, and (SelectSmem) the keys it
+// stages.
+struct SelectScratch {
   using Scan = cub::BlockScan<int, kThreads>;
   typename Scan::TempStorage scan;
   unsigned hist[256];
   int bin;
   unsigned above;
+};
+struct SelectSmem : SelectScratch {
   uint32_t keys[kSmemKeys + kSmemKeys / 32];
 };
 
 // select_top_pages (below) over the keys key(p), p < m.
 template <class Key, class Kept, class Skipped>
-__device__ void select_top_pages_of(SelectSmem& sm, Key key, int m, int n, Kept kept, Skipped skipped) {
-  using Scan = SelectSmem::Scan;
+__device__ void select_top_pages_of(SelectScratch& sm, Key key, int m, int n, Kept kept, Skipped skipped) {
+  using Scan = SelectScratch::Scan;
   const int t = threadIdx.x;
   uint32_t prefix = 0, mask = 0;
   unsigned need = unsigned(n);

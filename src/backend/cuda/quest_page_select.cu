@@ -4,6 +4,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/page_select_common.cuh"
@@ -118,19 +119,19 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const QuestPageSelectA
   select_top_pages(sm, keys_of(a, b, hq), m, n, [&](int p, int) { flags[p] = 1; }, [&](int p) { flags[p] = 0; });
 }
 
-// One CTA per (KV head, sequence): per page the mask of the group's heads that keep it; the
-// pages some head keeps listed in position order with their masks. by_score: listed into the
-// workspace instead, with each page's sort key (the largest of its heads' keys: the newest
-// page's is the highest) and its slot, for the sort.
-__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
+// The union of one (sequence, KV head): per page the mask of the group's heads that keep it (the
+// heads' flag rows from flags_of(g), 16-byte aligned, padded to kItems pages); the pages some
+// head keeps listed in position order with their masks. by_score: listed into the workspace
+// instead, with each page's sort key (the largest of its heads' keys: the newest page's is the
+// highest) and its slot, for the sort. Every thread of the CTA calls it.
+template <class FlagsOf>
+__device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh, int ctx, int m,
+                            FlagsOf flags_of_head) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan;
-  const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size();
+  const int t = threadIdx.x, group = a.group_size();
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
   const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
-  if (a.by_score && t == 0) bs.begin[list_index] = bs.end[list_index] = int(list);  // unplanned rows: nothing to sort
-  if (!a.rows.has(b)) return;
-  const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
   int32_t* out_table = a.by_score ? bs.pages : a.out_table;
   uint32_t* out_masks = a.by_score ? bs.masks : a.out_masks;
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
     static_assert(kItems == 16, "a thread's run of one head's flags is one 16-byte load");
     if (p0 < m)
       for (int g = 0; g < group; ++g) {
-        const uint4 run = *reinterpret_cast<const uint4*>(flags_of(a, b, kvh * group + g) + p0);
+        const uint4 run = *reinterpret_cast<const uint4*>(flags_of_head(g) + p0);
         const uint8_t* f = reinterpret_cast<const uint8_t*>(&run);
 #pragma unroll
         for (int i = 0; i < kItems; ++i)
@@ -180,6 +181,56 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
   }
 }
 
+// One CTA per (KV head, sequence): the union of its group's flags (write_union).
+__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
+  const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
+  const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
+  const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
+  if (a.by_score && threadIdx.x == 0) bs.begin[list_index] = bs.end[list_index] = int(list);  // unplanned rows: nothing to sort
+  if (!a.rows.has(b)) return;
+  const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
+  write_union(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
+}
+
+// Short contexts (the host bound at most fused_max_pages pages): one CTA per (KV head, sequence)
+// scores its group's heads, selects each head's pages and unites them, keys and flags in shared
+// memory ([group][stride] keys, then [group][stride] flags), one launch instead of three.
+template <int D>
+__global__ void __launch_bounds__(kThreads) fused_kernel(const QuestPageSelectArgs a, int stride) {
+  extern __shared__ __align__(16) uint32_t fused[];
+  __shared__ SelectScratch sm;
+  const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (!a.rows.has(b)) return;
+  const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
+  const int n = min(m, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size));
+  uint32_t* keys = fused;
+  uint8_t* flags = reinterpret_cast<uint8_t*>(fused + size_t(group) * stride);
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+  for (int p0 = warp * kWarpPages; p0 < m; p0 += (kThreads / 32) * kWarpPages) {
+    WarpDigests<D> dig;
+    dig.load(a.kmin, a.kmax, a.num_kv_heads, kvh, WarpDigests<D>::lane_page_id(table, p0, m, lane), p0, m, lane);
+    for (int g = 0; g < group; ++g) {
+      float qv[D / 32];
+      load_query<D>(a.q + (size_t(b) * a.num_heads + kvh * group + g) * D, 1, lane, qv);
+      const float s = dig.bounds(qv, lane);
+      if (lane < kWarpPages && p0 + lane < m) keys[g * stride + p0 + lane] = p0 + lane == m - 1 ? kNewestKey : order_key(s);
+    }
+  }
+  __syncthreads();
+  for (int g = 0; g < group; ++g) {
+    uint8_t* f = flags + size_t(g) * stride;
+    if (n == m) {
+      for (int p = threadIdx.x; p < m; p += kThreads) f[p] = 1;
+    } else {
+      const uint32_t* k = keys + size_t(g) * stride;
+      select_top_pages_of(sm, [&](int p) { return k[p]; }, m, n, [&](int p, int) { f[p] = 1; }, [&](int p) { f[p] = 0; });
+    }
+  }
+  __syncthreads();
+  write_union(a, ByScore{}, b, kvh, ctx, m, [&](int g) { return flags + size_t(g) * stride; });
+}
+
 // by_score: each list's pages and masks in their sorted order.
 __global__ void permute_kernel(const QuestPageSelectArgs a, const ByScore bs) {
   const size_t list = blockIdx.x;
@@ -188,6 +239,39 @@ __global__ void permute_kernel(const QuestPageSelectArgs a, const ByScore bs) {
     a.out_table[i] = bs.pages[from];
     a.out_masks[i] = bs.masks[from];
   }
+}
+
+// The fused kernel's shared-memory row length (pages, a multiple of kItems) when it applies,
+// else 0: a known bound within fused_max_pages, no by_score, keys and flags within kFusedSmem.
+constexpr size_t kFusedSmem = 96 * 1024;
+int fused_stride(const QuestPageSelectArgs& a) {
+  if (a.fused_max_pages <= 0 || a.max_seq_len <= 0 || a.by_score) return 0;
+  const int pages = std::min((a.max_seq_len + a.page_size - 1) / a.page_size, a.max_pages_per_seq);
+  if (pages > a.fused_max_pages) return 0;
+  const int stride = (pages + kItems - 1) / kItems * kItems;
+  return size_t(a.group_size()) * stride * (sizeof(uint32_t) + 1) <= kFusedSmem ? stride : 0;
+}
+
+template <int D>
+cudaError_t launch_fused_d(const QuestPageSelectArgs& a, int stride, cudaStream_t stream) {
+  // The attribute on the largest size, once per device (a benign race: every writer stores true).
+  constexpr int kMaxDevices = 64;
+  static bool allowed[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  if (dev >= kMaxDevices || !allowed[dev]) {
+    if (cudaError_t e = cudaFuncSetAttribute(fused_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kFusedSmem));
+        e != cudaSuccess)
+      return e;
+    if (dev < kMaxDevices) allowed[dev] = true;
+  }
+  const size_t smem = size_t(a.group_size()) * stride * (sizeof(uint32_t) + 1);
+  fused_kernel<D><<<dim3(a.num_kv_heads, a.batch), kThreads, smem, stream>>>(a, stride);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fused(const QuestPageSelectArgs& a, int stride, cudaStream_t stream) {
+  return a.head_dim == 128 ? launch_fused_d<128>(a, stride, stream) : launch_fused_d<64>(a, stride, stream);
 }
 
 bool supported(const QuestPageSelectArgs& a) {
@@ -209,6 +293,7 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   if (!supported(a) || a.workspace == nullptr || a.workspace_bytes < quest_page_select_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
+  if (const int stride = fused_stride(a); stride > 0) return launch_fused(a, stride, stream);
   cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
   select_kernel<<<dim3(a.num_heads, a.batch), kThreads, 0, stream>>>(a);

@@ -131,6 +131,11 @@ class GroupPageRows final : public SelectionRows {
   size_t workspace_ = 0;
 };
 
+// Steps whose context bound is at most this many pages run quest's fused selection kernel (one
+// launch per step and layer instead of three). 0 until measured on a device (issue 20: the
+// bench's "fused select us" column).
+constexpr int kQuestFusedMaxPages = 0;
+
 // Quest: quest_page_select, per (row, KV head) the union of its heads' pages with a mask per
 // query head.
 class QuestPageRows final : public SelectionRows {
@@ -172,7 +177,8 @@ class QuestPageRows final : public SelectionRows {
             .page_table = in.page_table,
             .seq_lens = in.seq_lens, .out_table = out.table, .out_masks = out.masks, .out_lens = out.lens,
             .rows = rows_of(in, rows), .listed_tokens = out.listed_tokens, .workspace = out.workspace,
-            .workspace_bytes = out.workspace_bytes};
+            .workspace_bytes = out.workspace_bytes, .max_seq_len = in.max_seq_len,
+            .fused_max_pages = kQuestFusedMaxPages};
   }
 
   QuestParams p_;

@@ -31,6 +31,7 @@ struct SparseAttentionPoint {
   int batch = 0, context = 0;
   double keep = 0;
   double select_us = 0;     // group page selection alone (scores over the digests + top-n)
+  double fused_select_us = 0;  // the same with its fused kernel (one launch) where it applies
   double us = 0;            // selection + decode attention over the kept pages, one call
   double dense_us = 0;      // dense decode attention on the same cache, same run
   double bytes = 0;         // digests + kept K/V + q + o per call

@@ -63,6 +63,12 @@ class WindowRows final : public RowPlanner {
   std::optional<ArtRowRule> art_;
 };
 
+// Steps whose context bound is at most this many pages run the fused selection kernels (one
+// launch per step and layer: quest's instead of three, gbsa's instead of two). 0 (off) until
+// measured on a device (issue 20: the bench's "fused select us" columns).
+constexpr int kQuestFusedMaxPages = 0;
+constexpr int kGroupFusedMaxPages = 0;
+
 // A selection kernel's rows: the first dense_layers layers attend every key; the others the
 // pages the kernel keeps (and the digests it reads). How many a head keeps is the subclass's.
 class SelectionRows : public RowPlanner {
@@ -123,7 +129,8 @@ class GroupPageRows final : public SelectionRows {
             .kmax = in.kmax,
             .page_table = in.page_table, .seq_lens = in.seq_lens, .out_table = out.table,
             .out_lens = out.lens, .out_masks = out.masks, .rows = rows_of(in, rows),
-            .workspace = out.workspace, .workspace_bytes = out.workspace_bytes};
+            .workspace = out.workspace, .workspace_bytes = out.workspace_bytes, .max_seq_len = in.max_seq_len,
+            .fused_max_pages = kGroupFusedMaxPages};
   }
 
   GroupBlockParams p_;
@@ -131,10 +138,6 @@ class GroupPageRows final : public SelectionRows {
   size_t workspace_ = 0;
 };
 
-// Steps whose context bound is at most this many pages run quest's fused selection kernel (one
-// launch per step and layer instead of three). 0 until measured on a device (issue 20: the
-// bench's "fused select us" column).
-constexpr int kQuestFusedMaxPages = 0;
 
 // Quest: quest_page_select, per (row, KV head) the union of its heads' pages with a mask per
 // query head.

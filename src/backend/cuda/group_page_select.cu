@@ -5,6 +5,7 @@
 
 #include <cub/device/device_segmented_radix_sort.cuh>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -77,25 +78,24 @@ struct SortOut {
   int* end = nullptr;
 };
 
-// One CTA per (KV head, sequence): the top pages_kept(m) of the keys, written in position order.
-// EXTRAS: the masks and the sort keys may be written too. Without them the kernel is the plain
-// selection as it was before they came: their per-page branches in the unrolled walk take it
+// The list of (sequence b, KV head kvh): the top pages_kept(m) of its page keys, written in
+// position order by select(m, n, keep) (the radix select over wherever the keys are). EXTRAS:
+// the masks and the sort keys (from `keys`) may be written too. Without them the selection is
+// the plain one it was before they came: their per-page branches in the unrolled walk take it
 // from 64 registers to 104, and gbsa's select+attend measured 1.4-6.8% slower since (H100,
 // bench/results/2026-11-25-h100-nothing-lost/; this split is the suspected fix, to be timed).
-template <bool EXTRAS>
-__global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
-  __shared__ SelectSmem sm;
-  const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
+// Every thread of the CTA calls it.
+template <bool EXTRAS, class Select>
+__device__ __forceinline__ void write_list(const GroupPageSelectArgs& a, const SortOut& so, int b, int kvh,
+                                           const uint32_t* keys, Select select) {
+  const int t = threadIdx.x;
   const size_t list = size_t(b) * a.num_kv_heads + kvh;
   const int first = int(list) * a.max_pages_per_seq;
-  if (so.keys && t == 0) so.begin[list] = so.end[list] = first;  // rows not planned: nothing to sort
-  if (!a.rows.has(b)) return;
   const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
   const int m = pages_of(len, a.page_size), n = a.pages_kept(m);
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
   int32_t* out = a.out_table + list * a.max_pages_per_seq;
   uint32_t* masks = a.out_masks ? a.out_masks + list * a.max_pages_per_seq : nullptr;
-  const uint32_t* keys = keys_of(a, b, kvh);
   if (t == 0) a.out_lens[list] = m == 0 ? 0 : (n - 1) * a.page_size + (len - (m - 1) * a.page_size);
   if (so.keys && t == 0) so.end[list] = first + n;
   const auto keep = [&](int p, int rank) {
@@ -109,7 +109,45 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectA
     for (int p = t; p < m; p += kThreads) keep(p, p);
     return;
   }
-  select_top_pages(sm, keys, m, n, keep, [](int) {});
+  select(m, n, keep);
+}
+
+// One CTA per (KV head, sequence): its list from the score kernel's keys.
+template <bool EXTRAS>
+__global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
+  __shared__ SelectSmem sm;
+  const int kvh = blockIdx.x, b = blockIdx.y;
+  const size_t list = size_t(b) * a.num_kv_heads + kvh;
+  const int first = int(list) * a.max_pages_per_seq;
+  if (so.keys && threadIdx.x == 0) so.begin[list] = so.end[list] = first;  // rows not planned: nothing to sort
+  if (!a.rows.has(b)) return;
+  const uint32_t* keys = keys_of(a, b, kvh);
+  write_list<EXTRAS>(a, so, b, kvh, keys,
+                     [&](int m, int n, auto keep) { select_top_pages(sm, keys, m, n, keep, [](int) {}); });
+}
+
+// Short contexts (the host bound at most fused_max_pages pages, within the shared keys): one CTA
+// per (KV head, sequence) scores its pages for the group's pooled query into shared memory and
+// selects, one launch instead of two. Not with by_score.
+template <int D, bool EXTRAS>
+__global__ void __launch_bounds__(kThreads) fused_kernel(const GroupPageSelectArgs a) {
+  __shared__ SelectSmem sm;
+  const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (!a.rows.has(b)) return;
+  const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
+  const int m = pages_of(len, a.page_size), forced_from = m - min(a.n_local, m);
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+  for (int p0 = warp * kWarpPages; p0 < m; p0 += (kThreads / 32) * kWarpPages) {
+    const float s = warp_page_bounds<D>(a.q + (size_t(b) * a.num_heads + size_t(kvh) * group) * D, group, a.kmin,
+                                        a.kmax, a.num_kv_heads, kvh, table, p0, m, lane);
+    const int p = p0 + lane;
+    if (lane < kWarpPages && p < m) sm.keys[skew(p)] = p == m - 1 ? kNewestKey : p >= forced_from ? kForcedKey : order_key(s);
+  }
+  __syncthreads();
+  write_list<EXTRAS>(a, SortOut{}, b, kvh, nullptr, [&](int m_, int n, auto keep) {
+    select_top_pages_of(sm, [&](int p) { return sm.keys[skew(p)]; }, m_, n, keep, [](int) {});
+  });
 }
 
 // by_score: the sorted page ids back into each list.
@@ -117,6 +155,14 @@ __global__ void copy_sorted_kernel(const GroupPageSelectArgs a, const int32_t* s
                                    const int* end) {
   const size_t list = blockIdx.x;
   for (int i = begin[list] + int(threadIdx.x); i < end[list]; i += int(blockDim.x)) a.out_table[i] = sorted[i];
+}
+
+// Whether the fused kernel runs: a known context bound within fused_max_pages pages (and
+// within the shared keys), no by_score.
+bool fused_applies(const GroupPageSelectArgs& a) {
+  if (a.fused_max_pages <= 0 || a.max_seq_len <= 0 || a.by_score) return false;
+  const int pages = std::min((a.max_seq_len + a.page_size - 1) / a.page_size, a.max_pages_per_seq);
+  return pages <= a.fused_max_pages && pages <= kSmemKeys;
 }
 
 bool supported(const GroupPageSelectArgs& a) {
@@ -135,6 +181,14 @@ cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream)
   if (!supported(a) || a.workspace == nullptr || a.workspace_bytes < group_page_select_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
+  if (fused_applies(a)) {
+    const dim3 grid(a.num_kv_heads, a.batch);
+    if (a.out_masks)
+      (a.head_dim == 128 ? fused_kernel<128, true> : fused_kernel<64, true>)<<<grid, kThreads, 0, stream>>>(a);
+    else
+      (a.head_dim == 128 ? fused_kernel<128, false> : fused_kernel<64, false>)<<<grid, kThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
   const cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
   const Layout l = layout_of(a);

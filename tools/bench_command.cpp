@@ -40,6 +40,7 @@ struct BenchArgs {
   bool art = false;              // the ART decode attention kernel at forced stops
   int art_round = 64;            // its round, pages
   int art_max_warps = 0;         // its warps per list (0: paged decode attention's split)
+  int fused_select_pages = -1;   // the forward's fused selection limit (-1: the engine's default)
   std::string tp;            // tensor-parallel sizes: only the --tp table
   std::string shape = "70b";  // its random-weight model shape: 8b or 70b
   std::string json_path;
@@ -347,7 +348,9 @@ void run_bench(const BenchArgs& a) {
       for (int b : int_list(a.batches, "--batches"))
         for (int ctx : int_list(a.contexts, "--contexts"))
           for (const auto& [policy, rectify_f] : e2e_policies(a, ctx, b)) {
-            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, rectify_f);
+            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, rectify_f,
+                                            a.fused_select_pages >= 0 ? a.fused_select_pages
+                                                                      : cuda::kDefaultFusedSelectPages);
             std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), policy.c_str(), b,
                         ctx, p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,
                         p.ms_per_step / p.floor_ms);
@@ -436,6 +439,10 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_option("--art-max-warps", a.art_max_warps, "ART's warps per list for --art (0: paged decode's split)")
       ->capture_default_str();
   app->add_flag("--no-8b", a.no_8b, "skip the random Llama-3.1-8B-shaped model");
+  app->add_option("--fused-select-pages", a.fused_select_pages,
+                  "end-to-end: quest's and gbsa's fused selection kernels for steps whose context bound is at most "
+                  "this many pages (0: never; default: the engine's)")
+      ->check(CLI::Range(0, 1 << 20));
   app->add_option("--prefill-contexts", a.prefill_contexts, "prefill lengths (the 8B shape: up to --prefill-8b-max)")
       ->capture_default_str();
   app->add_option("--prefill-8b-max", a.prefill_8b_max,

@@ -391,7 +391,7 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
 }
 
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
-                               const std::string& label, int rectify_f) {
+                               const std::string& label, int rectify_f, int fused_select_pages) {
   // "POLICY@hits=N": MAC rows hit N per mille of the time, forced (random weights give no
   // similar queries).
   const size_t at_hits = label.find("@hits=");
@@ -418,6 +418,7 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   o.max_rows = sparse ? std::max(batch, rectify_f * batch) : batch;
   o.max_pages_per_seq = pages_per_seq;
   o.policy = mix[0];
+  o.fused_select_pages = fused_select_pages;
   GpuForward fwd(weights, shape, o);
   fwd.cache().fill_random(7, fwd.stream());  // K/V and digests
   if (forced_hits >= 0) fwd.force_mac_hits(forced_hits);

@@ -145,8 +145,10 @@ struct EndToEndPoint {
 // given to the sequences in turn, one mixed batch), and a sparse one also times a
 // rectification of `rectify_f` tokens. "POLICY@hits=N" forces its MAC rows' hit rate (per
 // mille; the match still scans the ring, a hit's band+tail is read and its prefix reused).
+// fused_select_pages: GpuForwardOptions::fused_select_pages of the forward.
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
-                               const std::string& policy = "dense", int rectify_f = 32);
+                               const std::string& policy = "dense", int rectify_f = 32,
+                               int fused_select_pages = kDefaultFusedSelectPages);
 
 // RetroAttention's decode steps against its base's, the same way: per step a forward pass of
 // each sequence's newest token after its last w-1 tokens (w = 1: the base alone), as the engine

@@ -63,12 +63,6 @@ class WindowRows final : public RowPlanner {
   std::optional<ArtRowRule> art_;
 };
 
-// Steps whose context bound is at most this many pages run the fused selection kernels (one
-// launch per step and layer: quest's instead of three, gbsa's instead of two). 0 (off) until
-// measured on a device (issue 20: the bench's "fused select us" columns).
-constexpr int kQuestFusedMaxPages = 0;
-constexpr int kGroupFusedMaxPages = 0;
-
 // A selection kernel's rows: the first dense_layers layers attend every key; the others the
 // pages the kernel keeps (and the digests it reads). How many a head keeps is the subclass's.
 class SelectionRows : public RowPlanner {
@@ -130,7 +124,7 @@ class GroupPageRows final : public SelectionRows {
             .page_table = in.page_table, .seq_lens = in.seq_lens, .out_table = out.table,
             .out_lens = out.lens, .out_masks = out.masks, .rows = rows_of(in, rows),
             .workspace = out.workspace, .workspace_bytes = out.workspace_bytes, .max_seq_len = in.max_seq_len,
-            .fused_max_pages = kGroupFusedMaxPages};
+            .fused_max_pages = s_.fused_select_pages};
   }
 
   GroupBlockParams p_;
@@ -181,7 +175,7 @@ class QuestPageRows final : public SelectionRows {
             .seq_lens = in.seq_lens, .out_table = out.table, .out_masks = out.masks, .out_lens = out.lens,
             .rows = rows_of(in, rows), .listed_tokens = out.listed_tokens, .workspace = out.workspace,
             .workspace_bytes = out.workspace_bytes, .max_seq_len = in.max_seq_len,
-            .fused_max_pages = kQuestFusedMaxPages};
+            .fused_max_pages = s_.fused_select_pages};
   }
 
   QuestParams p_;

@@ -64,11 +64,18 @@ struct DevicePlan {
   const RetroRowRule* retro_rules = nullptr;
 };
 
+// Steps whose context bound is at most this many pages run the fused selection kernels (one
+// launch per step and layer: quest's instead of three, gbsa's instead of two). 0 (off) until
+// measured on a device (issue 20: `skim bench --fused-select-pages N` and the attention bench's
+// "fused select us" columns).
+constexpr int kDefaultFusedSelectPages = 0;
+
 struct PlannerShape {
   int num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int page_size = 16;
   int max_rows = 0;           // decode rows of one step
   int max_pages_per_seq = 0;  // page-table row length
+  int fused_select_pages = kDefaultFusedSelectPages;
 };
 
 // One policy's part of a plan: the rows of its index, written by its kernel.

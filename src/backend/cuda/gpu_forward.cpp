@@ -89,7 +89,7 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
                                                                               c.head_dim, a.max_seq_len - 1)));
   planner_ = std::make_unique<DecodePlanner>(o.policy, PlannerShape{c.num_layers, c.num_heads, c.num_kv_heads,
                                                                      c.head_dim, shape.page_size, o.max_rows,
-                                                                     o.max_pages_per_seq});
+                                                                     o.max_pages_per_seq, o.fused_select_pages});
   bool moved = false;
   reserve_art(moved);
   reserve_mac(moved);

@@ -46,6 +46,7 @@ struct GpuForwardOptions {
   int max_rows = 512;          // rows of one forward pass: a prefill chunk or a decode batch
   int max_pages_per_seq = 0;   // page-table row length: a sequence's capacity in pages
   std::string policy = "dense";  // policy index 0: its selector plans decode steps (DecodePlanner)
+  int fused_select_pages = kDefaultFusedSelectPages;  // PlannerShape::fused_select_pages
   // Tensor parallelism (gpu_tensor_parallel.h): this rank's shard (its weights are
   // shard_model's) and its NCCL communicator; none: the whole model on this GPU.
   std::optional<TensorShard> shard;

@@ -42,6 +42,21 @@ TEST(Generate, MoreRequestsThanSequencesWaitTheirTurn) {
   }
 }
 
+// The prefill chunk left at 0 is the device's default (the CPU's 512); a negative one is refused
+// naming the field.
+TEST(Generate, PrefillChunkZeroIsTheDeviceDefault) {
+  EXPECT_EQ(demo().prefill_chunk(), kCpuPrefillChunk);
+  EngineOptions o;
+  o.model_dir = std::filesystem::path(SKIM_SOURCE_DIR) / "models/demo-code-28m";
+  o.prefill_chunk = -1;
+  try {
+    Engine e(o);
+    ADD_FAILURE() << "a negative chunk was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("prefill_chunk"), std::string::npos) << e.what();
+  }
+}
+
 // The public statistics: bytes read as decode_kv_bytes_read reports them, and the policy's counters.
 TEST(Generate, PolicyStatsReportBytesAndCounters) {
   const double before = demo().policy_stats().decode_kv_bytes_read;

@@ -2,14 +2,16 @@
 # The checks and measurements of GPU code written without a device, in one call on the next GPU
 # machine (a build of ~2 minutes on 64 cores, then ~4 minutes). Each item names what it settles;
 # drop an item here once its code has passed and its numbers are recorded under bench/results/.
-#   1. CudaPagedPrefillAttention.* with the warp-specialised wgmma kernel (kWgmmaWs), alone and
-#      under a timeout first: a wrong mbarrier parity would hang it.
+#   1. CudaPagedPrefillAttention.* with the warp-specialised wgmma kernels (kWgmmaWs,
+#      kWgmmaPingpong), alone and under a timeout first: a wrong mbarrier parity or an unbalanced
+#      named barrier would hang them.
 #   2. CudaQuestPageSelect.* and CudaGroupPageSelect.*: the fused selection kernels give the same
 #      plans bit for bit.
 #   3. GpuTensorParallel.*: the token comparison up to a near-tie flip (and the PDL launches
 #      under NCCL).
-#   4. Prefill attention, every kernel (prefill.json): is kWgmmaWs faster than kWgmma? Then make
-#      it the default (paged_prefill_attention.cu: default_prefill_kernel).
+#   4. Prefill attention, every kernel (prefill.json): is kWgmmaWs or kWgmmaPingpong faster than
+#      kWgmma? Then make the fastest the default (paged_prefill_attention.cu:
+#      default_prefill_kernel), and record bench/prefill.sh's end-to-end numbers with it.
 #   5. The selection kernels with and without fusion at 8K / 32K / 128K, batch 1 and 8
 #      (selection.json: "fused select us"), and whole 8B steps with --fused-select-pages 0 and
 #      4096 (e2e-*.json): set kDefaultFusedSelectPages (decode_planner.h) where fusion wins.

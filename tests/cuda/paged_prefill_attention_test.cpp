@@ -24,8 +24,9 @@ using test::to_host;
 
 // Every kernel where the device has it (the wgmma one on Hopper only).
 constexpr cuda::PrefillKernel kKernels[] = {cuda::PrefillKernel::kMma64, cuda::PrefillKernel::kMma128,
-                                            cuda::PrefillKernel::kWgmma, cuda::PrefillKernel::kWgmmaWs};
-const char* const kNames[] = {"mma 64 rows", "mma 128 rows", "wgmma", "wgmma warp-specialised"};
+                                            cuda::PrefillKernel::kWgmma, cuda::PrefillKernel::kWgmmaWs,
+                                            cuda::PrefillKernel::kWgmmaPingpong};
+const char* const kNames[] = {"mma 64 rows", "mma 128 rows", "wgmma", "wgmma warp-specialised", "wgmma ping-pong"};
 
 std::vector<uint16_t> random_bf16(size_t n) {
   std::vector<float> f = test::random_vector(n);

@@ -67,9 +67,12 @@ KernelShape kernel_shape(PrefillKernel k) {
     case PrefillKernel::kWgmma:
       return {TileSm90<D>::kRows, TileSm90<D>::kKeys, TileSm90<D>::kThreads, TileSm90<D>::kSmemBytes,
               reinterpret_cast<const void*>(flash_prefill_sm90_kernel<D>)};
+    case PrefillKernel::kWgmmaWs:
+      return {TileSm90Ws<D>::kRows, TileSm90Ws<D>::kKeys, TileSm90Ws<D>::kCtaThreads, TileSm90Ws<D>::kSmemBytes,
+              reinterpret_cast<const void*>(flash_prefill_sm90_ws_kernel<D, false>)};
     default:
       return {TileSm90Ws<D>::kRows, TileSm90Ws<D>::kKeys, TileSm90Ws<D>::kCtaThreads, TileSm90Ws<D>::kSmemBytes,
-              reinterpret_cast<const void*>(flash_prefill_sm90_ws_kernel<D>)};
+              reinterpret_cast<const void*>(flash_prefill_sm90_ws_kernel<D, true>)};
   }
 }
 
@@ -93,7 +96,7 @@ bool wgmma_available() {
 // The dynamic shared memory a kernel needs, allowed once per (kernel, device): tensor
 // parallelism launches on several. A benign race: every writer stores the same value.
 cudaError_t allow_smem(const KernelShape& k, int kernel_id) {
-  constexpr int kMaxDevices = 64, kKernels = 8;
+  constexpr int kMaxDevices = 64, kKernels = 10;
   static bool done[kKernels][kMaxDevices] = {};
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
@@ -147,7 +150,7 @@ bool supported(const PagedPrefillArgs& a) {
 }  // namespace
 
 bool prefill_kernel_available(PrefillKernel kind) {
-  return (kind != PrefillKernel::kWgmma && kind != PrefillKernel::kWgmmaWs) || wgmma_available();
+  return kind == PrefillKernel::kMma64 || kind == PrefillKernel::kMma128 || wgmma_available();
 }
 
 PrefillKernel default_prefill_kernel() {

@@ -30,9 +30,10 @@ cudaError_t paged_prefill_attention(const PagedPrefillArgs& args, cudaStream_t s
 // CTA (16 per warp) or 128 (32 per warp: each K/V fragment feeds two row tiles), and the Hopper
 // form on wgmma (two warpgroups of 64 rows, 128 keys per step; sm_90a builds on Hopper only).
 // kWgmmaWs: the same MMAs, warp-specialised (a producer warpgroup loads three K/V stages for
-// two consumer warpgroups; not yet measured, so not the default). paged_prefill_attention runs
-// the default: kWgmma where it is available, else kMma128.
-enum class PrefillKernel { kMma64 = 0, kMma128 = 1, kWgmma = 2, kWgmmaWs = 3 };
+// two consumer warpgroups); kWgmmaPingpong: that with FlashAttention-3's ping-pong schedule of the
+// consumers. Neither measured yet, so neither the default. paged_prefill_attention runs the
+// default: kWgmma where it is available, else kMma128.
+enum class PrefillKernel { kMma64 = 0, kMma128 = 1, kWgmma = 2, kWgmmaWs = 3, kWgmmaPingpong = 4 };
 bool prefill_kernel_available(PrefillKernel kind);
 PrefillKernel default_prefill_kernel();
 cudaError_t paged_prefill_attention_with(const PagedPrefillArgs& args, PrefillKernel kind, cudaStream_t stream);

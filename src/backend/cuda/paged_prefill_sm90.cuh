@@ -24,9 +24,10 @@ struct TileSm90 {
   }
 };
 
-// s = Q K^T for the warpgroup's 64 rows and the step's 128 keys (d / 16 wgmma k-steps).
+// Issues s = Q K^T for the warpgroup's 64 rows and the step's 128 keys (d / 16 wgmma k-steps),
+// uncommitted: s is in flight until the caller's commit and wait.
 template <int D>
-__device__ __forceinline__ void scores_sm90(uint32_t q_s, uint32_t k_s, int wg, float (&s)[64]) {
+__device__ __forceinline__ void issue_scores_sm90(uint32_t q_s, uint32_t k_s, int wg, float (&s)[64]) {
   using T = TileSm90<D>;
 #pragma unroll
   for (int i = 0; i < 64; ++i) s[i] = 0.0f;  // the first k-step overwrites them; no undefined reads
@@ -37,15 +38,13 @@ __device__ __forceinline__ void scores_sm90(uint32_t q_s, uint32_t k_s, int wg, 
     detail::wgmma_m64n128k16_ss(s, detail::sw128_desc(q_s + half + wg * 64 * 128 + kstep, 16, 1024),
                                 detail::sw128_desc(k_s + half + kstep, 16, 1024), kc > 0);
   }
-  detail::wgmma_commit();
-  detail::wgmma_wait<0>();
-  detail::fence_registers(s);
 }
 
-// o += P V over the step's 128 keys: P from registers (the scores' layout is wgmma's A
-// fragment), V N-major: its two 64-column halves kHalfBytes apart, groups of 8 keys 1024 apart.
+// Issues o += P V over a step's 128 keys, uncommitted: P from registers (the scores' layout is
+// wgmma's A fragment), V N-major: its two 64-column halves kHalfBytes apart, groups of 8 keys
+// 1024 apart.
 template <int D>
-__device__ __forceinline__ void pv_sm90(const uint32_t (&p)[1][16][2], uint32_t v_s, float (&o)[D / 2]) {
+__device__ __forceinline__ void issue_pv_sm90(const uint32_t (&p)[1][16][2], uint32_t v_s, float (&o)[D / 2]) {
   using T = TileSm90<D>;
   detail::fence_registers(o);
   detail::wgmma_fence();
@@ -58,9 +57,26 @@ __device__ __forceinline__ void pv_sm90(const uint32_t (&p)[1][16][2], uint32_t 
     else
       detail::wgmma_m64n64k16_rs(o, a, desc);
   }
+}
+
+// Commits what the warpgroup issued and waits for it; the accumulators are then final here.
+template <int... N>
+__device__ __forceinline__ void finish_mma(float (&... acc)[N]) {
   detail::wgmma_commit();
   detail::wgmma_wait<0>();
-  detail::fence_registers(o);
+  (detail::fence_registers(acc), ...);
+}
+
+template <int D>
+__device__ __forceinline__ void scores_sm90(uint32_t q_s, uint32_t k_s, int wg, float (&s)[64]) {
+  issue_scores_sm90<D>(q_s, k_s, wg, s);
+  finish_mma(s);
+}
+
+template <int D>
+__device__ __forceinline__ void pv_sm90(const uint32_t (&p)[1][16][2], uint32_t v_s, float (&o)[D / 2]) {
+  issue_pv_sm90<D>(p, v_s, o);
+  finish_mma(o);
 }
 
 // FlashAttention's loop on Hopper: as flash_prefill_kernel, with a warpgroup per 64 rows and
@@ -96,7 +112,7 @@ __global__ void __launch_bounds__(256, 1) flash_prefill_sm90_kernel(PagedPrefill
   store_rows<T, D, 1>(a, w, sp, warp, lane, o, m, l);
 }
 
-// The warp-specialised form (FlashAttention-3's division of labour, without its ping-pong): a
+// The warp-specialised form (FlashAttention-3's division of labour, optionally its ping-pong): a
 // producer warpgroup loads Q and each step's K/V pages into three stages, and two consumer
 // warpgroups (64 rows each, as above) compute, so loads and barriers leave the consumers'
 // critical path and the two consumers drift apart (one's softmax overlaps the other's MMAs).
@@ -138,7 +154,19 @@ __device__ __forceinline__ void produce_sm90(const PagedPrefillArgs& a, const Ct
   }
 }
 
-template <int D>
+// Named barriers 1 and 2 (0 is __syncthreads'): the consumers' turns at the tensor cores.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// PINGPONG: FlashAttention-3's schedule. A consumer's step issues this step's Q K^T and the
+// previous step's P V together, at its turn (named barrier 1 + its warpgroup, handed to the other
+// once issued), so that one warpgroup's softmax runs while the other's MMAs do; P V lags a step
+// (O is rescaled after it lands), and a stage is released once its P V has read it.
+template <int D, bool PINGPONG>
 __global__ void __launch_bounds__(384, 1) flash_prefill_sm90_ws_kernel(PagedPrefillArgs a, Split sp) {
 #ifndef SKIM_WGMMA
   __trap();  // launched only where sm_90a code exists (wgmma_available)
@@ -164,21 +192,45 @@ __global__ void __launch_bounds__(384, 1) flash_prefill_sm90_ws_kernel(PagedPref
   detail::setmaxnreg_inc<232>();
   const int cw = warp - 4, wg = cw / 4;  // the consumer's warp (its 16 rows) and warpgroup (64)
   const float scale_log2 = a.scale * 1.4426950408889634f;
+  const auto k_of = [&](int stage) { return kv_s + stage * 2 * T::kKVBytes; };
   float o[1][D / 8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.0f;
-  int i = 0;
+  float(&of)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o);
+  if constexpr (PINGPONG)
+    if (wg == 1) named_arrive(1, 256);  // warpgroup 0 takes the first turn
+  uint32_t p[1][16][2];
+  int i = 0, prev = -1;  // prev: the stage whose P V is pending (PINGPONG)
   for (int step = w.begin; step < w.end; ++step, ++i) {
     const int stage = i % T::kStages;
     detail::mbar_wait(full + 8 * stage, (i / T::kStages) & 1);
-    const uint32_t k_s = kv_s + stage * 2 * T::kKVBytes, v_s = k_s + T::kKVBytes;
     float s[1][16][4];
-    scores_sm90<D>(q_s, k_s, wg, reinterpret_cast<float(&)[64]>(s));
+    float(&sf)[64] = reinterpret_cast<float(&)[64]>(s);
+    if constexpr (PINGPONG) {
+      named_sync(1 + wg, 256);
+      issue_scores_sm90<D>(q_s, k_of(stage), wg, sf);
+      if (prev >= 0) issue_pv_sm90<D>(p, k_of(prev) + T::kKVBytes, of);
+      named_arrive(1 + (1 - wg), 256);
+      finish_mma(sf, of);
+      if (prev >= 0) detail::mbar_arrive(empty + 8 * prev);
+    } else {
+      scores_sm90<D>(q_s, k_of(stage), wg, sf);
+    }
     if ((step + 1) * T::kKeys - 1 > w.min_pos) mask_scores<T, 1>(a, w, cw, lane, step * T::kKeys, s);
-    uint32_t p[1][16][2];
     update_softmax<D, 1, T::kKeys>(s, scale_log2, m, l, o, p);
-    pv_sm90<D>(p, v_s, reinterpret_cast<float(&)[D / 2]>(o));
-    detail::mbar_arrive(empty + 8 * stage);  // this thread's reads of the stage are done
+    if constexpr (PINGPONG) {
+      prev = stage;
+    } else {
+      pv_sm90<D>(p, k_of(stage) + T::kKVBytes, of);
+      detail::mbar_arrive(empty + 8 * stage);  // this thread's reads of the stage are done
+    }
+  }
+  if constexpr (PINGPONG) {
+    if (prev >= 0) {
+      pv_sm90<D>(p, k_of(prev) + T::kKVBytes, of);
+      detail::mbar_arrive(empty + 8 * prev);
+    }
+    if (wg == 0) named_sync(1, 256);  // warpgroup 1's last hand-over, so no arrival is left pending
   }
   store_rows<T, D, 1>(a, w, sp, cw, lane, o, m, l);
 }

@@ -55,7 +55,7 @@ void require_gpu_policy(const std::string& policy) {
 struct Sequence {
   PageTable table;
   std::vector<int> tokens;
-  int decode_steps = 0;
+  int unrectified = 0;  // decode steps since its last rectification (or its policy's start): ReSA re-runs them
   int retro_steps = 0;  // decode steps under the current policy: RetroAttention's window fills with them
   std::string policy;     // its policy string
   int policy_index = 0;   // the forward's index of it (Forward::acquire_policy), when it mixes
@@ -93,7 +93,7 @@ struct Engine::Impl {
       if (!s.policy.empty()) forward->release_policy(s.policy_index);
       s.policy_index = index;
     }
-    if (spec != s.policy) s.retro_steps = 0;  // a new policy has no output cache yet
+    if (spec != s.policy) s.retro_steps = s.unrectified = 0;  // a new policy has no output cache, nothing to rectify
     s.policy = spec;
     s.rectify_every = corrections.rectify_every;
     s.retro_window = corrections.retro_window;
@@ -104,11 +104,12 @@ struct Engine::Impl {
   }
   void reserve(PageTable& t, int length) { forward->reserve(t, length); }
 
-  // ReSA's dense rectification: each due sequence's last f tokens, written under sparse
-  // attention, run again as a dense prefill; their K/V and page digests are overwritten in
-  // every layer. Sampled tokens are not changed. The sequences due in the same step share
-  // forward passes (up to a prefill chunk of rows each: the weights are read once for all of
-  // them); a sequence's rows stay in order, split over passes only when f exceeds a chunk.
+  // ReSA's dense rectification: each due sequence's tokens decoded since its last one (f, or
+  // fewer for one that joins early), written under sparse attention, run again as a dense
+  // prefill; their K/V and page digests are overwritten in every layer. Sampled tokens are not
+  // changed. The sequences rectified in the same step share forward passes (up to a prefill
+  // chunk of rows each: the weights are read once for all of them); a sequence's rows stay in
+  // order, split over passes only when they exceed a chunk.
   void rectify(std::span<Sequence* const> due) {
     std::vector<float> none;
     ForwardBatch fb;
@@ -117,7 +118,8 @@ struct Engine::Impl {
       fb = ForwardBatch{};
     };
     for (Sequence* s : due) {
-      const int end = s->table.length, count = std::min(s->rectify_every, end);
+      const int end = s->table.length, count = std::min(s->unrectified, end);
+      s->unrectified = 0;
       for (int pos = end - count; pos < end; ++pos) {
         if (int(fb.tokens.size()) == options.prefill_chunk) flush();
         fb.tokens.push_back(s->tokens[size_t(pos)]);
@@ -310,7 +312,7 @@ void Engine::truncate_sequence(int seq, int length) {
   Sequence& s = impl_->sequence(seq);
   impl_->forward->shrink(s.table, length);
   s.tokens.resize(size_t(length));
-  s.decode_steps = 0;
+  s.unrectified = 0;
   s.retro_steps = 0;
   impl_->policy->forget(&s.table);
   impl_->forward->drop_state(s.table);
@@ -426,18 +428,27 @@ ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<con
   return fb;
 }
 
+// ReSA: a sequence is due when f steps have passed since its last rectification. When one is,
+// every sequence of the batch at least half-way to its own joins it: they then share the pass
+// (one read of the weights) and, rectified together, stay in step, so that sequences admitted
+// at different times soon rectify as one batch rather than one pass each. Joining early only
+// rectifies sooner (fewer tokens, more often): never a token left unrectified.
 void Engine::Impl::finish_decode(std::span<const int> seqs, std::span<const int> tokens) {
-  std::vector<Sequence*> due;  // ReSA: sequences whose f-th step since the last rectification this was
+  bool any_due = false;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = sequence(seqs[i]);
-    const int f = s.rectify_every;
     s.table.length += 1;
     s.tokens.push_back(tokens[i]);
-    s.decode_steps += 1;
     s.retro_steps += 1;
-    if (f > 0 && s.decode_steps % f == 0) due.push_back(&s);
+    if (s.rectify_every > 0) any_due |= ++s.unrectified >= s.rectify_every;
   }
-  if (!due.empty()) rectify(due);
+  if (!any_due) return;
+  std::vector<Sequence*> due;
+  for (int seq : seqs) {
+    Sequence& s = sequence(seq);
+    if (s.rectify_every > 0 && 2 * s.unrectified >= s.rectify_every) due.push_back(&s);
+  }
+  rectify(due);
 }
 
 std::vector<float> Engine::decode(std::span<const int> seqs, std::span<const int> tokens) {

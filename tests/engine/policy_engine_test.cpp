@@ -115,6 +115,30 @@ TEST(PolicyEngine, SequencesDueTogetherRectifyInSharedPasses) {
   }
 }
 
+// Sequences that started at different steps fall into step: when one is due (f = 4), another at
+// least half-way (2 of 4) joins its rectification, and from then on they rectify together. After
+// the last step, which rectified both, each cache is the one dense decoding writes (without the
+// join, the second's last two tokens would still be sparse-written).
+TEST(PolicyEngine, SequencesHalfWayJoinARectificationAndStayInStep) {
+  const std::vector<int> prompt_a = random_ids(150, 512), prompt_b = random_ids(120, 512);
+  const std::vector<int> solo = random_ids(2, 512), together = random_ids(6, 512);
+  auto e = test::make_tiny_engine("gbsa:keep=0.02,n_min=1,n_local=1+rectify:f=4", 200, 2);
+  const int a = e->open_sequence();
+  e->append(a, prompt_a, {});
+  for (int t : solo) e->decode(std::span<const int>(&a, 1), std::span<const int>(&t, 1));
+  const int b = e->open_sequence();
+  e->append(b, prompt_b, {});
+  const std::vector<int> both = {a, b};
+  for (int t : together) e->decode(both, std::vector<int>{t, t});
+  // a: 4 tokens at the 2nd joint step, 4 at the 6th; b: 2 (joining) and 4.
+  EXPECT_EQ(e->rectified_tokens(), 14u);
+  std::vector<int> feed_a = solo;
+  feed_a.insert(feed_a.end(), together.begin(), together.end());
+  PolicyRun dense_a = run_policy("dense", prompt_a, feed_a), dense_b = run_policy("dense", prompt_b, together);
+  EXPECT_LE(kv_diff(*e, a, *dense_a.engine, dense_a.seq), 1e-5f);
+  EXPECT_LE(kv_diff(*e, b, *dense_b.engine, dense_b.seq), 1e-5f);
+}
+
 // The CPU engine runs one policy for every sequence: a sequence's own policy is the engine's,
 // asking another is refused, and set_policy moves every sequence (rectification included).
 TEST(PolicyEngine, OnTheCpuEverySequenceRunsTheEnginesPolicy) {

@@ -68,6 +68,7 @@ void serve(ServeArgs& a) {
   check_serve_args(a);
   const int parallel = a.engine.max_sequences;
   a.engine.max_sequences = parallel + int(a.prefix_cache);  // the cached prompts hold sequences too
+  if (a.prefix_cache > 0 && a.engine.prefill_chunk == 0) a.engine.prefill_chunk = kPrefixCachePrefillChunk;
   if (a.api_key.empty())
     if (const char* k = std::getenv("SKIM_API_KEY")) a.api_key = k;
   if (a.engine.model_dir.empty()) a.engine.model_dir = default_model_dir();

@@ -29,6 +29,10 @@ struct PageTable;
 // stall the others about 70 ms there.
 inline constexpr int kCpuPrefillChunk = 512;
 inline constexpr int kGpuPrefillChunk = 2048;
+// A server with a prefix cache keeps prompts cut to whole chunks (so that a resumed prefill
+// equals an uncached one): its default chunk stays this fine on every device, or prompts under
+// 2048 tokens could not be kept on the GPU.
+inline constexpr int kPrefixCachePrefillChunk = 512;
 
 struct EngineOptions {
   std::filesystem::path model_dir;

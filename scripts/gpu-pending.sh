@@ -12,6 +12,7 @@
 #   4. Prefill attention, every kernel (prefill.json): is kWgmmaWs or kWgmmaPingpong faster than
 #      kWgmma? Then make the fastest the default (paged_prefill_attention.cu:
 #      default_prefill_kernel), and record bench/prefill.sh's end-to-end numbers with it.
+#   6. CudaPageCache.*: the device page cache map equals its CPU reference; the gather copies.
 #   5. The selection kernels with and without fusion at 8K / 32K / 128K, batch 1 and 8
 #      (selection.json: "fused select us"), and whole 8B steps with --fused-select-pages 0 and
 #      4096 (e2e-*.json): set kDefaultFusedSelectPages (decode_planner.h) where fusion wins.
@@ -37,7 +38,7 @@ tests() {  # FILTER SECONDS
   [ $rc = 0 ] || status=1
 }
 tests 'CudaPagedPrefillAttention.*' 90
-tests 'CudaQuestPageSelect.*:CudaGroupPageSelect.*:GpuTensorParallel.*' 180
+tests 'CudaQuestPageSelect.*:CudaGroupPageSelect.*:GpuTensorParallel.*:CudaPageCache.*' 180
 grep -E "^\[  (PASSED|FAILED)|FAILED|wgmma|fused|tokens differ" "$OUT/tests.log" | head -40
 
 export CUDA_VISIBLE_DEVICES=0

@@ -12,10 +12,10 @@
 #   4. Prefill attention, every kernel (prefill.json): is kWgmmaWs or kWgmmaPingpong faster than
 #      kWgmma? Then make the fastest the default (paged_prefill_attention.cu:
 #      default_prefill_kernel), and record bench/prefill.sh's end-to-end numbers with it.
-#   6. CudaPageCache.*: the device page cache map equals its CPU reference; the gather copies.
 #   5. The selection kernels with and without fusion at 8K / 32K / 128K, batch 1 and 8
 #      (selection.json: "fused select us"), and whole 8B steps with --fused-select-pages 0 and
 #      4096 (e2e-*.json): set kDefaultFusedSelectPages (decode_planner.h) where fusion wins.
+#   6. CudaPageCache.*: the device page cache map equals its CPU reference; the gather copies.
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps):
 #   bash scripts/gpu-pending.sh $OUT
 set -uo pipefail

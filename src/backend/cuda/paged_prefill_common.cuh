@@ -95,7 +95,7 @@ __device__ __forceinline__ void load_q_tile(const PagedPrefillArgs& a, const Cta
   }
 }
 
-// K and V of the step's four pages into a stage; pages past the tile's prefix are zeros (their
+// K and V of the step's pages into a stage; pages past the tile's prefix are zeros (their
 // scores are masked, and zero V keeps 0 x V finite).
 template <class T>
 __device__ __forceinline__ void load_kv_step(const PagedPrefillArgs& a, const CtaWork& w, int step, uint32_t k_s,

@@ -153,8 +153,9 @@ class Engine {
   int prefill_chunk() const;
   bool on_gpu() const;
 
-  // Tokens re-encoded by rectification so far.
+  // Tokens re-encoded by rectification so far, and the forward passes that did it.
   uint64_t rectified_tokens() const;
+  uint64_t rectification_passes() const;
   // KV bytes (keys, values and policy metadata, all layers) decode steps have read so far.
   double decode_kv_bytes_read();
   // Both, and the policy's counters.

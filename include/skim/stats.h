@@ -13,6 +13,7 @@ struct PolicyStats {
   // rings), all layers, summed since the engine started.
   double decode_kv_bytes_read = 0;
   uint64_t rectified_tokens = 0;  // tokens ReSA's rectification re-encoded
+  uint64_t rectification_passes = 0;  // forward passes it ran (sequences rectified together share them)
   // The policy's counters by name (docs/policies.md lists each method's); empty on the GPU,
   // whose kernels keep none yet.
   std::map<std::string, double> counters;

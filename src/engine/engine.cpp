@@ -114,7 +114,7 @@ struct Engine::Impl {
     std::vector<float> none;
     ForwardBatch fb;
     auto flush = [&] {
-      if (!fb.tokens.empty()) forward->run(fb, *policy, none);
+      if (!fb.tokens.empty()) forward->run(fb, *policy, none), rectification_passes += 1;
       fb = ForwardBatch{};
     };
     for (Sequence* s : due) {
@@ -130,7 +130,7 @@ struct Engine::Impl {
     }
     flush();
   }
-  uint64_t rectified_tokens = 0;
+  uint64_t rectified_tokens = 0, rectification_passes = 0;
 
   // Runs positions [from, length) again as prefill chunks under the current policy (their K/V
   // come out as a dense prefill's), so a policy switched in after the prefill that learns from
@@ -319,6 +319,7 @@ void Engine::truncate_sequence(int seq, int length) {
 }
 
 uint64_t Engine::rectified_tokens() const { return impl_->rectified_tokens; }
+uint64_t Engine::rectification_passes() const { return impl_->rectification_passes; }
 
 double Engine::decode_kv_bytes_read() {
   if (auto bytes = impl_->forward->decode_kv_bytes_read()) return *bytes;  // the GPU's count
@@ -330,6 +331,7 @@ PolicyStats Engine::policy_stats() {
   PolicyStats s;
   s.decode_kv_bytes_read = decode_kv_bytes_read();
   s.rectified_tokens = rectified_tokens();
+  s.rectification_passes = rectification_passes();
   if (!impl_->gpu) s.counters = impl_->policy->counters();
   return s;
 }

@@ -353,6 +353,8 @@ void Scheduler::decode() {
     std::lock_guard<std::mutex> lk(mu_);
     metrics_.decode_steps += 1;
     metrics_.decode_seconds += dt;
+    metrics_.rectified_tokens = engine_.rectified_tokens();
+    metrics_.rectification_passes = engine_.rectification_passes();
   }
   for (size_t j = 0; j < running_.size(); ++j) {
     Running& r = *running_[j];

@@ -60,6 +60,7 @@ struct SchedulerMetrics {
   uint64_t prefix_hits = 0, prefix_tokens_reused = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t decode_steps = 0, policy_switches = 0;
+  uint64_t rectified_tokens = 0, rectification_passes = 0;  // the engine's, after the last step
   double prefill_seconds = 0, decode_seconds = 0;
   int running = 0, waiting = 0;
 };

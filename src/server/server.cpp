@@ -467,6 +467,9 @@ struct Server::Impl {
     metric("generated_tokens_total", "counter", "tokens generated", double(m.generated_tokens));
     metric("decode_steps_total", "counter", "batched decode steps", double(m.decode_steps));
     metric("policy_switches_total", "counter", "engine policy switches for per-request policies", double(m.policy_switches));
+    metric("rectified_tokens_total", "counter", "tokens ReSA's rectification re-ran", double(m.rectified_tokens));
+    metric("rectification_passes_total", "counter",
+           "forward passes rectification ran (sequences rectified together share one)", double(m.rectification_passes));
     metric("prefill_seconds_total", "counter", "time spent in prefill", m.prefill_seconds);
     metric("decode_seconds_total", "counter", "time spent in decode steps", m.decode_seconds);
     metric("prefix_cache_hits_total", "counter", "prompts started from a cached prefix", double(m.prefix_hits));

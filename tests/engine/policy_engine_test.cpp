@@ -108,6 +108,7 @@ TEST(PolicyEngine, SequencesDueTogetherRectifyInSharedPasses) {
     }
     for (int t : feed) e->decode(seqs, std::vector<int>(size_t(n), t));
     EXPECT_EQ(e->rectified_tokens(), uint64_t(n * f));
+    EXPECT_EQ(e->rectification_passes(), f == 3 ? 1u : 2u) << "one pass, or two of at most 64 rows";
     for (int r = 0; r < n; ++r) {
       PolicyRun dense = run_policy("dense", prompts[size_t(r)], feed);
       EXPECT_LE(kv_diff(*e, seqs[size_t(r)], *dense.engine, dense.seq), 1e-5f) << "sequence " << r;
@@ -130,8 +131,10 @@ TEST(PolicyEngine, SequencesHalfWayJoinARectificationAndStayInStep) {
   e->append(b, prompt_b, {});
   const std::vector<int> both = {a, b};
   for (int t : together) e->decode(both, std::vector<int>{t, t});
-  // a: 4 tokens at the 2nd joint step, 4 at the 6th; b: 2 (joining) and 4.
+  // a: 4 tokens at the 2nd joint step, 4 at the 6th; b: 2 (joining) and 4: two passes (apart,
+  // a and b would have taken three).
   EXPECT_EQ(e->rectified_tokens(), 14u);
+  EXPECT_EQ(e->rectification_passes(), 2u);
   std::vector<int> feed_a = solo;
   feed_a.insert(feed_a.end(), together.begin(), together.end());
   PolicyRun dense_a = run_policy("dense", prompt_a, feed_a), dense_b = run_policy("dense", prompt_b, together);

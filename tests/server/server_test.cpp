@@ -285,6 +285,18 @@ TEST(Server, SeededSamplingRepeats) {
   EXPECT_EQ(a.body["choices"][0]["text"], b.body["choices"][0]["text"]);
 }
 
+// A resa request's rectifications show in /metrics: f = 4 over 12 generated tokens (the first
+// from the prefill) is two rectifications of 4 tokens, each its own pass.
+TEST(Server, RectificationsShowInTheMetrics) {
+  const double tokens0 = metric("rectified_tokens_total"), passes0 = metric("rectification_passes_total");
+  json body = greedy("def merge(a, b):", 12);
+  body["policy"] = "resa:keep=0.5,n_min=1,f=4";
+  Reply r = post("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(metric("rectified_tokens_total"), tokens0 + 8);
+  EXPECT_EQ(metric("rectification_passes_total"), passes0 + 2);
+}
+
 TEST(Server, PerRequestPolicySwitchesTheEngineAndBack) {
   const double switches = metric("policy_switches_total");
   json body = greedy("def merge(a, b):", 12);

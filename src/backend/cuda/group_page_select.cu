@@ -46,6 +46,12 @@ Layout layout_of(const GroupPageSelectArgs& a) {
   return l;
 }
 
+// Page p's key of m: the newest page highest, then the other forced (n_local) pages, then the
+// bound's order-preserving key. The score kernel and the fused one both key pages here.
+__device__ __forceinline__ uint32_t page_key(const GroupPageSelectArgs& a, int p, int m, float bound) {
+  return p == m - 1 ? kNewestKey : p >= m - min(a.n_local, m) ? kForcedKey : order_key(bound);
+}
+
 __device__ __forceinline__ uint32_t* keys_of(const GroupPageSelectArgs& a, int b, int kvh) {
   return static_cast<uint32_t*>(a.workspace) + (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
 }
@@ -63,12 +69,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const GroupPage
   const float s = warp_page_bounds<D>(a.q + (size_t(b) * a.num_heads + size_t(kvh) * group) * D, group, a.kmin,
                                       a.kmax, a.num_kv_heads, kvh, a.page_table + size_t(b) * a.max_pages_per_seq,
                                       p0, m, lane);
-  uint32_t* keys = keys_of(a, b, kvh);
-  const int forced_from = m - min(a.n_local, m);
-  if (lane < kWarpPages && p0 + lane < m) {
-    const int p = p0 + lane;
-    keys[p] = p == m - 1 ? kNewestKey : p >= forced_from ? kForcedKey : order_key(s);
-  }
+  if (lane < kWarpPages && p0 + lane < m) keys_of(a, b, kvh)[p0 + lane] = page_key(a, p0 + lane, m, s);
 }
 
 // by_score: where the kept pages' keys go, and each list's segment for the sort.
@@ -136,13 +137,12 @@ __global__ void __launch_bounds__(kThreads) fused_kernel(const GroupPageSelectAr
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (!a.rows.has(b)) return;
   const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
-  const int m = pages_of(len, a.page_size), forced_from = m - min(a.n_local, m);
+  const int m = pages_of(len, a.page_size);
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
   for (int p0 = warp * kWarpPages; p0 < m; p0 += (kThreads / 32) * kWarpPages) {
     const float s = warp_page_bounds<D>(a.q + (size_t(b) * a.num_heads + size_t(kvh) * group) * D, group, a.kmin,
                                         a.kmax, a.num_kv_heads, kvh, table, p0, m, lane);
-    const int p = p0 + lane;
-    if (lane < kWarpPages && p < m) sm.keys[skew(p)] = p == m - 1 ? kNewestKey : p >= forced_from ? kForcedKey : order_key(s);
+    if (lane < kWarpPages && p0 + lane < m) sm.keys[skew(p0 + lane)] = page_key(a, p0 + lane, m, s);
   }
   __syncthreads();
   write_list<EXTRAS>(a, SortOut{}, b, kvh, nullptr, [&](int m_, int n, auto keep) {

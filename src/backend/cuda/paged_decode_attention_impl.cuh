@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "attention/paged_decode_args.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/pdl.cuh"
 
 namespace skim::cuda::detail {
@@ -682,32 +683,6 @@ inline size_t max_workspace_bytes(const PagedDecodeArgs& a, int capacity) {
   const int mc = max_chunks_for(a, capacity, sub);
   return mc > 1 && long(a.batch) * a.num_kv_heads * sub <= kMaxUnits ? workspace_layout(a, mc).bytes
                                                                       : 0;
-}
-
-struct DeviceInfo {
-  int sms = 0;
-  int cc_major = 0;
-};
-
-inline cudaError_t device_info(DeviceInfo& info) {
-  constexpr int kMaxDevices = 64;
-  static DeviceInfo cache[kMaxDevices];  // benign race: every writer stores the same values
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  if (dev < kMaxDevices && cache[dev].sms > 0) {
-    info = cache[dev];
-    return cudaSuccess;
-  }
-  DeviceInfo d;
-  if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
-    return e;
-  if ((e = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev)) !=
-      cudaSuccess)
-    return e;
-  if (dev < kMaxDevices) cache[dev] = d;
-  info = d;
-  return cudaSuccess;
 }
 
 // A variant of the split kernel: raises its shared-memory limit once per device and reports

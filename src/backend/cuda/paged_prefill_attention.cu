@@ -85,10 +85,9 @@ bool wgmma_available() {
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
   if (dev < kMaxDevices && known[dev]) return known[dev] == 1;
   cudaFuncAttributes attr{};
-  int major = 0;
-  const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                   major == 9 && cudaFuncGetAttributes(&attr, flash_prefill_sm90_kernel<128>) == cudaSuccess &&
-                   attr.ptxVersion >= 90;
+  detail::DeviceInfo info;
+  const bool yes = detail::device_info(info) == cudaSuccess && info.cc_major == 9 &&
+                   cudaFuncGetAttributes(&attr, flash_prefill_sm90_kernel<128>) == cudaSuccess && attr.ptxVersion >= 90;
   if (dev < kMaxDevices) known[dev] = yes ? 1 : 2;
   return yes;
 }

@@ -11,6 +11,8 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/device_info.h"
+
 namespace skim::cuda {
 
 namespace detail {
@@ -26,17 +28,10 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-// Whether the current device runs programmatic dependent launches (compute capability 9+),
-// asked once per device.
+// Whether the current device runs programmatic dependent launches (compute capability 9+).
 inline bool pdl_supported() {
-  constexpr int kMaxDevices = 64;
-  static int known[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no; a benign race (same answer)
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (dev < kMaxDevices && known[dev]) return known[dev] == 1;
-  const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-  if (dev < kMaxDevices) known[dev] = yes ? 1 : 2;
-  return yes;
+  DeviceInfo info;
+  return device_info(info) == cudaSuccess && info.cc_major >= 9;
 }
 
 }  // namespace detail

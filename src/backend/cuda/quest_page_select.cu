@@ -80,8 +80,27 @@ __device__ __forceinline__ int context_of(const QuestPageSelectArgs& a, int b) {
   return min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
 }
 
-// Grid (page blocks, KV heads, batch): a warp loads kWarpPages pages' digests once and scores
-// them for each query head of the group.
+// One warp's pages p0 .. p0 + kWarpPages - 1 (those < m) of sequence b: their digests loaded
+// once and scored for each query head g of KV head kvh's group, store(g, p, key) with the
+// bound's order-preserving key (the newest page highest). The score kernel and the fused one
+// both key pages here, so their plans are the same.
+template <int D, class Store>
+__device__ __forceinline__ void score_warp_pages(const QuestPageSelectArgs& a, int b, int kvh, int p0, int m, int lane,
+                                                 Store store) {
+  const int group = a.group_size();
+  WarpDigests<D> dig;
+  dig.load(a.kmin, a.kmax, a.num_kv_heads, kvh,
+           WarpDigests<D>::lane_page_id(a.page_table + size_t(b) * a.max_pages_per_seq, p0, m, lane), p0, m, lane);
+  for (int g = 0; g < group; ++g) {
+    float qv[D / 32];
+    load_query<D>(a.q + (size_t(b) * a.num_heads + kvh * group + g) * D, 1, lane, qv);
+    const float s = dig.bounds(qv, lane);
+    const int p = p0 + lane;
+    if (lane < kWarpPages && p < m) store(g, p, p == m - 1 ? kNewestKey : order_key(s));
+  }
+}
+
+// Grid (page blocks, KV heads, batch): a warp per kWarpPages pages (score_warp_pages).
 template <int D>
 __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPageSelectArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -89,19 +108,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
   const int m = pages_of(context_of(a, b), a.page_size);
   const int p0 = blockIdx.x * kPagesPerScoreCta + warp * kWarpPages;
   if (p0 >= m || !a.rows.has(b)) return;
-  WarpDigests<D> dig;
-  dig.load(a.kmin, a.kmax, a.num_kv_heads, kvh,
-           WarpDigests<D>::lane_page_id(a.page_table + size_t(b) * a.max_pages_per_seq, p0, m, lane), p0, m, lane);
-  for (int g = 0; g < group; ++g) {
-    const int hq = kvh * group + g;
-    float qv[D / 32];
-    load_query<D>(a.q + (size_t(b) * a.num_heads + hq) * D, 1, lane, qv);
-    const float s = dig.bounds(qv, lane);
-    if (lane < kWarpPages && p0 + lane < m) {
-      const int p = p0 + lane;
-      keys_of(a, b, hq)[p] = p == m - 1 ? kNewestKey : order_key(s);
-    }
-  }
+  score_warp_pages<D>(a, b, kvh, p0, m, lane,
+                      [&](int g, int p, uint32_t key) { keys_of(a, b, kvh * group + g)[p] = key; });
 }
 
 // One CTA per (query head, sequence): its n best pages flagged 1, the others 0.
@@ -206,17 +214,8 @@ __global__ void __launch_bounds__(kThreads) fused_kernel(const QuestPageSelectAr
   const int n = min(m, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size));
   uint32_t* keys = fused;
   uint8_t* flags = reinterpret_cast<uint8_t*>(fused + size_t(group) * stride);
-  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-  for (int p0 = warp * kWarpPages; p0 < m; p0 += (kThreads / 32) * kWarpPages) {
-    WarpDigests<D> dig;
-    dig.load(a.kmin, a.kmax, a.num_kv_heads, kvh, WarpDigests<D>::lane_page_id(table, p0, m, lane), p0, m, lane);
-    for (int g = 0; g < group; ++g) {
-      float qv[D / 32];
-      load_query<D>(a.q + (size_t(b) * a.num_heads + kvh * group + g) * D, 1, lane, qv);
-      const float s = dig.bounds(qv, lane);
-      if (lane < kWarpPages && p0 + lane < m) keys[g * stride + p0 + lane] = p0 + lane == m - 1 ? kNewestKey : order_key(s);
-    }
-  }
+  for (int p0 = warp * kWarpPages; p0 < m; p0 += (kThreads / 32) * kWarpPages)
+    score_warp_pages<D>(a, b, kvh, p0, m, lane, [&](int g, int p, uint32_t key) { keys[g * stride + p] = key; });
   __syncthreads();
   for (int g = 0; g < group; ++g) {
     uint8_t* f = flags + size_t(g) * stride;

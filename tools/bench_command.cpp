@@ -40,7 +40,7 @@ struct BenchArgs {
   bool art = false;              // the ART decode attention kernel at forced stops
   int art_round = 64;            // its round, pages
   int art_max_warps = 0;         // its warps per list (0: paged decode attention's split)
-  int fused_select_pages = -1;   // the forward's fused selection limit (-1: the engine's default)
+  bool no_dense_fallback = false;  // end to end: every step runs its policy (the engine's default falls back)
   std::string tp;            // tensor-parallel sizes: only the --tp table
   std::string shape = "70b";  // its random-weight model shape: 8b or 70b
   std::string json_path;
@@ -287,17 +287,15 @@ void run_bench(const BenchArgs& a) {
     if (a.sparse_keep > 0) {
       std::printf("group-sparse decode attention (gbsa keep=%g: page selection on the digests + attention over the kept pages)\n",
                   a.sparse_keep);
-      std::printf("| batch | context | select us | fused select us | select + attend us | dense us | speedup | MB read |\n");
-      std::printf("|---|---|---|---|---|---|---|---|\n");
+      std::printf("| batch | context | select us | select + attend us | dense us | speedup | MB read |\n");
+      std::printf("|---|---|---|---|---|---|---|\n");
       out["sparse_attention"] = nlohmann::json::array();
       for (int b : int_list(a.attention_batches, "--attention-batches"))
         for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
           auto p = cuda::bench_group_sparse_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep);
-          std::printf("| %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx | %.1f |\n", b, ctx, p.select_us, p.fused_select_us,
-                      p.us, p.dense_us, p.dense_us / p.us, p.bytes / 1e6);
+          std::printf("| %d | %d | %.1f | %.1f | %.1f | %.2fx | %.1f |\n", b, ctx, p.select_us, p.us, p.dense_us, p.dense_us / p.us, p.bytes / 1e6);
           std::fflush(stdout);
           out["sparse_attention"].push_back({{"batch", b}, {"context", ctx}, {"keep", p.keep}, {"select_us", p.select_us},
-                                             {"fused_select_us", p.fused_select_us},
                                              {"us", p.us}, {"dense_us", p.dense_us}, {"bytes", p.bytes}});
         }
       std::printf("\n");
@@ -305,22 +303,21 @@ void run_bench(const BenchArgs& a) {
                   "masked attention over the union per KV head; random digests; heads: independent queries (the "
                   "union near group x budget) or agreeing (one query per group: the union is the budget))\n",
                   a.sparse_keep);
-      std::printf("| heads | batch | context | select us | fused select us | select + attend us | dense us | speedup | "
-                  "union | MB read | x floor |\n");
-      std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+      std::printf("| heads | batch | context | select us | select + attend us | dense us | speedup | union | "
+                  "MB read | x floor |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
       out["quest_attention"] = nlohmann::json::array();
       for (bool agree : {false, true})
         for (int b : int_list(a.attention_batches, "--attention-batches"))
           for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
             auto p = cuda::bench_quest_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep, agree);
             const double floor_us = p.bytes / bw * 1e6;
-            std::printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx | %.2f | %.1f | %.2f |\n",
-                        agree ? "agree" : "independent", b, ctx, p.select_us, p.fused_select_us, p.us, p.dense_us,
+            std::printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.2fx | %.2f | %.1f | %.2f |\n",
+                        agree ? "agree" : "independent", b, ctx, p.select_us, p.us, p.dense_us,
                         p.dense_us / p.us, p.union_fraction, p.bytes / 1e6, p.us / floor_us);
             std::fflush(stdout);
             out["quest_attention"].push_back({{"batch", b}, {"context", ctx}, {"budget", p.budget},
-                                              {"heads_agree", agree}, {"select_us", p.select_us},
-                                              {"fused_select_us", p.fused_select_us}, {"us", p.us},
+                                              {"heads_agree", agree}, {"select_us", p.select_us}, {"us", p.us},
                                               {"dense_us", p.dense_us}, {"union_fraction", p.union_fraction},
                                               {"bytes", p.bytes}, {"floor_us", floor_us}});
           }
@@ -348,17 +345,17 @@ void run_bench(const BenchArgs& a) {
       for (int b : int_list(a.batches, "--batches"))
         for (int ctx : int_list(a.contexts, "--contexts"))
           for (const auto& [policy, rectify_f] : e2e_policies(a, ctx, b)) {
-            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, rectify_f,
-                                            a.fused_select_pages >= 0 ? a.fused_select_pages
-                                                                      : cuda::kDefaultFusedSelectPages);
-            std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), policy.c_str(), b,
+            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, rectify_f, !a.no_dense_fallback);
+            const std::string shown = p.dense_fallback_rows > 0 ? policy + " (dense fallback)" : policy;
+            std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), shown.c_str(), b,
                         ctx, p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,
                         p.ms_per_step / p.floor_ms);
             std::fflush(stdout);
             out["end_to_end"].push_back({{"model", name}, {"policy", policy}, {"batch", b}, {"context", ctx},
                                          {"steps", p.steps}, {"ms_per_token", p.ms_per_step},
                                          {"weight_bytes", p.weight_bytes}, {"kv_bytes", p.kv_bytes},
-                                         {"floor_ms", p.floor_ms}, {"ratio_to_floor", p.ms_per_step / p.floor_ms}});
+                                         {"floor_ms", p.floor_ms}, {"ratio_to_floor", p.ms_per_step / p.floor_ms},
+                                         {"dense_fallback_rows", p.dense_fallback_rows}});
             if (p.rectify_f > 0) {
               std::printf("| %s | %s + rectify:f=%d (rectification %.3f ms / %d steps) | %d | %d | %.3f | | | | |\n",
                           name.c_str(), policy.c_str(), p.rectify_f, p.rectify_ms, p.rectify_f, b, ctx,
@@ -439,10 +436,9 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_option("--art-max-warps", a.art_max_warps, "ART's warps per list for --art (0: paged decode's split)")
       ->capture_default_str();
   app->add_flag("--no-8b", a.no_8b, "skip the random Llama-3.1-8B-shaped model");
-  app->add_option("--fused-select-pages", a.fused_select_pages,
-                  "end-to-end: quest's and gbsa's fused selection kernels for steps whose context bound is at most "
-                  "this many pages (0: never; default: the engine's)")
-      ->check(CLI::Range(0, 1 << 20));
+  app->add_flag("--no-dense-fallback", a.no_dense_fallback,
+                "end to end: sparse policies select at every step, even where attending every key is faster "
+                "(the engine's default falls back to dense there)");
   app->add_option("--prefill-contexts", a.prefill_contexts, "prefill lengths (the 8B shape: up to --prefill-8b-max)")
       ->capture_default_str();
   app->add_option("--prefill-8b-max", a.prefill_8b_max,

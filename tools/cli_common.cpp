@@ -97,6 +97,10 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
                  "tensor parallelism: ranks to split the model's heads, MLP and vocabulary over (CPU: one thread "
                  "each, sharing --threads)")
       ->capture_default_str();
+  app.add_flag_callback(
+      "--no-dense-fallback", [&o] { o.dense_fallback = false; },
+      "GPU: sparse policies select at every decode step, even where attending every key is faster (the default "
+      "falls back to dense there: short contexts at small batches)");
 }
 
 std::string flag_of_field(const std::string& field) {

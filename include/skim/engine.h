@@ -48,6 +48,10 @@ struct EngineOptions {
   // Tensor parallelism: ranks the model is split over (heads by KV group, the MLP, the
   // vocabulary), one thread each on the CPU, sharing `threads`. 1: none.
   int tensor_parallel = 1;
+  // GPU: a decode step's sparse policy (gbsa, resa, quest) attends every key instead where its
+  // selection would cost more than the reads it saves (short contexts at small batches; dense
+  // reads lose no quality). False: every step selects, as on the CPU (for comparing the two).
+  bool dense_fallback = true;
 };
 
 struct GenerationRequest {

@@ -72,11 +72,6 @@ struct GroupPageSelectArgsOf {
   // GPU only: cuda::group_page_select_workspace_size(*this) bytes (page keys); no zeroing needed.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  // GPU only: when the host bound max_seq_len of the rows' contexts (0: none known) is at most
-  // fused_max_pages pages, one kernel per (sequence, KV head) scores and selects, the keys in
-  // shared memory, instead of two launches (not with by_score). 0: never.
-  int max_seq_len = 0;
-  int fused_max_pages = 0;
 
   SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
   SKIM_HOST_DEVICE int pages_kept(int m) const { return group_pages_kept(m, keep, n_min); }

@@ -74,11 +74,6 @@ struct QuestPageSelectArgsOf {
   // GPU only: cuda::quest_page_select_workspace_size(*this) bytes; no zeroing needed.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  // GPU only: when the host bound max_seq_len of the rows' contexts (0: none known) is at most
-  // fused_max_pages pages, one kernel per (sequence, KV head) scores, selects and unites in
-  // shared memory instead of three launches over the GPU (not with by_score). 0: never.
-  int max_seq_len = 0;
-  int fused_max_pages = 0;
 
   SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
 };

@@ -200,6 +200,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
     go.max_rows = std::max(m.options.prefill_chunk, o.max_sequences);
     go.max_pages_per_seq = pages_per_seq;
     go.policy = o.policy;
+    go.dense_fallback = o.dense_fallback;
     if (o.tensor_parallel > 1) {
       m.forward = cuda::make_gpu_tensor_parallel(*m.model, o.tensor_parallel, shape, go);
       return;

@@ -51,6 +51,34 @@ TEST(DecodePlanner, BytesAreThoseOfThePlan) {
   EXPECT_THROW(planner.acquire("cs", moved), Error);  // no GPU selection kernel
 }
 
+// The dense fallback: a policy's rows attend every key in a step where its selection would leave
+// fewer tokens unread, over the step's rows, than the kernels cost (gbsa 12288, quest 24576);
+// never for dense, streaming or a selection ART orders; Retro's past rows (an index no planner
+// holds) are left out.
+TEST(DecodePlanner, DenseFallbackWhereSelectionCannotPay) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  cuda::DecodePlanner planner("dense", shape());
+  bool moved = false;
+  const int gbsa = planner.acquire("gbsa:keep=0.1,n_min=1", moved);
+  const int quest = planner.acquire("quest:budget=0.1,min=0", moved);
+  const int art = planner.acquire("gbsa:keep=0.1,n_min=1+art", moved);
+  const int window = planner.acquire("streaming:sink=4,window=100", moved);
+  using V = std::vector<int32_t>;
+  const auto fallback = [&](const V& policy, const V& lengths) { return planner.dense_fallback(policy, lengths); };
+  // 8192 tokens at keep 0.1 leave 7360 unread (460 of 512 pages): below both thresholds.
+  EXPECT_EQ(fallback({gbsa}, {8192}), 1u << gbsa);
+  EXPECT_EQ(fallback({quest}, {8192}), 1u << quest);
+  EXPECT_EQ(fallback({gbsa}, {32768}), 0u);  // 29.5K unread
+  EXPECT_EQ(fallback({gbsa, gbsa}, {8192, 8192}), 0u);  // the rows' sum counts: 14.7K
+  EXPECT_EQ(fallback({quest, quest}, {8192, 8192}), 1u << quest);  // quest needs 24576
+  EXPECT_EQ(fallback({gbsa, quest, gbsa}, {8192, 32768, 8192}), 0u);  // each policy its own rows
+  EXPECT_EQ(fallback({gbsa, quest}, {8192, 8192}), 1u << gbsa | 1u << quest);
+  EXPECT_EQ(fallback({0, art, window}, {100, 100, 100}), 0u);  // dense, ART's order, streaming: never
+  EXPECT_EQ(fallback({gbsa, 7}, {100, 100}), 1u << gbsa);  // index 7 is no planner's
+  EXPECT_EQ(fallback({}, {100}), 0u);  // every row index 0 (dense)
+  EXPECT_EQ(planner.dense_bytes(1000), 1000 * 2.0 * shape().num_kv_heads * shape().head_dim * 2);
+}
+
 // ART's GPU rule (host code: runs without a device, in CI too): the defaults over dense, gbsa,
 // quest and streaming are the kernel's rule; the per-head rule, the full-vector test, a dense
 // base outside the group's order and rounds past 32 blocks are refused.

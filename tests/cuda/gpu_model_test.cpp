@@ -39,6 +39,7 @@ EngineOptions gpu_options(int max_context) {
   o.device = "cuda";
   o.max_context = max_context;
   o.prefill_chunk = 256;
+  o.dense_fallback = false;  // the policies select at every step, as on the CPU they are compared with
   return o;
 }
 
@@ -406,6 +407,46 @@ TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
   }
   EXPECT_EQ(mixed.rectified_tokens(), uint64_t(steps)) << "only the resa row rectifies";
   EXPECT_DOUBLE_EQ(mixed.decode_kv_bytes_read(), alone_bytes);
+}
+
+// The dense fallback (EngineOptions::dense_fallback, on by default): at the demo prompt's length a
+// selection leaves too few tokens unread to pay for its kernels, so gbsa's and quest's steps
+// attend every key: the same logits as dense's, bit for bit, and dense's bytes; with the fallback
+// off they select (the logits move).
+TEST(GpuEngine, DenseFallbackAttendsEveryKeyWhereSelectionCannotPay) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
+  std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
+  std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
+  const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
+  auto token = [&](int i) { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; };
+  struct Run {
+    std::vector<std::vector<float>> logits;
+    double bytes = 0;
+  };
+  auto run = [&](const std::string& policy, bool fallback) {
+    EngineOptions o = gpu_options(int(prompt.size()) + 64);
+    o.policy = policy;
+    o.dense_fallback = fallback;
+    Engine e(o);
+    const int seq = e.open_sequence();
+    e.append(seq, prefix, {});
+    Run r;
+    for (int i = 0; i < 6; ++i) {
+      const int t = token(i);
+      r.logits.push_back(e.decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1)));
+    }
+    r.bytes = e.decode_kv_bytes_read();
+    return r;
+  };
+  const Run dense = run("dense", true);
+  for (const std::string policy : {"gbsa:keep=0.1,n_min=16", "quest:budget=0.1,min=0"}) {
+    const Run fell_back = run(policy, true), selected = run(policy, false);
+    EXPECT_EQ(fell_back.logits, dense.logits) << policy;
+    EXPECT_DOUBLE_EQ(fell_back.bytes, dense.bytes) << policy;
+    EXPECT_NE(selected.logits, dense.logits) << policy << " with the fallback off ran as dense?";
+    EXPECT_LT(selected.bytes, dense.bytes) << policy;
+  }
 }
 
 // The server's scheduler on the GPU admits requests of different policies into one running

@@ -52,6 +52,7 @@ EngineOptions smollm2_options(int max_context, const std::string& device) {
   o.device = device;
   o.max_context = max_context;
   o.prefill_chunk = 512;
+  o.dense_fallback = false;  // the policies select at every step, as on the CPU they are compared with
   return o;
 }
 

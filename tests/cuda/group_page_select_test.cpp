@@ -146,31 +146,6 @@ TEST(CudaGroupPageSelect, MatchesCpuReferenceAndFeedsDecodeAttention) {
           }
         }
 
-      // The fused kernel (short contexts, one launch per (sequence, KV head)), with and without
-      // masks: the same keys and the same selection, so the same lists bit for bit.
-      for (bool with_masks : {false, true}) {
-        GroupPageSelectArgs f = a;
-        f.max_seq_len = *std::max_element(c.lens.begin(), c.lens.end());
-        f.fused_max_pages = 1 << 20;  // wherever its shared keys hold the sequence
-        cuda::DeviceBuffer<int32_t> ft(lists * pages.stride), fl(lists);
-        cuda::DeviceBuffer<uint32_t> fm(lists * pages.stride);
-        cuda::check(cudaMemset(ft.data(), 0xff, ft.bytes()), "cudaMemset");
-        cuda::check(cudaMemset(fm.data(), 0, fm.bytes()), "cudaMemset");
-        f.out_table = ft.data();
-        f.out_lens = fl.data();
-        f.out_masks = with_masks ? fm.data() : nullptr;
-        ASSERT_EQ(cuda::group_page_select(f, nullptr), cudaSuccess);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        EXPECT_EQ(to_host(fl), gpu_lens) << "fused, masks " << with_masks;
-        EXPECT_EQ(to_host(ft), gpu_table) << "fused, masks " << with_masks;
-        if (with_masks) {
-          const std::vector<uint32_t> fmask = to_host(fm);
-          for (size_t l = 0; l < lists; ++l)
-            for (int i = 0; i < (gpu_lens[l] + ps - 1) / ps; ++i)
-              ASSERT_EQ(fmask[l * pages.stride + i], ~0u) << "fused: a listed page's mask";
-        }
-      }
-
       // Composition: the GPU's lists through the GPU decode kernel and through its CPU reference.
       PagedDecodeArgs da;
       da.batch = batch;

@@ -112,34 +112,6 @@ TEST(CudaQuestPageSelect, KeepsEachHeadsBestPagesAsTheCpuReferenceDoes) {
                 hkv, c.group, differ, batch * hkv);
     EXPECT_LE(differ, std::max(1, batch * hkv / 4));
 
-    // The fused kernel (short contexts, one launch per (sequence, KV head)): the same keys and
-    // the same selection, so the same plan bit for bit, and the same device count.
-    {
-      QuestPageSelectArgs f = a;
-      f.max_seq_len = *std::max_element(c.lens.begin(), c.lens.end());
-      f.fused_max_pages = 1 << 20;  // wherever its shared memory holds the group's rows
-      auto ft = test::to_device(std::vector<int32_t>(slots, -1));
-      auto fm = test::to_device(std::vector<uint32_t>(slots, 0xdeadbeefu));
-      auto fl = test::to_device(std::vector<int32_t>(size_t(batch) * hkv, -1));
-      auto fcount = test::to_device(std::vector<unsigned long long>{0});
-      f.out_table = ft.data();
-      f.out_masks = fm.data();
-      f.out_lens = fl.data();
-      f.listed_tokens = fcount.data();
-      ASSERT_EQ(cuda::quest_page_select(f, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<int32_t> f_lens = test::to_host(fl), f_table = test::to_host(ft);
-      const std::vector<uint32_t> f_masks = test::to_host(fm);
-      EXPECT_EQ(f_lens, lens) << "fused";
-      for (int l = 0; l < batch * hkv; ++l)
-        for (int i = 0; i < (lens[size_t(l)] + ps - 1) / ps; ++i) {
-          const size_t k = size_t(l) * pages.stride + i;
-          ASSERT_EQ(f_table[k], table[k]) << "fused, list " << l << " slot " << i;
-          ASSERT_EQ(f_masks[k], masks[k]) << "fused, list " << l << " slot " << i;
-        }
-      EXPECT_EQ(test::to_host(fcount)[0], want_listed) << "fused";
-    }
-
     // by_score (ART's visiting order): the same pages and masks as the position-order plan of
     // this kernel, the newest page first, then descending best bound (recomputed in double;
     // near-ties may swap).

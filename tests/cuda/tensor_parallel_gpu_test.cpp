@@ -245,6 +245,7 @@ TEST(GpuTensorParallel, EngineGeneratesAsOneGpu) {
       o.device = "cuda";
       o.max_context = 512;
       o.policy = policy;
+      o.dense_fallback = false;  // short prompts: the policies still select
       o.tensor_parallel = tp;
       Engine e(o);
       tokens.push_back(e.generate({req})[0].tokens);
@@ -281,6 +282,7 @@ TEST(GpuTensorParallel, TheDemoModelsReplicatedKvHeadDecodesAsOneGpu) {
     o.device = "cuda";
     o.max_context = 1024;
     o.policy = policy;
+    o.dense_fallback = false;  // short prompts: the policies still select
     o.tensor_parallel = tp;
     return std::make_unique<Engine>(o);
   };

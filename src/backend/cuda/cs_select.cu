@@ -10,6 +10,7 @@
 
 #include "attention/top_list_heap.h"
 #include "backend/cuda/page_select_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/sequential_norm.cuh"
 #include "backend/cuda/workspace_carver.h"
 
@@ -89,6 +90,7 @@ __device__ __forceinline__ int context_of(const CsSelectArgs& a, const Layout& w
 constexpr int kChooseThreads = 128;
 
 __global__ void __launch_bounds__(kChooseThreads) choose_kernel(const CsSelectArgs a, const Layout w) {
+  detail::pdl_enter();  // launched by launch_pdl
   __shared__ float slice[kMaxSlice], cos[kMaxCentroids];
   __shared__ float weight;
   const int m = blockIdx.x, s = blockIdx.y, ds = a.head_dim / a.subspaces, C = a.centroids;
@@ -140,6 +142,7 @@ __global__ void __launch_bounds__(kChooseThreads) choose_kernel(const CsSelectAr
 // contrib[s][j][key], bit j into the key's mask. A list's keys are distinct, so the terms never
 // collide; each thread issues its kScatterItems entries' loads together.
 __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const CsSelectArgs a, const Layout w) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int s = blockIdx.z, j = blockIdx.y;
   const int32_t l = w.chosen[size_t(s) * w.lists + j];
   if (l < 0) return;
@@ -174,6 +177,7 @@ __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const CsSelect
 // (the CPU's order of additions, from 0), its sort key (0: untouched, below every touched one),
 // its mask cleared for the next call; the touched counts and the candidates.
 __global__ void __launch_bounds__(kSumThreads) sum_kernel(const CsSelectArgs a, const Layout w) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int s = blockIdx.y, context = context_of(a, w, s);
   const int window_begin = min(max(a.window_begin[s], 0), min(context, a.max_picks));
   uint32_t* masks = w.masks + size_t(s) * w.max_context;
@@ -206,6 +210,7 @@ __global__ void __launch_bounds__(kSumThreads) sum_kernel(const CsSelectArgs a, 
 // radix select over the positions, in position order (ties to the smaller position); the
 // counts cleared for the next call.
 __global__ void __launch_bounds__(kThreads) pick_kernel(const CsSelectArgs a, const Layout w) {
+  detail::pdl_enter();  // launched by launch_pdl
   __shared__ page_select::SelectSmem sel;
   const int s = blockIdx.x, context = context_of(a, w, s);
   const int window_begin = min(max(a.window_begin[s], 0), min(context, a.max_picks));
@@ -250,12 +255,12 @@ cudaError_t cs_select(const CsSelectArgs& a, const CsSelectWorkspace& ws, cudaSt
   const Layout w = layout(a, ws.max_context, static_cast<char*>(ws.data));
   if (ws.bytes < w.bytes) return cudaErrorInvalidValue;
   if (a.searches == 0) return cudaSuccess;
-  choose_kernel<<<dim3(a.subspaces, a.searches), kChooseThreads, 0, stream>>>(a, w);
+  (void)launch_pdl(choose_kernel, dim3(a.subspaces, a.searches), kChooseThreads, 0, stream, a, w);
   const int per_scatter = kScatterThreads * kScatterItems, per_sum = kSumThreads * kSumItems;
   const dim3 scatter((std::max(a.list_capacity, 1) + per_scatter - 1) / per_scatter, w.lists, a.searches);
-  scatter_kernel<<<scatter, kScatterThreads, 0, stream>>>(a, w);
-  sum_kernel<<<dim3((ws.max_context + per_sum - 1) / per_sum, a.searches), kSumThreads, 0, stream>>>(a, w);
-  pick_kernel<<<a.searches, kThreads, 0, stream>>>(a, w);
+  (void)launch_pdl(scatter_kernel, scatter, kScatterThreads, 0, stream, a, w);
+  (void)launch_pdl(sum_kernel, dim3((ws.max_context + per_sum - 1) / per_sum, a.searches), kSumThreads, 0, stream, a, w);
+  (void)launch_pdl(pick_kernel, a.searches, kThreads, 0, stream, a, w);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || !a.by_score) return e;
   // Descending sum; the sort is stable and the picks come in position order, so equal sums stay

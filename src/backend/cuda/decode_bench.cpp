@@ -201,10 +201,6 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
   };
   sb.time(select, sparse, p.select_us, p.us, p.dense_us);
   p.bytes = sb.bytes(double(kept_pages) / c.pages_per_seq, heads);
-  // The fused selection where it applies (the same lists: only its time differs).
-  sel.max_seq_len = context;
-  sel.fused_max_pages = 1 << 20;
-  p.fused_select_us = graph_us_per_call(std::max(c.copies, 100), select);
   return p;
 }
 
@@ -259,10 +255,6 @@ QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int
   p.union_fraction = listed / double(lists * c.pages_per_seq);
   sb.time(select, sparse, p.select_us, p.us, p.dense_us);
   p.bytes = sb.bytes(p.union_fraction, heads);
-  // The fused selection where it applies (the same plan: only its time differs).
-  sel.max_seq_len = context;
-  sel.fused_max_pages = 1 << 20;
-  p.fused_select_us = graph_us_per_call(std::max(c.copies, 100), select);
   return p;
 }
 
@@ -391,7 +383,7 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
 }
 
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
-                               const std::string& label, int rectify_f, int fused_select_pages) {
+                               const std::string& label, int rectify_f, bool dense_fallback) {
   // "POLICY@hits=N": MAC rows hit N per mille of the time, forced (random weights give no
   // similar queries).
   const size_t at_hits = label.find("@hits=");
@@ -418,7 +410,7 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   o.max_rows = sparse ? std::max(batch, rectify_f * batch) : batch;
   o.max_pages_per_seq = pages_per_seq;
   o.policy = mix[0];
-  o.fused_select_pages = fused_select_pages;
+  o.dense_fallback = dense_fallback;
   GpuForward fwd(weights, shape, o);
   fwd.cache().fill_random(7, fwd.stream());  // K/V and digests
   if (forced_hits >= 0) fwd.force_mac_hits(forced_hits);
@@ -447,7 +439,11 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   // tokens), which a tied model reads whole as the output projection.
   p.weight_bytes = double(tied ? weight_total : weight_total - embed_bytes);
   const int mean_len = context + warm + (steps + 1) / 2;
-  for (int32_t index : policies) p.kv_bytes += fwd.decode_bytes_read(mean_len, index);
+  // Rows falling back to dense read every key (a policy falls back at every step or none here:
+  // the lengths hardly move).
+  p.dense_fallback_rows = fwd.dense_fallback_rows();
+  for (int32_t index : policies)
+    p.kv_bytes += p.dense_fallback_rows > 0 ? fwd.dense_decode_bytes(mean_len) : fwd.decode_bytes_read(mean_len, index);
   // ART reads what its verdicts let it: the bytes counted (on the device) over the timed steps.
   // So does MAC: the cut lists' K/V and the rings scanned.
   if (policy.find("art") != std::string::npos || policy.find("mac") != std::string::npos) p.kv_bytes = counted / steps;

@@ -31,7 +31,6 @@ struct SparseAttentionPoint {
   int batch = 0, context = 0;
   double keep = 0;
   double select_us = 0;     // group page selection alone (scores over the digests + top-n)
-  double fused_select_us = 0;  // the same with its fused kernel (one launch) where it applies
   double us = 0;            // selection + decode attention over the kept pages, one call
   double dense_us = 0;      // dense decode attention on the same cache, same run
   double bytes = 0;         // digests + kept K/V + q + o per call
@@ -47,7 +46,6 @@ struct QuestAttentionPoint {
   int batch = 0, context = 0;
   double budget = 0;        // fraction of the context per query head
   double select_us = 0;     // quest_page_select alone (scores per head + top-n + union)
-  double fused_select_us = 0;  // the same with its fused kernel (one launch) where it applies
   double us = 0;            // selection + masked decode attention over the union, one call
   double dense_us = 0;      // dense decode attention on the same cache, same run
   double union_fraction = 0;  // pages listed per (sequence, KV head) / the sequence's pages
@@ -131,6 +129,7 @@ struct EndToEndPoint {
   double weight_bytes = 0;  // read per step: every weight but the embedding table's unread rows
   double kv_bytes = 0;      // K/V (and digests) read per step, mean over the steps
   double floor_ms = 0;      // (weight + KV bytes) / copy bandwidth
+  uint64_t dense_fallback_rows = 0;  // decode rows (warm-up included) whose policy fell back to dense
   // Sparse runs: one ReSA rectification of the batch (each sequence's last rectify_f tokens
   // re-run as a dense prefill over its context), and that time spread over the f steps it
   // covers: what `resa` adds per token to gbsa's step.
@@ -145,10 +144,10 @@ struct EndToEndPoint {
 // given to the sequences in turn, one mixed batch), and a sparse one also times a
 // rectification of `rectify_f` tokens. "POLICY@hits=N" forces its MAC rows' hit rate (per
 // mille; the match still scans the ring, a hit's band+tail is read and its prefix reused).
-// fused_select_pages: GpuForwardOptions::fused_select_pages of the forward.
+// dense_fallback: GpuForwardOptions::dense_fallback of the forward (the engine's default: on).
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
                                const std::string& policy = "dense", int rectify_f = 32,
-                               int fused_select_pages = kDefaultFusedSelectPages);
+                               bool dense_fallback = true);
 
 // RetroAttention's decode steps against its base's, the same way: per step a forward pass of
 // each sequence's newest token after its last w-1 tokens (w = 1: the base alone), as the engine

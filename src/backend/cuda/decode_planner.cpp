@@ -1,6 +1,7 @@
 #include "backend/cuda/decode_planner.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <optional>
 
@@ -63,11 +64,24 @@ class WindowRows final : public RowPlanner {
   std::optional<ArtRowRule> art_;
 };
 
+// The dense fallback's thresholds (RowPlanner::dense_below): tokens left unread per step, summed
+// over a policy's rows, below which its selection kernels cost more than the reads they save.
+// Measured on the H100 with the 8B shape at keep / budget 0.1 (bench/results/2026-11-26-h100-pending/):
+// gbsa (two kernels) lost 1.5% to dense at 8K batch 1 (7.4K tokens skipped) and won 10% at 32K
+// (29.5K); quest (three kernels, and a union wider than one head's budget) lost 6% at 8K and won
+// 1.6% at 32K; at batch 8 (8 x 7.4K) both won at 8K.
+constexpr int kGroupDenseBelow = 12288;
+constexpr int kQuestDenseBelow = 24576;
+
 // A selection kernel's rows: the first dense_layers layers attend every key; the others the
 // pages the kernel keeps (and the digests it reads). How many a head keeps is the subclass's.
 class SelectionRows : public RowPlanner {
  public:
   bool dense_in(int layer) const final { return layer < dense_layers_; }
+  int skipped_tokens(int length) const final {
+    const int ps = s_.page_size, pages = (length + ps - 1) / ps;
+    return length - std::min(length, head_pages(pages, length) * ps);
+  }
   int list_tokens(int max_seq_len) const final {
     const int ps = s_.page_size;
     return std::min(max_seq_len, list_pages((max_seq_len + ps - 1) / ps, max_seq_len) * ps);
@@ -108,6 +122,7 @@ class GroupPageRows final : public SelectionRows {
   void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
     check(group_page_select(args(in, rows, out), stream), "group_page_select");
   }
+  int dense_below() const override { return art_ ? 0 : kGroupDenseBelow; }  // ART's order is its own
   const ArtRowRule* art_rule() const override { return art_ ? &*art_ : nullptr; }
   // ART's K/V are counted on the device (the pages it read); the digests here.
   double host_bytes(int layer, int length) const override {
@@ -123,8 +138,7 @@ class GroupPageRows final : public SelectionRows {
             .kmax = in.kmax,
             .page_table = in.page_table, .seq_lens = in.seq_lens, .out_table = out.table,
             .out_lens = out.lens, .out_masks = out.masks, .rows = rows_of(in, rows),
-            .workspace = out.workspace, .workspace_bytes = out.workspace_bytes, .max_seq_len = in.max_seq_len,
-            .fused_max_pages = s_.fused_select_pages};
+            .workspace = out.workspace, .workspace_bytes = out.workspace_bytes};
   }
 
   GroupBlockParams p_;
@@ -159,6 +173,7 @@ class QuestPageRows final : public SelectionRows {
     check(quest_page_select(a, stream), "quest_page_select");
   }
   const ArtRowRule* art_rule() const override { return art_ ? &*art_ : nullptr; }
+  int dense_below() const override { return art_ ? 0 : kQuestDenseBelow; }
 
  private:
   int head_pages(int pages, int length) const override {
@@ -174,8 +189,7 @@ class QuestPageRows final : public SelectionRows {
             .page_table = in.page_table,
             .seq_lens = in.seq_lens, .out_table = out.table, .out_masks = out.masks, .out_lens = out.lens,
             .rows = rows_of(in, rows), .listed_tokens = out.listed_tokens, .workspace = out.workspace,
-            .workspace_bytes = out.workspace_bytes, .max_seq_len = in.max_seq_len,
-            .fused_max_pages = s_.fused_select_pages};
+            .workspace_bytes = out.workspace_bytes};
   }
 
   QuestParams p_;
@@ -431,8 +445,9 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
     const int i = std::countr_zero(m);
     SKIM_REQUIRE(size_t(i) < slots_.size() && slots_[size_t(i)].planner, "planner: unknown policy index {}", i);
     const RowPlanner& p = *slots_[size_t(i)].planner;
-    (p.dense_in(in.layer) ? dense : select) |= 1u << i;
-    if (!p.dense_in(in.layer)) masks |= p.writes_masks();
+    const bool all_keys = p.dense_in(in.layer) || (in.dense_policies >> i & 1u);
+    (all_keys ? dense : select) |= 1u << i;
+    if (!all_keys) masks |= p.writes_masks();
   }
   uint32_t mac = 0;  // present policies running MAC
   bool retro = false;
@@ -507,6 +522,25 @@ bool DecodePlanner::has_art() const {
 double DecodePlanner::bytes_read(int index, int layer, int length) const {
   return slots_.at(size_t(index)).planner->bytes_read(layer, length);
 }
+
+uint32_t DecodePlanner::dense_fallback(std::span<const int32_t> row_policy, std::span<const int32_t> lengths) const {
+  std::array<int64_t, kMaxPolicies> skipped{};
+  uint32_t present = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    const int i = row_policy.empty() ? 0 : row_policy[r];
+    if (i < 0 || size_t(i) >= slots_.size() || !slots_[size_t(i)].planner) continue;  // Retro's past rows
+    present |= 1u << i;
+    skipped[size_t(i)] += slots_[size_t(i)].planner->skipped_tokens(lengths[r]);
+  }
+  uint32_t dense = 0;
+  for (uint32_t m = present; m; m &= m - 1) {
+    const int i = std::countr_zero(m);
+    if (skipped[size_t(i)] < slots_[size_t(i)].planner->dense_below()) dense |= 1u << i;
+  }
+  return dense;
+}
+
+double DecodePlanner::dense_bytes(int length) const { return length * kv_bytes_per_token(s_); }
 
 double DecodePlanner::host_bytes(int index, int layer, int length) const {
   return slots_.at(size_t(index)).planner->host_bytes(layer, length);

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct PlanInput {
   const int32_t* seq_lens = nullptr;    // [n]
   const int32_t* row_policy = nullptr;  // [n] each row's policy index
   uint32_t policies = 1;                // bit i: some row has policy i
+  uint32_t dense_policies = 0;          // bit i: policy i's rows attend every key this step
 };
 
 // A plan on the device, in PagedDecodeArgs' terms.
@@ -64,18 +66,11 @@ struct DevicePlan {
   const RetroRowRule* retro_rules = nullptr;
 };
 
-// Steps whose context bound is at most this many pages run the fused selection kernels (one
-// launch per step and layer: quest's instead of three, gbsa's instead of two). 0 (off) until
-// measured on a device (issue 20: `skim bench --fused-select-pages N` and the attention bench's
-// "fused select us" columns).
-constexpr int kDefaultFusedSelectPages = 0;
-
 struct PlannerShape {
   int num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int page_size = 16;
   int max_rows = 0;           // decode rows of one step
   int max_pages_per_seq = 0;  // page-table row length
-  int fused_select_pages = kDefaultFusedSelectPages;
 };
 
 // One policy's part of a plan: the rows of its index, written by its kernel.
@@ -112,6 +107,11 @@ class RowPlanner {
   virtual const MacRowRule* mac_rule() const { return nullptr; }
   // RetroAttention over this policy's lists (its past rows get the pages they have not seen).
   virtual const RetroRowRule* retro_rule() const { return nullptr; }
+  // The dense fallback (DecodePlanner::dense_fallback): a step's rows of this policy attend every
+  // key when the tokens its selection leaves unread, summed over them, are fewer than
+  // dense_below() (0: never), and how many a row of `length` tokens leaves unread.
+  virtual int dense_below() const { return 0; }
+  virtual int skipped_tokens(int /*length*/) const { return 0; }
 };
 
 // The rule ART runs on the GPU for a policy string's `art` part over its selector (`base`,
@@ -143,6 +143,13 @@ class DecodePlanner {
   // device so far (waits for `stream`: outside steps only).
   double bytes_read(int index, int layer, int length) const;
   double host_bytes(int index, int layer, int length) const;
+  // The policies of a decode step whose rows attend every key instead of selecting (bit i for
+  // index i; PlanInput::dense_policies): those whose selection would leave fewer tokens unread
+  // over the step's rows (each row's index and length) than its dense_below(), where the
+  // selection's kernels cost more than the reads they save. Dense reads are never worse.
+  uint32_t dense_fallback(std::span<const int32_t> row_policy, std::span<const int32_t> lengths) const;
+  // Bytes of a decode row of policy `index` attending every key (a dense fallback's).
+  double dense_bytes(int length) const;
   double device_bytes(cudaStream_t stream) const;
   bool has_art() const;  // some registered policy runs ART (the forward then needs its workspace)
   // The largest ring a registered MAC policy keeps (0: none runs MAC), and whether index

@@ -27,8 +27,7 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& v, float* f) {
 template <int N, int R>
 __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                                                    float* __restrict__ y, int out, int in) {
-  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
-  detail::pdl_launch_dependents();
+  detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   const int lane = threadIdx.x & 31;
   const int warps = int(gridDim.x * blockDim.x) >> 5;
   const int in8 = in >> 3;

@@ -89,7 +89,7 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
                                                                               c.head_dim, a.max_seq_len - 1)));
   planner_ = std::make_unique<DecodePlanner>(o.policy, PlannerShape{c.num_layers, c.num_heads, c.num_kv_heads,
                                                                      c.head_dim, shape.page_size, o.max_rows,
-                                                                     o.max_pages_per_seq, o.fused_select_pages});
+                                                                     o.max_pages_per_seq});
   bool moved = false;
   reserve_art(moved);
   reserve_mac(moved);
@@ -396,7 +396,8 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
   DevicePlan plan{false, table, seq_lens, max_seq_len};
   if (pass_.decode)
     plan = planner_->plan(PlanInput{l, n, max_seq_len, q_.data(), cache_.kmin(l), cache_.kmax(l), table, seq_lens,
-                                    inputs_.data() + InputLayout(opt_.max_rows).plan_policy, pass_.policies},
+                                    inputs_.data() + InputLayout(opt_.max_rows).plan_policy, pass_.policies,
+                                    pass_.dense_policies},
                           s);
   const PagedDecodeArgs a{.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
                           .head_dim = c.head_dim, .max_pages_per_seq = opt_.max_pages_per_seq,
@@ -442,18 +443,31 @@ int GpuForward::bucket(int max_seq_len) const {
   return std::min(b, cap);
 }
 
-cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t policies, int logits_n) {
+uint32_t GpuForward::dense_policies(std::span<const int32_t> policies, std::span<const int32_t> positions) {
+  if (!opt_.dense_fallback) return 0;
+  std::vector<int32_t> lengths(positions.begin(), positions.end());
+  for (int32_t& l : lengths) l += 1;
+  const uint32_t dense = planner_->dense_fallback(policies, lengths);
+  for (size_t r = 0; dense && r < lengths.size(); ++r)
+    dense_fallback_rows_ += dense >> (policies.empty() ? 0 : policies[r]) & 1u;
+  return dense;
+}
+
+cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t policies, uint32_t dense_policies,
+                                  int logits_n) {
   const int b = bucket(max_seq_len);
   // logits of every row in order, or of logits_n staged rows (RetroAttention's newest rows)
   const bool gather = logits_n >= 0;
-  auto key = std::make_tuple(n, b, advance, policies, logits_n);
+  auto key = std::make_tuple(n, b, advance, policies, dense_policies, logits_n);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) return it->second;
   cudaGraph_t g = nullptr;
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
     enqueue(n, gather ? logits_n : n,
-            Pass{.max_seq_len = b, .gather = gather, .chunk = false, .decode = true, .policies = policies}, advance);
+            Pass{.max_seq_len = b, .gather = gather, .chunk = false, .decode = true, .policies = policies,
+                 .dense_policies = dense_policies},
+            advance);
   } catch (...) {  // end the capture, or this thread's later CUDA calls fail
     if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
     cudaGetLastError();
@@ -479,14 +493,16 @@ int GpuForward::launch(const ForwardBatch& batch) {
       stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows, batch.policy, batch.retro_step);
 
   const int max_len = 1 + *std::max_element(batch.positions.begin(), batch.positions.end());
+  const uint32_t dense = batch.decode ? dense_policies(batch.policy, batch.positions) : 0;
   if (batch.decode)
     for (int r = 0; r < n; ++r) {
       // A RetroAttention past row reads among its newest row's pages (counted there) and its
       // supplements (counted on the device).
       if (r + 1 < n && batch.tables[size_t(r + 1)] == batch.tables[size_t(r)]) continue;
+      const int index = batch.policy.empty() ? 0 : batch.policy[size_t(r)], length = batch.positions[size_t(r)] + 1;
       for (int l = 0; l < c.num_layers; ++l)
-        decode_bytes_total_ += planner_->host_bytes(batch.policy.empty() ? 0 : batch.policy[size_t(r)], l,
-                                                    batch.positions[size_t(r)] + 1);
+        decode_bytes_total_ +=
+            dense >> index & 1u ? planner_->dense_bytes(length) : planner_->host_bytes(index, l, length);
     }
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
@@ -502,7 +518,7 @@ int GpuForward::launch(const ForwardBatch& batch) {
   for (int r = 0; chunk && staged_runs_ > 1 && r < n; ++r)
     chunk = batch.policy.empty() || !planner_->mac_rule(batch.policy[size_t(r)]);
   if (batch.decode) {  // one graph per step, the logits rows (all, or the newest of each sequence) as data
-    check(cudaGraphLaunch(graph(n, max_len, false, policies, all_rows ? -1 : nl), stream_), "cudaGraphLaunch");
+    check(cudaGraphLaunch(graph(n, max_len, false, policies, dense, all_rows ? -1 : nl), stream_), "cudaGraphLaunch");
     return nl;
   }
   Pass pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .seqs = staged_runs_, .decode = batch.decode,
@@ -625,7 +641,8 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
     check(cudaMallocHost(reinterpret_cast<void**>(&next_host_), size_t(steps) * opt_.max_rows * sizeof(int32_t)), "cudaMallocHost");
     next_host_steps_ = size_t(steps);
   }
-  cudaGraphExec_t exec = graph(n, max_len, true, stage(tables, first, positions, {}, policies));
+  const uint32_t present = stage(tables, first, positions, {}, policies);
+  cudaGraphExec_t exec = graph(n, max_len, true, present, dense_policies(policies, positions));
 
   const double ms = gpu_time_ms(stream_, [&] {
     for (int s = 0; s < steps; ++s) {

@@ -45,8 +45,10 @@ namespace skim::cuda {
 struct GpuForwardOptions {
   int max_rows = 512;          // rows of one forward pass: a prefill chunk or a decode batch
   int max_pages_per_seq = 0;   // page-table row length: a sequence's capacity in pages
-  std::string policy = "dense";  // policy index 0: its selector plans decode steps (DecodePlanner)
-  int fused_select_pages = kDefaultFusedSelectPages;  // PlannerShape::fused_select_pages
+  std::string policy = "dense";  // policy index 0: its selection plans decode steps (DecodePlanner)
+  // Decode steps whose selection would save less than it costs attend every key instead
+  // (DecodePlanner::dense_fallback; the engine's default). Off: every step runs its policies.
+  bool dense_fallback = false;
   // Tensor parallelism (gpu_tensor_parallel.h): this rank's shard (its weights are
   // shard_model's) and its NCCL communicator; none: the whole model on this GPU.
   std::optional<TensorShard> shard;
@@ -109,12 +111,16 @@ class GpuForward final : public Forward, private Backend {
   // all layers under policy `index`, by its planner: every key when dense, the kept pages
   // plus the digests when sparse (for quest the per-head budget: the union's floor).
   double decode_bytes_read(int length, int index = 0) const;
+  // The same for a row attending every key (dense, or a dense fallback).
+  double dense_decode_bytes(int length) const { return w_.config.num_layers * planner_->dense_bytes(length); }
   // The bytes every decode row run so far read (Forward): counted by the host from the plans'
   // shapes, and for quest's unions on the device (read back here: waits for the stream).
   std::optional<double> decode_kv_bytes_read() const override {
     return decode_bytes_total_ + planner_->device_bytes(stream_) + art_bytes_read() + mac_.bytes_read(stream_) +
            retro_.bytes_read(stream_);
   }
+  // Decode rows so far whose policy fell back to dense (GpuForwardOptions::dense_fallback).
+  uint64_t dense_fallback_rows() const { return dense_fallback_rows_; }
   // ART's counters since the forward began (the device's: waits for the stream).
   ArtDecodeStats art_stats() const;
   // Benchmarks only: MAC rows hit at this rate (per mille; -1: by their rule), whatever the
@@ -144,6 +150,7 @@ class GpuForward final : public Forward, private Backend {
     int seqs = 1;
     bool decode = false;  // every row is a decode step (the planner's selection applies)
     uint32_t policies = 1;  // bit i: some row runs policy index i
+    uint32_t dense_policies = 0;  // bit i: policy i's rows attend every key (the dense fallback)
     // A prefill chunk of a sequence that runs MAC: its rows [mac_first, n) (the last ring's
     // worth) become ring entries, their prefix states over [0, mac_prefix_end(pos, mac_band)).
     int mac_first = -1, mac_band = 0;
@@ -178,7 +185,10 @@ class GpuForward final : public Forward, private Backend {
   void reserve_mac(bool& moved);
   // The decode step's graph; logits_n >= 0: the logits of that many staged rows (gathered),
   // else of every row in order.
-  cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies, int logits_n = -1);
+  cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies, uint32_t dense_policies,
+                        int logits_n = -1);
+  // The step's policies attending every key (Pass::dense_policies): none unless dense_fallback.
+  uint32_t dense_policies(std::span<const int32_t> policies, std::span<const int32_t> positions);
   void enqueue_logprobs(int nl, std::span<const int32_t> top_n);
   std::vector<TokenLogprob> collect_logprobs(std::span<const int32_t> tokens, std::span<const int32_t> top_n) const;
   void drop_graphs();
@@ -240,8 +250,10 @@ class GpuForward final : public Forward, private Backend {
   int32_t* next_host_ = nullptr;  // pinned [max steps of a decode_greedy call][max_rows]
   size_t next_host_steps_ = 0;
 
-  // Decode step graphs by (rows, context bucket, advance, policies present, gathered logits rows).
-  std::map<std::tuple<int, int, bool, uint32_t, int>, cudaGraphExec_t> graphs_;
+  // Decode step graphs by (rows, context bucket, advance, policies present, policies falling
+  // back to dense, gathered logits rows).
+  std::map<std::tuple<int, int, bool, uint32_t, uint32_t, int>, cudaGraphExec_t> graphs_;
+  uint64_t dense_fallback_rows_ = 0;
 };
 
 }  // namespace skim::cuda

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "backend/cuda/page_select_common.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace skim::cuda {
 
@@ -47,7 +48,7 @@ Layout layout_of(const GroupPageSelectArgs& a) {
 }
 
 // Page p's key of m: the newest page highest, then the other forced (n_local) pages, then the
-// bound's order-preserving key. The score kernel and the fused one both key pages here.
+// bound's order-preserving key.
 __device__ __forceinline__ uint32_t page_key(const GroupPageSelectArgs& a, int p, int m, float bound) {
   return p == m - 1 ? kNewestKey : p >= m - min(a.n_local, m) ? kForcedKey : order_key(bound);
 }
@@ -60,6 +61,7 @@ __device__ __forceinline__ uint32_t* keys_of(const GroupPageSelectArgs& a, int b
 // pooled query (page_select_common.cuh), then the forced pages get keys above every bound.
 template <int D>
 __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const GroupPageSelectArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kvh = blockIdx.y, b = blockIdx.z, group = a.group_size();
   const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
@@ -116,6 +118,7 @@ __device__ __forceinline__ void write_list(const GroupPageSelectArgs& a, const S
 // One CTA per (KV head, sequence): its list from the score kernel's keys.
 template <bool EXTRAS>
 __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
+  detail::pdl_enter();  // launched by launch_pdl
   __shared__ SelectSmem sm;
   const int kvh = blockIdx.x, b = blockIdx.y;
   const size_t list = size_t(b) * a.num_kv_heads + kvh;
@@ -127,42 +130,12 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectA
                      [&](int m, int n, auto keep) { select_top_pages(sm, keys, m, n, keep, [](int) {}); });
 }
 
-// Short contexts (the host bound at most fused_max_pages pages, within the shared keys): one CTA
-// per (KV head, sequence) scores its pages for the group's pooled query into shared memory and
-// selects, one launch instead of two. Not with by_score.
-template <int D, bool EXTRAS>
-__global__ void __launch_bounds__(kThreads) fused_kernel(const GroupPageSelectArgs a) {
-  __shared__ SelectSmem sm;
-  const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (!a.rows.has(b)) return;
-  const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
-  const int m = pages_of(len, a.page_size);
-  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-  for (int p0 = warp * kWarpPages; p0 < m; p0 += (kThreads / 32) * kWarpPages) {
-    const float s = warp_page_bounds<D>(a.q + (size_t(b) * a.num_heads + size_t(kvh) * group) * D, group, a.kmin,
-                                        a.kmax, a.num_kv_heads, kvh, table, p0, m, lane);
-    if (lane < kWarpPages && p0 + lane < m) sm.keys[skew(p0 + lane)] = page_key(a, p0 + lane, m, s);
-  }
-  __syncthreads();
-  write_list<EXTRAS>(a, SortOut{}, b, kvh, nullptr, [&](int m_, int n, auto keep) {
-    select_top_pages_of(sm, [&](int p) { return sm.keys[skew(p)]; }, m_, n, keep, [](int) {});
-  });
-}
-
 // by_score: the sorted page ids back into each list.
 __global__ void copy_sorted_kernel(const GroupPageSelectArgs a, const int32_t* sorted, const int* begin,
                                    const int* end) {
+  detail::pdl_enter();  // launched by launch_pdl
   const size_t list = blockIdx.x;
   for (int i = begin[list] + int(threadIdx.x); i < end[list]; i += int(blockDim.x)) a.out_table[i] = sorted[i];
-}
-
-// Whether the fused kernel runs: a known context bound within fused_max_pages pages (and
-// within the shared keys), no by_score.
-bool fused_applies(const GroupPageSelectArgs& a) {
-  if (a.fused_max_pages <= 0 || a.max_seq_len <= 0 || a.by_score) return false;
-  const int pages = std::min((a.max_seq_len + a.page_size - 1) / a.page_size, a.max_pages_per_seq);
-  return pages <= a.fused_max_pages && pages <= kSmemKeys;
 }
 
 bool supported(const GroupPageSelectArgs& a) {
@@ -181,14 +154,6 @@ cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream)
   if (!supported(a) || a.workspace == nullptr || a.workspace_bytes < group_page_select_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  if (fused_applies(a)) {
-    const dim3 grid(a.num_kv_heads, a.batch);
-    if (a.out_masks)
-      (a.head_dim == 128 ? fused_kernel<128, true> : fused_kernel<64, true>)<<<grid, kThreads, 0, stream>>>(a);
-    else
-      (a.head_dim == 128 ? fused_kernel<128, false> : fused_kernel<64, false>)<<<grid, kThreads, 0, stream>>>(a);
-    return cudaGetLastError();
-  }
   const cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
   const Layout l = layout_of(a);
@@ -201,9 +166,9 @@ cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream)
   }
   const dim3 grid(a.num_kv_heads, a.batch);
   if (a.by_score || a.out_masks)
-    select_kernel<true><<<grid, kThreads, 0, stream>>>(a, so);
+    (void)launch_pdl(select_kernel<true>, grid, kThreads, 0, stream, a, so);
   else
-    select_kernel<false><<<grid, kThreads, 0, stream>>>(a, so);
+    (void)launch_pdl(select_kernel<false>, grid, kThreads, 0, stream, a, so);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !a.by_score) return err;
   // Each list's kept pages by descending key; the radix sort is stable, so equal keys (the forced
@@ -215,7 +180,7 @@ cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream)
       ws + l.scratch, scratch_bytes, so.keys, reinterpret_cast<uint32_t*>(ws + l.sorted_keys), a.out_table, sorted,
       int(l.slots), lists, so.begin, so.end, 0, 32, stream);
   if (err != cudaSuccess) return err;
-  copy_sorted_kernel<<<lists, 256, 0, stream>>>(a, sorted, so.begin, so.end);
+  (void)launch_pdl(copy_sorted_kernel, lists, 256, 0, stream, a, sorted, so.begin, so.end);
   return cudaGetLastError();
 }
 

@@ -6,6 +6,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/page_index_map.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #include <cfloat>
 #include <cstdint>
@@ -27,6 +28,7 @@ constexpr int kMatchThreads = 128;
 // Nearest entry of one ring for one query head: each thread scans entries t, t + 128, ... in
 // age order; the block keeps the smallest distance, ties to the larger age (the newest).
 __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
   __shared__ float q[128];
   __shared__ float best_d[kMatchThreads];
   __shared__ int best_i[kMatchThreads];
@@ -108,6 +110,7 @@ __device__ void pass_through(const MacPagePlanArgs& a, int b, int kvh, size_t li
 // the group's heads (a hit head: its band+tail; a miss: the base), listed below or above the
 // split in position order.
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
   using Scan = cub::BlockScan<int, kPlanThreads>;
   __shared__ typename Scan::TempStorage scan;
   __shared__ int hit_page[32];
@@ -202,6 +205,7 @@ __device__ __forceinline__ void merge_into(float& o, float& lse, float ob, float
 
 // One CTA of head_dim threads per (row, query head).
 __global__ void merge_push_kernel(const MacMergePushArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
   const MacMergeArgs& mg = a.merge;
   const int d = mg.head_dim, H = mg.num_heads;
@@ -243,6 +247,7 @@ __global__ void merge_push_kernel(const MacMergePushArgs a) {
 // After every head has pushed: each slot's ring holds its run's entries more (its oldest
 // dropped past K); the last row of a run of rows of one slot advances it.
 __global__ void advance_kernel(const MacMergePushArgs a, int batch) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
   const int slot = a.row_slot ? a.row_slot[b] : -1;
@@ -257,6 +262,7 @@ __global__ void advance_kernel(const MacMergePushArgs a, int batch) {
 }
 
 __global__ void prefix_lens_kernel(const int32_t* positions, int n, int band, int page_size, int32_t* lens) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r < n) lens[r] = mac_prefix_end(positions[r], band, page_size);
 }
@@ -271,7 +277,7 @@ cudaError_t mac_match(const MacMatchArgs& a, cudaStream_t stream) {
   if (a.batch < 0 || a.num_heads <= 0 || (a.head_dim != 64 && a.head_dim != 128) || a.page_size <= 0)
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  match_kernel<<<dim3(a.num_heads, a.batch), kMatchThreads, 0, stream>>>(a);
+  (void)launch_pdl(match_kernel, dim3(a.num_heads, a.batch), kMatchThreads, 0, stream, a);
   return cudaGetLastError();
 }
 
@@ -288,7 +294,7 @@ cudaError_t mac_page_plan(const MacPagePlanArgs& a, cudaStream_t stream) {
   if (!a.base_is_table)
     page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
                    static_cast<int32_t*>(a.workspace), stream);
-  plan_kernel<<<dim3(a.num_kv_heads, a.batch), kPlanThreads, 0, stream>>>(a);
+  (void)launch_pdl(plan_kernel, dim3(a.num_kv_heads, a.batch), kPlanThreads, 0, stream, a);
   return cudaGetLastError();
 }
 
@@ -296,10 +302,10 @@ cudaError_t mac_merge_push(const MacMergePushArgs& a, cudaStream_t stream) {
   const MacMergeArgs& m = a.merge;
   if (m.batch < 0 || m.num_heads <= 0 || (m.head_dim != 64 && m.head_dim != 128)) return cudaErrorInvalidValue;
   if (m.batch == 0) return cudaSuccess;
-  merge_push_kernel<<<dim3(m.num_heads, m.batch), m.head_dim, 0, stream>>>(a);
+  (void)launch_pdl(merge_push_kernel, dim3(m.num_heads, m.batch), m.head_dim, 0, stream, a);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || !a.row_slot) return e;
-  advance_kernel<<<(m.batch + 127) / 128, 128, 0, stream>>>(a, m.batch);
+  (void)launch_pdl(advance_kernel, (m.batch + 127) / 128, 128, 0, stream, a, m.batch);
   return cudaGetLastError();
 }
 
@@ -307,7 +313,7 @@ cudaError_t mac_prefix_lens(const int32_t* positions, int n, int band, int page_
                             cudaStream_t stream) {
   if (n < 0 || band < 0 || page_size <= 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  prefix_lens_kernel<<<(n + 127) / 128, 128, 0, stream>>>(positions, n, band, page_size, lens);
+  (void)launch_pdl(prefix_lens_kernel, (n + 127) / 128, 128, 0, stream, positions, n, band, page_size, lens);
   return cudaGetLastError();
 }
 

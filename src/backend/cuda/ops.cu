@@ -37,8 +37,7 @@ __device__ float block_sum(float v) {
 }
 
 __global__ void embed_kernel(const uint16_t* table, const int32_t* tokens, float* x, int hidden) {
-  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
-  detail::pdl_launch_dependents();
+  detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   const size_t r = blockIdx.x;
   const uint16_t* row = table + size_t(tokens[r]) * hidden;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) x[r * hidden + i] = bf16_load(row + i);
@@ -62,8 +61,7 @@ __global__ void unpack_vocab_slices_kernel(const float* gathered, int n, int str
 
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, uint16_t* out, int dim,
                                    float eps) {
-  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
-  detail::pdl_launch_dependents();
+  detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   float* xr = x + size_t(blockIdx.x) * dim;
   const float* yr = y ? y + size_t(blockIdx.x) * dim : nullptr;
   float ss = 0.0f;
@@ -78,8 +76,7 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, uin
 }
 
 __global__ void gather_rows_kernel(const uint16_t* in, const int32_t* rows, uint16_t* out, int dim) {
-  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
-  detail::pdl_launch_dependents();
+  detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   const uint16_t* src = in + size_t(rows[blockIdx.x]) * dim;
   uint16_t* dst = out + size_t(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
@@ -88,8 +85,7 @@ __global__ void gather_rows_kernel(const uint16_t* in, const int32_t* rows, uint
 // Block (row, head): heads [0, H) are query heads, [H, H + KVH) key heads (which also move
 // their value head). Thread i holds the RoPE pair (i, i + d/2).
 __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
-  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
-  detail::pdl_launch_dependents();
+  detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   const int r = blockIdx.x, head = blockIdx.y, i = threadIdx.x, half = a.head_dim / 2;
   const bool is_q = head < a.num_heads;
   const int q_dim = a.num_heads * a.head_dim, kv_dim = a.num_kv_heads * a.head_dim;
@@ -135,8 +131,7 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
 __global__ void page_digest_kernel(const uint16_t* k_pool, uint16_t* kmin, uint16_t* kmax,
                                    const int32_t* positions, const int32_t* page_table, int max_pages,
                                    int n, int num_kv_heads, int d, int page_size) {
-  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
-  detail::pdl_launch_dependents();
+  detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   const int r = blockIdx.x, h = blockIdx.y;
   const int pos = positions[r];
   const int page = page_table[size_t(r) * max_pages + pos / page_size];
@@ -160,8 +155,7 @@ __global__ void page_digest_kernel(const uint16_t* k_pool, uint16_t* kmin, uint1
 
 // Block (row, slice): a decode row spreads over several SMs.
 __global__ void silu_mul_kernel(const float* gate_up, uint16_t* out, int I) {
-  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
-  detail::pdl_launch_dependents();
+  detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   const float* g = gate_up + size_t(blockIdx.x) * 2 * I;
   uint16_t* o = out + size_t(blockIdx.x) * I;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < I; i += gridDim.y * blockDim.x) {
@@ -171,8 +165,7 @@ __global__ void silu_mul_kernel(const float* gate_up, uint16_t* out, int I) {
 }
 
 __global__ void to_bf16_kernel(const float* in, uint16_t* out, size_t count) {
-  detail::pdl_wait();  // launched by launch_pdl: its inputs are the previous kernels'
-  detail::pdl_launch_dependents();
+  detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
     out[i] = bf16_bits(in[i]);
 }

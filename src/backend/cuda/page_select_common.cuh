@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/warp_transpose_sum.cuh"
 
 namespace skim::cuda::page_select {
@@ -121,12 +122,12 @@ __device__ __forceinline__ float warp_page_bounds(const uint16_t* q, int count, 
   return dig.bounds(qv, lane);
 }
 
-// Launches a score kernel (per head_dim) over (page blocks, `units`, batch) on the args.
+// Launches a score kernel (per head_dim) over (page blocks, `units`, batch) on the args, as a
+// programmatic dependent (the kernels enter with pdl_enter).
 template <class Args>
 cudaError_t launch_scores(void (*k64)(Args), void (*k128)(Args), const Args& a, int units, cudaStream_t stream) {
   const dim3 grid((a.max_pages_per_seq + kPagesPerScoreCta - 1) / kPagesPerScoreCta, units, a.batch);
-  (a.head_dim == 128 ? k128 : k64)<<<grid, kScoreWarps * 32, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(a.head_dim == 128 ? k128 : k64, grid, kScoreWarps * 32, 0, stream, a);
 }
 
 // Keys of up to this many pages are staged in shared memory (longer sequences read L2),

@@ -153,7 +153,7 @@ bool prefill_kernel_available(PrefillKernel kind) {
 }
 
 PrefillKernel default_prefill_kernel() {
-  return wgmma_available() ? PrefillKernel::kWgmma : PrefillKernel::kMma128;
+  return wgmma_available() ? PrefillKernel::kWgmmaWs : PrefillKernel::kMma128;
 }
 
 cudaError_t paged_prefill_attention_with(const PagedPrefillArgs& a, PrefillKernel kind, cudaStream_t stream) {

@@ -28,6 +28,13 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// The two calls, first thing in a kernel launched by launch_pdl: wait for the predecessors, then
+// let the successor launch (it waits for this kernel in turn).
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
 // Whether the current device runs programmatic dependent launches (compute capability 9+).
 inline bool pdl_supported() {
   DeviceInfo info;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/page_select_common.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/workspace_carver.h"
 
 namespace skim::cuda {
@@ -82,8 +83,7 @@ __device__ __forceinline__ int context_of(const QuestPageSelectArgs& a, int b) {
 
 // One warp's pages p0 .. p0 + kWarpPages - 1 (those < m) of sequence b: their digests loaded
 // once and scored for each query head g of KV head kvh's group, store(g, p, key) with the
-// bound's order-preserving key (the newest page highest). The score kernel and the fused one
-// both key pages here, so their plans are the same.
+// bound's order-preserving key (the newest page highest).
 template <int D, class Store>
 __device__ __forceinline__ void score_warp_pages(const QuestPageSelectArgs& a, int b, int kvh, int p0, int m, int lane,
                                                  Store store) {
@@ -103,6 +103,7 @@ __device__ __forceinline__ void score_warp_pages(const QuestPageSelectArgs& a, i
 // Grid (page blocks, KV heads, batch): a warp per kWarpPages pages (score_warp_pages).
 template <int D>
 __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPageSelectArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kvh = blockIdx.y, b = blockIdx.z, group = a.group_size();
   const int m = pages_of(context_of(a, b), a.page_size);
@@ -114,6 +115,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
 
 // One CTA per (query head, sequence): its n best pages flagged 1, the others 0.
 __global__ void __launch_bounds__(kThreads) select_kernel(const QuestPageSelectArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
   __shared__ SelectSmem sm;
   const int hq = blockIdx.x, b = blockIdx.y;
   if (!a.rows.has(b)) return;
@@ -191,6 +193,7 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
 
 // One CTA per (KV head, sequence): the union of its group's flags (write_union).
 __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
   const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
@@ -200,77 +203,15 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
   write_union(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
 }
 
-// Short contexts (the host bound at most fused_max_pages pages): one CTA per (KV head, sequence)
-// scores its group's heads, selects each head's pages and unites them, keys and flags in shared
-// memory ([group][stride] keys, then [group][stride] flags), one launch instead of three.
-template <int D>
-__global__ void __launch_bounds__(kThreads) fused_kernel(const QuestPageSelectArgs a, int stride) {
-  extern __shared__ __align__(16) uint32_t fused[];
-  __shared__ SelectScratch sm;
-  const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (!a.rows.has(b)) return;
-  const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
-  const int n = min(m, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size));
-  uint32_t* keys = fused;
-  uint8_t* flags = reinterpret_cast<uint8_t*>(fused + size_t(group) * stride);
-  for (int p0 = warp * kWarpPages; p0 < m; p0 += (kThreads / 32) * kWarpPages)
-    score_warp_pages<D>(a, b, kvh, p0, m, lane, [&](int g, int p, uint32_t key) { keys[g * stride + p] = key; });
-  __syncthreads();
-  for (int g = 0; g < group; ++g) {
-    uint8_t* f = flags + size_t(g) * stride;
-    if (n == m) {
-      for (int p = threadIdx.x; p < m; p += kThreads) f[p] = 1;
-    } else {
-      const uint32_t* k = keys + size_t(g) * stride;
-      select_top_pages_of(sm, [&](int p) { return k[p]; }, m, n, [&](int p, int) { f[p] = 1; }, [&](int p) { f[p] = 0; });
-    }
-  }
-  __syncthreads();
-  write_union(a, ByScore{}, b, kvh, ctx, m, [&](int g) { return flags + size_t(g) * stride; });
-}
-
 // by_score: each list's pages and masks in their sorted order.
 __global__ void permute_kernel(const QuestPageSelectArgs a, const ByScore bs) {
+  detail::pdl_enter();  // launched by launch_pdl
   const size_t list = blockIdx.x;
   for (int i = bs.begin[list] + int(threadIdx.x); i < bs.end[list]; i += int(blockDim.x)) {
     const int from = bs.sorted_slots[i];
     a.out_table[i] = bs.pages[from];
     a.out_masks[i] = bs.masks[from];
   }
-}
-
-// The fused kernel's shared-memory row length (pages, a multiple of kItems) when it applies,
-// else 0: a known bound within fused_max_pages, no by_score, keys and flags within kFusedSmem.
-constexpr size_t kFusedSmem = 96 * 1024;
-int fused_stride(const QuestPageSelectArgs& a) {
-  if (a.fused_max_pages <= 0 || a.max_seq_len <= 0 || a.by_score) return 0;
-  const int pages = std::min((a.max_seq_len + a.page_size - 1) / a.page_size, a.max_pages_per_seq);
-  if (pages > a.fused_max_pages) return 0;
-  const int stride = (pages + kItems - 1) / kItems * kItems;
-  return size_t(a.group_size()) * stride * (sizeof(uint32_t) + 1) <= kFusedSmem ? stride : 0;
-}
-
-template <int D>
-cudaError_t launch_fused_d(const QuestPageSelectArgs& a, int stride, cudaStream_t stream) {
-  // The attribute on the largest size, once per device (a benign race: every writer stores true).
-  constexpr int kMaxDevices = 64;
-  static bool allowed[kMaxDevices] = {};
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  if (dev >= kMaxDevices || !allowed[dev]) {
-    if (cudaError_t e = cudaFuncSetAttribute(fused_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kFusedSmem));
-        e != cudaSuccess)
-      return e;
-    if (dev < kMaxDevices) allowed[dev] = true;
-  }
-  const size_t smem = size_t(a.group_size()) * stride * (sizeof(uint32_t) + 1);
-  fused_kernel<D><<<dim3(a.num_kv_heads, a.batch), kThreads, smem, stream>>>(a, stride);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_fused(const QuestPageSelectArgs& a, int stride, cudaStream_t stream) {
-  return a.head_dim == 128 ? launch_fused_d<128>(a, stride, stream) : launch_fused_d<64>(a, stride, stream);
 }
 
 bool supported(const QuestPageSelectArgs& a) {
@@ -292,14 +233,13 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   if (!supported(a) || a.workspace == nullptr || a.workspace_bytes < quest_page_select_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  if (const int stride = fused_stride(a); stride > 0) return launch_fused(a, stride, stream);
   cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
-  select_kernel<<<dim3(a.num_heads, a.batch), kThreads, 0, stream>>>(a);
+  (void)launch_pdl(select_kernel, dim3(a.num_heads, a.batch), kThreads, 0, stream, a);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   ByScore bs;
   if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);
-  union_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a, bs);
+  (void)launch_pdl(union_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, bs);
   if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score) return e;
   // Descending key; the radix sort is stable, so ties stay in position order, as on the CPU.
   const int lists = a.batch * a.num_kv_heads;
@@ -308,7 +248,7 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
                                                          bs.sorted_slots, lists * a.max_pages_per_seq, lists, bs.begin,
                                                          bs.end, 0, 32, stream);
   if (e != cudaSuccess) return e;
-  permute_kernel<<<lists, 256, 0, stream>>>(a, bs);
+  (void)launch_pdl(permute_kernel, lists, 256, 0, stream, a, bs);
   return cudaGetLastError();
 }
 

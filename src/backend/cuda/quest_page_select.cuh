@@ -6,11 +6,9 @@
 // select: one CTA per (sequence, query head) finds its n best pages by the radix select of
 // page_select_common.cuh and flags them. union: one CTA per (sequence, KV head) ORs its
 // group's flags into a mask per page and writes the listed pages in position order with a
-// block-wide scan. Where the args give a host bound of the contexts within fused_max_pages
-// pages (and no by_score), one fused kernel per (sequence, KV head) does all three in shared
-// memory: the same keys and choices, one launch (short contexts, where the three launches'
-// latency is most of the selection's time; off by default until measured). This header holds no
-// device code.
+// block-wide scan. (A fused kernel doing all three per (sequence, KV head) in shared memory
+// was measured 1.7-2.9x slower at 8K-32K on the H100: too few CTAs; removed, see
+// bench/results/2026-11-26-h100-pending/.) This header holds no device code.
 #pragma once
 
 #include <cuda_runtime_api.h>

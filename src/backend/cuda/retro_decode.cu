@@ -4,6 +4,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/page_index_map.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #include <cstdint>
 
@@ -18,6 +19,7 @@ __device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1)
 // One CTA per (KV head, row): a row that is not a past one gets its base list; a newest row in a
 // sparse layer then records each listed page's old value per head and loads its units' masks.
 __global__ void __launch_bounds__(kThreads) newest_kernel(const RetroPagePlanArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
   const size_t list = size_t(b) * a.num_kv_heads + h, at = list * a.max_pages_per_seq;
   const int slot = a.row_slot[b];
@@ -56,6 +58,7 @@ __global__ void __launch_bounds__(kThreads) newest_kernel(const RetroPagePlanArg
 // One CTA per (KV head, past row): its newest row's pages with an old value below its step, per
 // head, in that list's order.
 __global__ void __launch_bounds__(kThreads) past_kernel(const RetroPagePlanArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan;
   const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
@@ -88,6 +91,7 @@ __global__ void __launch_bounds__(kThreads) past_kernel(const RetroPagePlanArgs 
 
 // One CTA of head_dim threads per (row, query head); `past` picks the rows this launch merges.
 __global__ void merge_kernel(const RetroMergeArgs a, bool past_rows) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, d = a.head_dim, H = a.num_heads;
   const int slot = a.row_slot ? a.row_slot[b] : -1;
   const bool past = slot >= 0 && a.newest_row[b] != b;
@@ -142,16 +146,16 @@ cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
   if (a.batch == 0) return cudaSuccess;
   page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
                  static_cast<int32_t*>(a.workspace), stream);
-  newest_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a);
-  past_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a);
+  (void)launch_pdl(newest_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a);
+  (void)launch_pdl(past_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a);
   return cudaGetLastError();
 }
 
 cudaError_t retro_merge(const RetroMergeArgs& a, cudaStream_t stream) {
   if (a.batch < 0 || a.num_heads <= 0 || (a.head_dim != 64 && a.head_dim != 128)) return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  merge_kernel<<<dim3(a.num_heads, a.batch), a.head_dim, 0, stream>>>(a, true);
-  merge_kernel<<<dim3(a.num_heads, a.batch), a.head_dim, 0, stream>>>(a, false);
+  (void)launch_pdl(merge_kernel, dim3(a.num_heads, a.batch), a.head_dim, 0, stream, a, true);
+  (void)launch_pdl(merge_kernel, dim3(a.num_heads, a.batch), a.head_dim, 0, stream, a, false);
   return cudaGetLastError();
 }
 

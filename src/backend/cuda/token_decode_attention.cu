@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/warp_transpose_sum.cuh"
 
 namespace skim::cuda {
@@ -123,6 +124,7 @@ __device__ __forceinline__ long long tile_row(const PagedDecodeArgs& a, const in
 // through shared memory, four tokens a load). G: the largest heads per list it serves.
 template <int D, int G>
 __global__ void __launch_bounds__(kThreads) gather_kernel(const Params p) {
+  detail::pdl_enter();  // launched by launch_pdl
   constexpr int E = D / 32;
   __shared__ float s_o[G][kWarps][D];
   __shared__ float s_m[G][kWarps], s_l[G][kWarps];
@@ -222,6 +224,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const Params p) {
 // One block per (sequence, query head): the chunks' partial states merged.
 template <int D>
 __global__ void __launch_bounds__(D) merge_kernel(const Params p) {
+  detail::pdl_enter();  // launched by launch_pdl
   const size_t bh = blockIdx.x;
   const int d = threadIdx.x, n = p.chunks;
   const float* lse = p.part_lse + bh * n;
@@ -310,13 +313,13 @@ cudaError_t token_decode_attention(const TokenDecodeArgs& t, cudaStream_t stream
     p.part_lse = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + align_up(states * a.head_dim * 4, 256));
   }
   const dim3 grid(unsigned(plan.chunks), unsigned(t.lists()));
-  gather_for(a.head_dim, plan.heads_per_list)<<<grid, kThreads, 0, stream>>>(p);
+  (void)launch_pdl(gather_for(a.head_dim, plan.heads_per_list), grid, kThreads, 0, stream, p);
   if ((e = cudaGetLastError()) != cudaSuccess || plan.chunks == 1) return e;
   const unsigned rows = unsigned(size_t(a.batch) * a.num_heads);
   if (a.head_dim == 64)
-    merge_kernel<64><<<rows, 64, 0, stream>>>(p);
+    (void)launch_pdl(merge_kernel<64>, rows, 64, 0, stream, p);
   else
-    merge_kernel<128><<<rows, 128, 0, stream>>>(p);
+    (void)launch_pdl(merge_kernel<128>, rows, 128, 0, stream, p);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,8 @@
 // The window page plan kernel (see window_page_plan.cuh).
 #include "backend/cuda/window_page_plan.cuh"
 
+#include "backend/cuda/pdl.cuh"
+
 namespace skim::cuda {
 
 namespace {
@@ -8,6 +10,7 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void __launch_bounds__(kThreads) window_plan_kernel(const WindowPagePlanArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
   const int kvh = blockIdx.x, b = blockIdx.y;
   if (!a.rows.has(b)) return;
   const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
@@ -30,7 +33,7 @@ cudaError_t window_page_plan(const WindowPagePlanArgs& a, cudaStream_t stream) {
       a.window < 0)
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  window_plan_kernel<<<dim3(a.num_kv_heads, a.batch), kThreads, 0, stream>>>(a);
+  (void)launch_pdl(window_plan_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a);
   return cudaGetLastError();
 }
 

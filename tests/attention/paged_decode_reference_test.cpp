@@ -240,3 +240,54 @@ TEST(PagedDecodeF32Kernel, SplitListsMatchTheReference) {
 
 }  // namespace
 }  // namespace skim
+
+namespace skim {
+namespace {
+
+// q_rows: 2n rows over n queries (row b attends with query row b % n) give, row for row, what
+// two calls of n rows with the same queries give (MAC attends both sides of its prefix end so).
+TEST(PagedDecodeReference, QueryRowsAreSharedAcrossListSets) {
+  auto& rng = test::rng();
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const int d = 64, hkv = 2, heads = 6, ps = 16, n = 3;
+  const std::vector<int> lens = {40, 1, 100, 0, 77, 16};  // rows n.. are the second list set
+  const test::ShuffledPages pages = test::shuffled_pages(lens, ps, 2, 1, rng);
+  std::vector<uint16_t> kp(size_t(pages.num_pages) * hkv * ps * d), vp(kp.size()), q(size_t(n) * heads * d);
+  for (auto* x : {&kp, &vp, &q})
+    for (auto& e : *x) e = f32_to_bf16(uni(rng));
+  PagedDecodeArgs a;
+  a.num_heads = heads;
+  a.num_kv_heads = hkv;
+  a.head_dim = d;
+  a.page_size = ps;
+  a.max_pages_per_seq = pages.stride;
+  a.max_seq_len = 100;
+  a.scale = 0.125f;
+  a.q = q.data();
+  a.k_pool = kp.data();
+  a.v_pool = vp.data();
+  std::vector<float> o(size_t(2 * n) * heads * d), lse(size_t(2 * n) * heads);
+  a.batch = 2 * n;
+  a.q_rows = n;
+  a.page_table = pages.table.data();
+  a.seq_lens = lens.data();
+  a.o = o.data();
+  a.lse = lse.data();
+  cpu::paged_decode_attention(a);
+  for (int half = 0; half < 2; ++half) {
+    std::vector<float> oh(size_t(n) * heads * d), lh(size_t(n) * heads);
+    PagedDecodeArgs h = a;
+    h.batch = n;
+    h.q_rows = 0;
+    h.page_table = pages.table.data() + size_t(half) * n * pages.stride;
+    h.seq_lens = lens.data() + half * n;
+    h.o = oh.data();
+    h.lse = lh.data();
+    cpu::paged_decode_attention(h);
+    EXPECT_EQ(std::vector<float>(o.begin() + half * oh.size(), o.begin() + (half + 1) * oh.size()), oh) << half;
+    EXPECT_EQ(std::vector<float>(lse.begin() + half * lh.size(), lse.begin() + (half + 1) * lh.size()), lh) << half;
+  }
+}
+
+}  // namespace
+}  // namespace skim

@@ -1,21 +1,16 @@
 #!/usr/bin/env bash
 # The checks and measurements of GPU code written without a device, in one call on the next GPU
 # machine with 4 GPUs (nvidia-h100-x4: 64 cores build both revisions in about 3 minutes, then
-# the tests and the benchmarks run side by side on separate GPUs for about 6). Each item names
-# what it settles; drop an item once its code has passed and its numbers are recorded under
+# the tests and the benchmarks run side by side on separate GPUs). Each item names what it
+# settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda, whole (GPUs 0-1; the tensor-parallel tests take two): the selection, MAC,
-#      Retro, token and CS kernels now launch as programmatic dependents (pdl_enter first);
-#      DecodePlanner.DenseFallbackWhereSelectionCannotPay and
-#      GpuEngine.DenseFallbackAttendsEveryKeyWhereSelectionCannotPay; the page cache test's
-#      too-large steps (now surely refused); kWgmmaWs as the default prefill kernel (the golden
-#      and rectification tests run it).
+#   1. test_cuda's tests for MAC's one-call attention (PagedDecodeArgs::q_rows: the parity
+#      cases with q_rows, GpuEngine.Mac*, CudaMac*), with the rest of GpuSparsePolicy, which
+#      the last run's timeout cut (GPUs 0-1; TESTS overrides the filter).
 #   2. Whole 8B decode steps, this build against the previous revision (build-legacy/tree),
-#      interleaved on GPU 2 (e2e-new-*.json, e2e-old-*.json): what PDL on the selection kernels
-#      gains; then this build with the dense fallback (e2e-fallback.json): at 8K batch 1 no
-#      sparse policy slower than dense.
-#   3. 8B-shape prefill with kWgmmaWs against the previous revision's kWgmma, and transformers
-#      + SDPA, on GPU 3 (prefill-*.json).
+#      interleaved on GPU 2 (e2e-new-*.json, e2e-old-*.json): mac at forced hit rates 0-100%
+#      against dense, RetroAttention at w = 2, 4, 8 against quest; at 32K, batch 1 and 8.
+#   3. The same for mac at 128K, batch 1, on GPU 3 (e2e128-*.json).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
 # build-legacy/tree):
 #   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \
@@ -44,54 +39,46 @@ if [ -d build-legacy/tree ]; then
 fi
 [ -x build-gpu-legacy/skim ] || echo "no previous revision: its comparisons are skipped"
 
-step "1: test_cuda (GPUs 0-1) | 2: decode steps (GPU 2) | 3: prefill (GPU 3)"
-(CUDA_VISIBLE_DEVICES=0,1 timeout 420 build-gpu/tests/test_cuda > $LOGS/test_cuda.log 2>&1; echo $? > $LOGS/test_cuda.rc) &
+step "1: tests (GPUs 0-1) | 2: decode steps at 32K (GPU 2) | 3: mac at 128K (GPU 3)"
+TESTS=${TESTS:-'Policies/GpuSparsePolicy.*:CudaPagedDecodeAttention.*:GpuEngine.Mac*:GpuEngine.Retro*:CudaMac*:GpuEngine.Mixed*:GpuEngine.Dense*:DecodePlanner.*'}
+(CUDA_VISIBLE_DEVICES=0,1 timeout 400 build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.log 2>&1
+ echo $? > $LOGS/test_cuda.rc) &
 tests_pid=$!
+e2e() {  # BINARY JSON ARGS...
+  local bin=$1 json=$2
+  shift 2
+  timeout 200 "$bin" bench --e2e-only --no-prefill --no-dense-fallback --steps 32 --sparse-keep 0.1 --mac "$@" \
+    --json "$OUT/$json" | grep -E "8B|^\| random" | grep -v ";"
+}
 (
   export CUDA_VISIBLE_DEVICES=2
-  e2e() {  # BINARY JSON [ARGS]
-    local bin=$1 json=$2
-    shift 2
-    timeout 150 "$bin" bench --e2e-only --no-prefill --contexts 8192,32768 --batches 1,8 --steps 32 --sparse-keep 0.1 \
-      "$@" --json "$OUT/$json" | grep -E "8B" | grep -v ";"
-  }
   for round in 1 2; do
-    echo "-- decode, this build (no fallback), round $round"
-    e2e build-gpu/skim e2e-new-$round.json --no-dense-fallback
+    echo "-- 32K, this build, round $round"
+    e2e build-gpu/skim e2e-new-$round.json --retro --contexts 32768 --batches 1,8
     if [ -x build-gpu-legacy/skim ]; then
-      echo "-- decode, previous revision, round $round"
-      e2e build-gpu-legacy/skim e2e-old-$round.json
+      echo "-- 32K, previous revision, round $round"
+      e2e build-gpu-legacy/skim e2e-old-$round.json --retro --contexts 32768 --batches 1,8
     fi
   done
-  echo "-- decode, this build with the dense fallback (the engine's default)"
-  e2e build-gpu/skim e2e-fallback.json
 ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
 (
   export CUDA_VISIBLE_DEVICES=3
-  pre() {  # BINARY LABEL
-    timeout 120 "$1" bench --e2e-only --contexts 1024 --steps 4 --sparse-keep 0 --prefill-contexts 8192,32768 \
-      --prefill-8b-max 32768 --chunk 2048 --json "$LOGS/prefill-$2.json" | sed -n '/^prefill/,$p'
-  }
-  for round in 1 2; do
-    echo "-- prefill, this build, round $round"; pre build-gpu/skim new-$round
-    [ -x build-gpu-legacy/skim ] && { echo "-- prefill, previous revision, round $round"; pre build-gpu-legacy/skim old-$round; }
-  done
-  echo "-- transformers + SDPA"
-  timeout 200 python3 bench/hf_prefill_bench.py --contexts 8192,32768 --out $LOGS/hf-prefill.json 2>&1 | tail -8
-) > $LOGS/prefill.log 2>&1 &
-prefill_pid=$!
+  echo "-- 128K, this build"; e2e build-gpu/skim e2e128-new.json --contexts 131072 --batches 1
+  [ -x build-gpu-legacy/skim ] && { echo "-- 128K, previous revision"; e2e build-gpu-legacy/skim e2e128-old.json --contexts 131072 --batches 1; }
+) > $LOGS/decode128.log 2>&1 &
+mac128_pid=$!
 
-wait $decode_pid $prefill_pid
+wait $decode_pid $mac128_pid
 wait $tests_pid
 rc=$(cat $LOGS/test_cuda.rc 2>/dev/null || echo 1)
 echo "test_cuda rc $rc (124: timed out)"
-grep -vE '^\[ +(RUN|OK) +\]' $LOGS/test_cuda.log | grep -E "FAILED|PASSED|fallback|\[ (quest|page cache|mixed)" | head -40
+grep -vE '^\[ +(RUN|OK) +\]' $LOGS/test_cuda.log | grep -E "FAILED|PASSED|\[ (sparse|mac|retro|mixed)" | head -40
 if [ "$rc" != 0 ]; then
   status=1
   grep -B2 -A8 -E "Failure|exception" $LOGS/test_cuda.log | head -80
 fi
-cat $LOGS/decode.log $LOGS/prefill.log
-tar -czf "$OUT/logs.tar.gz" -C $LOGS test_cuda.log decode.log prefill.log hf-prefill.json $(cd $LOGS && ls prefill-*.json) 2>/dev/null
+cat $LOGS/decode.log $LOGS/decode128.log
+tar -czf "$OUT/logs.tar.gz" -C $LOGS test_cuda.log decode.log decode128.log 2>/dev/null
 echo "gpu-pending status $status"
 exit $status

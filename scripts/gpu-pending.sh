@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The checks and measurements of GPU code written without a device, in one call on the next GPU
-# machine with 4 GPUs (nvidia-h100-x4: 64 cores build both revisions in about 3 minutes, then
+# machine with 2 or 4 GPUs (nvidia-h100-x4: 64 cores build both revisions in about 3 minutes, then
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
@@ -25,7 +25,7 @@ export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:
 status=0
 step() { echo; echo "=== $* ($(date +%T))"; }
 LOGS=/tmp/gpu-pending
-mkdir -p $LOGS
+rm -rf $LOGS && mkdir -p $LOGS
 
 step "build (this revision, then the previous one)"
 ENGINE_ONLY=1 BUILD_ONLY=1 bash scripts/gpu-check.sh $LOGS/build > $LOGS/build.log 2>&1 ||
@@ -39,9 +39,11 @@ if [ -d build-legacy/tree ]; then
 fi
 [ -x build-gpu-legacy/skim ] || echo "no previous revision: its comparisons are skipped"
 
-step "1: tests (GPUs 0-1) | 2: decode steps at 32K (GPU 2) | 3: mac at 128K (GPU 3)"
+# 4 GPUs: tests on 0-1, 32K on 2, 128K on 3; 2 GPUs: tests then 128K on 0, 32K on 1.
+if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then G_TESTS=0,1 G_32=2 G_128=3; else G_TESTS=0 G_32=1 G_128=0; fi
+step "1: tests (GPUs $G_TESTS) | 2: decode steps at 32K (GPU $G_32) | 3: mac at 128K (GPU $G_128)"
 TESTS=${TESTS:-'Policies/GpuSparsePolicy.*:CudaPagedDecodeAttention.*:GpuEngine.Mac*:GpuEngine.Retro*:CudaMac*:GpuEngine.Mixed*:GpuEngine.Dense*:DecodePlanner.*'}
-(CUDA_VISIBLE_DEVICES=0,1 timeout 400 build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.log 2>&1
+(CUDA_VISIBLE_DEVICES=$G_TESTS timeout 300 build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.log 2>&1
  echo $? > $LOGS/test_cuda.rc) &
 tests_pid=$!
 e2e() {  # BINARY JSON ARGS...
@@ -51,7 +53,7 @@ e2e() {  # BINARY JSON ARGS...
     --json "$OUT/$json" | grep -E "8B|^\| random" | grep -v ";"
 }
 (
-  export CUDA_VISIBLE_DEVICES=2
+  export CUDA_VISIBLE_DEVICES=$G_32
   for round in 1 2; do
     echo "-- 32K, this build, round $round"
     e2e build-gpu/skim e2e-new-$round.json --retro --contexts 32768 --batches 1,8
@@ -63,7 +65,8 @@ e2e() {  # BINARY JSON ARGS...
 ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
 (
-  export CUDA_VISIBLE_DEVICES=3
+  export CUDA_VISIBLE_DEVICES=$G_128
+  [ "$G_128" = 0 ] && while [ ! -e $LOGS/test_cuda.rc ]; do sleep 2; done  # after the tests
   echo "-- 128K, this build"; e2e build-gpu/skim e2e128-new.json --contexts 131072 --batches 1
   [ -x build-gpu-legacy/skim ] && { echo "-- 128K, previous revision"; e2e build-gpu-legacy/skim e2e128-old.json --contexts 131072 --batches 1; }
 ) > $LOGS/decode128.log 2>&1 &

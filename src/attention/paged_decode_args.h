@@ -52,10 +52,6 @@ struct PagedDecodeArgsOf {
   size_t page_stride = 0;
   size_t head_stride = 0;
   bool tables_per_kv_head = false;
-  // > 0: row b attends with the queries of row b % q_rows, so one call attends several lists
-  // per query (MAC's parts below and above its prefix end: 2n rows over n queries). 0: row b's.
-  // The fp32 CPU path and ART's kernels take 0 only.
-  int q_rows = 0;
   // GPU only. true: pages are split among CTAs statically and the result is bitwise
   // reproducible. false: CTAs take pages from a shared counter, so those the memory system
   // serves faster take more (a little faster; results vary in the last bits run to run).

@@ -41,7 +41,6 @@ struct ParityCase {
   bool head_major = false;    // pool [kv_head][page][token][dim] (PagedDecodeArgs strides)
   bool per_head_lists = false;  // each (sequence, KV head) a random subset of its pages
   bool head_masks = false;      // with per_head_lists: a random page mask per query head
-  int q_rows = 0;               // PagedDecodeArgs::q_rows: rows share the queries of b % q_rows
 
   std::string name() const {
     char buf[64];
@@ -58,7 +57,6 @@ struct ParityCase {
     if (head_major) s += "_headmajor";
     if (per_head_lists) s += "_perhead";
     if (head_masks) s += "_masks";
-    if (q_rows) s += "_qrows" + std::to_string(q_rows);
     return s;
   }
 };
@@ -139,9 +137,6 @@ inline std::vector<ParityCase> default_parity_cases(bool quick = false) {
   cases.push_back({128, 12, 2, {33000, 17}, 1.0f, false, false, true, true});
   cases.push_back({64, 4, 3, {5000, 1, 16}, 4.0f, true, false, true, true});
   cases.push_back({64, 3, 3, {1, 2, 40}, 1.0f, true, false, true, true});
-  // Two list sets over one set of queries (MAC's parts below and above its prefix end, one call).
-  cases.push_back({128, 4, 8, {8192, 100, 3001, 0, 64, 5000}, 2.0f, true, false, true, true, 3});
-  cases.push_back({64, 3, 3, {5000, 1, 16, 700}, 1.0f, false, false, true, false, 2});
   return cases;
 }
 
@@ -183,7 +178,7 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
           }
         }
     }
-  std::vector<uint16_t> q(size_t(pc.q_rows > 0 ? pc.q_rows : batch) * heads * d);
+  std::vector<uint16_t> q(size_t(batch) * heads * d);
   for (auto& x : q) x = f32_to_bf16(pc.q_scale * uni(rng));
 
   // Per-head lists: every page but the sequence's last kept with probability 1/2, in order.
@@ -225,7 +220,6 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   a.scale = 1.0f / std::sqrt(float(d));
   a.deterministic = pc.deterministic;
   a.tables_per_kv_head = pc.per_head_lists;
-  a.q_rows = pc.q_rows;
   if (pc.head_major) {
     a.page_stride = size_t(ps) * d;
     a.head_stride = size_t(num_pages) * ps * d;

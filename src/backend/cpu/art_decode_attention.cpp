@@ -26,8 +26,8 @@ void check(const ArtDecodeArgsOf<Elem>& args) {
   const PagedDecodeArgsOf<Elem>& a = args.attn;
   const ArtDecodeParams& p = args.art;
   if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
-      a.page_size <= 0 || a.head_dim <= 0 || !a.tables_per_kv_head || a.q_rows != 0)
-    throw std::invalid_argument("art_decode_attention: bad shapes (per-KV-head lists, q_rows 0)");
+      a.page_size <= 0 || a.head_dim <= 0 || !a.tables_per_kv_head)
+    throw std::invalid_argument("art_decode_attention: bad shapes (per-KV-head lists)");
   if (kReference && (a.head_dim % 64 != 0 || a.head_dim > 128 || a.page_size != 16 || a.group_size() > kArtMaxGroup))
     throw std::invalid_argument("art_decode_attention: head_dim 64/128, pages of 16, groups of at most 8 heads");
   if (p.round_pages <= 0 || (kReference && p.round_pages % kArtBlockPages != 0) || p.lag_rounds < 0 ||

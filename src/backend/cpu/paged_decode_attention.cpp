@@ -21,7 +21,6 @@ void check_shapes(const PagedDecodeArgsOf<Elem>& a) {
     throw std::invalid_argument("paged_decode_attention: bad shapes");
   if (a.head_masks && (!a.tables_per_kv_head || a.group_size() > 32))
     throw std::invalid_argument("paged_decode_attention: head_masks need tables_per_kv_head and groups of <= 32 heads");
-  if (a.q_rows < 0) throw std::invalid_argument("paged_decode_attention: q_rows < 0");
 }
 
 // Tokens of list `list` (sequence b) and its checked length.
@@ -51,7 +50,6 @@ std::vector<KeyRange> masked_ranges(const uint32_t* mask, int len, int page_size
 
 void paged_decode_attention(const PagedDecodeArgsF32& a) {
   check_shapes(a);
-  if (a.q_rows != 0) throw std::invalid_argument("paged_decode_attention (fp32): q_rows must be 0");
   if (a.page_stride != 0 || a.head_stride != 0)
     throw std::invalid_argument("paged_decode_attention (fp32): only the default pool layout");
   const int group = a.group_size();
@@ -113,7 +111,7 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
       auto row = [&](const uint16_t* pool, int t) {
         return pool + size_t(table[t / ps]) * page_stride + h * head_stride + size_t(t % ps) * d;
       };
-      const uint16_t* qb = a.q + (size_t(a.q_rows > 0 ? b % a.q_rows : b) * a.num_heads + hq) * d;
+      const uint16_t* qb = a.q + (size_t(b) * a.num_heads + hq) * d;
       for (int i = 0; i < d; ++i) q[i] = bf16_to_f32(qb[i]);
       float* o = a.o + (size_t(b) * a.num_heads + hq) * d;
       float& lse = a.lse[size_t(b) * a.num_heads + hq];

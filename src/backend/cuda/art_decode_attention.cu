@@ -587,7 +587,7 @@ ArtLayout art_layout(const ArtDecodeArgs& a, size_t split_bytes) {
 
 bool art_supported(const ArtDecodeArgs& a) {
   const PagedDecodeArgs& at = a.attn;
-  return detail::supported(at) && at.tables_per_kv_head && at.q_rows == 0 && at.group_size() <= kArtMaxGroup &&
+  return detail::supported(at) && at.tables_per_kv_head && at.group_size() <= kArtMaxGroup &&
          a.art.round_pages > 0 && a.art.round_pages % kArtBlockPages == 0 &&
          a.art.round_pages <= kMaxMergeItems * kArtBlockPages && a.art.patience >= 1 &&
          a.art.lag_rounds >= 0;

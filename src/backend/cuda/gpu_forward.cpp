@@ -79,9 +79,9 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   a.max_pages_per_seq = o.max_pages_per_seq;
   a.max_seq_len = o.max_pages_per_seq * shape.page_size;
   // The split plan, hence the workspace, depends on the batch: size it for the largest need
-  // over every batch a call may have (MAC attends 2 lists per row in one call).
+  // over every batch a pass may have.
   size_t ws = 1;
-  for (a.batch = 1; a.batch <= 2 * o.max_rows; ++a.batch) ws = std::max(ws, paged_decode_workspace_size(a));
+  for (a.batch = 1; a.batch <= o.max_rows; ++a.batch) ws = std::max(ws, paged_decode_workspace_size(a));
   attn_workspace_.resize(ws);
   check(cudaMemset(attn_workspace_.data(), 0, attn_workspace_.bytes()), "cudaMemset");
   // Prefill chunks too short to fill the GPU (rectification) split their keys over CTAs.

@@ -1,9 +1,9 @@
 // MAC-Attention in the GPU forward (attention/mac_decode_args.h; the CPU form is
 // attention/pipeline_mac.cpp): per layer of a decode step whose batch has MAC rows,
 //   match (mac_match) -> cut the base plan at each row's prefix end (mac_page_plan) ->
-//   paged decode attention over the `below` and `above` lists, one call of 2n rows (two, with
-//   ART's kernel for `above`, when a row of the step runs ART) -> merge with the reused
-//   prefixes and push each row's new ring entry (mac_merge_push),
+//   paged decode attention over the `below` and `above` lists (ART's kernel for `above` when
+//   a row of the step runs ART) -> merge with the reused prefixes and push each row's new
+//   ring entry (mac_merge_push),
 // all inside the step's graph; rows of other policies pass through whole. A prefill chunk of a
 // MAC sequence fills its rings from the chunk's last rows.
 #include "backend/cuda/gpu_forward.h"
@@ -33,7 +33,7 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
   const int ps = cache_.shape().page_size;
   const int32_t* row_policy = inputs_.data() + in.policy;
   const int32_t* row_slot = inputs_.data() + in.mac_slot;
-  const MacState::Scratch x = mac_.scratch(n);
+  const MacState::Scratch x = mac_.scratch();
   const MacRingsView rings = mac_.rings(l);
   check(mac_match({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .page_size = ps,
                    .q_pre = q_pre_.data(), .positions = inputs_.data() + in.positions, .row_slot = row_slot, .row_policy = row_policy, .rules = plan.mac_rules,
@@ -59,17 +59,15 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
 
   // Both parts: every list of the row's keys, whatever its base's bound (a hit's band reaches
   // past a streaming window), so the pass's context bound.
-  PagedDecodeArgs below =
+  const PagedDecodeArgs below =
       base.with_lists(pass_.max_seq_len, x.below_table, x.below_lens, x.below_masks, x.below_o, x.below_lse);
-  if (plan.art_rules) {  // ART rows pass through whole into `above`, in their visiting order
-    check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");
-    run_art(base.with_lists(pass_.max_seq_len, x.above_table, x.above_lens, x.above_masks, x.above_o, x.above_lse),
-            plan, s);
-  } else {  // `above` lies right after `below` (MacState::Scratch): one call of 2n lists, n queries
-    below.batch = 2 * n;
-    below.q_rows = n;
-    check(paged_decode_attention(below, s), "paged_decode_attention (MAC, both sides of the prefix end)");
-  }
+  const PagedDecodeArgs above =
+      base.with_lists(pass_.max_seq_len, x.above_table, x.above_lens, x.above_masks, x.above_o, x.above_lse);
+  check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");
+  if (plan.art_rules)  // ART rows pass through whole into `above`, in their visiting order
+    run_art(above, plan, s);
+  else
+    check(paged_decode_attention(above, s), "paged_decode_attention (MAC, above the prefix end)");
 
   check(mac_merge_push({.merge = {.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim,
                                   .below_o = x.below_o, .below_lse = x.below_lse, .above_o = x.above_o,
@@ -89,7 +87,7 @@ void GpuForward::fill_mac_rings(int l, int n, cudaStream_t s) {
   const InputLayout in(opt_.max_rows);
   const int first = pass_.mac_first, rows = n - first, maxp = opt_.max_pages_per_seq;
   if (rows <= 0) return;
-  const MacState::Scratch x = mac_.scratch(rows);
+  const MacState::Scratch x = mac_.scratch();
   const int32_t* positions = inputs_.data() + in.positions + first;
   check(mac_prefix_lens(positions, rows, pass_.mac_band, cache_.shape().page_size, x.prefix_lens, s),
         "mac_prefix_lens");

@@ -94,26 +94,25 @@ MacRingsView MacState::rings(int layer) {
           .lse = lse_.data() + l * S * K * H, .pos = pos_.data() + l * S * K, .fill = fill_.data() + l * S * 2};
 }
 
-MacState::Scratch MacState::scratch(int n) {
-  SKIM_REQUIRE(n >= 0 && n <= s_.max_rows, "MAC scratch: {} rows, at most {}", n, s_.max_rows);
+MacState::Scratch MacState::scratch() {
   const size_t R = size_t(s_.max_rows), H = size_t(s_.num_heads), d = size_t(s_.head_dim),
-               kvh = size_t(s_.num_kv_heads), P = size_t(s_.max_pages_per_seq), N = size_t(n);
+               kvh = size_t(s_.num_kv_heads), P = size_t(s_.max_pages_per_seq);
   int32_t* i = ints_.data();
   float* f = states_.data();
   Scratch x;
   x.band_begin = i;
   x.hit_entry = i + R * H;
   x.below_table = i + 2 * R * H;
-  x.above_table = x.below_table + N * kvh * P;
-  x.below_lens = x.below_table + 2 * R * kvh * P;
-  x.above_lens = x.below_lens + N * kvh;
-  x.prefix_lens = x.below_lens + 2 * R * kvh;
+  x.above_table = x.below_table + R * kvh * P;
+  x.below_lens = x.above_table + R * kvh * P;
+  x.above_lens = x.below_lens + R * kvh;
+  x.prefix_lens = x.above_lens + R * kvh;
   x.below_masks = masks_.data();
-  x.above_masks = masks_.data() + N * kvh * P;
+  x.above_masks = masks_.data() + R * kvh * P;
   x.below_o = f;
-  x.above_o = f + N * H * d;
+  x.above_o = f + R * H * d;
   x.below_lse = f + 2 * R * H * d;
-  x.above_lse = x.below_lse + N * H;
+  x.above_lse = x.below_lse + R * H;
   x.plan_workspace = workspace_.data();
   x.plan_workspace_bytes = workspace_.bytes();
   x.bytes = bytes_.data();

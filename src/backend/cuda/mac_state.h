@@ -44,9 +44,7 @@ class MacState {
   // One layer's rings, for the kernels.
   MacRingsView rings(int layer);
 
-  // Scratch of one decode step's layer of n <= max_rows rows: each `above` array right after
-  // its `below` one's n rows, so that below and above are one list set of 2n rows (one decode
-  // attention call with q_rows = n).
+  // Scratch of one decode step's layer (max_rows rows).
   struct Scratch {
     int32_t *band_begin, *hit_entry, *below_table, *below_lens, *above_table, *above_lens, *prefix_lens;
     uint32_t *below_masks, *above_masks;
@@ -55,7 +53,7 @@ class MacState {
     size_t plan_workspace_bytes;
     unsigned long long* bytes;   // [2]: K/V tokens the cut lists hold, and ring bytes
   };
-  Scratch scratch(int n);
+  Scratch scratch();
   // K/V and ring bytes MAC rows read so far (reads the device counters: waits for `stream`).
   double bytes_read(cudaStream_t stream) const;
 

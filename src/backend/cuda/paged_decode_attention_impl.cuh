@@ -114,7 +114,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 struct SplitParams {
   const uint16_t* q;
-  int q_rows;  // PagedDecodeArgs::q_rows
   const uint16_t* k;
   const uint16_t* v;
   const int32_t* page_table;  // row (b * tables_per_seq + (tables_per_seq > 1 ? kvh : 0))
@@ -171,8 +170,7 @@ struct SplitConfig {
 template <int D>
 __device__ __forceinline__ void load_q_fragments(const SplitParams& p, int b, int hq0, int rows, int row, int quad,
                                                  uint32_t (&qf)[D / 16][2]) {
-  const int qb = p.q_rows > 0 ? b % p.q_rows : b;  // PagedDecodeArgs::q_rows
-  const uint16_t* qrow = p.q + (size_t(qb) * p.num_heads + hq0 + row) * D + 2 * quad;
+  const uint16_t* qrow = p.q + (size_t(b) * p.num_heads + hq0 + row) * D + 2 * quad;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     qf[kk][0] = row < rows ? __ldg(reinterpret_cast<const unsigned int*>(qrow + 16 * kk)) : 0u;
@@ -779,7 +777,7 @@ struct Variant {
       part_lse = reinterpret_cast<float*>(ws + wl.lse_offset);
     }
 
-    const SplitParams sp{.q = a.q, .q_rows = a.q_rows, .k = a.k_pool, .v = a.v_pool, .page_table = a.page_table,
+    const SplitParams sp{.q = a.q, .k = a.k_pool, .v = a.v_pool, .page_table = a.page_table,
                          .seq_lens = a.seq_lens, .head_masks = a.head_masks,
                          .tables_per_seq = a.tables_per_kv_head ? a.num_kv_heads : 1,
                          .out_o = plan.direct ? a.o : part_o, .out_lse = plan.direct ? a.lse : part_lse,
@@ -852,7 +850,7 @@ inline bool supported(const PagedDecodeArgs& a) {
          a.num_heads % a.num_kv_heads == 0 && (a.head_dim == 64 || a.head_dim == 128) &&
          a.page_size == kPageSize && a.max_pages_per_seq > 0 && a.max_seq_len >= 0 &&
          a.max_seq_len <= a.max_pages_per_seq * kPageSize &&
-         (a.head_masks == nullptr || (a.tables_per_kv_head && a.group_size() <= 32)) && a.q_rows >= 0;
+         (a.head_masks == nullptr || (a.tables_per_kv_head && a.group_size() <= 32));
 }
 
 }  // namespace skim::cuda::detail

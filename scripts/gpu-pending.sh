@@ -4,13 +4,14 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda's tests for MAC's one-call attention (PagedDecodeArgs::q_rows: the parity
-#      cases with q_rows, GpuEngine.Mac*, CudaMac*), with the rest of GpuSparsePolicy, which
-#      the last run's timeout cut (GPUs 0-1; TESTS overrides the filter).
-#   2. Whole 8B decode steps, this build against the previous revision (build-legacy/tree),
-#      interleaved on GPU 2 (e2e-new-*.json, e2e-old-*.json): mac at forced hit rates 0-100%
-#      against dense, RetroAttention at w = 2, 4, 8 against quest; at 32K, batch 1 and 8.
-#   3. The same for mac at 128K, batch 1, on GPU 3 (e2e128-*.json).
+#   1. MAC's match kernel, a warp per ring entry (coalesced rows, the butterfly sum the CPU
+#      reference now shares): CudaMacMatch.* bit for bit, GpuEngine.Mac* (TESTS overrides).
+#   2. mac at forced hit rates against dense, this build against the previous revision
+#      (build-legacy/tree), interleaved on one GPU: 8B shape, 32K b1 and b8 (two rounds), 128K b1
+#      (one) (e2e*-new*.json, e2e*-old*.json).
+#   3. A per-kernel breakdown of one decode step by Nsight Compute (kernel durations, no graph):
+#      dense, mac at 0% hits, quest and quest+retro:w=2, 8B shape at 32K, batch 1 (ncu.csv;
+#      bench/kernel_breakdown.py splits it into steps and sums per kernel).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
 # build-legacy/tree):
 #   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \
@@ -39,49 +40,48 @@ if [ -d build-legacy/tree ]; then
 fi
 [ -x build-gpu-legacy/skim ] || echo "no previous revision: its comparisons are skipped"
 
-# 4 GPUs: tests on 0-1, 32K on 2, 128K on 3; 2 GPUs: tests then 128K on 0, 32K on 1.
-if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then G_TESTS=0,1 G_32=2 G_128=3; else G_TESTS=0 G_32=1 G_128=0; fi
-step "1: tests (GPUs $G_TESTS) | 2: decode steps at 32K (GPU $G_32) | 3: mac at 128K (GPU $G_128)"
-TESTS=${TESTS:-'Policies/GpuSparsePolicy.*:CudaPagedDecodeAttention.*:GpuEngine.Mac*:GpuEngine.Retro*:CudaMac*:GpuEngine.Mixed*:GpuEngine.Dense*:DecodePlanner.*'}
-(CUDA_VISIBLE_DEVICES=$G_TESTS timeout 300 build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.log 2>&1
- echo $? > $LOGS/test_cuda.rc) &
+if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then G_TESTS=0,1 G_BENCH=2 G_NCU=3; else G_TESTS=0 G_BENCH=1 G_NCU=0; fi
+step "1: tests (GPUs $G_TESTS), then ncu there | 2: mac against the previous revision (GPU $G_BENCH)"
+TESTS=${TESTS:-'CudaMacMatch.*:CudaMac*:GpuEngine.Mac*'}
+(CUDA_VISIBLE_DEVICES=$G_TESTS timeout 200 build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.log 2>&1
+ echo $? > $LOGS/test_cuda.rc
+ export CUDA_VISIBLE_DEVICES=${G_NCU}
+ timeout 240 ncu --csv --metrics gpu__time_duration.sum --cache-control none --clock-control none \
+   build-gpu/skim bench --e2e-only --no-prefill --8b-only --no-dense-fallback --sparse-keep 0.1 --contexts 32768 \
+   --batches 1 --steps 1 --e2e-policy dense 'mac@hits=0' --retro --retro-windows 2 > $LOGS/ncu.csv 2> $LOGS/ncu.err
+ echo "ncu rc $?" >> $LOGS/ncu.err) &
 tests_pid=$!
 e2e() {  # BINARY JSON ARGS...
   local bin=$1 json=$2
   shift 2
-  timeout 200 "$bin" bench --e2e-only --no-prefill --no-dense-fallback --steps 32 --sparse-keep 0.1 --mac "$@" \
-    --json "$OUT/$json" | grep -E "8B|^\| random" | grep -v ";"
+  timeout 100 "$bin" bench --e2e-only --no-prefill --no-dense-fallback --steps 32 --sparse-keep 0 --mac "$@" \
+    --json "$OUT/$json" | grep -E "8B" | grep -v ";"
 }
 (
-  export CUDA_VISIBLE_DEVICES=$G_32
+  export CUDA_VISIBLE_DEVICES=$G_BENCH
   for round in 1 2; do
-    echo "-- 32K, this build, round $round"
-    e2e build-gpu/skim e2e-new-$round.json --retro --contexts 32768 --batches 1,8
+    echo "-- this build, round $round"
+    e2e build-gpu/skim e2e-new-$round.json --contexts 32768 --batches 1,8
+    [ $round = 1 ] && e2e build-gpu/skim e2e128-new.json --contexts 131072 --batches 1
     if [ -x build-gpu-legacy/skim ]; then
-      echo "-- 32K, previous revision, round $round"
-      e2e build-gpu-legacy/skim e2e-old-$round.json --retro --contexts 32768 --batches 1,8
+      echo "-- previous revision, round $round"
+      e2e build-gpu-legacy/skim e2e-old-$round.json --contexts 32768 --batches 1,8
+      [ $round = 1 ] && e2e build-gpu-legacy/skim e2e128-old.json --contexts 131072 --batches 1
     fi
   done
 ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
-(
-  export CUDA_VISIBLE_DEVICES=$G_128
-  [ "$G_128" = 0 ] && while [ ! -e $LOGS/test_cuda.rc ]; do sleep 2; done  # after the tests
-  echo "-- 128K, this build"; e2e build-gpu/skim e2e128-new.json --contexts 131072 --batches 1
-  [ -x build-gpu-legacy/skim ] && { echo "-- 128K, previous revision"; e2e build-gpu-legacy/skim e2e128-old.json --contexts 131072 --batches 1; }
-) > $LOGS/decode128.log 2>&1 &
-mac128_pid=$!
 
-wait $decode_pid $mac128_pid
+wait $decode_pid
 wait $tests_pid
 rc=$(cat $LOGS/test_cuda.rc 2>/dev/null || echo 1)
 echo "test_cuda rc $rc (124: timed out)"
-grep -vE '^\[ +(RUN|OK) +\]' $LOGS/test_cuda.log | grep -E "FAILED|PASSED|\[ (sparse|mac|retro|mixed)" | head -40
+grep -vE '^\[ +(RUN|OK) +\]' $LOGS/test_cuda.log | grep -E "FAILED|PASSED|\[ (mac)" | head -40
 if [ "$rc" != 0 ]; then
   status=1
   grep -B2 -A8 -E "Failure|exception" $LOGS/test_cuda.log | head -80
 fi
-cat $LOGS/decode.log $LOGS/decode128.log
-tar -czf "$OUT/logs.tar.gz" -C $LOGS test_cuda.log decode.log decode128.log 2>/dev/null
+cat $LOGS/decode.log; tail -3 $LOGS/ncu.err; wc -l $LOGS/ncu.csv
+tar -czf "$OUT/logs.tar.gz" -C $LOGS test_cuda.log decode.log ncu.csv ncu.err 2>/dev/null
 echo "gpu-pending status $status"
 exit $status

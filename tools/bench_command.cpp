@@ -41,6 +41,9 @@ struct BenchArgs {
   int art_round = 64;            // its round, pages
   int art_max_warps = 0;         // its warps per list (0: paged decode attention's split)
   bool no_dense_fallback = false;  // end to end: every step runs its policy (the engine's default falls back)
+  std::vector<std::string> e2e_policy;  // end to end: these rows instead of the default ones
+  bool only_8b = false;                 // end to end: the 8B shape alone (no demo model)
+  std::string retro_windows = "2,4,8";  // --retro's w
   std::string tp;            // tensor-parallel sizes: only the --tp table
   std::string shape = "70b";  // its random-weight model shape: 8b or 70b
   std::string json_path;
@@ -55,7 +58,13 @@ constexpr int kBenchMinBlocks = 16;
 // streaming reading k of the context, and the three of them with dense mixed in one batch (3 or
 // more sequences); with --policy-defaults the GPU policies at their defaults too.
 std::vector<std::pair<std::string, int>> e2e_policies(const BenchArgs& a, int context, int batch) {
-  std::vector<std::pair<std::string, int>> out = {{"dense", 0}};
+  std::vector<std::pair<std::string, int>> out;
+  if (!a.e2e_policy.empty()) {  // --e2e-policy: exactly these (no rectification timed); "none": no row
+    for (const std::string& p : a.e2e_policy)
+      if (p != "none") out.push_back({p, 0});
+    return out;
+  }
+  out.push_back({"dense", 0});
   if (a.sparse_keep > 0) {
     // The paper's sparsity, n_min as it was before the SmolLM2 defaults raised it to 192
     // blocks (which would keep 3K tokens of every context and hide the mechanism); quest at
@@ -332,8 +341,9 @@ void run_bench(const BenchArgs& a) {
   std::vector<std::pair<std::string, std::shared_ptr<const cuda::GpuWeights>>> models;
   if (!a.attention_only) {
     std::filesystem::path dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
-    models.emplace_back(dir.filename().string(),
-                        std::make_shared<const cuda::GpuWeights>(cuda::upload_weights(*load_model(dir))));
+    if (!a.only_8b)
+      models.emplace_back(dir.filename().string(),
+                          std::make_shared<const cuda::GpuWeights>(cuda::upload_weights(*load_model(dir))));
     if (!a.no_8b)
       models.emplace_back("random Llama-3.1-8B shape",
                           std::make_shared<const cuda::GpuWeights>(cuda::random_weights(cuda::llama31_8b_config(), 1)));
@@ -369,19 +379,22 @@ void run_bench(const BenchArgs& a) {
   if (!a.attention_only && a.retro) {
     std::printf("\nRetroAttention over quest (budget %g, every layer): ms per decode step, host-timed run() steps\n",
                 a.sparse_keep);
-    std::printf("| model | batch | context | quest | w=2 | w=4 | w=8 | w=2 vs quest |\n|---|---|---|---|---|---|---|---|\n");
+    std::printf("| model | batch | context | quest | w, ms (x quest) ... |\n|---|---|---|---|---|\n");
     out["retro"] = nlohmann::json::array();
     const std::string quest = fmt::format("quest:budget={},min=0,dense_layers=0", a.sparse_keep);
     for (auto& [name, w] : models)
       for (int b : int_list(a.batches, "--batches"))
         for (int ctx : int_list(a.contexts, "--contexts")) {
-          std::vector<double> ms;
-          for (int win : {1, 2, 4, 8}) ms.push_back(cuda::bench_retro_steps(w, b, ctx, a.steps, quest, win));
-          std::printf("| %s | %d | %d | %.3f | %.3f | %.3f | %.3f | %.2f |\n", name.c_str(), b, ctx, ms[0], ms[1], ms[2],
-                      ms[3], ms[1] / ms[0]);
+          const double base = cuda::bench_retro_steps(w, b, ctx, a.steps, quest, 1);
+          std::printf("| %s | %d | %d | %.3f |", name.c_str(), b, ctx, base);
+          out["retro"].push_back({{"model", name}, {"batch", b}, {"context", ctx}, {"base", quest}, {"ms_base", base}});
+          for (int win : int_list(a.retro_windows, "--retro-windows")) {
+            const double ms = cuda::bench_retro_steps(w, b, ctx, a.steps, quest, win);
+            std::printf(" w=%d %.3f (%.2fx) |", win, ms, ms / base);
+            out["retro"].back()[fmt::format("ms_w{}", win)] = ms;
+          }
+          std::printf("\n");
           std::fflush(stdout);
-          out["retro"].push_back({{"model", name}, {"batch", b}, {"context", ctx}, {"base", quest},
-                                  {"ms_base", ms[0]}, {"ms_w2", ms[1]}, {"ms_w4", ms[2]}, {"ms_w8", ms[3]}});
         }
   }
   if (!a.attention_only && !a.no_prefill) {
@@ -436,6 +449,11 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_option("--art-max-warps", a.art_max_warps, "ART's warps per list for --art (0: paged decode's split)")
       ->capture_default_str();
   app->add_flag("--no-8b", a.no_8b, "skip the random Llama-3.1-8B-shaped model");
+  app->add_flag("--8b-only", a.only_8b, "end to end: the random Llama-3.1-8B-shaped model alone (not the demo model)");
+  app->add_option("--e2e-policy", a.e2e_policy,
+                  "end to end: this policy's row instead of the default ones (repeatable; POLICY@hits=N forces MAC's "
+                  "hit rate; policies joined by ';' mix in one batch; none: no row, e.g. for --retro alone)");
+  app->add_option("--retro-windows", a.retro_windows, "--retro's windows w")->capture_default_str();
   app->add_flag("--no-dense-fallback", a.no_dense_fallback,
                 "end to end: sparse policies select at every step, even where attending every key is faster "
                 "(the engine's default falls back to dense there)");

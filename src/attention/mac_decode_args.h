@@ -124,7 +124,9 @@ SKIM_HOST_DEVICE inline int MacPagePlanArgs::band_of(int b) const {
 
 // Match: per (row, query head) of a row whose policy is active, the ring entry nearest in L2
 // distance of pre-RoPE queries (ties: the most recent), a hit when the distance is below
-// sqrt(2d)(1 - tau): band_begin = mac_prefix_end(entry's position), hit_entry = its storage
+// sqrt(2d)(1 - tau) (the squared distance in fp32, summed as 32 lane partials of d/32 dims each,
+// fma in order, then an xor butterfly over the lanes: both backends alike, bit for bit):
+// band_begin = mac_prefix_end(entry's position), hit_entry = its storage
 // index; else -1 both. Inactive rows, and rows whose context is below the rule's min_context
 // (no scan): -1. bytes (optional, device) adds the ring entries'
 // queries scanned and the cached states of hits, in bytes.

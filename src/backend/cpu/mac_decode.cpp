@@ -1,7 +1,8 @@
 #include "backend/cpu/mac_decode.h"
 
-#include <cmath>
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -126,9 +127,29 @@ const MacRowRule& rule_of(const MacRowRule* rules, const int32_t* row_policy, in
   return rules[row_policy ? row_policy[b] : 0];
 }
 
+// The squared L2 distance of two bf16 rows as the CUDA kernel sums it: 32 lane partials (lane l:
+// fma over dims [l d/32, (l + 1) d/32) in order), then the xor butterfly 16, 8, 4, 2, 1 (each
+// stage: partial[l] + partial[l ^ o]), so that the two agree bit for bit.
+float match_distance(const uint16_t* q, const uint16_t* x, int d) {
+  const int V = d / 32;
+  std::array<float, 32> p{};
+  for (int l = 0; l < 32; ++l)
+    for (int v = 0; v < V; ++v) {
+      const float diff = bf16_to_f32(q[l * V + v]) - bf16_to_f32(x[l * V + v]);
+      p[size_t(l)] = std::fma(diff, diff, p[size_t(l)]);
+    }
+  for (int o = 16; o > 0; o >>= 1) {
+    std::array<float, 32> next{};
+    for (int l = 0; l < 32; ++l) next[size_t(l)] = p[size_t(l)] + p[size_t(l ^ o)];
+    p = next;
+  }
+  return p[0];
+}
+
 }  // namespace
 
 void mac_match(const MacMatchArgs& a) {
+  if (a.head_dim % 32 != 0) throw std::invalid_argument("mac_match: head_dim a multiple of 32");
   const int d = a.head_dim, H = a.num_heads;
   const MacRingsView& r = a.rings;
   for (int b = 0; b < a.batch; ++b)
@@ -141,13 +162,9 @@ void mac_match(const MacMatchArgs& a) {
       const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
       float best = 0.0f;
       int age = -1;
-      for (int i = 0; i < count; ++i) {  // the kernel's arithmetic: fp32 fma over the dimensions in order
+      for (int i = 0; i < count; ++i) {
         const uint16_t* x = r.q_pre + ((size_t(slot) * r.capacity + (first + i) % K) * H + h) * d;
-        float s = 0.0f;
-        for (int k = 0; k < d; ++k) {
-          const float diff = bf16_to_f32(a.q_pre[out * d + k]) - bf16_to_f32(x[k]);
-          s = std::fma(diff, diff, s);
-        }
+        const float s = match_distance(a.q_pre + out * d, x, d);
         if (age < 0 || s <= best) best = s, age = i;  // ties: the newer
       }
       const bool hit = age >= 0 && (a.forced_hits >= 0 ? mac_forced_hit(b, h, a.positions[b]) < a.forced_hits

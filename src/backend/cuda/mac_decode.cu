@@ -10,6 +10,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 namespace skim::cuda {
 
@@ -23,60 +24,72 @@ __device__ __forceinline__ const MacRowRule* rule_of(const MacRowRule* rules, co
 
 // ---- match ----
 
-constexpr int kMatchThreads = 128;
+constexpr int kMatchThreads = 256;
+constexpr int kMatchWarps = kMatchThreads / 32;
+constexpr int kMatchBatch = 4;  // entries a warp has in flight
 
-// Nearest entry of one ring for one query head: each thread scans entries t, t + 128, ... in
-// age order; the block keeps the smallest distance, ties to the larger age (the newest).
+// A warp per ring entry (kMatchBatch at a time): lane l holds dims [l V, l V + V) of the query
+// and of the entry (one 4- or 8-byte load per lane: the warp reads the entry's row coalesced),
+// sums its squared differences with fma in order, then the lanes' partials are summed by the xor
+// butterfly 16, 8, 4, 2, 1 (MacMatchArgs: the CPU reference adds in the same order). Each warp
+// keeps its nearest entry (ties: the newer); the block then takes the nearest of the warps'.
+template <int D>
 __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
-  __shared__ float q[128];
-  __shared__ float best_d[kMatchThreads];
-  __shared__ int best_i[kMatchThreads];
-  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, d = a.head_dim, H = a.num_heads;
+  constexpr int V = D / 32;
+  using Raw = std::conditional_t<V == 4, uint2, unsigned>;
+  __shared__ float best_d[kMatchWarps];
+  __shared__ int best_i[kMatchWarps];
+  const int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, H = a.num_heads;
   const size_t out = size_t(b) * H + h;
   const int slot = a.row_slot[b];
   const MacRowRule& rule = *rule_of(a.rules, a.row_policy, b);
   if (slot < 0 || !rule.active || a.positions[b] + 1 < rule.min_context) {
-    if (t == 0) a.band_begin[out] = a.hit_entry[out] = -1;
+    if (threadIdx.x == 0) a.band_begin[out] = a.hit_entry[out] = -1;
     return;
   }
-  for (int i = t; i < d; i += kMatchThreads) q[i] = bf16_load(a.q_pre + out * d + i);
-  __syncthreads();
+  float q[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) q[v] = bf16_load(a.q_pre + out * D + lane * V + v);
   const MacRingsView& r = a.rings;
   const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
   float dist = INFINITY;
   int age = -1;
-  for (int i = t; i < count; i += kMatchThreads) {
-    const int e = (first + i) % K;
-    const uint16_t* x = r.q_pre + ((size_t(slot) * r.capacity + e) * H + h) * d;
-    float s = 0.0f;
-    for (int k = 0; k < d; ++k) {
-      const float diff = q[k] - bf16_load(x + k);
-      s = fmaf(diff, diff, s);
+  for (int i0 = warp * kMatchBatch; i0 < count; i0 += kMatchWarps * kMatchBatch) {
+    Raw x[kMatchBatch];
+#pragma unroll
+    for (int j = 0; j < kMatchBatch; ++j) {  // every load first
+      const int e = (first + min(i0 + j, count - 1)) % K;
+      x[j] = __ldg(reinterpret_cast<const Raw*>(r.q_pre + ((size_t(slot) * r.capacity + e) * H + h) * D + lane * V));
     }
-    if (age < 0 || s <= dist) dist = s, age = i;  // ascending ages: ties go to the newer
+#pragma unroll
+    for (int j = 0; j < kMatchBatch; ++j) {
+      const uint16_t* xs = reinterpret_cast<const uint16_t*>(&x[j]);
+      float s = 0.0f;
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const float diff = q[v] - bf16_load(xs + v);
+        s = fmaf(diff, diff, s);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (i0 + j < count && (age < 0 || s <= dist)) dist = s, age = i0 + j;  // ascending ages: ties to the newer
+    }
   }
-  best_d[t] = dist;
-  best_i[t] = age;
+  if (lane == 0) best_d[warp] = dist, best_i[warp] = age;
   __syncthreads();
-  for (int w = kMatchThreads / 2; w > 0; w >>= 1) {
-    if (t < w) {
-      const float od = best_d[t + w];
-      const int oi = best_i[t + w];
-      if (oi >= 0 && (best_i[t] < 0 || od < best_d[t] || (od == best_d[t] && oi > best_i[t])))
-        best_d[t] = od, best_i[t] = oi;
-    }
-    __syncthreads();
-  }
-  if (t != 0) return;
-  const int i = best_i[0];
-  const bool hit = i >= 0 && (a.forced_hits >= 0 ? mac_forced_hit(b, h, a.positions[b]) < a.forced_hits
-                                                  : sqrtf(best_d[0]) < sqrtf(2.0f * float(d)) * (1.0f - rule.tau));
-  const int e = i < 0 ? -1 : (first + i) % K;
+  if (threadIdx.x != 0) return;
+  float bd = best_d[0];
+  int bi = best_i[0];
+  for (int w = 1; w < kMatchWarps; ++w)
+    if (best_i[w] >= 0 && (bi < 0 || best_d[w] < bd || (best_d[w] == bd && best_i[w] > bi))) bd = best_d[w], bi = best_i[w];
+  const bool hit = bi >= 0 && (a.forced_hits >= 0 ? mac_forced_hit(b, h, a.positions[b]) < a.forced_hits
+                                                  : sqrtf(bd) < sqrtf(2.0f * float(D)) * (1.0f - rule.tau));
+  const int e = bi < 0 ? -1 : (first + bi) % K;
   a.hit_entry[out] = hit ? e : -1;
   a.band_begin[out] = hit ? mac_prefix_end(r.pos[size_t(slot) * r.capacity + e], rule.band, a.page_size) : -1;
   if (a.bytes)
-    atomicAdd(a.bytes, (unsigned long long)(count) * d * sizeof(uint16_t) + (hit ? (d + 1) * sizeof(float) : 0));
+    atomicAdd(a.bytes, (unsigned long long)(count) * D * sizeof(uint16_t) + (hit ? (D + 1) * sizeof(float) : 0));
 }
 
 // ---- page plan ----
@@ -277,7 +290,8 @@ cudaError_t mac_match(const MacMatchArgs& a, cudaStream_t stream) {
   if (a.batch < 0 || a.num_heads <= 0 || (a.head_dim != 64 && a.head_dim != 128) || a.page_size <= 0)
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  (void)launch_pdl(match_kernel, dim3(a.num_heads, a.batch), kMatchThreads, 0, stream, a);
+  (void)launch_pdl(a.head_dim == 128 ? match_kernel<128> : match_kernel<64>, dim3(a.num_heads, a.batch),
+                   kMatchThreads, 0, stream, a);
   return cudaGetLastError();
 }
 

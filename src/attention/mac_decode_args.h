@@ -62,6 +62,9 @@ struct MacPagePlanArgs {
   PlanRows rows{};
   unsigned long long* listed_tokens = nullptr;
   int num_pool_pages = 0;
+  // GPU only: the workspace's inverse page map already holds this step's (an earlier layer's
+  // call made it: it depends on the page tables alone).
+  bool index_ready = false;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 

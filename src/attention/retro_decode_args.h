@@ -16,13 +16,15 @@
 //     row attends every page, past rows nothing, A stays.
 //   kernel: paged decode attention over every row's list (one call).
 //   merge: the newest row's state is its output and goes into the output cache (per sequence,
-//     layer and head the last w-1 tokens' states, entry step % (w-1)); a past row's cached state
-//     merged with its new state is its output and replaces the cached one.
+//     layer and head the last tokens' states, entry step % entries); a past row's cached state
+//     merged with its new state is its output and replaces the cached one. With w - 1 entries
+//     (the CPU policy's) the newest row overwrites the entry its oldest past row reads, so past
+//     rows merge first; with w (a rule's, the GPU's) no entry is both, and one launch merges all.
 //
 // Per-sequence state lives in slots (a sequence's index, assigned by the caller): for the layer,
 // A int32 [slots][units][stride] (units: num_heads with per-head units, else num_kv_heads;
-// stride >= a sequence's pages; -1: never loaded), the cache o fp32 [slots][w-1][num_heads][head_dim],
-// lse [slots][w-1][num_heads], step int32 [slots][w-1].
+// stride >= a sequence's pages; -1: never loaded), the cache o fp32 [slots][entries][num_heads][head_dim],
+// lse [slots][entries][num_heads], step int32 [slots][entries] (entries: w - 1 or w, see merge).
 #pragma once
 
 #include <cstddef>
@@ -51,7 +53,7 @@ struct RetroMaskView {
 };
 
 struct RetroCacheView {
-  int entries = 0;  // w - 1
+  int entries = 0;  // w - 1 or w (see merge above)
   float* o = nullptr;
   float* lse = nullptr;
   int32_t* step = nullptr;
@@ -75,8 +77,11 @@ struct RetroPagePlanArgs {
   const RetroRowRule* rules = nullptr;
   const int32_t* row_policy = nullptr;
   int layer = 0;
-  // GPU only: an inverse page map of the pool (num_pool_pages ints) in `workspace`.
+  // GPU only: an inverse page map of the pool (num_pool_pages ints) in `workspace`;
+  // index_ready: it already holds this step's (an earlier layer's call made it: the map depends
+  // on the page tables alone).
   int num_pool_pages = 0;
+  bool index_ready = false;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   const int32_t *page_table = nullptr, *seq_lens = nullptr;
@@ -115,12 +120,12 @@ struct RetroMergeArgs {
   float* out = nullptr;                      // [batch][num_heads][head_dim]
   float* out_lse = nullptr;                  // [batch][num_heads] (optional)
   const int32_t *row_slot = nullptr, *retro_step = nullptr, *newest_row = nullptr;
-  // A row's cache has window - 1 entries of the cache.entries it holds: its rule's, when rules
-  // are given (with row_policy), else all of them.
+  // A row's cache has `window` entries of the cache.entries it holds when rules are given (with
+  // row_policy: the GPU's), else all of them (the CPU policy's w - 1).
   const RetroRowRule* rules = nullptr;
   const int32_t* row_policy = nullptr;
   RetroCacheView cache;
-  SKIM_HOST_DEVICE int entries_of(int b) const { return rules ? rules[row_policy[b]].window - 1 : cache.entries; }
+  SKIM_HOST_DEVICE int entries_of(int b) const { return rules ? rules[row_policy[b]].window : cache.entries; }
 };
 
 }  // namespace skim

@@ -97,15 +97,18 @@ TEST(CudaRetroPagePlan, EqualsTheCpuReference) {
 TEST(CudaRetroMerge, EqualsTheCpuReference) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   for (int d : {64, 128}) {
-    const int heads = 4, w = 4, w1 = w - 1;
-    // Two sequences (slots 0 and 1): past rows of steps 5, 6 and newest 7; a past row of 9 and
-    // newest 10; then a row of another policy.
-    const std::vector<int32_t> slot = {0, 0, 0, 1, 1, -1}, step = {5, 6, 7, 9, 10, 0}, newest = {2, 2, 2, 4, 4, 5};
+    const int heads = 4, w = 4, w1 = w;  // a rule's cache: w entries (RetroMergeArgs::entries_of)
+    // Two sequences (slots 0 and 1): past rows of steps 4, 5, 6 and newest 7 (the oldest past
+    // row's step is the newest's minus w - 1: with w - 1 entries they would share one); a past
+    // row of 9 and newest 10; then a row of another policy.
+    const std::vector<int32_t> slot = {0, 0, 0, 0, 1, 1, -1}, step = {4, 5, 6, 7, 9, 10, 0},
+                               newest = {3, 3, 3, 3, 5, 5, 6};
     const int batch = int(slot.size());
     std::vector<float> o = test::random_vector(size_t(batch) * heads * d), lse = test::random_vector(size_t(batch) * heads);
     lse[3] = -INFINITY;  // an empty supplement
     std::vector<float> co = test::random_vector(size_t(2) * w1 * heads * d), cl = test::random_vector(size_t(2) * w1 * heads);
-    std::vector<int32_t> cs = {6, 4, 5, 9, 7, 8};  // slot 0: entries 5 % 3, 6 % 3 hold 5 and 6; slot 1: 9 % 3 holds 9
+    // Entries step % 4: slot 0 holds 4, 5, 6 (and 3, stale); slot 1 holds 9 (8, 6, 7 stale).
+    std::vector<int32_t> cs = {4, 5, 6, 3, 8, 9, 6, 7};
     std::vector<float> out(o.size()), out_lse(lse.size());
     const std::vector<RetroRowRule> rules = {RetroRowRule{.active = 1, .window = w}};
     const std::vector<int32_t> policy(size_t(batch), 0);

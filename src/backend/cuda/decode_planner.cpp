@@ -491,7 +491,7 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
 int DecodePlanner::retro_entries() const {
   int e = 0;
   for (const Slot& s : slots_)
-    if (s.planner && s.planner->retro_rule()) e = std::max(e, s.planner->retro_rule()->window - 1);
+    if (s.planner && s.planner->retro_rule()) e = std::max(e, s.planner->retro_rule()->window);
   return e;
 }
 

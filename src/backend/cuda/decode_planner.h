@@ -157,7 +157,7 @@ class DecodePlanner {
   int mac_capacity() const;
   const MacRowRule* mac_rule(int index) const;
   const MacRowRule* mac_rules_device() const { return mac_rules_.data(); }  // [kMaxPolicies]
-  // The largest output cache a registered retro policy keeps (w - 1; 0: none), and index's rule.
+  // The largest output cache a registered retro policy keeps (w entries; 0: none), and index's rule.
   int retro_entries() const;
   const RetroRowRule* retro_rule(int index) const;
 

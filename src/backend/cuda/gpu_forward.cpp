@@ -218,6 +218,7 @@ double GpuForward::decode_bytes_read(int length, int index) const {
 
 void GpuForward::enqueue(int n, int logits_n, const Pass& pass, bool advance) {
   pass_ = pass;
+  mac_index_made_ = false;
   llama_forward(*this, w_.config, n, logits_n);
   if (advance && logits_n > 0) {
     const InputLayout in(opt_.max_rows);

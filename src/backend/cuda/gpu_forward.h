@@ -204,6 +204,7 @@ class GpuForward final : public Forward, private Backend {
   Gemm gemm_;
   cudaStream_t stream_ = nullptr;
   Pass pass_;
+  bool mac_index_made_ = false;  // this pass's MAC plans made the page index map (MacPagePlanArgs::index_ready)
 
   // Activations, sized for max_rows.
   DeviceBuffer<float> x_, y_, qkv_, o_, lse_, gate_up_, logits_;

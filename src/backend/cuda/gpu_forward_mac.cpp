@@ -41,21 +41,23 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
                    .forced_hits = mac_forced_hits_},
                   s),
         "mac_match");
+  const bool base_is_table = !plan.per_kv_head && !plan.head_masks && plan.table == inputs_.data() + in.table &&
+                             plan.lens == inputs_.data() + in.seq_lens;
   check(mac_page_plan({.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads, .page_size = ps,
                        .max_pages_per_seq = opt_.max_pages_per_seq, .rules = plan.mac_rules,
                        .row_policy = row_policy, .page_table = inputs_.data() + in.table,
                        .seq_lens = inputs_.data() + in.seq_lens, .base_per_kv_head = plan.per_kv_head,
                        .base_table = plan.table, .base_lens = plan.lens, .base_masks = plan.head_masks,
-                       .base_is_table = !plan.per_kv_head && !plan.head_masks &&
-                                        plan.table == inputs_.data() + in.table &&
-                                        plan.lens == inputs_.data() + in.seq_lens,
+                       .base_is_table = base_is_table,
                        .band_begin = x.band_begin, .below_table = x.below_table, .below_lens = x.below_lens,
                        .above_table = x.above_table, .above_lens = x.above_lens, .below_masks = x.below_masks,
                        .above_masks = x.above_masks, .rows = PlanRows{row_policy, plan.mac_policies},
                        .listed_tokens = x.bytes, .num_pool_pages = cache_.shape().num_pages,
-                       .workspace = x.plan_workspace, .workspace_bytes = x.plan_workspace_bytes},
+                       .index_ready = mac_index_made_, .workspace = x.plan_workspace,
+                       .workspace_bytes = x.plan_workspace_bytes},
                       s),
         "mac_page_plan");
+  mac_index_made_ |= !base_is_table;  // a selecting layer's plan made the step's page index map
 
   // Both parts: every list of the row's keys, whatever its base's bound (a hit's band reaches
   // past a streaming window), so the pass's context bound.

@@ -30,7 +30,9 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
   check(retro_page_plan({.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
                          .page_size = cache_.shape().page_size, .max_pages_per_seq = opt_.max_pages_per_seq,
                          .rules = plan.retro_rules, .row_policy = row_policy, .layer = l,
-                         .num_pool_pages = cache_.shape().num_pages, .workspace = x.workspace,
+                         .num_pool_pages = cache_.shape().num_pages,
+                         .index_ready = l > 0,  // layer 0's map serves the step: it depends on the tables alone
+                         .workspace = x.workspace,
                          .workspace_bytes = x.workspace_bytes, .page_table = inputs_.data() + in.table,
                          .seq_lens = inputs_.data() + in.seq_lens, .base_per_kv_head = plan.per_kv_head,
                          .base_table = plan.table, .base_lens = plan.lens, .base_masks = plan.head_masks,

@@ -305,7 +305,7 @@ cudaError_t mac_page_plan(const MacPagePlanArgs& a, cudaStream_t stream) {
       mac_page_plan_workspace_size(a) == 0 || a.workspace_bytes < mac_page_plan_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  if (!a.base_is_table)
+  if (!a.base_is_table && !a.index_ready)
     page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
                    static_cast<int32_t*>(a.workspace), stream);
   (void)launch_pdl(plan_kernel, dim3(a.num_kv_heads, a.batch), kPlanThreads, 0, stream, a);

@@ -16,42 +16,67 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
 
-// One CTA per (KV head, row): a row that is not a past one gets its base list; a newest row in a
-// sparse layer then records each listed page's old value per head and loads its units' masks.
+// The selection-unit masks A of row b (newest, sparse layer) at one listed page: the page's
+// position i returns each selecting head's old value into `age` and gets `step`. The current
+// page's old value is step - 1 for every unit (Algorithm 2 sets it first); a unit whose heads do
+// not select it keeps that value.
+__device__ __forceinline__ void update_page(const RetroPagePlanArgs& a, int b, int h, int slot, int step, int current,
+                                            int i, uint32_t mask, uint8_t* age) {
+  const int group = a.group_size();
+  const bool per_head = a.per_head_of(b);
+  for (int g = 0; g < group; ++g)  // 0: not selected, never unseen
+    age[g] = (mask >> g & 1u) ? uint8_t(max(0, min(255, step - (i == current ? step - 1
+                                                                              : a.masks.of(slot, a.unit_of(b, h, g))[i]))))
+                              : 0;
+  for (int g = 0; g < group; ++g)
+    if (per_head || g == 0) {
+      int32_t* m = a.masks.of(slot, a.unit_of(b, h, g)) + i;
+      if (mask >> g & 1u)
+        *m = step;
+      else if (i == current)
+        *m = step - 1;
+    }
+}
+
+// Grid (KV head, row, chunk of kThreads list entries): a row that is not a past one gets its
+// base list; a newest row in a sparse layer then records each listed page's old value per head
+// and loads its units' masks (update_page), a thread per listed page. Pages of one list are
+// distinct, so no two threads touch one position's A.
 __global__ void __launch_bounds__(kThreads) newest_kernel(const RetroPagePlanArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
-  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
+  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, ps = a.page_size;
+  const int k = blockIdx.z * kThreads + t;  // this thread's list entry
+  const bool lead = blockIdx.z == 0 && t == 0;
   const size_t list = size_t(b) * a.num_kv_heads + h, at = list * a.max_pages_per_seq;
   const int slot = a.row_slot[b];
   const bool past = slot >= 0 && a.newest_row[b] != b;
   if (past) {  // its list comes from its newest row's, later; nothing in a dense layer
-    if (t == 0) a.out_lens[list] = 0;
+    if (lead) a.out_lens[list] = 0;
     return;
   }
   const size_t base = a.base_list(b, h);
   const int n = pages_of(a.base_lens[base], ps);
-  for (int k = t; k < n; k += kThreads) {
-    a.out_table[at + k] = a.base_table[base * a.max_pages_per_seq + k];
-    a.out_masks[at + k] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + k] : ~0u;
+  const int32_t page = k < n ? a.base_table[base * a.max_pages_per_seq + k] : -1;
+  const uint32_t mask = k < n ? (a.base_masks ? a.base_masks[base * a.max_pages_per_seq + k] : ~0u) : 0u;
+  if (k < n) {
+    a.out_table[at + k] = page;
+    a.out_masks[at + k] = mask;
   }
-  if (t == 0) {
+  if (lead) {
     a.out_lens[list] = a.base_lens[base];
     if (a.listed_tokens && slot >= 0) atomicAdd(a.listed_tokens, (unsigned long long)a.base_lens[base]);
   }
   if (slot < 0 || !a.sparse_of(b)) return;
-  const int step = a.retro_step[b], len = a.seq_lens[b], current = (len - 1) / ps;
-  const bool per_head = a.per_head_of(b);
-  if (t < group && (per_head || t == 0)) a.masks.of(slot, a.unit_of(b, h, t))[current] = step - 1;
-  __syncthreads();  // the current page (listed) returns t-1
+  const int step = a.retro_step[b], current = (a.seq_lens[b] - 1) / ps;
   const int32_t* inv = static_cast<const int32_t*>(a.workspace);
-  for (int k = t; k < n; k += kThreads) {
-    const int i = inv[a.out_table[at + k]];
-    const uint32_t mask = a.out_masks[at + k];
-    for (int g = 0; g < group; ++g)  // 0: not selected, never unseen
-      a.age[(at + k) * group + g] =
-          (mask >> g & 1u) ? uint8_t(max(0, min(255, step - a.masks.of(slot, a.unit_of(b, h, g))[i]))) : 0;
-    for (int g = 0; g < group; ++g)
-      if ((mask >> g & 1u) && (per_head || g == 0)) a.masks.of(slot, a.unit_of(b, h, g))[i] = step;
+  if (k < n) update_page(a, b, h, slot, step, current, inv[page], mask, a.age + (at + k) * a.group_size());
+  if (lead) {  // the current page unlisted (the bases always keep it: a guard): step - 1 for every unit
+    const int32_t cur = a.page_table[size_t(b) * a.max_pages_per_seq + current];
+    const bool listed = n > 0 && (a.base_table[base * a.max_pages_per_seq] == cur ||
+                                  a.base_table[base * a.max_pages_per_seq + n - 1] == cur);
+    if (!listed)
+      for (int g = 0; g < a.group_size(); ++g)
+        if (a.per_head_of(b) || g == 0) a.masks.of(slot, a.unit_of(b, h, g))[current] = step - 1;
   }
 }
 
@@ -89,13 +114,13 @@ __global__ void __launch_bounds__(kThreads) past_kernel(const RetroPagePlanArgs 
   }
 }
 
-// One CTA of head_dim threads per (row, query head); `past` picks the rows this launch merges.
-__global__ void merge_kernel(const RetroMergeArgs a, bool past_rows) {
+// One CTA of head_dim threads per (row, query head). A rule's cache has w entries, so the entry
+// a newest row writes is none its past rows read: every row merges in one launch.
+__global__ void merge_kernel(const RetroMergeArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
   const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, d = a.head_dim, H = a.num_heads;
   const int slot = a.row_slot ? a.row_slot[b] : -1;
   const bool past = slot >= 0 && a.newest_row[b] != b;
-  if (past != past_rows) return;
   const size_t i = size_t(b) * H + h;
   const int w1 = slot < 0 ? 0 : a.entries_of(b), step = a.retro_step ? a.retro_step[b] : 0;
   const size_t entry = slot < 0 || w1 <= 0 ? 0 : size_t(slot) * a.cache.entries + size_t(step % w1);
@@ -144,9 +169,11 @@ cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
       a.workspace_bytes < retro_page_plan_workspace_size(a) || retro_page_plan_workspace_size(a) == 0)
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
-                 static_cast<int32_t*>(a.workspace), stream);
-  (void)launch_pdl(newest_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a);
+  if (!a.index_ready)
+    page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
+                   static_cast<int32_t*>(a.workspace), stream);
+  const unsigned chunks = unsigned((a.max_pages_per_seq + kThreads - 1) / kThreads);
+  (void)launch_pdl(newest_kernel, dim3(a.num_kv_heads, a.batch, chunks), kThreads, 0, stream, a);
   (void)launch_pdl(past_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a);
   return cudaGetLastError();
 }
@@ -154,8 +181,10 @@ cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
 cudaError_t retro_merge(const RetroMergeArgs& a, cudaStream_t stream) {
   if (a.batch < 0 || a.num_heads <= 0 || (a.head_dim != 64 && a.head_dim != 128)) return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  (void)launch_pdl(merge_kernel, dim3(a.num_heads, a.batch), a.head_dim, 0, stream, a, true);
-  (void)launch_pdl(merge_kernel, dim3(a.num_heads, a.batch), a.head_dim, 0, stream, a, false);
+  // One launch needs the newest rows' entries apart from their past rows' (a rule's w entries);
+  // without rules the cache may have w - 1 (the CPU policy's layout): not for this kernel.
+  if (!a.rules && a.row_slot) return cudaErrorInvalidValue;
+  (void)launch_pdl(merge_kernel, dim3(a.num_heads, a.batch), a.head_dim, 0, stream, a);
   return cudaGetLastError();
 }
 

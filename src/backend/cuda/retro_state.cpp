@@ -8,13 +8,14 @@
 
 namespace skim::cuda {
 
-// The caches hold the registry's largest window (w <= 64) from the start: a past row's cached
-// state must never be lost (its output would be its supplement alone), so they never change shape.
-constexpr int kMaxEntries = 63;
+// The caches hold the registry's largest window (w <= 64 entries: RetroMergeArgs::entries_of)
+// from the start: a past row's cached state must never be lost (its output would be its
+// supplement alone), so they never change shape.
+constexpr int kMaxEntries = 64;
 
 void RetroState::reserve(int entries, bool& moved) {
   if (entries_ > 0 || entries <= 0) return;
-  SKIM_REQUIRE(entries <= kMaxEntries, "retro: w - 1 = {} exceeds the GPU caches' {}", entries, kMaxEntries);
+  SKIM_REQUIRE(entries <= kMaxEntries, "retro: w = {} exceeds the GPU caches' {}", entries, kMaxEntries);
   allocate(4, kMaxEntries);
   moved = true;
 }

@@ -31,7 +31,7 @@ struct MacRingCase {
     fill.resize(size_t(slots) * 2);
     pos.assign(size_t(slots) * capacity, -1);
     for (int s = 0; s < slots; ++s) {
-      const int count = random_int(0, window);
+      const int count = random_int(s == 2 ? 1 : 0, window);  // row 2's slot holds entries (see below)
       fill[2 * s] = count < window ? 0 : random_int(0, window - 1);
       fill[2 * s + 1] = count;
       for (int i = 0; i < count; ++i) pos[size_t(s) * capacity + (fill[2 * s] + i) % window] = 300 + 7 * i;
@@ -46,7 +46,8 @@ struct MacRingCase {
       positions.push_back(1000 + b);
       const int s = row_slot.back(), count = s < 0 ? 0 : fill[2 * s + 1];
       for (int h = 0; h < heads; ++h)
-        if (count > 0 && random_int(0, 1)) {  // copy an entry's query: a hit (distance 0)
+        // Copy an entry's query: a hit (distance 0); always row 2's head 0, so that every case has one.
+        if (count > 0 && (random_int(0, 1) || (b == 2 && h == 0))) {
           const int e = (fill[2 * s] + random_int(0, count - 1)) % window;
           std::copy_n(ring_q.begin() + long(((size_t(s) * capacity + e) * heads + h) * d), d,
                       q_pre.begin() + long((size_t(b) * heads + h) * d));

@@ -200,6 +200,59 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArg
   }
 }
 
+// A dense base (base_is_table): the row's own table, every page for a missing head and pages
+// from its band's first on for a hitting one, so the listed pages are one range [lo, m) (lo: 0
+// with a missing head, else the smallest hit page) split at the prefix end; a page's slot follows
+// from its index, so a thread per (KV head, row, page) plans it, no scan. The same lists and
+// masks as plan_kernel's.
+__global__ void __launch_bounds__(kPlanThreads) plan_table_kernel(const MacPagePlanArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
+  const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
+  const int i = blockIdx.z * kPlanThreads + t;  // this thread's page
+  const bool lead = blockIdx.z == 0 && t == 0;
+  const size_t list = size_t(b) * a.num_kv_heads + kvh, at = list * a.max_pages_per_seq;
+  if (!a.rows.has(b)) {  // another policy's row: its base list whole as `above`
+    const size_t base = a.base_list(b, kvh);
+    if (i < pages_of(a.base_lens[base], ps)) {
+      a.above_table[at + i] = a.base_table[base * a.max_pages_per_seq + i];
+      a.above_masks[at + i] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + i] : ~0u;
+    }
+    if (lead) {
+      a.above_lens[list] = a.base_lens[base];
+      a.below_lens[list] = 0;
+    }
+    return;
+  }
+  const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * ps), m = pages_of(len, ps);
+  const int split = mac_prefix_end(len - 1, a.band_of(b), ps) / ps;
+  uint32_t hits = 0;  // heads that hit
+  int lo = m, hit_page[32];
+  for (int g = 0; g < group; ++g) {
+    const int begin = a.band_begin[size_t(b) * a.num_heads + kvh * group + g];
+    hit_page[g] = begin < 0 ? -1 : begin / ps;
+    if (begin < 0) lo = 0;
+    else hits |= 1u << g, lo = min(lo, hit_page[g]);
+  }
+  if (i < m && i >= lo) {
+    uint32_t mask = 0;
+    for (int g = 0; g < group; ++g) mask |= uint32_t(!(hits >> g & 1u) || i >= hit_page[g]) << g;
+    const bool lower = i < split;
+    const int slot = lower ? i - lo : i - max(lo, split);
+    (lower ? a.below_table : a.above_table)[at + slot] = a.page_table[size_t(b) * a.max_pages_per_seq + i];
+    (lower ? a.below_masks : a.above_masks)[at + slot] = mask;
+  }
+  if (lead) {
+    const int below = max(0, split - lo), above = max(0, m - max(lo, split));
+    const int short_by = m * ps - len;  // tokens the last page lacks
+    const bool last_listed = m > 0 && m - 1 >= lo;
+    const int bl = below * ps - (last_listed && m - 1 < split ? short_by : 0);
+    const int al = above * ps - (last_listed && m - 1 >= split ? short_by : 0);
+    a.below_lens[list] = bl;
+    a.above_lens[list] = al;
+    if (a.listed_tokens) atomicAdd(a.listed_tokens, (unsigned long long)(bl + al));
+  }
+}
+
 // ---- merge and push ----
 
 // (o, lse) <- merge((o, lse), (ob, lb)) for this thread's element; every thread of the CTA
@@ -305,7 +358,12 @@ cudaError_t mac_page_plan(const MacPagePlanArgs& a, cudaStream_t stream) {
       mac_page_plan_workspace_size(a) == 0 || a.workspace_bytes < mac_page_plan_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
-  if (!a.base_is_table && !a.index_ready)
+  if (a.base_is_table) {  // a thread per page: no inverse map, no scan
+    const unsigned chunks = unsigned((a.max_pages_per_seq + kPlanThreads - 1) / kPlanThreads);
+    (void)launch_pdl(plan_table_kernel, dim3(a.num_kv_heads, a.batch, chunks), kPlanThreads, 0, stream, a);
+    return cudaGetLastError();
+  }
+  if (!a.index_ready)
     page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
                    static_cast<int32_t*>(a.workspace), stream);
   (void)launch_pdl(plan_kernel, dim3(a.num_kv_heads, a.batch), kPlanThreads, 0, stream, a);

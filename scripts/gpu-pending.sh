@@ -4,13 +4,14 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. RetroAttention's plan and merge kernels (the newest rows' mask update a thread per list
-#      entry, the page index map once per step, one merge launch over w entries) and MAC's plan
-#      with the step's index map: CudaRetro*, GpuEngine.Retro*, GpuEngine.Mac*, CudaMac*
-#      (TESTS overrides).
-#   2. Retro at w = 2, 4, 8 against quest, this build against the previous revision
-#      (build-legacy/tree), interleaved on one GPU: 8B shape, 32K, b1 and b8 (retro-*.json).
-#   3. ncu's per-kernel breakdown of quest and quest+retro:w=2 (ncu.csv; bench/kernel_breakdown.py).
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter): no run of this session covered
+#      all of it at once; MAC's plan over a dense base (plan_table_kernel, a thread per page) is
+#      new: CudaMacPagePlan.* (trials 9-11) and GpuEngine.Mac* check it.
+#   2. mac at forced hit rates against dense, this build against the previous revision
+#      (build-legacy/tree: the commit before the table plan), interleaved on one GPU: 8B shape,
+#      32K b1 and b8 (two rounds), 128K b1 (one) (e2e*-new*.json, e2e*-old*.json).
+#   3. ncu's per-kernel breakdown of mac at 0% hits (ncu.csv; bench/kernel_breakdown.py): the
+#      plan kernel was 9.6 us a layer.
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
 # build-legacy/tree):
 #   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \
@@ -40,25 +41,33 @@ fi
 [ -x build-gpu-legacy/skim ] || echo "no previous revision: its comparisons are skipped"
 
 if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then G_TESTS=0,1 G_BENCH=2 G_NCU=3; else G_TESTS=0 G_BENCH=1 G_NCU=0; fi
-step "1: tests (GPUs $G_TESTS), then ncu there | 2: retro against the previous revision (GPU $G_BENCH)"
-TESTS=${TESTS:-'CudaRetro*:GpuEngine.Retro*:GpuEngine.Mac*:CudaMac*'}
-(CUDA_VISIBLE_DEVICES=$G_TESTS timeout 200 build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.log 2>&1
+step "1: tests (GPUs $G_TESTS), then ncu there | 2: mac against the previous revision (GPU $G_BENCH)"
+TESTS=${TESTS:-'*'}
+(CUDA_VISIBLE_DEVICES=$G_TESTS timeout 420 build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.log 2>&1
  echo $? > $LOGS/test_cuda.rc
  export CUDA_VISIBLE_DEVICES=${G_NCU}
  timeout 240 ncu --csv --metrics gpu__time_duration.sum --cache-control none --clock-control none \
    build-gpu/skim bench --e2e-only --no-prefill --8b-only --no-dense-fallback --sparse-keep 0.1 --contexts 32768 \
-   --batches 1 --steps 1 --e2e-policy none --retro --retro-windows 2 > $LOGS/ncu.csv 2> $LOGS/ncu.err
+   --batches 1 --steps 1 --e2e-policy 'mac@hits=0' > $LOGS/ncu.csv 2> $LOGS/ncu.err
  echo "ncu rc $?" >> $LOGS/ncu.err) &
 tests_pid=$!
-retro() {  # BINARY JSON
-  timeout 150 "$1" bench --e2e-only --no-prefill --8b-only --steps 32 --sparse-keep 0.1 --e2e-policy none --retro \
-    --contexts 32768 --batches 1,8 --json "$OUT/$2" | grep -E "8B"
+e2e() {  # BINARY JSON ARGS...
+  local bin=$1 json=$2
+  shift 2
+  timeout 100 "$bin" bench --e2e-only --no-prefill --8b-only --no-dense-fallback --steps 32 --sparse-keep 0 --mac "$@" \
+    --json "$OUT/$json" | grep -E "8B"
 }
 (
   export CUDA_VISIBLE_DEVICES=$G_BENCH
   for round in 1 2; do
-    echo "-- this build, round $round"; retro build-gpu/skim retro-new-$round.json
-    [ -x build-gpu-legacy/skim ] && { echo "-- previous revision, round $round"; retro build-gpu-legacy/skim retro-old-$round.json; }
+    echo "-- this build, round $round"
+    e2e build-gpu/skim e2e-new-$round.json --contexts 32768 --batches 1,8
+    [ $round = 1 ] && e2e build-gpu/skim e2e128-new.json --contexts 131072 --batches 1
+    if [ -x build-gpu-legacy/skim ]; then
+      echo "-- previous revision, round $round"
+      e2e build-gpu-legacy/skim e2e-old-$round.json --contexts 32768 --batches 1,8
+      [ $round = 1 ] && e2e build-gpu-legacy/skim e2e128-old.json --contexts 131072 --batches 1
+    fi
   done
 ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
@@ -67,7 +76,7 @@ wait $decode_pid
 wait $tests_pid
 rc=$(cat $LOGS/test_cuda.rc 2>/dev/null || echo 1)
 echo "test_cuda rc $rc (124: timed out)"
-grep -vE '^\[ +(RUN|OK) +\]' $LOGS/test_cuda.log | grep -E "FAILED|PASSED|\[ (mac|retro)" | head -40
+grep -vE '^\[ +(RUN|OK) +\]' $LOGS/test_cuda.log | grep -E "FAILED|PASSED|\[ (mac|retro|sparse|golden|greedy)" | head -40
 if [ "$rc" != 0 ]; then
   status=1
   grep -B2 -A8 -E "Failure|exception" $LOGS/test_cuda.log | head -80

@@ -6,9 +6,9 @@ ncu profiles every kernel of every graph launch in launch order. A forward pass 
 embedding kernel, so the launches between two embed_kernel rows are one step; a run of steps
 with the same kernel sequence (names) is one configuration (dense, mac, quest, quest+retro...).
 For each configuration this prints the last step's kernels summed by name: count, total us, and
-the step's total.
+the step's total; with --all, every step's together (a prefill: the chunks of one prompt).
 
-Usage: python3 bench/kernel_breakdown.py ncu.csv [--json out.json]
+Usage: python3 bench/kernel_breakdown.py ncu.csv [--all] [--json out.json]
 """
 import argparse
 import csv
@@ -19,7 +19,8 @@ import sys
 
 def short(name):
     """A kernel's name without templates, namespaces and arguments."""
-    name = name.replace("(anonymous namespace)", "anon")
+    for anon in ("(anonymous namespace)", "<unnamed>", "unnamed>"):  # ncu writes it several ways
+        name = name.replace(anon, "anon")
     depth, out = 0, ""
     for ch in name:
         if ch == "<":
@@ -62,13 +63,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--json")
+    ap.add_argument("--all", action="store_true", help="sum every step of a configuration, not its last")
     args = ap.parse_args()
     steps = steps_of(read_kernels(args.csv))
-    configs = []  # (signature, last step)
+    configs = []  # (signature, the last step's kernels, or every step's with --all)
     for st in steps:
-        sig = tuple(n for n, _ in st)
+        sig = tuple(n for n, _ in st) if not args.all else tuple(sorted({n for n, _ in st}))
         if configs and configs[-1][0] == sig:
-            configs[-1] = (sig, st)
+            configs[-1] = (sig, configs[-1][1] + st if args.all else st)
         else:
             configs.append((sig, st))
     out = []

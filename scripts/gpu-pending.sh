@@ -12,6 +12,8 @@
 #      32K b1 and b8 (two rounds), 128K b1 (one) (e2e*-new*.json, e2e*-old*.json).
 #   3. ncu's per-kernel breakdown of mac at 0% hits (ncu.csv; bench/kernel_breakdown.py): the
 #      plan kernel was 9.6 us a layer.
+#   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
+#      bench/kernel_breakdown.py --all): where the 16% to transformers goes (issue 20, part 3).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
 # build-legacy/tree):
 #   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \
@@ -40,7 +42,7 @@ if [ -d build-legacy/tree ]; then
 fi
 [ -x build-gpu-legacy/skim ] || echo "no previous revision: its comparisons are skipped"
 
-# PARTS: which of tests, bench, ncu run (default all three; the whole test_cuda takes about 5
+# PARTS: which of tests, bench, ncu, prefill run (default the first three; the whole test_cuda takes about 5
 # minutes alone, more beside the benchmarks: on a 600 s call run PARTS=tests first, then
 # PARTS=bench,ncu on the warm machine, whose build-gpu*/ stay).
 PARTS=${PARTS:-tests,bench,ncu}
@@ -60,6 +62,12 @@ tests_pid=$!
       --clock-control none build-gpu/skim bench --e2e-only --no-prefill --8b-only --no-dense-fallback --sparse-keep 0.1 \
       --contexts 32768 --batches 1 --steps 1 --e2e-policy 'mac@hits=0' > $LOGS/ncu.csv 2> $LOGS/ncu.err
     echo "ncu rc $?" >> $LOGS/ncu.err
+  fi
+  if has prefill; then
+    CUDA_VISIBLE_DEVICES=$G_NCU timeout 300 ncu --csv --metrics gpu__time_duration.sum --cache-control none \
+      --clock-control none build-gpu/skim bench --e2e-only --8b-only --e2e-policy none --prefill-contexts 32768 \
+      --prefill-8b-max 32768 > $LOGS/ncu-prefill.csv 2>> $LOGS/ncu.err
+    echo "ncu (prefill) rc $?" >> $LOGS/ncu.err
   fi ) &
 ncu_pid=$!
 e2e() {  # BINARY JSON ARGS...
@@ -92,6 +100,7 @@ if [ "$rc" != 0 ] && [ "$rc" != "not run" ]; then
   grep -B2 -A8 -E "Failure|exception" $LOGS/test_cuda.log | head -80
 fi
 cat $LOGS/decode.log; tail -3 $LOGS/ncu.err 2>/dev/null; [ -s $LOGS/ncu.csv ] && python3 bench/kernel_breakdown.py $LOGS/ncu.csv | tail -25
-tar -czf "$OUT/logs.tar.gz" -C $LOGS test_cuda.log decode.log ncu.csv ncu.err 2>/dev/null
+[ -s $LOGS/ncu-prefill.csv ] && python3 bench/kernel_breakdown.py --all $LOGS/ncu-prefill.csv | head -30
+tar -czf "$OUT/logs.tar.gz" -C $LOGS test_cuda.log decode.log ncu.csv ncu-prefill.csv ncu.err 2>/dev/null
 echo "gpu-pending status $status"
 exit $status

@@ -6,7 +6,9 @@
 # bench/results/.
 #   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter): no run of this session covered
 #      all of it at once; MAC's plan over a dense base (plan_table_kernel, a thread per page) is
-#      new: CudaMacPagePlan.* (trials 9-11) and GpuEngine.Mac* check it.
+#      new: CudaMacPagePlan.* (trials 9-11) and GpuEngine.Mac* check it; so are the page cache
+#      map's strided lists with token lengths and device step counter, and the gather of one KV
+#      head's pieces: CudaPageCache.*.
 #   2. mac at forced hit rates against dense, this build against the previous revision
 #      (build-legacy/tree: the commit before the table plan), interleaved on one GPU: 8B shape,
 #      32K b1 and b8 (two rounds), 128K b1 (one) (e2e*-new*.json, e2e*-old*.json).

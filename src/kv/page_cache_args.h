@@ -19,7 +19,10 @@
 // SmolLM2 at 8K: bench/results/2026-11-26-cpu-selection-locality/).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "core/host_device.h"
 
 namespace skim {
 
@@ -29,6 +32,13 @@ struct PageCacheArgs {
   const int32_t* table = nullptr;
   const int32_t* list_pages = nullptr;
   int32_t* slot_table = nullptr;  // out, [lists][max_pages]: the used entries as slots
+  // Or a plan as the decode kernel reads it: list i at table + i * list_stride (0: max_pages),
+  // the same in slot_table (one KV head's lists of a per-(row, KV head) plan: stride kv x
+  // max_pages), and without list_pages its pages ceil(list_lens[i * lens_stride] / page_size)
+  // (the plan's lengths in tokens).
+  int list_stride = 0;
+  const int32_t* list_lens = nullptr;
+  int lens_stride = 1, page_size = 16;
 
   // The cache, state kept across steps (all -1 when empty).
   int slots = 0, num_host_pages = 0;
@@ -36,6 +46,9 @@ struct PageCacheArgs {
   int32_t* page_in_slot = nullptr;  // [slots] the host page it holds, or -1
   int64_t* last_used = nullptr;     // [slots] the step that last listed it, -1: free
   int64_t step = 0;                 // larger than every earlier call's
+  // GPU only: the step read on the device instead (a counter the decode step's CUDA graph
+  // advances: a graph replays its arguments as they were captured).
+  const int64_t* step_counter = nullptr;
 
   const int32_t* written = nullptr;  // [num_written] pages to drop before mapping
   int num_written = 0;
@@ -44,6 +57,11 @@ struct PageCacheArgs {
   int32_t* copy_page = nullptr;  // [slots]
   int32_t* copy_slot = nullptr;  // [slots]
   int32_t* counts = nullptr;     // [3]: copies, hits (distinct listed pages resident), refused (0/1)
+
+  SKIM_HOST_DEVICE size_t list_at(int i) const { return size_t(i) * size_t(list_stride > 0 ? list_stride : max_pages); }
+  SKIM_HOST_DEVICE int pages_in(int i) const {
+    return list_pages ? list_pages[i] : (list_lens[size_t(i) * lens_stride] + page_size - 1) / page_size;
+  }
 };
 
 }  // namespace skim

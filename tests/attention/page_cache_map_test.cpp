@@ -181,3 +181,59 @@ TEST(PageCacheMap, RefusesAStepLargerThanTheCacheAndPagesOutsideThePool) {
 
 }  // namespace
 }  // namespace skim
+
+namespace skim {
+namespace {
+
+// A plan as the decode kernel reads it (one KV head's lists of a per-(row, KV head) plan: every
+// other list of the table, lengths in tokens) maps as the same lists packed with page counts:
+// the same copies, counts, state and slots.
+TEST(PageCacheMap, StridedListsWithTokenLengthsMapAsPackedOnes) {
+  const int kv = 2, rows = 4, max_pages = 12, ps = 16, slots = 40, host_pages = 90;
+  Cache packed_cache(slots, host_pages), strided_cache(slots, host_pages);
+  for (int64_t step = 0; step < 20; ++step) {
+    std::vector<int32_t> table(size_t(rows) * kv * max_pages, -1), lens(size_t(rows) * kv, 0);
+    for (int r = 0; r < rows; ++r)
+      for (int h = 0; h < kv; ++h) {
+        const size_t list = size_t(r) * kv + h;
+        lens[list] = test::random_int(1, max_pages * ps);
+        for (int j = 0; j < (lens[list] + ps - 1) / ps; ++j)
+          table[list * max_pages + j] = int32_t((3 * step + 7 * r + j + test::random_int(0, 5)) % host_pages);
+      }
+    const std::vector<int32_t> written = {int32_t(step % host_pages)};
+    for (int h = 0; h < kv; ++h) {  // head h's cache: lists (r, h) of every row
+      std::vector<int32_t> packed_table, pages;
+      for (int r = 0; r < rows; ++r) {
+        const size_t list = size_t(r) * kv + h;
+        packed_table.insert(packed_table.end(), table.begin() + long(list * max_pages),
+                            table.begin() + long((list + 1) * max_pages));
+        pages.push_back((lens[list] + ps - 1) / ps);
+      }
+      Step packed(rows, max_pages, packed_table, pages, written);
+      const bool ok = run(packed_cache, packed, step * kv + h);
+      std::vector<int32_t> slot_table(table.size(), -7), copy_page(slots, -7), copy_slot(slots, -7), counts(3, -1);
+      const bool strided_ok = cpu::page_cache_map(
+          {.lists = rows, .max_pages = max_pages, .table = table.data() + size_t(h) * max_pages,
+           .slot_table = slot_table.data() + size_t(h) * max_pages, .list_stride = kv * max_pages,
+           .list_lens = lens.data() + h, .lens_stride = kv, .page_size = ps, .slots = slots,
+           .num_host_pages = host_pages, .slot_of_page = strided_cache.slot_of_page.data(),
+           .page_in_slot = strided_cache.page_in_slot.data(), .last_used = strided_cache.last_used.data(),
+           .step = step * kv + h, .written = written.data(), .num_written = 1, .copy_page = copy_page.data(),
+           .copy_slot = copy_slot.data(), .counts = counts.data()});
+      ASSERT_EQ(strided_ok, ok) << "step " << step;
+      ASSERT_EQ(counts, packed.counts) << "step " << step;
+      ASSERT_EQ(strided_cache.slot_of_page, packed_cache.slot_of_page) << "step " << step;
+      ASSERT_EQ(strided_cache.last_used, packed_cache.last_used) << "step " << step;
+      for (int i = 0; ok && i < counts[0]; ++i) {
+        ASSERT_EQ(copy_page[size_t(i)], packed.copy_page[size_t(i)]);
+        ASSERT_EQ(copy_slot[size_t(i)], packed.copy_slot[size_t(i)]);
+      }
+      for (int r = 0; ok && r < rows; ++r)
+        for (int j = 0; j < pages[size_t(r)]; ++j)
+          ASSERT_EQ(slot_table[(size_t(r) * kv + h) * max_pages + j], packed.slot_table[size_t(r) * max_pages + j]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace skim

@@ -64,14 +64,24 @@ TEST(CudaPageCache, MapMatchesTheCpuReferenceStepAfterStep) {
                     .counts = counts.data()};
     const bool ok = cpu::page_cache_map(a);
 
+    // Every other step the plan as the decode kernel reads it: lengths in tokens (the last page
+    // partly used) and the step from a device counter (a graph's replays).
+    std::vector<int32_t> list_lens(list_pages.size());
+    for (size_t l = 0; l < list_pages.size(); ++l) list_lens[l] = list_pages[l] * 16 - int32_t(l % 16);
+    const bool as_decode = step % 2 == 1;
     auto d_table = to_device(table), d_list_pages = to_device(list_pages), d_written = to_device(written);
+    auto d_list_lens = to_device(list_lens);
+    auto d_step = to_device(std::vector<int64_t>{step});
     auto d_slot_table = to_device(std::vector<int32_t>(table.size(), -7));
     auto d_copy_page = to_device(std::vector<int32_t>(size_t(slots), -7));
     auto d_copy_slot = to_device(std::vector<int32_t>(size_t(slots), -7));
     auto d_counts = to_device(std::vector<int32_t>(3, -7));
     PageCacheArgs g = a;
     g.table = d_table.data();
-    g.list_pages = d_list_pages.data();
+    g.list_pages = as_decode ? nullptr : d_list_pages.data();
+    g.list_lens = d_list_lens.data();
+    g.page_size = 16;
+    if (as_decode) g.step = -5, g.step_counter = d_step.data();
     g.slot_table = d_slot_table.data();
     g.slot_of_page = d_slot_of_page.data();
     g.page_in_slot = d_page_in_slot.data();
@@ -126,7 +136,7 @@ TEST(CudaPageCache, GatherCopiesTheMissedPagesFromPinnedMemory) {
   cuda::check(cudaMemset(slot_k.data(), 0, slot_k.bytes()), "cudaMemset");
   cuda::check(cudaMemset(slot_v.data(), 0, slot_v.bytes()), "cudaMemset");
   ASSERT_EQ(cuda::page_cache_gather(dp.data(), ds.data(), dc.data(), slots, host_k, host_v, slot_k.data(), slot_v.data(),
-                                    page_elems, nullptr),
+                                    page_elems, 0, nullptr),
             cudaSuccess);
   cuda::check(cudaDeviceSynchronize(), "page_cache_gather");
   const std::vector<uint16_t> got_k = to_host(slot_k), got_v = to_host(slot_v);
@@ -138,6 +148,21 @@ TEST(CudaPageCache, GatherCopiesTheMissedPagesFromPinnedMemory) {
       ASSERT_EQ(got_v[at], copied ? host_v[from] : uint16_t(0)) << "copy " << i;
     }
   }
+  // A cache per KV head: head 1's piece of each page (16 x 128 of the page's 2 x 16 x 128).
+  const size_t piece = page_elems / 2;
+  cuda::check(cudaMemset(slot_k.data(), 0, slot_k.bytes()), "cudaMemset");
+  cuda::check(cudaMemset(slot_v.data(), 0, slot_v.bytes()), "cudaMemset");
+  ASSERT_EQ(cuda::page_cache_gather(dp.data(), ds.data(), dc.data(), slots, host_k + piece, host_v + piece, slot_k.data(),
+                                    slot_v.data(), piece, page_elems, nullptr),
+            cudaSuccess);
+  cuda::check(cudaDeviceSynchronize(), "page_cache_gather (a head's pieces)");
+  const std::vector<uint16_t> head_k = to_host(slot_k), head_v = to_host(slot_v);
+  for (int i = 0; i < counts[0]; ++i)
+    for (size_t e = 0; e < piece; ++e) {
+      const size_t at = size_t(copy_slot[size_t(i)]) * piece + e, from = size_t(copy_page[size_t(i)]) * page_elems + piece + e;
+      ASSERT_EQ(head_k[at], host_k[from]) << "piece " << i;
+      ASSERT_EQ(head_v[at], host_v[from]) << "piece " << i;
+    }
   cudaFreeHost(host_k);
   cudaFreeHost(host_v);
 }

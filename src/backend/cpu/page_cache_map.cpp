@@ -12,9 +12,11 @@ bool page_cache_map(const PageCacheArgs& a) {
   };
   // The step's distinct pages, ascending.
   std::vector<int32_t> pages;
+  if (!a.list_pages && (!a.list_lens || a.page_size <= 0))
+    throw std::invalid_argument("page_cache_map: list_pages, or list_lens with a page size");
   for (int i = 0; i < a.lists; ++i)
-    for (int j = 0; j < a.list_pages[i]; ++j) {
-      const int32_t p = a.table[size_t(i) * a.max_pages + j];
+    for (int j = 0; j < a.pages_in(i); ++j) {
+      const int32_t p = a.table[a.list_at(i) + size_t(j)];
       check(p);
       pages.push_back(p);
     }
@@ -66,8 +68,8 @@ bool page_cache_map(const PageCacheArgs& a) {
   a.counts[0] = int32_t(misses.size());
   // 4. The lists as slots.
   for (int i = 0; i < a.lists; ++i)
-    for (int j = 0; j < a.list_pages[i]; ++j) {
-      const size_t at = size_t(i) * a.max_pages + j;
+    for (int j = 0; j < a.pages_in(i); ++j) {
+      const size_t at = a.list_at(i) + size_t(j);
       a.slot_table[at] = a.slot_of_page[a.table[at]];
     }
   return true;

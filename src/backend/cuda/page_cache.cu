@@ -64,10 +64,11 @@ __global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, co
   __shared__ int n_hits, n_misses;
   using Scan = SelectScratch::Scan;
   const int t = threadIdx.x;
+  const int64_t step = a.step_counter ? *a.step_counter : a.step;
   // The step's distinct pages.
   for (int i = t; i < a.lists * a.max_pages; i += kThreads) {
     const int list = i / a.max_pages, j = i % a.max_pages;
-    if (j < a.list_pages[list]) x.mark[a.table[i]] = 1;
+    if (j < a.pages_in(list)) x.mark[a.table[a.list_at(list) + j]] = 1;
   }
   __syncthreads();
   const int distinct = compact_marks(a, x, sm);
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, co
     const int i = base + t;
     const int32_t p = i < distinct ? x.pages[i] : -1, s = p >= 0 ? a.slot_of_page[p] : -1;
     const bool miss = p >= 0 && s < 0;
-    if (p >= 0 && s >= 0) a.last_used[s] = a.step;
+    if (p >= 0 && s >= 0) a.last_used[s] = step;
     int pos, total;
     Scan(sm.scan).ExclusiveSum(int(miss), pos, total);
     if (miss) x.misses[n_misses + pos] = p;
@@ -105,8 +106,8 @@ __global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, co
   if (k > 0) {
     const auto age = [&](int s) {
       const int64_t used = a.last_used[s];
-      if (used >= a.step) return 0u;  // stamped this step: never a victim
-      const int64_t since = a.step - used;  // >= 1; a free slot (-1) is the oldest
+      if (used >= step) return 0u;  // stamped this step: never a victim
+      const int64_t since = step - used;  // >= 1; a free slot (-1) is the oldest
       return since >= int64_t(0xFFFFFFFFu) ? 0xFFFFFFFFu : uint32_t(since);
     };
     page_select::select_top_pages_of(sm, age, a.slots, k, [&](int s, int rank) { x.victims[rank] = s; }, [](int) {});
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, co
     if (old >= 0) a.slot_of_page[old] = -1;
     a.page_in_slot[s] = p;
     a.slot_of_page[p] = s;
-    a.last_used[s] = a.step;
+    a.last_used[s] = step;
     a.copy_page[i] = p;
     a.copy_slot[i] = s;
   }
@@ -126,16 +127,19 @@ __global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, co
   // 4. The lists as slots.
   for (int i = t; i < a.lists * a.max_pages; i += kThreads) {
     const int list = i / a.max_pages, j = i % a.max_pages;
-    if (j < a.list_pages[list]) a.slot_table[i] = a.slot_of_page[a.table[i]];
+    const size_t at = a.list_at(list) + j;
+    if (j < a.pages_in(list)) a.slot_table[at] = a.slot_of_page[a.table[at]];
   }
 }
 
-// A CTA per copy (past counts[0]: nothing): a page of K and of V in 16-byte pieces.
+// A CTA per copy (past counts[0]: nothing): a page of K and of V in 16-byte pieces, host pages
+// host_stride pieces apart.
 __global__ void gather_kernel(const int32_t* copy_page, const int32_t* copy_slot, const int32_t* counts,
-                              const uint4* host_k, const uint4* host_v, uint4* slot_k, uint4* slot_v, size_t pieces) {
+                              const uint4* host_k, const uint4* host_v, uint4* slot_k, uint4* slot_v, size_t pieces,
+                              size_t host_stride) {
   const int i = blockIdx.x;
   if (i >= counts[0]) return;
-  const size_t from = size_t(copy_page[i]) * pieces, to = size_t(copy_slot[i]) * pieces;
+  const size_t from = size_t(copy_page[i]) * host_stride, to = size_t(copy_slot[i]) * pieces;
   for (size_t e = threadIdx.x; e < pieces; e += blockDim.x) {
     slot_k[to + e] = host_k[from + e];
     slot_v[to + e] = host_v[from + e];
@@ -153,6 +157,7 @@ size_t page_cache_workspace_size(int num_host_pages, int slots) {
 
 cudaError_t page_cache_map(const PageCacheArgs& a, const PageCacheWorkspace& ws, cudaStream_t stream) {
   if (a.lists < 0 || a.max_pages <= 0 || a.slots <= 0 || a.num_host_pages <= 0 || a.num_written < 0 ||
+      (!a.list_pages && (!a.list_lens || a.page_size <= 0)) ||
       ws.data == nullptr || ws.bytes < page_cache_workspace_size(a.num_host_pages, a.slots))
     return cudaErrorInvalidValue;
   map_kernel<<<1, kThreads, 0, stream>>>(a, carve(ws.data, a.num_host_pages, a.slots, nullptr));
@@ -161,12 +166,14 @@ cudaError_t page_cache_map(const PageCacheArgs& a, const PageCacheWorkspace& ws,
 
 cudaError_t page_cache_gather(const int32_t* copy_page, const int32_t* copy_slot, const int32_t* counts, int max_copies,
                               const uint16_t* host_k, const uint16_t* host_v, uint16_t* slot_k, uint16_t* slot_v,
-                              size_t page_elems, cudaStream_t stream) {
-  if (max_copies < 0 || page_elems % 8 != 0) return cudaErrorInvalidValue;
+                              size_t page_elems, size_t host_page_stride, cudaStream_t stream) {
+  if (host_page_stride == 0) host_page_stride = page_elems;
+  if (max_copies < 0 || page_elems % 8 != 0 || host_page_stride % 8 != 0 || host_page_stride < page_elems)
+    return cudaErrorInvalidValue;
   if (max_copies == 0) return cudaSuccess;
   gather_kernel<<<max_copies, 256, 0, stream>>>(copy_page, copy_slot, counts, reinterpret_cast<const uint4*>(host_k),
                                                 reinterpret_cast<const uint4*>(host_v), reinterpret_cast<uint4*>(slot_k),
-                                                reinterpret_cast<uint4*>(slot_v), page_elems / 8);
+                                                reinterpret_cast<uint4*>(slot_v), page_elems / 8, host_page_stride / 8);
   return cudaGetLastError();
 }
 

@@ -31,10 +31,12 @@ cudaError_t page_cache_map(const PageCacheArgs& args, const PageCacheWorkspace& 
 
 // Copies page copy_page[i] of each host pool (pinned and mapped: its pointer usable on the
 // device) into slot copy_slot[i] of the matching device pool, for i < counts[0]; a page is
-// page_elems bf16 elements (num_kv_heads x page_size x head_dim). `max_copies` bounds counts[0]
-// (the slots). pools: k and v.
+// page_elems bf16 elements (num_kv_heads x page_size x head_dim), host pages host_page_stride
+// elements apart (0: page_elems; a cache per KV head copies one head's piece of each page:
+// page_elems = page_size x head_dim, the stride num_kv_heads times that, host_k offset to the
+// head). `max_copies` bounds counts[0] (the slots). pools: k and v.
 cudaError_t page_cache_gather(const int32_t* copy_page, const int32_t* copy_slot, const int32_t* counts, int max_copies,
                               const uint16_t* host_k, const uint16_t* host_v, uint16_t* slot_k, uint16_t* slot_v,
-                              size_t page_elems, cudaStream_t stream);
+                              size_t page_elems, size_t host_page_stride, cudaStream_t stream);
 
 }  // namespace skim::cuda

@@ -43,6 +43,7 @@ struct BenchArgs {
   bool no_dense_fallback = false;  // end to end: every step runs its policy (the engine's default falls back)
   std::vector<std::string> e2e_policy;  // end to end: these rows instead of the default ones
   bool only_8b = false;                 // end to end: the 8B shape alone (no demo model)
+  int host_kv_slots = 0;                // end to end: the K/V pools in host memory, this device cache
   std::string retro_windows = "2,4,8";  // --retro's w
   std::string tp;            // tensor-parallel sizes: only the --tp table
   std::string shape = "70b";  // its random-weight model shape: 8b or 70b
@@ -355,8 +356,12 @@ void run_bench(const BenchArgs& a) {
       for (int b : int_list(a.batches, "--batches"))
         for (int ctx : int_list(a.contexts, "--contexts"))
           for (const auto& [policy, rectify_f] : e2e_policies(a, ctx, b)) {
-            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, rectify_f, !a.no_dense_fallback);
-            const std::string shown = p.dense_fallback_rows > 0 ? policy + " (dense fallback)" : policy;
+            auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, rectify_f, !a.no_dense_fallback,
+                                            a.host_kv_slots);
+            std::string shown = p.dense_fallback_rows > 0 ? policy + " (dense fallback)" : policy;
+            if (a.host_kv_slots > 0)
+              shown += fmt::format(" (host KV: {:.1f} MB copied a step, {:.1f}% hits)", p.host_copy_bytes_per_step / 1e6,
+                                   100.0 * p.host_hit_rate);
             std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), shown.c_str(), b,
                         ctx, p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,
                         p.ms_per_step / p.floor_ms);
@@ -365,7 +370,10 @@ void run_bench(const BenchArgs& a) {
                                          {"steps", p.steps}, {"ms_per_token", p.ms_per_step},
                                          {"weight_bytes", p.weight_bytes}, {"kv_bytes", p.kv_bytes},
                                          {"floor_ms", p.floor_ms}, {"ratio_to_floor", p.ms_per_step / p.floor_ms},
-                                         {"dense_fallback_rows", p.dense_fallback_rows}});
+                                         {"dense_fallback_rows", p.dense_fallback_rows},
+                                         {"host_kv_slots", a.host_kv_slots},
+                                         {"host_copy_bytes_per_step", p.host_copy_bytes_per_step},
+                                         {"host_hit_rate", p.host_hit_rate}});
             if (p.rectify_f > 0) {
               std::printf("| %s | %s + rectify:f=%d (rectification %.3f ms / %d steps) | %d | %d | %.3f | | | | |\n",
                           name.c_str(), policy.c_str(), p.rectify_f, p.rectify_ms, p.rectify_f, b, ctx,
@@ -454,6 +462,10 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
                   "end to end: this policy's row instead of the default ones (repeatable; POLICY@hits=N forces MAC's "
                   "hit rate; policies joined by ';' mix in one batch; none: no row, e.g. for --retro alone)");
   app->add_option("--retro-windows", a.retro_windows, "--retro's windows w")->capture_default_str();
+  app->add_option("--host-kv-slots", a.host_kv_slots,
+                  "end to end: the K/V pools in pinned host memory, each step's selected pages read through a device "
+                  "cache of N pages per layer and KV head (KV beyond GPU memory; 0: on the GPU)")
+      ->check(CLI::Range(0, 1 << 20));
   app->add_flag("--no-dense-fallback", a.no_dense_fallback,
                 "end to end: sparse policies select at every step, even where attending every key is faster "
                 "(the engine's default falls back to dense there)");

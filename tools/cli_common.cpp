@@ -97,6 +97,10 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
                  "tensor parallelism: ranks to split the model's heads, MLP and vocabulary over (CPU: one thread "
                  "each, sharing --threads)")
       ->capture_default_str();
+  app.add_option("--host-kv-slots", o.host_kv_slots,
+                 "GPU: keep the KV cache in pinned host memory, each decode step's selected pages read through a "
+                 "device cache of N pages per layer and KV head (0: the KV cache on the GPU)")
+      ->capture_default_str();
   app.add_flag_callback(
       "--no-dense-fallback", [&o] { o.dense_fallback = false; },
       "GPU: sparse policies select at every decode step, even where attending every key is faster (the default "
@@ -109,7 +113,7 @@ std::string flag_of_field(const std::string& field) {
       {"threads", "--threads"},       {"device", "--device"},          {"max_tokens", "--max-tokens"},
       {"temperature", "--temperature"}, {"top_k", "--top-k"},         {"top_p", "--top-p"},
       {"seed", "--seed"},             {"logprobs", "--logprobs"},      {"stop", "--stop"},
-      {"tensor_parallel", "--tp"}};
+      {"tensor_parallel", "--tp"},    {"host_kv_slots", "--host-kv-slots"}};
   auto it = flags.find(field);
   return it != flags.end() ? it->second : field;
 }

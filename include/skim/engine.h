@@ -52,6 +52,13 @@ struct EngineOptions {
   // selection would cost more than the reads it saves (short contexts at small batches; dense
   // reads lose no quality). False: every step selects, as on the CPU (for comparing the two).
   bool dense_fallback = true;
+  // GPU: KV beyond GPU memory (issue 18, first cut): > 0 keeps the K/V cache in pinned host
+  // memory (the context is bounded by this machine's memory, not the GPU's) and reads each decode
+  // step's selected pages through a device cache of this many pages per layer and KV head (about
+  // twice a step's selected pages per KV head). dense, streaming, quest, gbsa and resa; rows that
+  // attend every key (dense, dense layers, prefill) read the host memory directly, over PCIe.
+  // 0: the KV cache on the GPU.
+  int host_kv_slots = 0;
 };
 
 struct GenerationRequest {

@@ -181,13 +181,14 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
 
   const ModelConfig& c = m.model->config;
 #ifdef SKIM_HAVE_CUDA
-  if (m.gpu) {  // each GPU holds its KV heads' share
+  if (m.gpu && o.host_kv_slots == 0) {  // each GPU holds its KV heads' share
     ModelConfig per_gpu = c;
     per_gpu.num_kv_heads = std::max(1, c.num_kv_heads / o.tensor_parallel);
     check_kv_memory(per_gpu, o, 2, cuda::device_memory_bytes(), "GPU memory");
   }
 #endif
   if (!m.gpu) check_kv_memory(c, o, 4, physical_memory_bytes(), "this machine's memory");
+  if (m.gpu && o.host_kv_slots > 0) check_kv_memory(c, o, 2, physical_memory_bytes(), "this machine's memory (pinned)");
   KVCacheShape shape;
   shape.num_layers = c.num_layers;
   shape.num_kv_heads = c.num_kv_heads;
@@ -201,6 +202,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
     go.max_pages_per_seq = pages_per_seq;
     go.policy = o.policy;
     go.dense_fallback = o.dense_fallback;
+    go.host_kv_slots = o.host_kv_slots;
     if (o.tensor_parallel > 1) {
       m.forward = cuda::make_gpu_tensor_parallel(*m.model, o.tensor_parallel, shape, go);
       return;

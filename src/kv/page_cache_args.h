@@ -32,11 +32,12 @@ struct PageCacheArgs {
   const int32_t* table = nullptr;
   const int32_t* list_pages = nullptr;
   int32_t* slot_table = nullptr;  // out, [lists][max_pages]: the used entries as slots
-  // Or a plan as the decode kernel reads it: list i at table + i * list_stride (0: max_pages),
-  // the same in slot_table (one KV head's lists of a per-(row, KV head) plan: stride kv x
-  // max_pages), and without list_pages its pages ceil(list_lens[i * lens_stride] / page_size)
-  // (the plan's lengths in tokens).
-  int list_stride = 0;
+  // Or a plan as the decode kernel reads it: list i at table + i * list_stride (0: max_pages)
+  // and at slot_table + i * slot_stride (0: list_stride; one KV head's lists of a per-(row, KV
+  // head) plan: stride kv x max_pages; a per-row plan mapped for one KV head: max_pages in,
+  // kv x max_pages out), and without list_pages its pages ceil(list_lens[i * lens_stride] /
+  // page_size) (the plan's lengths in tokens).
+  int list_stride = 0, slot_stride = 0;
   const int32_t* list_lens = nullptr;
   int lens_stride = 1, page_size = 16;
 
@@ -57,8 +58,13 @@ struct PageCacheArgs {
   int32_t* copy_page = nullptr;  // [slots]
   int32_t* copy_slot = nullptr;  // [slots]
   int32_t* counts = nullptr;     // [3]: copies, hits (distinct listed pages resident), refused (0/1)
+  // GPU only, optional: set to 1 when the map refuses (a flag the host reads after the step),
+  // and copies and hits added up over calls ([2]).
+  int32_t* refused_flag = nullptr;
+  unsigned long long* totals = nullptr;
 
   SKIM_HOST_DEVICE size_t list_at(int i) const { return size_t(i) * size_t(list_stride > 0 ? list_stride : max_pages); }
+  SKIM_HOST_DEVICE size_t slot_at(int i) const { return slot_stride > 0 ? size_t(i) * size_t(slot_stride) : list_at(i); }
   SKIM_HOST_DEVICE int pages_in(int i) const {
     return list_pages ? list_pages[i] : (list_lens[size_t(i) * lens_stride] + page_size - 1) / page_size;
   }

@@ -129,6 +129,9 @@ TEST(Cli, BadDeviceFlags) {
   expect_user_error("generate -p x --device tpu", "--device");
   // Built with CUDA: sparse policies are CPU-only; without: the build has no GPU path.
   expect_user_error("generate -p x --device cuda --policy quest", "--device cuda");
+  // KV beyond GPU memory: a GPU's option, and a count of slots.
+  expect_user_error("generate -p x --host-kv-slots 64", "--host-kv-slots");
+  expect_user_error("generate -p x --device cuda --host-kv-slots -1", "--host-kv-slots");
 }
 
 TEST(Cli, ServeRefusesBadFlagsAndAddresses) {

@@ -69,8 +69,7 @@ bool page_cache_map(const PageCacheArgs& a) {
   // 4. The lists as slots.
   for (int i = 0; i < a.lists; ++i)
     for (int j = 0; j < a.pages_in(i); ++j) {
-      const size_t at = a.list_at(i) + size_t(j);
-      a.slot_table[at] = a.slot_of_page[a.table[at]];
+      a.slot_table[a.slot_at(i) + size_t(j)] = a.slot_of_page[a.table[a.list_at(i) + size_t(j)]];
     }
   return true;
 }

@@ -383,7 +383,8 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
 }
 
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
-                               const std::string& label, int rectify_f, bool dense_fallback) {
+                               const std::string& label, int rectify_f, bool dense_fallback,
+                               int host_kv_slots) {
   // "POLICY@hits=N": MAC rows hit N per mille of the time, forced (random weights give no
   // similar queries).
   const size_t at_hits = label.find("@hits=");
@@ -411,6 +412,7 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   o.max_pages_per_seq = pages_per_seq;
   o.policy = mix[0];
   o.dense_fallback = dense_fallback;
+  o.host_kv_slots = host_kv_slots;
   GpuForward fwd(weights, shape, o);
   fwd.cache().fill_random(7, fwd.stream());  // K/V and digests
   if (forced_hits >= 0) fwd.force_mac_hits(forced_hits);
@@ -427,13 +429,20 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   std::vector<int32_t> first(size_t(batch), 1);
   fwd.decode_greedy(ptrs, first, warm, policies);  // captures the graph, warms clocks and caches
   const double counted0 = *fwd.decode_kv_bytes_read();
+  const HostKVSlots::Totals host0 = fwd.host_kv_totals();
   const DecodeRun run = fwd.decode_greedy(ptrs, first, steps, policies);
   const double counted = *fwd.decode_kv_bytes_read() - counted0;
+  const HostKVSlots::Totals host1 = fwd.host_kv_totals();
 
   EndToEndPoint p;
   p.batch = batch;
   p.context = context;
   p.steps = steps;
+  if (host_kv_slots > 0) {  // a copy is one KV head's piece of a page, K and V
+    const double copies = double(host1.copies - host0.copies), hits = double(host1.hits - host0.hits);
+    p.host_copy_bytes_per_step = copies * 2.0 * shape.page_size * c.head_dim * sizeof(uint16_t) / steps;
+    p.host_hit_rate = copies + hits > 0 ? hits / (copies + hits) : 0.0;
+  }
   p.ms_per_step = run.seconds * 1e3 / steps;
   // A step reads every weight once, except the embedding table (only its rows for the batch's
   // tokens), which a tied model reads whole as the output projection.

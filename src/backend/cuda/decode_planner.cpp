@@ -513,6 +513,11 @@ const MacRowRule* DecodePlanner::mac_rule(int index) const {
                                                                          : nullptr;
 }
 
+const ArtRowRule* DecodePlanner::art_rule(int index) const {
+  return size_t(index) < slots_.size() && slots_[size_t(index)].planner ? slots_[size_t(index)].planner->art_rule()
+                                                                         : nullptr;
+}
+
 bool DecodePlanner::has_art() const {
   for (const Slot& s : slots_)
     if (s.planner && s.planner->art_rule()) return true;

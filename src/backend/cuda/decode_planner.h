@@ -152,6 +152,7 @@ class DecodePlanner {
   double dense_bytes(int length) const;
   double device_bytes(cudaStream_t stream) const;
   bool has_art() const;  // some registered policy runs ART (the forward then needs its workspace)
+  const ArtRowRule* art_rule(int index) const;  // index's ART rule, or null
   // The largest ring a registered MAC policy keeps (0: none runs MAC), and whether index
   // `index` runs MAC.
   int mac_capacity() const;

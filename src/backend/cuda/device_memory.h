@@ -81,6 +81,53 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+// Elements of T in pinned host memory mapped into the device's address space (cudaHostAlloc
+// mapped): kernels read and write it over PCIe through data(). KV beyond GPU memory keeps its
+// pools here. Allocated at construction only.
+template <typename T>
+class MappedHostBuffer {
+ public:
+  MappedHostBuffer() = default;
+  explicit MappedHostBuffer(size_t count) {
+    if (count == 0) return;
+    void* p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocMapped);
+    if (e != cudaSuccess)
+      fail("CUDA: cannot allocate {:.1f} GiB of pinned host memory: {}", double(count * sizeof(T)) / (1 << 30),
+           cudaGetErrorString(e));
+    host_ = static_cast<T*>(p);
+    void* d = nullptr;
+    e = cudaHostGetDevicePointer(&d, p, 0);
+    if (e != cudaSuccess) {
+      cudaFreeHost(p);
+      fail("CUDA: pinned host memory not mapped to the device: {}", cudaGetErrorString(e));
+    }
+    device_ = static_cast<T*>(d);
+    count_ = count;
+  }
+  ~MappedHostBuffer() {
+    if (host_) cudaFreeHost(host_);
+  }
+  MappedHostBuffer(const MappedHostBuffer&) = delete;
+  MappedHostBuffer& operator=(const MappedHostBuffer&) = delete;
+  MappedHostBuffer(MappedHostBuffer&& o) noexcept { *this = std::move(o); }
+  MappedHostBuffer& operator=(MappedHostBuffer&& o) noexcept {
+    std::swap(host_, o.host_);
+    std::swap(device_, o.device_);
+    std::swap(count_, o.count_);
+    return *this;
+  }
+
+  T* data() { return device_; }  // the device's address of it
+  T* host() { return host_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+ private:
+  T *host_ = nullptr, *device_ = nullptr;
+  size_t count_ = 0;
+};
+
 template <typename T>
 void upload(DeviceBuffer<T>& dst, const T* src, size_t count) {
   dst.resize(count);

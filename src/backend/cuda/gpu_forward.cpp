@@ -15,7 +15,7 @@ namespace skim::cuda {
 
 GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheShape& shape,
                        const GpuForwardOptions& o)
-    : weights_(std::move(weights)), w_(*weights_), cache_(shape), opt_(o),
+    : weights_(std::move(weights)), w_(*weights_), cache_(shape, o.host_kv_slots > 0), opt_(o),
       mac_(MacShape{w_.config.num_layers, w_.config.num_heads, w_.config.num_kv_heads, w_.config.head_dim, o.max_rows,
                     o.max_pages_per_seq, shape.num_pages}),
       retro_(RetroShape{w_.config.num_layers, w_.config.num_heads, w_.config.num_kv_heads, w_.config.head_dim,
@@ -90,6 +90,12 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   planner_ = std::make_unique<DecodePlanner>(o.policy, PlannerShape{c.num_layers, c.num_heads, c.num_kv_heads,
                                                                      c.head_dim, shape.page_size, o.max_rows,
                                                                      o.max_pages_per_seq});
+  SKIM_REQUIRE(o.host_kv_slots >= 0, "GPU forward: host_kv_slots {} < 0", o.host_kv_slots);
+  if (o.host_kv_slots > 0) {
+    SKIM_REQUIRE(!o.shard, "KV beyond GPU memory: not with tensor parallelism");
+    host_kv_ = std::make_unique<HostKVSlots>(shape, o.host_kv_slots, o.max_rows, o.max_pages_per_seq);
+    require_host_kv_policy(0, o.policy);
+  }
   bool moved = false;
   reserve_art(moved);
   reserve_mac(moved);
@@ -117,6 +123,14 @@ int GpuForward::acquire_policy(const std::string& policy) {
   check(cudaStreamSynchronize(stream_), "forward pass");
   bool moved = false;
   const int index = planner_->acquire(policy, moved);
+  if (host_kv_) {
+    try {
+      require_host_kv_policy(index, policy);
+    } catch (...) {
+      planner_->release(index);
+      throw;
+    }
+  }
   reserve_art(moved);
   reserve_mac(moved);
   reserve_retro(moved);
@@ -216,9 +230,21 @@ double GpuForward::decode_bytes_read(int length, int index) const {
   return bytes;
 }
 
+// KV beyond GPU memory maps plans of page selectors (and dense rows) only: MAC's and Retro's
+// stages and ART's kernel read lists of their own.
+void GpuForward::require_host_kv_policy(int index, const std::string& policy) const {
+  SKIM_REQUIRE(!planner_->mac_rule(index) && !planner_->retro_rule(index) && !planner_->art_rule(index),
+               "policy {}: KV beyond GPU memory runs dense, streaming, quest, gbsa and resa (not mac, retro or art)",
+               policy);
+}
+
 void GpuForward::enqueue(int n, int logits_n, const Pass& pass, bool advance) {
   pass_ = pass;
   mac_index_made_ = false;
+  if (host_kv_ && pass.decode) {  // the step's counter and written pages, before layer 0
+    const InputLayout in(opt_.max_rows);
+    host_kv_->begin_step(n, inputs_.data() + in.positions, inputs_.data() + in.table, stream_);
+  }
   llama_forward(*this, w_.config, n, logits_n);
   if (advance && logits_n > 0) {
     const InputLayout in(opt_.max_rows);
@@ -400,14 +426,22 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
                                     inputs_.data() + InputLayout(opt_.max_rows).plan_policy, pass_.policies,
                                     pass_.dense_policies},
                           s);
-  const PagedDecodeArgs a{.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
-                          .head_dim = c.head_dim, .max_pages_per_seq = opt_.max_pages_per_seq,
-                          .max_seq_len = plan.max_seq_len, .scale = 1.0f / std::sqrt(float(c.head_dim)),
-                          .tables_per_kv_head = plan.per_kv_head, .q = q_.data(), .k_pool = cache_.k(l),
-                          .v_pool = cache_.v(l), .page_table = plan.table, .seq_lens = plan.lens,
-                          .head_masks = plan.head_masks, .o = o_.data(),
-                          .lse = lse_.data(), .workspace = attn_workspace_.data(),
-                          .workspace_bytes = attn_workspace_.bytes()};
+  PagedDecodeArgs a{.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
+                    .head_dim = c.head_dim, .max_pages_per_seq = opt_.max_pages_per_seq,
+                    .max_seq_len = plan.max_seq_len, .scale = 1.0f / std::sqrt(float(c.head_dim)),
+                    .tables_per_kv_head = plan.per_kv_head, .q = q_.data(), .k_pool = cache_.k(l),
+                    .v_pool = cache_.v(l), .page_table = plan.table, .seq_lens = plan.lens,
+                    .head_masks = plan.head_masks, .o = o_.data(),
+                    .lse = lse_.data(), .workspace = attn_workspace_.data(),
+                    .workspace_bytes = attn_workspace_.bytes()};
+  if (host_kv_ && plan.per_kv_head) {  // the selected pages through the device cache (rows' own tables: the host pools)
+    host_kv_->map_layer(l, n, plan.table, plan.lens, cache_, s);
+    a.k_pool = host_kv_->k(l);
+    a.v_pool = host_kv_->v(l);
+    a.page_stride = host_kv_->page_stride();
+    a.head_stride = host_kv_->head_stride();
+    a.page_table = host_kv_->table();
+  }
   if (plan.mac_rules) {  // some row runs MAC: its lists cut at its prefix end, merged with its rings
     attend_mac(l, n, plan, a, s);
     return;
@@ -445,7 +479,8 @@ int GpuForward::bucket(int max_seq_len) const {
 }
 
 uint32_t GpuForward::dense_policies(std::span<const int32_t> policies, std::span<const int32_t> positions) {
-  if (!opt_.dense_fallback) return 0;
+  // Over host KV dense rows read the host pools whole: the fallback would cost, never save.
+  if (!opt_.dense_fallback || host_kv_) return 0;
   std::vector<int32_t> lengths(positions.begin(), positions.end());
   for (int32_t& l : lengths) l += 1;
   const uint32_t dense = planner_->dense_fallback(policies, lengths);
@@ -530,6 +565,7 @@ int GpuForward::launch(const ForwardBatch& batch) {
     pass.mac_band = mac->band;
   }
   enqueue(n, nl, pass, false);
+  if (host_kv_) host_kv_->invalidate(stream_);  // the chunk wrote pages no map saw
   return nl;
 }
 
@@ -541,6 +577,16 @@ void GpuForward::run(const ForwardBatch& batch, AttentionPolicy&, std::vector<fl
                           cudaMemcpyDeviceToHost, stream_),
           "cudaMemcpyAsync (logits)");
   check(cudaStreamSynchronize(stream_), "forward pass");
+  check_host_kv();
+}
+
+// A decode step over host KV whose selection needed more distinct pages of a KV head than the
+// device cache has slots ran on unmapped lists: refused here, after it.
+void GpuForward::check_host_kv() {
+  if (host_kv_ && host_kv_->refused(stream_))
+    fail("KV beyond GPU memory: a decode step selected more distinct pages of one KV head than the device cache's "
+         "{} slots per layer and KV head; its output is invalid (raise the slots, or select fewer pages)",
+         host_kv_->slots());
 }
 
 void GpuForward::copy_pages(std::span<const int32_t> from, std::span<const int32_t> to) {
@@ -558,6 +604,7 @@ void GpuForward::copy_pages(std::span<const int32_t> from, std::span<const int32
       copy(cache_.kmin(l), digest, from[i], to[i]);
       copy(cache_.kmax(l), digest, from[i], to[i]);
     }
+  if (host_kv_) host_kv_->invalidate(stream_);  // the copies wrote pages no map saw
 }
 
 std::vector<int32_t> GpuForward::run_sampled(const ForwardBatch& batch, AttentionPolicy&,
@@ -580,6 +627,7 @@ std::vector<int32_t> GpuForward::run_sampled(const ForwardBatch& batch, Attentio
   check(cudaMemcpyAsync(tokens.data(), next_.data(), nl * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
         "cudaMemcpyAsync (tokens)");
   check(cudaStreamSynchronize(stream_), "forward pass");
+  check_host_kv();
   if (want) *logprobs = collect_logprobs(tokens, top_logprobs);
   return tokens;
 }
@@ -654,6 +702,7 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
     }
   });
 
+  check_host_kv();
   DecodeRun out;
   out.seconds = ms / 1e3;
   out.tokens.assign(next_host_, next_host_ + size_t(steps) * n);

@@ -33,6 +33,7 @@
 #include "backend/cuda/decode_planner.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gpu_kv_cache.h"
+#include "backend/cuda/host_kv_slots.h"
 #include "backend/cuda/gpu_weights.h"
 #include "backend/cuda/mac_state.h"
 #include "backend/cuda/retro_state.h"
@@ -49,6 +50,12 @@ struct GpuForwardOptions {
   // Decode steps whose selection would save less than it costs attend every key instead
   // (DecodePlanner::dense_fallback; the engine's default). Off: every step runs its policies.
   bool dense_fallback = false;
+  // KV beyond GPU memory (host_kv_slots.h): > 0 keeps the K/V pools in pinned host memory and
+  // reads a decode step's selected pages through a device cache of this many pages per layer and
+  // KV head (a selection's distinct pages per KV head in a step must fit: 2x them hits well).
+  // Rows attending every key read the host pools directly (over PCIe: slow). Prefill reads them
+  // directly too. Not with mac, retro or art (refused). 0: every pool on the device.
+  int host_kv_slots = 0;
   // Tensor parallelism (gpu_tensor_parallel.h): this rank's shard (its weights are
   // shard_model's) and its NCCL communicator; none: the whole model on this GPU.
   std::optional<TensorShard> shard;
@@ -119,6 +126,9 @@ class GpuForward final : public Forward, private Backend {
     return decode_bytes_total_ + planner_->device_bytes(stream_) + art_bytes_read() + mac_.bytes_read(stream_) +
            retro_.bytes_read(stream_);
   }
+  // KV beyond GPU memory: the device cache's pages copied and hits so far (waits for the
+  // stream); zeros without it.
+  HostKVSlots::Totals host_kv_totals() const { return host_kv_ ? host_kv_->totals(stream_) : HostKVSlots::Totals{}; }
   // Decode rows so far whose policy fell back to dense (GpuForwardOptions::dense_fallback).
   uint64_t dense_fallback_rows() const { return dense_fallback_rows_; }
   // ART's counters since the forward began (the device's: waits for the stream).
@@ -182,6 +192,8 @@ class GpuForward final : public Forward, private Backend {
   void attend_retro(int layer, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t stream);
   void reserve_retro(bool& moved);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
+  void require_host_kv_policy(int index, const std::string& policy) const;
+  void check_host_kv();
   void reserve_mac(bool& moved);
   // The decode step's graph; logits_n >= 0: the logits of that many staged rows (gathered),
   // else of every row in order.
@@ -200,6 +212,7 @@ class GpuForward final : public Forward, private Backend {
   std::shared_ptr<const GpuWeights> weights_;
   const GpuWeights& w_;
   GpuKVCache cache_;
+  std::unique_ptr<HostKVSlots> host_kv_;  // GpuForwardOptions::host_kv_slots
   GpuForwardOptions opt_;
   Gemm gemm_;
   cudaStream_t stream_ = nullptr;

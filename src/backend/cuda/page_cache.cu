@@ -73,7 +73,10 @@ __global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, co
   __syncthreads();
   const int distinct = compact_marks(a, x, sm);
   if (distinct > a.slots) {  // refused: nothing changes
-    if (t == 0) a.counts[0] = a.counts[1] = 0, a.counts[2] = 1;
+    if (t == 0) {
+      a.counts[0] = a.counts[1] = 0, a.counts[2] = 1;
+      if (a.refused_flag) *a.refused_flag = 1;
+    }
     return;
   }
   // 1. Written pages leave the cache.
@@ -122,13 +125,15 @@ __global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, co
     a.copy_page[i] = p;
     a.copy_slot[i] = s;
   }
-  if (t == 0) a.counts[0] = k, a.counts[1] = n_hits, a.counts[2] = 0;
+  if (t == 0) {
+    a.counts[0] = k, a.counts[1] = n_hits, a.counts[2] = 0;
+    if (a.totals) a.totals[0] += (unsigned long long)k, a.totals[1] += (unsigned long long)n_hits;  // one CTA: no race
+  }
   __syncthreads();
   // 4. The lists as slots.
   for (int i = t; i < a.lists * a.max_pages; i += kThreads) {
     const int list = i / a.max_pages, j = i % a.max_pages;
-    const size_t at = a.list_at(list) + j;
-    if (j < a.pages_in(list)) a.slot_table[at] = a.slot_of_page[a.table[at]];
+    if (j < a.pages_in(list)) a.slot_table[a.slot_at(list) + j] = a.slot_of_page[a.table[a.list_at(list) + j]];
   }
 }
 
@@ -146,7 +151,23 @@ __global__ void gather_kernel(const int32_t* copy_page, const int32_t* copy_slot
   }
 }
 
+// A thread per row: its written page; thread 0 advances the step.
+__global__ void begin_step_kernel(int64_t* counter, const int32_t* positions, const int32_t* page_table, int n,
+                                  int max_pages_per_seq, int page_size, int32_t* written) {
+  const int r = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r == 0) *counter += 1;
+  if (r < n) written[r] = page_table[size_t(r) * max_pages_per_seq + positions[r] / page_size];
+}
+
 }  // namespace
+
+cudaError_t page_cache_begin_step(int64_t* counter, const int32_t* positions, const int32_t* page_table, int n,
+                                  int max_pages_per_seq, int page_size, int32_t* written, cudaStream_t stream) {
+  if (n < 0 || page_size <= 0 || max_pages_per_seq <= 0) return cudaErrorInvalidValue;
+  begin_step_kernel<<<(std::max(n, 1) + 127) / 128, 128, 0, stream>>>(counter, positions, page_table, n,
+                                                                       max_pages_per_seq, page_size, written);
+  return cudaGetLastError();
+}
 
 size_t page_cache_workspace_size(int num_host_pages, int slots) {
   if (num_host_pages <= 0 || slots <= 0) return 0;

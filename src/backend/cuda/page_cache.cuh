@@ -29,6 +29,12 @@ size_t page_cache_workspace_size(int num_host_pages, int slots);
 
 cudaError_t page_cache_map(const PageCacheArgs& args, const PageCacheWorkspace& workspace, cudaStream_t stream);
 
+// The start of a decode step over host KV: advances the step counter (PageCacheArgs::
+// step_counter) and writes each of the n rows' written page, the page holding its position
+// (page_table [n][max_pages_per_seq]): the step writes that row's K/V there.
+cudaError_t page_cache_begin_step(int64_t* counter, const int32_t* positions, const int32_t* page_table, int n,
+                                  int max_pages_per_seq, int page_size, int32_t* written, cudaStream_t stream);
+
 // Copies page copy_page[i] of each host pool (pinned and mapped: its pointer usable on the
 // device) into slot copy_slot[i] of the matching device pool, for i < counts[0]; a page is
 // page_elems bf16 elements (num_kv_heads x page_size x head_dim), host pages host_page_stride

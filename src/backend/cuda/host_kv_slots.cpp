@@ -1,0 +1,91 @@
+#include "backend/cuda/host_kv_slots.h"
+
+#include "backend/cuda/page_cache.cuh"
+#include "core/error.h"
+
+namespace skim::cuda {
+
+HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq)
+    : s_(s), slots_(slots), max_rows_(max_rows), max_pages_(max_pages_per_seq) {
+  SKIM_REQUIRE(slots > 0 && max_rows > 0 && max_pages_per_seq > 0, "host KV: {} slots, {} rows, {} pages a sequence",
+               slots, max_rows, max_pages_per_seq);
+  const size_t caches = size_t(s.num_layers) * s.num_kv_heads;
+  k_.resize(size_t(s.num_layers) * layer_elems());
+  v_.resize(k_.size());
+  slot_of_page_.resize(caches * s.num_pages);
+  page_in_slot_.resize(caches * slots);
+  last_used_.resize(caches * slots);
+  table_.resize(size_t(max_rows) * s.num_kv_heads * max_pages_per_seq);
+  copy_page_.resize(size_t(slots));
+  copy_slot_.resize(size_t(slots));
+  counts_.resize(3);
+  written_.resize(size_t(max_rows));
+  refused_.resize(1);
+  step_.resize(1);
+  totals_.resize(2);
+  workspace_.resize(page_cache_workspace_size(s.num_pages, slots));
+  check(cudaMemset(workspace_.data(), 0, workspace_.bytes()), "cudaMemset (page cache workspace)");
+  check(cudaMemset(refused_.data(), 0, refused_.bytes()), "cudaMemset");
+  check(cudaMemset(step_.data(), 0, step_.bytes()), "cudaMemset");
+  check(cudaMemset(totals_.data(), 0, totals_.bytes()), "cudaMemset");
+  invalidate(nullptr);
+  check(cudaDeviceSynchronize(), "host KV slots");
+}
+
+size_t HostKVSlots::bytes() const {
+  return k_.bytes() + v_.bytes() + slot_of_page_.bytes() + page_in_slot_.bytes() + last_used_.bytes() +
+         table_.bytes() + workspace_.bytes();
+}
+
+void HostKVSlots::begin_step(int n, const int32_t* positions, const int32_t* page_table, cudaStream_t stream) {
+  SKIM_REQUIRE(n <= max_rows_, "host KV: {} rows, at most {}", n, max_rows_);
+  check(page_cache_begin_step(step_.data(), positions, page_table, n, max_pages_, s_.page_size, written_.data(), stream),
+        "page_cache_begin_step");
+}
+
+void HostKVSlots::map_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
+                            cudaStream_t stream) {
+  const int kv = s_.num_kv_heads;
+  const size_t piece = page_stride(), host_page = size_t(kv) * piece;
+  for (int h = 0; h < kv; ++h) {
+    const size_t c = cache_index(layer, h);
+    const PageCacheArgs a{.lists = n, .max_pages = max_pages_, .table = plan_table + size_t(h) * max_pages_,
+                          .slot_table = table_.data() + size_t(h) * max_pages_, .list_stride = kv * max_pages_,
+                          .slot_stride = kv * max_pages_, .list_lens = plan_lens + h, .lens_stride = kv,
+                          .page_size = s_.page_size, .slots = slots_, .num_host_pages = s_.num_pages,
+                          .slot_of_page = slot_of_page_.data() + c * s_.num_pages,
+                          .page_in_slot = page_in_slot_.data() + c * slots_,
+                          .last_used = last_used_.data() + c * slots_, .step_counter = step_.data(),
+                          .written = written_.data(), .num_written = n, .copy_page = copy_page_.data(),
+                          .copy_slot = copy_slot_.data(), .counts = counts_.data(), .refused_flag = refused_.data(),
+                          .totals = totals_.data()};
+    check(page_cache_map(a, {workspace_.data(), workspace_.bytes()}, stream), "page_cache_map");
+    check(page_cache_gather(copy_page_.data(), copy_slot_.data(), counts_.data(), slots_, cache.k(layer) + h * piece,
+                            cache.v(layer) + h * piece, k(layer) + h * head_stride(), v(layer) + h * head_stride(),
+                            piece, host_page, stream),
+          "page_cache_gather");
+  }
+}
+
+void HostKVSlots::invalidate(cudaStream_t stream) {
+  check(cudaMemsetAsync(slot_of_page_.data(), 0xff, slot_of_page_.bytes(), stream), "cudaMemsetAsync");  // -1
+  check(cudaMemsetAsync(page_in_slot_.data(), 0xff, page_in_slot_.bytes(), stream), "cudaMemsetAsync");
+  check(cudaMemsetAsync(last_used_.data(), 0xff, last_used_.bytes(), stream), "cudaMemsetAsync");
+}
+
+bool HostKVSlots::refused(cudaStream_t stream) {
+  int32_t flag = 0;
+  check(cudaMemcpyAsync(&flag, refused_.data(), sizeof flag, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream), "host KV step");
+  if (flag) check(cudaMemsetAsync(refused_.data(), 0, refused_.bytes(), stream), "cudaMemsetAsync");
+  return flag != 0;
+}
+
+HostKVSlots::Totals HostKVSlots::totals(cudaStream_t stream) const {
+  unsigned long long t[2] = {0, 0};
+  check(cudaStreamSynchronize(stream), "host KV step");
+  check(cudaMemcpy(t, totals_.data(), sizeof t, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return {t[0], t[1]};
+}
+
+}  // namespace skim::cuda

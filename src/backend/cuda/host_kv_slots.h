@@ -1,0 +1,69 @@
+// KV beyond GPU memory (issue 18; docs/design.md "KV beyond GPU memory"): the device side of a
+// forward whose K/V pools live in pinned host memory (GpuKVCache with host pools). Per layer and
+// KV head a cache of `slots` pages of that head, head-major ([kv][slots][page_size][head_dim], as
+// the decode kernel reads through page and head strides), and its map state
+// (kv/page_cache_args.h). A decode step begins with begin_step (the device step counter, each
+// row's written page); then, per layer whose plan lists pages per (row, KV head), map_layer maps
+// each head's lists onto its slots (page_cache_map), copies the misses from the host pool
+// (page_cache_gather) and leaves the slot table the decode kernel reads. All of it inside the
+// step's graph; a step with more distinct pages than slots sets a flag the host reads after it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/gpu_kv_cache.h"
+
+namespace skim::cuda {
+
+class HostKVSlots {
+ public:
+  HostKVSlots(const KVCacheShape& shape, int slots, int max_rows, int max_pages_per_seq);
+
+  int slots() const { return slots_; }
+  size_t bytes() const;  // device memory held
+
+  // The step's counter and each row's written page (positions, page_table: the staged inputs).
+  void begin_step(int n, const int32_t* positions, const int32_t* page_table, cudaStream_t stream);
+  // Layer l of the step: plan lists per (row, KV head) of host page ids (table [n][kv][max_pages],
+  // lens [n][kv] tokens) mapped onto the slots, the misses copied from `cache`'s host pools.
+  void map_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
+                 cudaStream_t stream);
+  // What the decode kernel reads after map_layer: the slot pools (head 0's base of the layer),
+  // their strides (PagedDecodeArgs::page_stride, head_stride) and the slot table.
+  uint16_t* k(int layer) { return k_.data() + size_t(layer) * layer_elems(); }
+  uint16_t* v(int layer) { return v_.data() + size_t(layer) * layer_elems(); }
+  size_t page_stride() const { return size_t(s_.page_size) * s_.head_dim; }
+  size_t head_stride() const { return size_t(slots_) * page_stride(); }
+  const int32_t* table() const { return table_.data(); }
+
+  // Empties every cache (after a pass that wrote pages the map did not see: a prefill chunk).
+  void invalidate(cudaStream_t stream);
+  // Whether a step since the last call was refused (waits for `stream`; clears the flag).
+  bool refused(cudaStream_t stream);
+  // Pages copied and hits since the start (waits for `stream`).
+  struct Totals {
+    uint64_t copies = 0, hits = 0;
+  };
+  Totals totals(cudaStream_t stream) const;
+
+ private:
+  size_t layer_elems() const { return size_t(s_.num_kv_heads) * head_stride(); }
+  size_t cache_index(int layer, int head) const { return size_t(layer) * s_.num_kv_heads + head; }
+
+  KVCacheShape s_;
+  int slots_ = 0, max_rows_ = 0, max_pages_ = 0;
+  DeviceBuffer<uint16_t> k_, v_;          // [layers][kv][slots][page_size][head_dim]
+  DeviceBuffer<int32_t> slot_of_page_;    // [layers][kv][num_pages]
+  DeviceBuffer<int32_t> page_in_slot_;    // [layers][kv][slots]
+  DeviceBuffer<int64_t> last_used_;       // [layers][kv][slots]
+  DeviceBuffer<int32_t> table_;           // [max_rows][kv][max_pages] slots
+  DeviceBuffer<int32_t> copy_page_, copy_slot_, counts_, written_, refused_;
+  DeviceBuffer<int64_t> step_;
+  DeviceBuffer<unsigned long long> totals_;  // [2] copies, hits
+  DeviceBuffer<uint8_t> workspace_;          // page_cache_map's, zero between calls
+};
+
+}  // namespace skim::cuda

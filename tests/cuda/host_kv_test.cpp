@@ -1,0 +1,107 @@
+// KV beyond GPU memory (EngineOptions::host_kv_slots; backend/cuda/host_kv_slots.h): the KV
+// cache in pinned host memory, each decode step's selected pages read through a device cache.
+// The same kernels over the same values, so the same logits bit for bit as the KV cache on the
+// GPU: teacher-forced decode of the 4K demo prompt under dense (the host pools read directly),
+// quest, gbsa and resa (the cache; resa's rectification rewrites pages: prefill passes empty
+// it), and a fork (its page copies empty it too). A step selecting more pages of one KV head
+// than the slots is refused after it, naming the option. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "paged_decode_parity.h"
+#include "skim/engine.h"
+
+namespace skim {
+namespace {
+
+const std::filesystem::path kRoot = SKIM_SOURCE_DIR;
+
+struct DemoLong {
+  std::vector<int> prompt, forced, prefix;
+  DemoLong() {
+    std::ifstream in(kRoot / "tests/fixtures/golden/demo-long/golden.json");
+    const nlohmann::json meta = nlohmann::json::parse(in);
+    prompt = meta["prompt_ids"].get<std::vector<int>>();
+    forced = meta["greedy_ids"].get<std::vector<int>>();
+    prefix.assign(prompt.begin(), prompt.end() - 1);
+  }
+  int token(int i) const { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; }
+};
+
+EngineOptions options(const std::string& policy, int context, int host_kv_slots) {
+  EngineOptions o;
+  o.model_dir = kRoot / "models/demo-code-28m";
+  o.device = "cuda";
+  o.max_context = context;
+  o.prefill_chunk = 512;
+  o.policy = policy;
+  o.dense_fallback = false;  // the policies select at every step (the fallback is off over host KV anyway)
+  o.host_kv_slots = host_kv_slots;
+  return o;
+}
+
+// Teacher-forced steps of the demo-long prompt; every step's logits, and those of a fork of the
+// sequence taken after `fork_at` steps (empty: none).
+std::vector<std::vector<float>> decode(Engine& e, const DemoLong& d, int steps, int fork_at) {
+  int seq = e.open_sequence();
+  e.append(seq, d.prefix, {});
+  std::vector<std::vector<float>> out;
+  for (int i = 0; i < steps; ++i) {
+    if (i == fork_at) {
+      const int forked = e.fork_sequence(seq);
+      e.close_sequence(seq);
+      seq = forked;
+    }
+    const int t = d.token(i);
+    out.push_back(e.decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1)));
+  }
+  return out;
+}
+
+TEST(GpuHostKv, DecodesAsTheKvCacheOnTheGpu) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const DemoLong d;
+  const int context = int(d.prompt.size()) + 64, steps = 12;
+  for (const std::string policy : {"dense", "quest:budget=0.1,min=0,dense_layers=1", "gbsa:keep=0.1,n_min=16",
+                                   "resa:keep=0.1,n_min=16,f=4"}) {
+    Engine on_gpu(options(policy, context, 0)), on_host(options(policy, context, 256));
+    const auto want = decode(on_gpu, d, steps, 5), got = decode(on_host, d, steps, 5);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << policy << ", step " << i;
+    EXPECT_DOUBLE_EQ(on_host.decode_kv_bytes_read(), on_gpu.decode_kv_bytes_read()) << policy;
+  }
+}
+
+TEST(GpuHostKv, RefusesAStepLargerThanItsSlotsAndPoliciesItCannotMap) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const DemoLong d;
+  const int context = int(d.prompt.size()) + 64;
+  // quest at half the context selects far more than 4 pages of a KV head.
+  Engine e(options("quest:budget=0.5,min=0,dense_layers=0", context, 4));
+  const int seq = e.open_sequence();
+  e.append(seq, d.prefix, {});
+  const int t = d.token(0);
+  try {
+    e.decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1));
+    FAIL() << "a step over its slots ran";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("slots"), std::string::npos) << err.what();
+  }
+  for (const char* policy : {"mac", "quest:budget=0.1+retro:w=2", "gbsa+art:stop=group,test=probe"}) {
+    try {
+      Engine refused(options(policy, context, 64));
+      ADD_FAILURE() << policy << " ran over host KV";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("KV beyond GPU memory"), std::string::npos) << policy << ": " << err.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace skim

@@ -14,13 +14,13 @@
 #      32K b1 and b8 (two rounds), 128K b1 (one) (e2e*-new*.json, e2e*-old*.json).
 #   3. ncu's per-kernel breakdown of mac at 0% hits (ncu.csv; bench/kernel_breakdown.py): the
 #      plan kernel was 9.6 us a layer.
+#   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
+#      bench/kernel_breakdown.py --all): where the 16% to transformers goes (issue 20, part 3).
 #   5. KV beyond GPU memory, first cut (--host-kv-slots): GpuHostKv.* in item 1's test_cuda (bit for
 #      bit against the KV cache on the GPU); then by hand, on a machine with 128 GiB of host memory or
 #      more: build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --sparse-keep 0.05
 #        --e2e-policy 'quest:budget=0.05,min=0,dense_layers=0' 'gbsa:keep=0.05,n_min=16' --contexts 131072,524288
 #        --host-kv-slots 8192   (issue 18's 10 tokens/s at 512K, batch 1; bytes copied and hits per step)
-#   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
-#      bench/kernel_breakdown.py --all): where the 16% to transformers goes (issue 20, part 3).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
 # build-legacy/tree):
 #   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \

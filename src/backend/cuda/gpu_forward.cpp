@@ -594,7 +594,7 @@ void GpuForward::copy_pages(std::span<const int32_t> from, std::span<const int32
   const size_t page = size_t(sh.num_kv_heads) * sh.page_size * sh.head_dim, digest = size_t(sh.num_kv_heads) * sh.head_dim;
   auto copy = [&](uint16_t* base, size_t elems, int32_t src, int32_t dst) {
     check(cudaMemcpyAsync(base + size_t(dst) * elems, base + size_t(src) * elems, elems * sizeof(uint16_t),
-                          cudaMemcpyDeviceToDevice, stream_),
+                          cudaMemcpyDefault, stream_),  // device memory, or mapped host memory (host KV)
           "cudaMemcpyAsync (page copy)");
   };
   for (int l = 0; l < sh.num_layers; ++l)

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "demo_long_case.h"
 #include "paged_decode_parity.h"
 #include "policy_against_cpu.h"
 #include "engine/scheduler.h"
@@ -415,25 +416,21 @@ TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
 // off they select (the logits move).
 TEST(GpuEngine, DenseFallbackAttendsEveryKeyWhereSelectionCannotPay) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
-  std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
-  std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
-  const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
-  auto token = [&](int i) { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; };
+  const test::DemoLong d;
   struct Run {
     std::vector<std::vector<float>> logits;
     double bytes = 0;
   };
   auto run = [&](const std::string& policy, bool fallback) {
-    EngineOptions o = gpu_options(int(prompt.size()) + 64);
+    EngineOptions o = gpu_options(int(d.prompt.size()) + 64);
     o.policy = policy;
     o.dense_fallback = fallback;
     Engine e(o);
     const int seq = e.open_sequence();
-    e.append(seq, prefix, {});
+    e.append(seq, d.prefix, {});
     Run r;
     for (int i = 0; i < 6; ++i) {
-      const int t = token(i);
+      const int t = d.token(i);
       r.logits.push_back(e.decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1)));
     }
     r.bytes = e.decode_kv_bytes_read();

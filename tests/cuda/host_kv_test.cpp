@@ -7,13 +7,12 @@
 // than the slots is refused after it, naming the option. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "demo_long_case.h"
 #include "paged_decode_parity.h"
 #include "skim/engine.h"
 
@@ -21,18 +20,6 @@ namespace skim {
 namespace {
 
 const std::filesystem::path kRoot = SKIM_SOURCE_DIR;
-
-struct DemoLong {
-  std::vector<int> prompt, forced, prefix;
-  DemoLong() {
-    std::ifstream in(kRoot / "tests/fixtures/golden/demo-long/golden.json");
-    const nlohmann::json meta = nlohmann::json::parse(in);
-    prompt = meta["prompt_ids"].get<std::vector<int>>();
-    forced = meta["greedy_ids"].get<std::vector<int>>();
-    prefix.assign(prompt.begin(), prompt.end() - 1);
-  }
-  int token(int i) const { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; }
-};
 
 EngineOptions options(const std::string& policy, int context, int host_kv_slots) {
   EngineOptions o;
@@ -48,7 +35,7 @@ EngineOptions options(const std::string& policy, int context, int host_kv_slots)
 
 // Teacher-forced steps of the demo-long prompt; every step's logits, and those of a fork of the
 // sequence taken after `fork_at` steps (empty: none).
-std::vector<std::vector<float>> decode(Engine& e, const DemoLong& d, int steps, int fork_at) {
+std::vector<std::vector<float>> decode(Engine& e, const test::DemoLong& d, int steps, int fork_at) {
   int seq = e.open_sequence();
   e.append(seq, d.prefix, {});
   std::vector<std::vector<float>> out;
@@ -66,7 +53,7 @@ std::vector<std::vector<float>> decode(Engine& e, const DemoLong& d, int steps, 
 
 TEST(GpuHostKv, DecodesAsTheKvCacheOnTheGpu) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  const DemoLong d;
+  const test::DemoLong d;
   const int context = int(d.prompt.size()) + 64, steps = 12;
   for (const std::string policy : {"dense", "quest:budget=0.1,min=0,dense_layers=1", "gbsa:keep=0.1,n_min=16",
                                    "resa:keep=0.1,n_min=16,f=4"}) {
@@ -80,7 +67,7 @@ TEST(GpuHostKv, DecodesAsTheKvCacheOnTheGpu) {
 
 TEST(GpuHostKv, RefusesAStepLargerThanItsSlotsAndPoliciesItCannotMap) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  const DemoLong d;
+  const test::DemoLong d;
   const int context = int(d.prompt.size()) + 64;
   // quest at half the context selects far more than 4 pages of a KV head.
   Engine e(options("quest:budget=0.5,min=0,dense_layers=0", context, 4));

@@ -1,5 +1,7 @@
 #include "backend/cuda/gpu_kv_cache.h"
 
+#include <cstring>
+
 #include "backend/cuda/ops.cuh"
 
 namespace skim::cuda {
@@ -24,8 +26,13 @@ GpuKVCache::GpuKVCache(const KVCacheShape& s, bool host_pools) : shape_(s), pool
   kmax_.resize(digest_elems() * s.num_layers);
   // Unwritten slots are never read (attention stops at each sequence's length); zero them
   // anyway so a bug reads zeros, not stale data.
-  check(cudaMemset(k_base_, 0, elems * sizeof(uint16_t)), "cudaMemset");
-  check(cudaMemset(v_base_, 0, elems * sizeof(uint16_t)), "cudaMemset");
+  if (host_pools) {
+    std::memset(host_k_.host(), 0, host_k_.bytes());
+    std::memset(host_v_.host(), 0, host_v_.bytes());
+  } else {
+    check(cudaMemset(k_base_, 0, elems * sizeof(uint16_t)), "cudaMemset");
+    check(cudaMemset(v_base_, 0, elems * sizeof(uint16_t)), "cudaMemset");
+  }
 }
 
 size_t GpuKVCache::layer_elems() const {

@@ -11,7 +11,9 @@
 #      head's pieces: CudaPageCache.*.
 #   2. mac at forced hit rates against dense, this build against the previous revision
 #      (build-legacy/tree: the commit before the table plan), interleaved on one GPU: 8B shape,
-#      32K b1 and b8 (two rounds), 128K b1 (one) (e2e*-new*.json, e2e*-old*.json).
+#      32K b1 and b8 (two rounds), 128K b1 (one) (e2e*-new*.json, e2e*-old*.json); and Retro's
+#      w = 2 over quest at b1 and b2 (the GEMV at two x rows now takes one weight row per warp on
+#      projections of at most 8192 outputs, gemv.cu).
 #   3. ncu's per-kernel breakdown of mac at 0% hits (ncu.csv; bench/kernel_breakdown.py): the
 #      plan kernel was 9.6 us a layer.
 #   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
@@ -94,6 +96,12 @@ e2e() {  # BINARY JSON ARGS...
         e2e build-gpu-legacy/skim e2e-old-$round.json --contexts 32768 --batches 1,8
         [ $round = 1 ] && e2e build-gpu-legacy/skim e2e128-old.json --contexts 131072 --batches 1
       fi
+    done
+    for bin in build-gpu/skim build-gpu-legacy/skim build-gpu/skim build-gpu-legacy/skim; do
+      [ -x $bin ] || continue
+      echo "-- retro, $bin"
+      timeout 100 $bin bench --e2e-only --no-prefill --8b-only --steps 32 --sparse-keep 0.1 --e2e-policy none --retro \
+        --retro-windows 2 --contexts 32768 --batches 1,2 | grep -E "8B"
     done
   fi ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!

@@ -67,17 +67,27 @@ __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ 
   }
 }
 
-// R per N, measured on the H100 over the 8B shape's projections (bench/gemv_rows.cu,
-// bench/results/2026-11-26-h100-gemv-rows/): R = 4 for every N > 1 left two x rows at 0.55-0.7
-// of the one-row bandwidth on the 4096-row projections (a batch-2 step, or RetroAttention's at
-// w = 2, paid ~1.5-3 ms on the 8B shape); R = 2 is within a few percent of the best up to four
-// rows, R = 4 from five (batch 8 ran 1% slower end to end with R = 2).
-template <int N>
-void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
-  constexpr int R = N == 1 ? 1 : N <= 4 ? 2 : 4;
+template <int N, int R>
+void launch_rows(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
   const int rows_per_block = 256 / 32 * R;
   const int blocks = std::min((out + rows_per_block - 1) / rows_per_block, 132 * 16);
   (void)launch_pdl(gemv_kernel<N, R>, blocks, 256, 0, s, x, w, y, out, in);
+}
+
+// R per N, measured on the H100 over the 8B shape's projections (bench/gemv_rows.cu,
+// bench/results/2026-11-26-h100-gemv-rows/before.txt): R = 4 for every N > 1 left two x rows at
+// 0.55-0.7 of the one-row bandwidth on the 4096-row projections (a batch-2 step, or
+// RetroAttention's at w = 2, paid ~1.5-3 ms on the 8B shape); R = 2 is within a few percent of
+// the best up to four rows, R = 4 from five (batch 8 ran 1% slower end to end with R = 2). At
+// two rows R = 1 is the faster on the projections of at most 4096 outputs (o: 15.2 against
+// 15.7 us, down: 45.9 against 47.1, 1024 rows: 6.9 against 8.6) and R = 2 on the wide ones
+// (gate/up 80.3 against 82.3, the LM head 344.6 against 377.9): the split at 8192 outputs.
+template <int N>
+void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
+  if constexpr (N == 2) {
+    if (out <= 8192) return launch_rows<2, 1>(x, w, y, out, in, s);
+  }
+  launch_rows<N, N == 1 ? 1 : N <= 4 ? 2 : 4>(x, w, y, out, in, s);
 }
 
 }  // namespace

@@ -134,7 +134,10 @@ engine_steps() {
 serve_steps() {
   step "skim serve --device cuda"
   local port=18080 url=http://127.0.0.1:18080
-  build-gpu/skim serve --device cuda --port $port --parallel 8 --ctx 4096 --prefix-cache 2 > $OUT/serve.log 2>&1 &
+  # --no-dense-fallback: at these 3.5K-token prompts the engine's default would run the policy
+  # mix below densely (it cannot pay there), and the mix is here to time the policies' steps.
+  build-gpu/skim serve --device cuda --port $port --parallel 8 --ctx 4096 --prefix-cache 2 --no-dense-fallback \
+    > $OUT/serve.log 2>&1 &
   local spid=$!
   for _ in $(seq 120); do curl -sf $url/health > /dev/null 2>&1 && break; sleep 0.5; done
   python3 - "$url" <<'PY' || { echo "SERVE CHECK FAILED"; status=1; }

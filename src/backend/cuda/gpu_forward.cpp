@@ -481,7 +481,8 @@ int GpuForward::bucket(int max_seq_len) const {
 uint32_t GpuForward::dense_policies(std::span<const int32_t> policies, std::span<const int32_t> positions) {
   // Over host KV dense rows read the host pools whole: the fallback would cost, never save.
   if (!opt_.dense_fallback || host_kv_) return 0;
-  std::vector<int32_t> lengths(positions.begin(), positions.end());
+  std::vector<int32_t>& lengths = fallback_lengths_;  // reused: no allocation per step
+  lengths.assign(positions.begin(), positions.end());
   for (int32_t& l : lengths) l += 1;
   const uint32_t dense = planner_->dense_fallback(policies, lengths);
   for (size_t r = 0; dense && r < lengths.size(); ++r)
@@ -576,12 +577,14 @@ void GpuForward::run(const ForwardBatch& batch, AttentionPolicy&, std::vector<fl
     check(cudaMemcpyAsync(logits.data(), logits_.data(), logits.size() * sizeof(float),
                           cudaMemcpyDeviceToHost, stream_),
           "cudaMemcpyAsync (logits)");
+  if (host_kv_) host_kv_->enqueue_refused_copy(stream_);
   check(cudaStreamSynchronize(stream_), "forward pass");
   check_host_kv();
 }
 
 // A decode step over host KV whose selection needed more distinct pages of a KV head than the
-// device cache has slots ran on unmapped lists: refused here, after it.
+// device cache has slots ran on unmapped lists: refused here, after it (the flag came back with
+// the step's outputs: HostKVSlots::enqueue_refused_copy before the caller's wait).
 void GpuForward::check_host_kv() {
   if (host_kv_ && host_kv_->refused(stream_))
     fail("KV beyond GPU memory: a decode step selected more distinct pages of one KV head than the device cache's "
@@ -626,6 +629,7 @@ std::vector<int32_t> GpuForward::run_sampled(const ForwardBatch& batch, Attentio
   std::vector<int32_t> tokens(static_cast<size_t>(nl));
   check(cudaMemcpyAsync(tokens.data(), next_.data(), nl * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
         "cudaMemcpyAsync (tokens)");
+  if (host_kv_) host_kv_->enqueue_refused_copy(stream_);
   check(cudaStreamSynchronize(stream_), "forward pass");
   check_host_kv();
   if (want) *logprobs = collect_logprobs(tokens, top_logprobs);
@@ -702,6 +706,10 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
     }
   });
 
+  if (host_kv_) {  // the timed run has waited for the stream
+    host_kv_->enqueue_refused_copy(stream_);
+    check(cudaStreamSynchronize(stream_), "host KV refusal");
+  }
   check_host_kv();
   DecodeRun out;
   out.seconds = ms / 1e3;

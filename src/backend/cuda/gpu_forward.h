@@ -268,6 +268,7 @@ class GpuForward final : public Forward, private Backend {
   // back to dense, gathered logits rows).
   std::map<std::tuple<int, int, bool, uint32_t, uint32_t, int>, cudaGraphExec_t> graphs_;
   uint64_t dense_fallback_rows_ = 0;
+  std::vector<int32_t> fallback_lengths_;  // dense_policies' scratch
 };
 
 }  // namespace skim::cuda

@@ -26,6 +26,7 @@ HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max
   workspace_.resize(page_cache_workspace_size(s.num_pages, slots));
   check(cudaMemset(workspace_.data(), 0, workspace_.bytes()), "cudaMemset (page cache workspace)");
   check(cudaMemset(refused_.data(), 0, refused_.bytes()), "cudaMemset");
+  *refused_host_.host() = 0;
   check(cudaMemset(step_.data(), 0, step_.bytes()), "cudaMemset");
   check(cudaMemset(totals_.data(), 0, totals_.bytes()), "cudaMemset");
   invalidate(nullptr);
@@ -73,12 +74,16 @@ void HostKVSlots::invalidate(cudaStream_t stream) {
   check(cudaMemsetAsync(last_used_.data(), 0xff, last_used_.bytes(), stream), "cudaMemsetAsync");
 }
 
+void HostKVSlots::enqueue_refused_copy(cudaStream_t stream) {
+  check(cudaMemcpyAsync(refused_host_.host(), refused_.data(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync (host KV refusal)");
+}
+
 bool HostKVSlots::refused(cudaStream_t stream) {
-  int32_t flag = 0;
-  check(cudaMemcpyAsync(&flag, refused_.data(), sizeof flag, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(stream), "host KV step");
-  if (flag) check(cudaMemsetAsync(refused_.data(), 0, refused_.bytes(), stream), "cudaMemsetAsync");
-  return flag != 0;
+  if (*refused_host_.host() == 0) return false;
+  *refused_host_.host() = 0;
+  check(cudaMemsetAsync(refused_.data(), 0, refused_.bytes(), stream), "cudaMemsetAsync");
+  return true;
 }
 
 HostKVSlots::Totals HostKVSlots::totals(cudaStream_t stream) const {

@@ -41,7 +41,9 @@ class HostKVSlots {
 
   // Empties every cache (after a pass that wrote pages the map did not see: a prefill chunk).
   void invalidate(cudaStream_t stream);
-  // Whether a step since the last call was refused (waits for `stream`; clears the flag).
+  // The refusal flag: copied to the host on `stream` with the step's outputs (no sync of its
+  // own), then read once the caller has waited for the stream (and cleared when set).
+  void enqueue_refused_copy(cudaStream_t stream);
   bool refused(cudaStream_t stream);
   // Pages copied and hits since the start (waits for `stream`).
   struct Totals {
@@ -61,6 +63,7 @@ class HostKVSlots {
   DeviceBuffer<int64_t> last_used_;       // [layers][kv][slots]
   DeviceBuffer<int32_t> table_;           // [max_rows][kv][max_pages] slots
   DeviceBuffer<int32_t> copy_page_, copy_slot_, counts_, written_, refused_;
+  MappedHostBuffer<int32_t> refused_host_{1};  // pinned: the flag's copy
   DeviceBuffer<int64_t> step_;
   DeviceBuffer<unsigned long long> totals_;  // [2] copies, hits
   DeviceBuffer<uint8_t> workspace_;          // page_cache_map's, zero between calls

@@ -105,15 +105,16 @@ size_t mask_bytes(const MacPagePlanArgs& a) {
 
 __device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
 
-// A row of another policy: its base list whole as `above`.
-__device__ void pass_through(const MacPagePlanArgs& a, int b, int kvh, size_t list) {
+// A row of another policy: its base list whole as `above`, entries first, first + step, ...
+// (a CTA's threads, or one thread's page); `lead` writes the lengths.
+__device__ void pass_through(const MacPagePlanArgs& a, int b, int kvh, size_t list, int first, int step, bool lead) {
   const size_t base = a.base_list(b, kvh);
   const int n = pages_of(a.base_lens[base], a.page_size);
-  for (int j = threadIdx.x; j < n; j += kPlanThreads) {
+  for (int j = first; j < n; j += step) {
     a.above_table[list * a.max_pages_per_seq + j] = a.base_table[base * a.max_pages_per_seq + j];
     a.above_masks[list * a.max_pages_per_seq + j] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + j] : ~0u;
   }
-  if (threadIdx.x == 0) {  // its policy counts what it reads (listed_tokens counts MAC rows only)
+  if (lead) {  // its policy counts what it reads (listed_tokens counts MAC rows only)
     a.above_lens[list] = a.base_lens[base];
     a.below_lens[list] = 0;
   }
@@ -131,7 +132,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArg
   const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
   const size_t list = size_t(b) * a.num_kv_heads + kvh;
   if (!a.rows.has(b)) {
-    pass_through(a, b, kvh, list);
+    pass_through(a, b, kvh, list, t, kPlanThreads, t == 0);
     return;
   }
   const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * ps), m = pages_of(len, ps);
@@ -211,16 +212,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_table_kernel(const MacPageP
   const int i = blockIdx.z * kPlanThreads + t;  // this thread's page
   const bool lead = blockIdx.z == 0 && t == 0;
   const size_t list = size_t(b) * a.num_kv_heads + kvh, at = list * a.max_pages_per_seq;
-  if (!a.rows.has(b)) {  // another policy's row: its base list whole as `above`
-    const size_t base = a.base_list(b, kvh);
-    if (i < pages_of(a.base_lens[base], ps)) {
-      a.above_table[at + i] = a.base_table[base * a.max_pages_per_seq + i];
-      a.above_masks[at + i] = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + i] : ~0u;
-    }
-    if (lead) {
-      a.above_lens[list] = a.base_lens[base];
-      a.below_lens[list] = 0;
-    }
+  if (!a.rows.has(b)) {  // another policy's row: its base list whole as `above`, a page a thread
+    pass_through(a, b, kvh, list, i, a.max_pages_per_seq, lead);
     return;
   }
   const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * ps), m = pages_of(len, ps);

@@ -56,7 +56,11 @@ fi
 # PARTS=bench,ncu on the warm machine, whose build-gpu*/ stay).
 PARTS=${PARTS:-tests,bench,ncu}
 has() { [[ ",$PARTS," == *",$1,"* ]]; }
-if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then G_TESTS=0,1 G_BENCH=2 G_NCU=3; else G_TESTS=0 G_BENCH=1 G_NCU=0; fi
+case "$(nvidia-smi -L | wc -l)" in
+  [4-9]) G_TESTS=0,1 G_BENCH=2 G_NCU=3 ;;
+  [23]) G_TESTS=0 G_BENCH=1 G_NCU=0 ;;
+  *) G_TESTS=0 G_BENCH=0 G_NCU=0 ;;  # one GPU: the benchmarks wait for the tests (timings alone)
+esac
 step "$PARTS: tests on GPUs $G_TESTS, mac against the previous revision on GPU $G_BENCH, ncu on GPU $G_NCU"
 TESTS=${TESTS:-'*'}
 ( if has tests; then
@@ -86,6 +90,7 @@ e2e() {  # BINARY JSON ARGS...
     --json "$OUT/$json" | grep -E "8B"
 }
 ( if has bench; then
+    [ "$G_BENCH" = "$G_TESTS" ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
     export CUDA_VISIBLE_DEVICES=$G_BENCH
     for round in 1 2; do
       echo "-- this build, round $round"

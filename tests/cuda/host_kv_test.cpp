@@ -30,6 +30,7 @@ EngineOptions options(const std::string& policy, int context, int host_kv_slots)
   o.policy = policy;
   o.dense_fallback = false;  // the policies select at every step (the fallback is off over host KV anyway)
   o.host_kv_slots = host_kv_slots;
+  o.max_sequences = 2;  // a fork's pages beside its parent's
   return o;
 }
 

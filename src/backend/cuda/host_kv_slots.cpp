@@ -16,14 +16,14 @@ HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max
   page_in_slot_.resize(caches * slots);
   last_used_.resize(caches * slots);
   table_.resize(size_t(max_rows) * s.num_kv_heads * max_pages_per_seq);
-  copy_page_.resize(size_t(slots));
-  copy_slot_.resize(size_t(slots));
-  counts_.resize(3);
+  copy_page_.resize(size_t(s.num_kv_heads) * slots);  // a layer's heads at once
+  copy_slot_.resize(size_t(s.num_kv_heads) * slots);
+  counts_.resize(size_t(s.num_kv_heads) * 3);
   written_.resize(size_t(max_rows));
   refused_.resize(1);
   step_.resize(1);
   totals_.resize(2);
-  workspace_.resize(page_cache_workspace_size(s.num_pages, slots));
+  workspace_.resize(page_cache_workspace_size(s.num_pages, slots, s.num_kv_heads));
   check(cudaMemset(workspace_.data(), 0, workspace_.bytes()), "cudaMemset (page cache workspace)");
   check(cudaMemset(refused_.data(), 0, refused_.bytes()), "cudaMemset");
   *refused_host_.host() = 0;
@@ -47,25 +47,25 @@ void HostKVSlots::begin_step(int n, const int32_t* positions, const int32_t* pag
 void HostKVSlots::map_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
                             cudaStream_t stream) {
   const int kv = s_.num_kv_heads;
-  const size_t piece = page_stride(), host_page = size_t(kv) * piece;
-  for (int h = 0; h < kv; ++h) {
-    const size_t c = cache_index(layer, h);
-    const PageCacheArgs a{.lists = n, .max_pages = max_pages_, .table = plan_table + size_t(h) * max_pages_,
-                          .slot_table = table_.data() + size_t(h) * max_pages_, .list_stride = kv * max_pages_,
-                          .slot_stride = kv * max_pages_, .list_lens = plan_lens + h, .lens_stride = kv,
-                          .page_size = s_.page_size, .slots = slots_, .num_host_pages = s_.num_pages,
-                          .slot_of_page = slot_of_page_.data() + c * s_.num_pages,
-                          .page_in_slot = page_in_slot_.data() + c * slots_,
-                          .last_used = last_used_.data() + c * slots_, .step_counter = step_.data(),
-                          .written = written_.data(), .num_written = n, .copy_page = copy_page_.data(),
-                          .copy_slot = copy_slot_.data(), .counts = counts_.data(), .refused_flag = refused_.data(),
-                          .totals = totals_.data()};
-    check(page_cache_map(a, {workspace_.data(), workspace_.bytes()}, stream), "page_cache_map");
-    check(page_cache_gather(copy_page_.data(), copy_slot_.data(), counts_.data(), slots_, cache.k(layer) + h * piece,
-                            cache.v(layer) + h * piece, k(layer) + h * head_stride(), v(layer) + h * head_stride(),
-                            piece, host_page, stream),
-          "page_cache_gather");
-  }
+  const size_t piece = page_stride(), c = cache_index(layer, 0);
+  // The layer's KV heads in one map launch (a CTA each) and one gather: head h's lists are
+  // plan_table + h x max_pages, its state cache c + h's.
+  const PageCacheArgs a{.lists = n, .max_pages = max_pages_, .table = plan_table, .slot_table = table_.data(),
+                        .list_stride = kv * max_pages_, .slot_stride = kv * max_pages_, .list_lens = plan_lens,
+                        .lens_stride = kv, .page_size = s_.page_size, .slots = slots_, .num_host_pages = s_.num_pages,
+                        .slot_of_page = slot_of_page_.data() + c * s_.num_pages,
+                        .page_in_slot = page_in_slot_.data() + c * slots_, .last_used = last_used_.data() + c * slots_,
+                        .step_counter = step_.data(), .written = written_.data(), .num_written = n,
+                        .copy_page = copy_page_.data(), .copy_slot = copy_slot_.data(), .counts = counts_.data(),
+                        .refused_flag = refused_.data(), .totals = totals_.data()};
+  const PageCacheBatch heads{.caches = kv, .table = size_t(max_pages_), .slot_table = size_t(max_pages_), .lens = 1};
+  check(page_cache_map(a, {workspace_.data(), workspace_.bytes()}, stream, heads), "page_cache_map");
+  check(page_cache_gather({.copy_page = copy_page_.data(), .copy_slot = copy_slot_.data(), .counts = counts_.data(),
+                           .max_copies = slots_, .host_k = cache.k(layer), .host_v = cache.v(layer), .slot_k = k(layer),
+                           .slot_v = v(layer), .page_elems = piece, .host_page_stride = size_t(kv) * piece,
+                           .caches = kv, .host_cache_stride = piece, .slot_cache_stride = head_stride()},
+                          stream),
+        "page_cache_gather");
 }
 
 void HostKVSlots::invalidate(cudaStream_t stream) {

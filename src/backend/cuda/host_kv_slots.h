@@ -4,8 +4,9 @@
 // the decode kernel reads through page and head strides), and its map state
 // (kv/page_cache_args.h). A decode step begins with begin_step (the device step counter, each
 // row's written page); then, per layer whose plan lists pages per (row, KV head), map_layer maps
-// each head's lists onto its slots (page_cache_map), copies the misses from the host pool
-// (page_cache_gather) and leaves the slot table the decode kernel reads. All of it inside the
+// each head's lists onto its slots (page_cache_map, the layer's heads in one launch), copies the
+// misses from the host pool (page_cache_gather, one launch) and leaves the slot table the decode
+// kernel reads. All of it inside the
 // step's graph; a step with more distinct pages than slots sets a flag the host reads after it.
 #pragma once
 

@@ -59,7 +59,29 @@ __device__ int compact_marks(const PageCacheArgs& a, const Scratch& x, SelectScr
   return written;
 }
 
-__global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, const Scratch x) {
+// Cache c's arguments and scratch of a batch (PageCacheBatch): every per-cache array offset.
+__device__ PageCacheArgs cache_args(PageCacheArgs a, const PageCacheBatch& b, int c) {
+  a.table += size_t(c) * b.table;
+  a.slot_table += size_t(c) * b.slot_table;
+  if (a.list_pages) a.list_pages += size_t(c) * b.lens;
+  if (a.list_lens) a.list_lens += size_t(c) * b.lens;
+  a.slot_of_page += size_t(c) * a.num_host_pages;
+  a.page_in_slot += size_t(c) * a.slots;
+  a.last_used += size_t(c) * a.slots;
+  a.copy_page += size_t(c) * a.slots;
+  a.copy_slot += size_t(c) * a.slots;
+  a.counts += size_t(c) * 3;
+  return a;
+}
+__device__ Scratch cache_scratch(Scratch x, size_t bytes, int c) {
+  const auto at = [&](auto* p) { return reinterpret_cast<decltype(p)>(reinterpret_cast<char*>(p) + size_t(c) * bytes); };
+  return {at(x.mark), at(x.pages), at(x.misses), at(x.victims)};
+}
+
+__global__ void __launch_bounds__(kThreads)
+    map_kernel(const PageCacheArgs args, const PageCacheBatch batch, const Scratch scratch, size_t scratch_bytes) {
+  const PageCacheArgs a = cache_args(args, batch, int(blockIdx.x));
+  const Scratch x = cache_scratch(scratch, scratch_bytes, int(blockIdx.x));
   __shared__ SelectScratch sm;
   __shared__ int n_hits, n_misses;
   using Scan = SelectScratch::Scan;
@@ -127,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, co
   }
   if (t == 0) {
     a.counts[0] = k, a.counts[1] = n_hits, a.counts[2] = 0;
-    if (a.totals) a.totals[0] += (unsigned long long)k, a.totals[1] += (unsigned long long)n_hits;  // one CTA: no race
+    if (a.totals) atomicAdd(&a.totals[0], (unsigned long long)k), atomicAdd(&a.totals[1], (unsigned long long)n_hits);
   }
   __syncthreads();
   // 4. The lists as slots.
@@ -137,17 +159,26 @@ __global__ void __launch_bounds__(kThreads) map_kernel(const PageCacheArgs a, co
   }
 }
 
-// A CTA per copy (past counts[0]: nothing): a page of K and of V in 16-byte pieces, host pages
-// host_stride pieces apart.
-__global__ void gather_kernel(const int32_t* copy_page, const int32_t* copy_slot, const int32_t* counts,
-                              const uint4* host_k, const uint4* host_v, uint4* slot_k, uint4* slot_v, size_t pieces,
-                              size_t host_stride) {
-  const int i = blockIdx.x;
-  if (i >= counts[0]) return;
-  const size_t from = size_t(copy_page[i]) * host_stride, to = size_t(copy_slot[i]) * pieces;
-  for (size_t e = threadIdx.x; e < pieces; e += blockDim.x) {
-    slot_k[to + e] = host_k[from + e];
-    slot_v[to + e] = host_v[from + e];
+// CTAs (blockIdx.x) striding over a cache's (blockIdx.y) copies, past counts[0] nothing: a page
+// of K and of V in 16-byte pieces, host pages host_stride pieces apart. Several pages in flight
+// per CTA and a grid of at most a few waves: the reads cross PCIe (about 1-2 us each), so what
+// sets the rate is how many are outstanding.
+__global__ void __launch_bounds__(256) gather_kernel(const PageGatherArgs a, size_t pieces, size_t host_stride) {
+  const int c = int(blockIdx.y);
+  const int32_t* copy_page = a.copy_page + size_t(c) * a.max_copies;
+  const int32_t* copy_slot = a.copy_slot + size_t(c) * a.max_copies;
+  const int n = a.counts[size_t(c) * 3];
+  const uint4* host_k = reinterpret_cast<const uint4*>(a.host_k + size_t(c) * a.host_cache_stride);
+  const uint4* host_v = reinterpret_cast<const uint4*>(a.host_v + size_t(c) * a.host_cache_stride);
+  uint4* slot_k = reinterpret_cast<uint4*>(a.slot_k + size_t(c) * a.slot_cache_stride);
+  uint4* slot_v = reinterpret_cast<uint4*>(a.slot_v + size_t(c) * a.slot_cache_stride);
+  for (int i = int(blockIdx.x); i < n; i += int(gridDim.x)) {
+    const size_t from = size_t(copy_page[i]) * host_stride, to = size_t(copy_slot[i]) * pieces;
+    for (size_t e = threadIdx.x; e < pieces; e += blockDim.x) {
+      const uint4 k = host_k[from + e], v = host_v[from + e];  // both loads in flight before the stores
+      slot_k[to + e] = k;
+      slot_v[to + e] = v;
+    }
   }
 }
 
@@ -169,32 +200,36 @@ cudaError_t page_cache_begin_step(int64_t* counter, const int32_t* positions, co
   return cudaGetLastError();
 }
 
-size_t page_cache_workspace_size(int num_host_pages, int slots) {
-  if (num_host_pages <= 0 || slots <= 0) return 0;
+size_t page_cache_workspace_size(int num_host_pages, int slots, int caches) {
+  if (num_host_pages <= 0 || slots <= 0 || caches <= 0) return 0;
   size_t bytes = 0;
   carve(nullptr, num_host_pages, slots, &bytes);
-  return bytes;
+  return bytes * size_t(caches);
 }
 
-cudaError_t page_cache_map(const PageCacheArgs& a, const PageCacheWorkspace& ws, cudaStream_t stream) {
+cudaError_t page_cache_map(const PageCacheArgs& a, const PageCacheWorkspace& ws, cudaStream_t stream,
+                           const PageCacheBatch& batch) {
   if (a.lists < 0 || a.max_pages <= 0 || a.slots <= 0 || a.num_host_pages <= 0 || a.num_written < 0 ||
-      (!a.list_pages && (!a.list_lens || a.page_size <= 0)) ||
-      ws.data == nullptr || ws.bytes < page_cache_workspace_size(a.num_host_pages, a.slots))
+      batch.caches <= 0 || (!a.list_pages && (!a.list_lens || a.page_size <= 0)) || ws.data == nullptr ||
+      ws.bytes < page_cache_workspace_size(a.num_host_pages, a.slots, batch.caches))
     return cudaErrorInvalidValue;
-  map_kernel<<<1, kThreads, 0, stream>>>(a, carve(ws.data, a.num_host_pages, a.slots, nullptr));
+  const size_t one = page_cache_workspace_size(a.num_host_pages, a.slots);
+  map_kernel<<<batch.caches, kThreads, 0, stream>>>(a, batch, carve(ws.data, a.num_host_pages, a.slots, nullptr), one);
   return cudaGetLastError();
 }
 
-cudaError_t page_cache_gather(const int32_t* copy_page, const int32_t* copy_slot, const int32_t* counts, int max_copies,
-                              const uint16_t* host_k, const uint16_t* host_v, uint16_t* slot_k, uint16_t* slot_v,
-                              size_t page_elems, size_t host_page_stride, cudaStream_t stream) {
-  if (host_page_stride == 0) host_page_stride = page_elems;
-  if (max_copies < 0 || page_elems % 8 != 0 || host_page_stride % 8 != 0 || host_page_stride < page_elems)
+// Copies in flight: up to this many CTAs per cache, each striding over its copies (the H100's 132
+// SMs hold 8 of these CTAs each: a layer's 8 KV heads at 128 fill one wave).
+constexpr int kGatherCtasPerCache = 128;
+
+cudaError_t page_cache_gather(const PageGatherArgs& a, cudaStream_t stream) {
+  const size_t host_stride = a.host_page_stride == 0 ? a.page_elems : a.host_page_stride;
+  if (a.max_copies < 0 || a.caches <= 0 || a.page_elems % 8 != 0 || host_stride % 8 != 0 ||
+      host_stride < a.page_elems || a.host_cache_stride % 8 != 0 || a.slot_cache_stride % 8 != 0)
     return cudaErrorInvalidValue;
-  if (max_copies == 0) return cudaSuccess;
-  gather_kernel<<<max_copies, 256, 0, stream>>>(copy_page, copy_slot, counts, reinterpret_cast<const uint4*>(host_k),
-                                                reinterpret_cast<const uint4*>(host_v), reinterpret_cast<uint4*>(slot_k),
-                                                reinterpret_cast<uint4*>(slot_v), page_elems / 8, host_page_stride / 8);
+  if (a.max_copies == 0) return cudaSuccess;
+  const dim3 grid(unsigned(std::min(a.max_copies, kGatherCtasPerCache)), unsigned(a.caches));
+  gather_kernel<<<grid, 256, 0, stream>>>(a, a.page_elems / 8, host_stride / 8);
   return cudaGetLastError();
 }
 

@@ -4,25 +4,17 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter): no run of this session covered
-#      all of it at once; MAC's plan over a dense base (plan_table_kernel, a thread per page) is
-#      new: CudaMacPagePlan.* (trials 9-11) and GpuEngine.Mac* check it; so are the page cache
-#      map's strided lists with token lengths and device step counter, and the gather of one KV
-#      head's pieces: CudaPageCache.*.
+#   Nothing is pending: every item below last ran on 2026-11-26 (2 x H100) and passed; the
+#   script stays as the template of the next such call.
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter).
 #   2. mac at forced hit rates against dense, this build against the previous revision
-#      (build-legacy/tree: the commit before the table plan), interleaved on one GPU: 8B shape,
-#      32K b1 and b8 (two rounds), 128K b1 (one) (e2e*-new*.json, e2e*-old*.json); and Retro's
-#      w = 2 over quest at b1 and b2 (the GEMV at two x rows now takes one weight row per warp on
-#      projections of at most 8192 outputs, gemv.cu).
-#   3. ncu's per-kernel breakdown of mac at 0% hits (ncu.csv; bench/kernel_breakdown.py): the
-#      plan kernel was 9.6 us a layer.
+#      (build-legacy/tree), interleaved on one GPU: 8B shape, 32K b1 and b8 (two rounds; ONE_ROUND=1:
+#      one), 128K b1 (one) (e2e*-new*.json, e2e*-old*.json); then KV beyond GPU memory at 512K b1
+#      (--host-kv-slots 8192; host memory 64 GiB of KV): gbsa and quest at 5%, gbsa at 2%, and gbsa
+#      5% with the previous revision (issue 18's 10 tokens/s; bytes copied and hits per step).
+#   3. ncu's per-kernel breakdown of mac at 0% hits (ncu.csv; bench/kernel_breakdown.py).
 #   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
-#      bench/kernel_breakdown.py --all): where the 16% to transformers goes (issue 20, part 3).
-#   5. KV beyond GPU memory, first cut (--host-kv-slots): GpuHostKv.* in item 1's test_cuda (bit for
-#      bit against the KV cache on the GPU); then by hand, on a machine with 128 GiB of host memory or
-#      more: build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --sparse-keep 0.05
-#        --e2e-policy 'quest:budget=0.05,min=0,dense_layers=0' 'gbsa:keep=0.05,n_min=16' --contexts 131072,524288
-#        --host-kv-slots 8192   (issue 18's 10 tokens/s at 512K, batch 1; bytes copied and hits per step)
+#      bench/kernel_breakdown.py --all).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
 # build-legacy/tree):
 #   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \
@@ -93,6 +85,7 @@ e2e() {  # BINARY JSON ARGS...
     [ "$G_BENCH" = "$G_TESTS" ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
     export CUDA_VISIBLE_DEVICES=$G_BENCH
     for round in 1 2; do
+      [ $round = 2 ] && [ -n "${ONE_ROUND:-}" ] && break
       echo "-- this build, round $round"
       e2e build-gpu/skim e2e-new-$round.json --contexts 32768 --batches 1,8
       [ $round = 1 ] && e2e build-gpu/skim e2e128-new.json --contexts 131072 --batches 1
@@ -102,12 +95,20 @@ e2e() {  # BINARY JSON ARGS...
         [ $round = 1 ] && e2e build-gpu-legacy/skim e2e128-old.json --contexts 131072 --batches 1
       fi
     done
-    for bin in build-gpu/skim build-gpu-legacy/skim build-gpu/skim build-gpu-legacy/skim; do
-      [ -x $bin ] || continue
-      echo "-- retro, $bin"
-      timeout 100 $bin bench --e2e-only --no-prefill --8b-only --steps 32 --sparse-keep 0.1 --e2e-policy none --retro \
-        --retro-windows 2 --contexts 32768 --batches 1,2 | grep -E "8B"
-    done
+    # KV beyond GPU memory at 512K, batch 1 (issue 18's 10 tokens/s): this build, then gbsa against
+    # the previous revision (a map and a gather per layer instead of per KV head).
+    host_kv() {  # BINARY POLICY...
+      local bin=$1
+      shift
+      timeout 200 $bin bench --e2e-only --no-prefill --8b-only --steps 16 --sparse-keep 0.05 --e2e-policy "$@" \
+        --contexts 524288 --batches 1 --host-kv-slots 8192 | grep -E "8B"
+    }
+    echo "-- host KV, this build"
+    host_kv build-gpu/skim 'gbsa:keep=0.05,n_min=16' 'quest:budget=0.05,min=0,dense_layers=0' 'gbsa:keep=0.02,n_min=16'
+    if [ -x build-gpu-legacy/skim ]; then
+      echo "-- host KV, previous revision"
+      host_kv build-gpu-legacy/skim 'gbsa:keep=0.05,n_min=16'
+    fi
   fi ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
 

@@ -78,15 +78,12 @@ void launch_rows(const uint16_t* x, const uint16_t* w, float* y, int out, int in
 // bench/results/2026-11-26-h100-gemv-rows/before.txt): R = 4 for every N > 1 left two x rows at
 // 0.55-0.7 of the one-row bandwidth on the 4096-row projections (a batch-2 step, or
 // RetroAttention's at w = 2, paid ~1.5-3 ms on the 8B shape); R = 2 is within a few percent of
-// the best up to four rows, R = 4 from five (batch 8 ran 1% slower end to end with R = 2). At
-// two rows R = 1 is the faster on the projections of at most 4096 outputs (o: 15.2 against
-// 15.7 us, down: 45.9 against 47.1, 1024 rows: 6.9 against 8.6) and R = 2 on the wide ones
-// (gate/up 80.3 against 82.3, the LM head 344.6 against 377.9): the split at 8192 outputs.
+// the best up to four rows, R = 4 from five (batch 8 ran 1% slower end to end with R = 2). R = 1
+// at two rows on the projections of at most 8192 outputs, faster there in isolation (o 15.2
+// against 15.7 us), was 0.5-1% slower end to end (Retro's w = 2 and quest at b2, 32K, H100,
+// 2026-11-26): not taken.
 template <int N>
 void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
-  if constexpr (N == 2) {
-    if (out <= 8192) return launch_rows<2, 1>(x, w, y, out, in, s);
-  }
   launch_rows<N, N == 1 ? 1 : N <= 4 ? 2 : 4>(x, w, y, out, in, s);
 }
 

@@ -329,6 +329,9 @@ void GpuForward::qkv_rope_append(int n, int layer) {
   qa.k_pool = cache_.k(layer);
   qa.v_pool = cache_.v(layer);
   cuda::qkv_rope_append(qa, stream_);
+  // A kernel of its own (under PDL it overlaps the append's tail): recomputing the digests inside
+  // qkv_rope_append's KV CTAs for decode steps was 0.1-0.2% slower end to end (8B shape, 8K and
+  // 32K, b1 and b8, H100, 2026-11-26): those CTAs then wait on the page's earlier slots.
   page_digest(cache_.k(layer), cache_.kmin(layer), cache_.kmax(layer), qa.positions, qa.page_table,
               opt_.max_pages_per_seq, n, c.num_kv_heads, c.head_dim, qa.page_size, stream_);
   if (replicated()) {  // the group's queries from the GPUs that hold its KV head

@@ -6,6 +6,12 @@
 //   ring entry (mac_merge_push),
 // all inside the step's graph; rows of other policies pass through whole. A prefill chunk of a
 // MAC sequence fills its rings from the chunk's last rows.
+//
+// Tried on an H100 and not kept (2026-11-26, 8B shape, mac at 0% hits against the previous
+// revision in the same run): the dense-base plan fused into the match's launch (the last CTA of
+// each (row, KV group) planning: one CTA walks what a grid plans, +0.12 ms a token at b1 32K,
+// +0.47 at 128K); with it dropped, `above`'s attention bounded by the band (+2 pages) and the
+// rings' advance fused into merge_push's last CTA: equal at 32K, +0.12 ms at 128K b1.
 #include "backend/cuda/gpu_forward.h"
 
 #include <cmath>

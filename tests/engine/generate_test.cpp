@@ -175,5 +175,20 @@ TEST(Generate, DecodeSampleReportsTheLogprobsOfItsTokens) {
   for (int s : {a, b, c}) e.close_sequence(s);
 }
 
+// One step decodes a sequence at most once (two rows would write its one next position).
+TEST(Generate, DecodeRefusesASequenceTwiceInOneStep) {
+  Engine& e = demo();
+  const int a = e.open_sequence();
+  e.append(a, e.tokenizer().encode("def add(a, b):"), {});
+  const int seqs[] = {a, a}, tokens[] = {7, 7};
+  try {
+    e.decode(seqs, tokens);
+    ADD_FAILURE() << "a sequence decoded twice in one step";
+  } catch (const std::exception& err) {
+    EXPECT_NE(std::string(err.what()).find("appears twice"), std::string::npos) << err.what();
+  }
+  e.close_sequence(a);
+}
+
 }  // namespace
 }  // namespace skim

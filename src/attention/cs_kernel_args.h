@@ -19,7 +19,10 @@
 // The recent window [window_begin, context) is the caller's to add.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "core/host_device.h"
 
 namespace skim {
 
@@ -44,6 +47,8 @@ struct CsSelectStats {
 
 struct CsSelectArgs {
   int searches = 0;
+  // list_capacity: the elements between consecutive lists (a search reads list_size entries of
+  // each, at most this many), so tables of smaller capacities laid out at one stride share a call.
   int head_dim = 0, subspaces = 0, centroids = 0, list_capacity = 0;
   bool score_dot = true, missing_mean = true, by_score = false;
   double backoff = 0.0;
@@ -74,16 +79,21 @@ namespace skim {
 // score never displaces an earlier arrival).
 struct CsInsertArgs {
   int head_dim = 0, subspaces = 0, centroids = 0, list_capacity = 0;
+  // Elements between consecutive lists, >= list_capacity; 0: list_capacity. Tables laid out for
+  // the largest capacity serve sequences of smaller ones (the GPU: one stride for every slot).
+  int list_stride = 0;
   bool score_dot = true;
   const float* centroids_data = nullptr;  // [M][C][ds], unit (CsTablesView::centroids)
-  int32_t* list_index = nullptr;          // [M][C][L]
-  uint16_t* list_score = nullptr;         // [M][C][L] fp16
+  int32_t* list_index = nullptr;          // [M][C][stride]
+  uint16_t* list_score = nullptr;         // [M][C][stride] fp16
   int32_t* list_size = nullptr;           // [M][C]
   // Optional [M][C]: each list's TopList::admit_key(), kept up to date, so that the many scores
   // no list takes are refused without touching the lists (the CPU's; a device may do without).
   int* admit = nullptr;
   const float* key = nullptr;  // [head_dim]
   int32_t position = 0;
+
+  SKIM_HOST_DEVICE size_t stride() const { return size_t(list_stride > 0 ? list_stride : list_capacity); }
 };
 
 }  // namespace skim
@@ -103,6 +113,7 @@ namespace skim {
 template <class KeyElem>
 struct CsBuildArgsOf {
   int head_dim = 0, subspaces = 0, centroids = 0, iters = 0, max_points = 0, list_capacity = 0;
+  int list_stride = 0;  // elements between consecutive lists, >= list_capacity; 0: list_capacity
   bool score_dot = true;
   int subspace = 0;                 // m
   const float* vectors = nullptr;   // [num_vectors][head_dim]
@@ -110,12 +121,14 @@ struct CsBuildArgsOf {
   const KeyElem* k_pool = nullptr;
   const int32_t* pages = nullptr;
   int page_size = 16, num_kv_heads = 0, kv_head = 0, num_keys = 0;
-  // Out, the group's tables (slice m written): [M][C][ds], [M][C][L] twice, [M][C] twice.
+  // Out, the group's tables (slice m written): [M][C][ds], [M][C][stride] twice, [M][C] twice.
   float* centroids_out = nullptr;
   int32_t* list_index = nullptr;
   uint16_t* list_score = nullptr;
   int32_t* list_size = nullptr;
   float* tail = nullptr;
+
+  SKIM_HOST_DEVICE size_t stride() const { return size_t(list_stride > 0 ? list_stride : list_capacity); }
 };
 
 using CsBuildArgs = CsBuildArgsOf<float>;

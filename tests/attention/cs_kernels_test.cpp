@@ -165,6 +165,64 @@ TEST(CsInsert, ListsHoldTheBestScoresOfTheStream) {
   }
 }
 
+// Lists laid out with a stride larger than their capacity (the GPU's tables: one stride for every
+// sequence, each its own capacity) hold what packed lists hold, through the build and the inserts.
+TEST(CsKernels, StridedListsHoldWhatPackedListsHold) {
+  const int d = 32, M = 2, C = 4, ds = d / M, L = 9, S = 13, ps = 16, num_keys = 70, kv = 2, h = 1, nv = 50;
+  const int pages = (num_keys + 30 + ps - 1) / ps;
+  std::vector<float> pool = test::random_vector(size_t(pages) * kv * ps * d);
+  std::vector<int32_t> page_ids(static_cast<size_t>(pages));
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  std::shuffle(page_ids.begin(), page_ids.end(), test::rng());
+  const std::vector<float> vectors = test::random_vector(size_t(nv) * d);
+  struct Tables {
+    std::vector<float> centroids, tail;
+    std::vector<int32_t> index, size;
+    std::vector<uint16_t> score;
+  };
+  const auto make = [&](int stride) {
+    return Tables{std::vector<float>(size_t(M) * C * ds), std::vector<float>(size_t(M) * C),
+                  std::vector<int32_t>(size_t(M) * C * stride, -1), std::vector<int32_t>(size_t(M) * C, 0),
+                  std::vector<uint16_t>(size_t(M) * C * stride, 0)};
+  };
+  for (bool score_dot : {true, false}) {
+    Tables packed = make(L), strided = make(S);
+    for (auto [t, stride] : {std::pair{&packed, 0}, std::pair{&strided, S}}) {
+      for (int m = 0; m < M; ++m)
+        cpu::cs_build({.head_dim = d, .subspaces = M, .centroids = C, .iters = 4, .max_points = 64, .list_capacity = L,
+                       .list_stride = stride, .score_dot = score_dot, .subspace = m, .vectors = vectors.data(),
+                       .num_vectors = nv, .k_pool = pool.data(), .pages = page_ids.data(), .page_size = ps,
+                       .num_kv_heads = kv, .kv_head = h, .num_keys = num_keys, .centroids_out = t->centroids.data(),
+                       .list_index = t->index.data(), .list_score = t->score.data(), .list_size = t->size.data(),
+                       .tail = t->tail.data()});
+      for (int p = num_keys; p < num_keys + 30; ++p) {  // the keys decoding appends
+        const float* key = pool.data() + ((size_t(page_ids[size_t(p / ps)]) * kv + h) * ps + p % ps) * d;
+        cpu::cs_insert({.head_dim = d, .subspaces = M, .centroids = C, .list_capacity = L, .list_stride = stride,
+                        .score_dot = score_dot, .centroids_data = t->centroids.data(), .list_index = t->index.data(),
+                        .list_score = t->score.data(), .list_size = t->size.data(), .key = key, .position = p});
+      }
+    }
+    EXPECT_EQ(strided.centroids, packed.centroids);
+    EXPECT_EQ(strided.tail, packed.tail);
+    ASSERT_EQ(strided.size, packed.size);
+    for (int l = 0; l < M * C; ++l)
+      for (int j = 0; j < packed.size[size_t(l)]; ++j) {
+        ASSERT_EQ(strided.index[size_t(l) * S + j], packed.index[size_t(l) * L + j]) << "list " << l;
+        ASSERT_EQ(strided.score[size_t(l) * S + j], packed.score[size_t(l) * L + j]) << "list " << l;
+      }
+    for (int l = 0; l < M * C; ++l)  // past each list's capacity the stride's slots stay untouched
+      for (int j = L; j < S; ++j) ASSERT_EQ(strided.index[size_t(l) * S + j], -1);
+  }
+  // A stride below the capacity is refused.
+  std::vector<float> c(size_t(M) * C * ds);
+  std::vector<int32_t> idx(size_t(M) * C * L), sz(size_t(M) * C);
+  std::vector<uint16_t> sc(idx.size());
+  EXPECT_THROW(cpu::cs_insert({.head_dim = d, .subspaces = M, .centroids = C, .list_capacity = L, .list_stride = L - 1,
+                               .centroids_data = c.data(), .list_index = idx.data(), .list_score = sc.data(),
+                               .list_size = sz.data(), .key = vectors.data(), .position = 0}),
+               std::invalid_argument);
+}
+
 TEST(CsSelect, RefusesAWindowPastItsContext) {
   const test::CsTables t = test::random_cs_tables(2, 4, 8, 4, 20);
   const CsTablesView v = t.view();

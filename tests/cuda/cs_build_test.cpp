@@ -70,10 +70,12 @@ TEST(CudaCsBuild, ListsFollowTheDefinitionAndKMeansFitsAsTheCpus) {
       auto dpool = to_device(pool);
       auto dpages = to_device(std::vector<int32_t>(pages.table.begin(), pages.table.begin() + (num_keys + ps - 1) / ps));
       cuda::DeviceBuffer<float> cent(size_t(M) * C * ds), tail(size_t(M) * C);
-      cuda::DeviceBuffer<int32_t> index(size_t(M) * C * L), size(size_t(M) * C);
-      cuda::DeviceBuffer<uint16_t> score(size_t(M) * C * L);
+      const int LS = L + 5;  // lists LS apart: a stride past the capacity, as the GPU policy's tables
+      cuda::DeviceBuffer<int32_t> index(size_t(M) * C * LS), size(size_t(M) * C);
+      cuda::DeviceBuffer<uint16_t> score(size_t(M) * C * LS);
       const CsBuildArgsBf16 shapes{.head_dim = d, .subspaces = M, .centroids = C, .iters = iters,
-                                   .max_points = max_points, .list_capacity = L, .score_dot = score_dot};
+                                   .max_points = max_points, .list_capacity = L, .list_stride = LS,
+                                   .score_dot = score_dot};
       std::vector<CsBuildArgsBf16> builds;
       for (int m = 0; m < M; ++m) {
         CsBuildArgsBf16 b = shapes;
@@ -147,8 +149,8 @@ TEST(CudaCsBuild, ListsFollowTheDefinitionAndKMeansFitsAsTheCpus) {
           const int kept = std::min(L, num_keys);
           ASSERT_EQ(got_size[l], kept) << "list " << l;
           std::vector<int32_t> want(order.begin(), order.begin() + kept);
-          std::vector<int32_t> got(got_index.begin() + std::ptrdiff_t(l) * L,
-                                   got_index.begin() + std::ptrdiff_t(l) * L + kept);
+          std::vector<int32_t> got(got_index.begin() + std::ptrdiff_t(l) * LS,
+                                   got_index.begin() + std::ptrdiff_t(l) * LS + kept);
           double in = 0;
           for (int32_t k : want) in += s[size_t(k)];
           const float want_tail = kept < num_keys ? float((all - in) / (num_keys - kept)) : 0.0f;
@@ -156,9 +158,9 @@ TEST(CudaCsBuild, ListsFollowTheDefinitionAndKMeansFitsAsTheCpus) {
           for (int i = 0; i < kept; ++i) {
             const int32_t k = got[size_t(i)];
             ASSERT_TRUE(k >= 0 && k < num_keys) << "list " << l;
-            score_differ += got_score[l * L + i] != f32_to_f16(s[size_t(k)]);
+            score_differ += got_score[l * LS + i] != f32_to_f16(s[size_t(k)]);
           }
-          const top_list::Heap heap{got_index.data() + l * L, got_score.data() + l * L, got_size.data() + l, L};
+          const top_list::Heap heap{got_index.data() + l * LS, got_score.data() + l * LS, got_size.data() + l, L};
           for (int i = 1; i < kept; ++i)
             ASSERT_FALSE(heap.below(size_t(i), size_t((i - 1) / 2))) << "list " << l << " is not a min-heap";
           std::sort(want.begin(), want.end());

@@ -1,6 +1,6 @@
 // cuda::cs_insert against its CPU reference, cpu::cs_insert: a stream of keys offered one step
-// at a time to the tables of several (sequence, group) units at once, with and without the
-// admit cache, scores as dot products and as cosines. Centroids of sixteenths and key slices
+// at a time to the tables of several (sequence, group) units at once, each its own list capacity
+// within one stride, with and without the admit cache, scores as dot products and as cosines. Centroids of sixteenths and key slices
 // with one nonzero power of two make every score exact in any summation order, and many equal
 // (the ties exercise the heap's rule), so the device's lists must equal the CPU's bit for bit.
 #include <gtest/gtest.h>
@@ -61,6 +61,8 @@ TEST(CudaCsInsert, ListsEqualTheCpuReference) {
         for (int u = 0; u < units; ++u) {
           const size_t row = (size_t(u) * keys + k) * d;
           CsInsertArgs c = shapes;
+          c.list_capacity = L - 4 * u;  // each unit its own capacity within one stride (the GPU policy's tables)
+          c.list_stride = L;
           c.centroids_data = centroids.data();
           c.list_index = cpu[u].index.data();
           c.list_score = cpu[u].score.data();

@@ -157,7 +157,8 @@ void cs_select(const CsSelectArgs& a, CsSelectScratch& w) {
 }
 
 void cs_insert(const CsInsertArgs& a) {
-  if (a.subspaces <= 0 || a.head_dim % a.subspaces != 0 || a.centroids <= 0 || a.list_capacity < 0)
+  if (a.subspaces <= 0 || a.head_dim % a.subspaces != 0 || a.centroids <= 0 || a.list_capacity < 0 ||
+      (a.list_stride != 0 && a.list_stride < a.list_capacity))
     throw std::invalid_argument("cs_insert: bad shapes");
   const int M = a.subspaces, C = a.centroids, ds = a.head_dim / M;
   std::vector<float> k(static_cast<size_t>(ds));
@@ -168,8 +169,7 @@ void cs_insert(const CsInsertArgs& a) {
       const size_t l = size_t(m) * C + c;
       const float score = dot(a.centroids_data + l * ds, k.data(), ds);
       if (a.admit && TopList::order_key(f32_to_f16(score)) <= a.admit[l]) continue;  // most keys: refused here
-      TopList list(a.list_index + l * size_t(a.list_capacity), a.list_score + l * size_t(a.list_capacity),
-                   a.list_size + l, a.list_capacity);
+      TopList list(a.list_index + l * a.stride(), a.list_score + l * a.stride(), a.list_size + l, a.list_capacity);
       list.try_insert(a.position, score);
       if (a.admit) a.admit[l] = list.admit_key();
     }
@@ -178,7 +178,8 @@ void cs_insert(const CsInsertArgs& a) {
 
 void cs_build(const CsBuildArgs& a) {
   if (a.subspaces <= 0 || a.head_dim % a.subspaces != 0 || a.centroids <= 0 || a.list_capacity < 1 ||
-      a.subspace < 0 || a.subspace >= a.subspaces || a.num_keys < 1 || a.num_vectors < 1 || a.max_points < 1)
+      (a.list_stride != 0 && a.list_stride < a.list_capacity) || a.subspace < 0 || a.subspace >= a.subspaces ||
+      a.num_keys < 1 || a.num_vectors < 1 || a.max_points < 1)
     throw std::invalid_argument("cs_build: bad shapes or an empty prompt");
   const int d = a.head_dim, C = a.centroids, ds = d / a.subspaces, m = a.subspace, num_keys = a.num_keys;
   // k-means on a strided sample of the (query, head) vectors when there are many.
@@ -205,8 +206,7 @@ void cs_build(const CsBuildArgs& a) {
   std::vector<int32_t> index;
   for (int c = 0; c < C; ++c) {
     const size_t l = size_t(m) * C + c;
-    TopList list(a.list_index + l * a.list_capacity, a.list_score + l * a.list_capacity, a.list_size + l,
-                 a.list_capacity);
+    TopList list(a.list_index + l * a.stride(), a.list_score + l * a.stride(), a.list_size + l, a.list_capacity);
     const float* row = score.data() + size_t(c) * num_keys;
     top_entries(row, num_keys, std::min(list.capacity(), num_keys), index, kept);
     list.assign_sorted(index.data(), kept.data(), int(index.size()));

@@ -318,8 +318,8 @@ __global__ void __launch_bounds__(256) unpack_kernel(const CsBuildArgsBf16* buil
   const uint64_t* sorted = w.sorted + unit * a.list_capacity;
   for (int i = threadIdx.x; i < kept; i += blockDim.x) {
     const uint64_t key = sorted[i];
-    a.list_index[l * a.list_capacity + i] = int32_t(0x7fffffff - uint32_t(key));
-    a.list_score[l * a.list_capacity + i] = uint16_t(key >> 32);
+    a.list_index[l * a.stride() + i] = int32_t(0x7fffffff - uint32_t(key));
+    a.list_score[l * a.stride() + i] = uint16_t(key >> 32);
   }
 }
 
@@ -330,7 +330,8 @@ size_t cluster_smem(const CsBuildArgsBf16& a) {
 bool supported(const CsBuildArgsBf16& a, int count, int max_keys) {
   if (count < 0 || a.subspaces <= 0 || a.head_dim <= 0 || a.head_dim % a.subspaces != 0) return false;
   return a.head_dim / a.subspaces <= kMaxSlice && a.centroids > 0 && a.centroids <= kMaxCentroids &&
-         a.max_points > 0 && a.max_points <= kMaxPoints && a.list_capacity > 0 && a.iters >= 0 && max_keys > 0 &&
+         a.max_points > 0 && a.max_points <= kMaxPoints && a.list_capacity > 0 &&
+         (a.list_stride == 0 || a.list_stride >= a.list_capacity) && a.iters >= 0 && max_keys > 0 &&
          a.page_size > 0 && cluster_smem(a) <= kMaxClusterSmem;
 }
 

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kMaxLists) insert_kernel(const CsInsertArgs* a
   for (int i = 0; i < ds; ++i) score += centroid[i] * (a.score_dot ? k[i] : k[i] / norm);
   const uint16_t h = __half_as_ushort(__float2half_rn(score));
   if (a.admit && top_list::order_key(h) <= a.admit[l]) return;  // most keys: refused here
-  const top_list::Heap heap{a.list_index + size_t(l) * a.list_capacity, a.list_score + size_t(l) * a.list_capacity,
+  const top_list::Heap heap{a.list_index + size_t(l) * a.stride(), a.list_score + size_t(l) * a.stride(),
                             a.list_size + l, a.list_capacity};
   heap.offer(a.position, h);
   if (a.admit) a.admit[l] = heap.admit_key();
@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(kMaxLists) insert_kernel(const CsInsertArgs* a
 
 cudaError_t cs_insert(const CsInsertArgs* args, int count, const CsInsertArgs& s, cudaStream_t stream) {
   if (count < 0 || s.subspaces <= 0 || s.head_dim % s.subspaces != 0 || s.head_dim / s.subspaces > kMaxSlice ||
-      s.centroids <= 0 || s.subspaces * s.centroids > kMaxLists || s.list_capacity < 0 || (count > 0 && !args))
+      s.centroids <= 0 || s.subspaces * s.centroids > kMaxLists || s.list_capacity < 0 ||
+      (s.list_stride != 0 && s.list_stride < s.list_capacity) || (count > 0 && !args))
     return cudaErrorInvalidValue;
   if (count == 0) return cudaSuccess;
   const int lists = s.subspaces * s.centroids;

@@ -1,0 +1,231 @@
+#include "backend/cuda/cs_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "backend/cuda/cs_build.cuh"
+#include "backend/cuda/cs_insert.cuh"
+#include "backend/cuda/cs_select.cuh"
+#include "core/error.h"
+
+namespace skim::cuda {
+
+namespace {
+
+// A list's capacity for `tokens` keys: `list` <= 1 a fraction of them, else entries (CsSelector's rule).
+int list_capacity(double list, int tokens) {
+  return list <= 1.0 ? std::max(1, int(std::ceil(list * tokens))) : int(list);
+}
+
+// Grows `buf` to `count` elements keeping its first `keep` (slot-major state: the old slots).
+template <class T>
+void grow_keeping(DeviceBuffer<T>& buf, size_t count, size_t keep) {
+  DeviceBuffer<T> bigger(count);
+  if (keep > 0)
+    check(cudaMemcpy(bigger.data(), buf.data(), keep * sizeof(T), cudaMemcpyDeviceToDevice), "cudaMemcpy (cs tables)");
+  buf = std::move(bigger);
+}
+
+}  // namespace
+
+CsState::CsState(const CsStateShape& s, const CsParams& p) : shape_(s), p_(p) {
+  SKIM_REQUIRE(s.head_dim % p.subspaces == 0, "policy: cs:subspaces={} does not divide head_dim {}", p.subspaces,
+               s.head_dim);
+  SKIM_REQUIRE(p.step == 1, "policy: cs:step={} runs on the CPU only for now (the GPU searches every step)", p.step);
+  SKIM_REQUIRE(p.pool_group, "policy: cs:pool=head runs on the CPU only for now (the GPU searches per KV group)");
+  SKIM_REQUIRE(!p.recall, "policy: cs:recall=1 runs on the CPU only (a dense scoring pass per search)");
+  layers_ = std::max(0, s.num_layers - p.dense_layers);
+  stride_ = list_capacity(p.list, s.max_context);
+  const size_t searches = size_t(s.max_rows) * s.num_kv_heads, d = size_t(s.head_dim), K = size_t(s.max_context);
+  queries_.resize(searches * d);
+  keys_.resize(searches * d);
+  inserts_.resize(searches);
+  views_.resize(searches);
+  context_.resize(searches);
+  window_begin_.resize(searches);
+  n_pick_.resize(searches);
+  pick_counts_.resize(searches);
+  picks_.resize(searches * K);
+  lens_.resize(searches);
+  const CsSelectArgs shapes{.searches = int(searches), .head_dim = s.head_dim, .subspaces = p.subspaces,
+                            .centroids = p.centroids, .list_capacity = stride_, .backoff_top = p.backoff_top,
+                            .max_picks = s.max_context};
+  const size_t ws = cs_select_workspace_size(shapes, s.max_context);
+  SKIM_REQUIRE(ws > 0, "policy: cs with {} subspaces x {} centroids (backoff_top {}) does not fit the GPU's search",
+               p.subspaces, p.centroids, p.backoff_top);
+  select_ws_.resize(ws);
+  check(cudaMemset(select_ws_.data(), 0, select_ws_.bytes()), "cudaMemset (cs search)");
+  builds_.resize(size_t(s.num_kv_heads) * p.subspaces);
+}
+
+CsUnitLayout CsState::layout() const {
+  CsUnitLayout t{.layers = layers_, .kv_heads = shape_.num_kv_heads, .head_dim = shape_.head_dim,
+                 .subspaces = p_.subspaces, .centroids = p_.centroids, .list_stride = stride_,
+                 .max_points = p_.max_points};
+  t.samples = const_cast<float*>(samples_.data());
+  t.centroids_data = const_cast<float*>(centroids_.data());
+  t.list_index = const_cast<int32_t*>(index_.data());
+  t.list_score = const_cast<uint16_t*>(score_.data());
+  t.list_size = const_cast<int32_t*>(size_.data());
+  t.tail = const_cast<float*>(tail_.data());
+  return t;
+}
+
+size_t CsState::bytes() const {
+  return samples_.bytes() + centroids_.bytes() + tail_.bytes() + index_.bytes() + size_.bytes() + score_.bytes() +
+         queries_.bytes() + keys_.bytes() + picks_.bytes() + select_ws_.bytes() + build_ws_.bytes();
+}
+
+// Every buffer for `slots` slots, the existing slots' tables kept.
+void CsState::allocate(int slots) {
+  const size_t units = size_t(slots) * layers_ * shape_.num_kv_heads, old = size_t(slots_) * layers_ * shape_.num_kv_heads;
+  const size_t lists = size_t(p_.subspaces) * p_.centroids, d = size_t(shape_.head_dim);
+  grow_keeping(samples_, units * p_.max_points * d, old * p_.max_points * d);
+  grow_keeping(centroids_, units * p_.centroids * d, old * p_.centroids * d);  // M x C x ds = C x d
+  grow_keeping(tail_, units * lists, old * lists);
+  grow_keeping(index_, units * lists * stride_, old * lists * stride_);
+  grow_keeping(score_, units * lists * stride_, old * lists * stride_);
+  grow_keeping(size_, units * lists, old * lists);
+  grow_keeping(capacities_, size_t(slots), size_t(slots_));
+  info_.resize(size_t(slots));
+  slots_of_.add(slots_, slots);
+  slots_ = slots;
+}
+
+int CsState::slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream) {
+  const SequenceSlots::Claim claim = slots_of_.claim_or_grow(t, policy, [&] {
+    check(cudaStreamSynchronize(stream), "forward pass");  // buffers move: nothing may use them
+    allocate(std::max(2 * slots_, 1));
+    moved = true;
+  });
+  if (claim.fresh) info_[size_t(claim.slot)] = SlotInfo{};  // a new sequence, or another policy: no tables
+  return claim.slot;
+}
+
+void CsState::fork(const PageTable* from, const PageTable* to, bool& moved, cudaStream_t stream) {
+  const int from_policy = slots_of_.policy_of(from);
+  if (from_policy < 0) return;
+  const int dst = slot_for(to, from_policy, moved, stream), src = slots_of_.slot_of(from);
+  const size_t per_slot_units = size_t(layers_) * shape_.num_kv_heads;
+  const size_t lists = size_t(p_.subspaces) * p_.centroids, d = size_t(shape_.head_dim);
+  auto copy = [&](auto& buf, size_t per_unit) {
+    using T = std::remove_reference_t<decltype(*buf.data())>;
+    const size_t n = per_slot_units * per_unit;
+    check(cudaMemcpyAsync(buf.data() + size_t(dst) * n, buf.data() + size_t(src) * n, n * sizeof(T),
+                          cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpyAsync (cs tables)");
+  };
+  copy(samples_, size_t(p_.max_points) * d);
+  copy(centroids_, size_t(p_.centroids) * d);
+  copy(tail_, lists);
+  copy(index_, lists * stride_);
+  copy(score_, lists * stride_);
+  copy(size_, lists);
+  check(cudaMemcpyAsync(capacities_.data() + dst, capacities_.data() + src, sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                        stream),
+        "cudaMemcpyAsync (cs capacity)");
+  info_[size_t(dst)] = info_[size_t(src)];
+}
+
+void CsState::begin_prompt(int slot, int tokens) {
+  SKIM_REQUIRE(slot >= 0 && slot < slots_ && tokens > 0, "cs: prompt of {} tokens in slot {}", tokens, slot);
+  const long vectors = long(tokens) * (shape_.num_heads / shape_.num_kv_heads);
+  SlotInfo& s = info_[size_t(slot)];
+  s = SlotInfo{.prompt = tokens, .stride = int((vectors + p_.max_points - 1) / p_.max_points),
+               .capacity = std::min(stride_, list_capacity(p_.list, tokens)), .built = false};
+  check(cudaMemcpy(capacities_.data() + slot, &s.capacity, sizeof(int32_t), cudaMemcpyHostToDevice),
+        "cudaMemcpy (cs capacity)");
+}
+
+void CsState::sample_queries(int slot, int layer, const uint16_t* q, const int32_t* positions, int n,
+                             cudaStream_t stream) {
+  if (dense_layer(layer)) return;
+  SKIM_REQUIRE(slot >= 0 && slot < slots_ && info_[size_t(slot)].prompt > 0, "cs: slot {} has no prompt begun", slot);
+  check(cs_sample_queries(layout(), slot, indexed_layer(layer), q, positions, n, shape_.num_heads,
+                          info_[size_t(slot)].stride, stream),
+        "cs_sample_queries");
+}
+
+void CsState::build(int slot, const std::vector<const uint16_t*>& k_pools, const std::vector<int32_t>& pages,
+                    cudaStream_t stream) {
+  SlotInfo& s = info_[size_t(slot)];
+  SKIM_REQUIRE(s.prompt > 0 && !s.built, "cs: slot {} has no prompt to build from", slot);
+  SKIM_REQUIRE(int(k_pools.size()) == shape_.num_layers, "cs: {} layer pools for {} layers", k_pools.size(),
+               shape_.num_layers);
+  const int kv = shape_.num_kv_heads, M = p_.subspaces;
+  const long vectors = long(s.prompt) * (shape_.num_heads / kv);
+  const int sampled = int((vectors + s.stride - 1) / s.stride);
+  upload(build_pages_, pages.data(), pages.size());
+  const CsBuildArgsBf16 shapes{.head_dim = shape_.head_dim, .subspaces = M, .centroids = p_.centroids,
+                               .iters = p_.iters, .max_points = p_.max_points, .list_capacity = s.capacity,
+                               .list_stride = stride_, .score_dot = p_.score_dot};
+  const size_t ws = cs_build_workspace_size(shapes, kv * M, s.prompt);
+  SKIM_REQUIRE(ws > 0, "policy: cs's table build does not support this shape on the GPU");
+  if (build_ws_.bytes() < ws) build_ws_.resize(ws);
+  const CsUnitLayout t = layout();
+  std::vector<CsBuildArgsBf16> builds;
+  for (int l = p_.dense_layers; l < shape_.num_layers; ++l) {  // a layer at a time: the workspace holds kv x M builds
+    builds.clear();
+    for (int h = 0; h < kv; ++h) {
+      const size_t u = t.unit(slot, indexed_layer(l), h);
+      const CsTablesView v = t.view(u);
+      for (int m = 0; m < M; ++m) {
+        CsBuildArgsBf16 b = shapes;
+        b.subspace = m;
+        b.vectors = t.samples + u * p_.max_points * shape_.head_dim;
+        b.num_vectors = sampled;  // already the CPU's strided sample: the build takes every one
+        b.k_pool = k_pools[size_t(l)];
+        b.pages = build_pages_.data();
+        b.page_size = shape_.page_size;
+        b.num_kv_heads = kv;
+        b.kv_head = h;
+        b.num_keys = s.prompt;
+        b.centroids_out = const_cast<float*>(v.centroids);
+        b.list_index = const_cast<int32_t*>(v.list_index);
+        b.list_score = const_cast<uint16_t*>(v.list_score);
+        b.list_size = const_cast<int32_t*>(v.list_size);
+        b.tail = const_cast<float*>(v.tail);
+        builds.push_back(b);
+      }
+    }
+    check(cudaMemcpyAsync(builds_.data(), builds.data(), builds.size() * sizeof(CsBuildArgsBf16),
+                          cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync (cs builds)");
+    check(cs_build(builds_.data(), int(builds.size()), shapes, s.prompt, {build_ws_.data(), build_ws_.bytes()}, stream),
+          "cs_build");
+    check(cudaStreamSynchronize(stream), "cs_build");  // `builds` is reused for the next layer
+  }
+  s.built = true;
+}
+
+void CsState::decode_layer(int layer, int n, const StepInputs& in, cudaStream_t stream) {
+  const int kv = shape_.num_kv_heads, searches = n * kv;
+  SKIM_REQUIRE(n <= shape_.max_rows && !dense_layer(layer), "cs: {} rows at layer {}", n, layer);
+  check(cs_step_args({.tables = layout(), .layer = indexed_layer(layer), .n = n, .num_heads = shape_.num_heads,
+                      .q = in.q, .k_pool = in.k_pool, .positions = in.positions, .page_table = in.page_table,
+                      .max_pages_per_seq = in.max_pages_per_seq, .page_size = shape_.page_size,
+                      .row_slot = in.row_slot, .capacities = capacities_.data(), .window = p_.window, .keep = p_.keep,
+                      .score_dot = p_.score_dot, .queries = queries_.data(), .keys = keys_.data(),
+                      .inserts = inserts_.data(), .views = views_.data(), .context = context_.data(),
+                      .window_begin = window_begin_.data(), .n_pick = n_pick_.data()},
+                     stream),
+        "cs_step_args");
+  // The CPU observes (inserts) before it selects: a new key can evict a list's least entry.
+  const CsInsertArgs insert_shapes{.head_dim = shape_.head_dim, .subspaces = p_.subspaces, .centroids = p_.centroids,
+                                   .list_capacity = stride_, .list_stride = stride_, .score_dot = p_.score_dot};
+  check(cs_insert(inserts_.data(), searches, insert_shapes, stream), "cs_insert");
+  check(cs_select({.searches = searches, .head_dim = shape_.head_dim, .subspaces = p_.subspaces,
+                   .centroids = p_.centroids, .list_capacity = stride_, .score_dot = p_.score_dot,
+                   .missing_mean = p_.missing_mean, .by_score = false, .backoff = p_.backoff,
+                   .backoff_top = p_.backoff_top, .queries = queries_.data(), .tables = views_.data(),
+                   .context = context_.data(), .window_begin = window_begin_.data(), .n_pick = n_pick_.data(),
+                   .max_picks = shape_.max_context, .picks = picks_.data(), .pick_counts = pick_counts_.data()},
+                  {select_ws_.data(), select_ws_.bytes(), shape_.max_context}, stream),
+        "cs_select");
+  check(cs_token_plan(picks_.data(), pick_counts_.data(), shape_.max_context, context_.data(), window_begin_.data(),
+                      searches, lens_.data(), stream),
+        "cs_token_plan");
+}
+
+}  // namespace skim::cuda

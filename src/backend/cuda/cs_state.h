@@ -1,0 +1,112 @@
+// CSAttention's per-sequence state on the GPU (issue 18; the CPU policy is attention/csattn.h,
+// docs/design.md "The GPU policy that joins them"): for every sequence slot, per indexed layer
+// (from cs:dense_layers on) and KV group, the flat tables of CsGroupTables (centroids, lists of
+// one stride S with each sequence's own capacity, sizes, tails) and the strided sample of the
+// prompt's (query, head) vectors the build clusters. Unlike MAC's rings the tables are the
+// sequence's state, not a cache: growing the slots copies them.
+//
+// A sequence's life: slot_for, begin_prompt (its prompt length fixes the sample stride and the
+// lists' capacity), sample_queries for each prefill chunk and layer, build once after the last
+// chunk (outside graphs), then decode_layer in every decode step's graph: the rows' new keys
+// inserted, their searches, the token plan of picks + window. Nothing here allocates inside a
+// step.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/csattn.h"
+#include "backend/cuda/cs_step.cuh"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/sequence_slots.h"
+
+namespace skim::cuda {
+
+struct CsStateShape {
+  int num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, page_size = 16;
+  int max_rows = 0;     // decode rows of a step
+  int max_context = 0;  // tokens a sequence may hold
+};
+
+class CsState {
+ public:
+  CsState(const CsStateShape& shape, const CsParams& params);
+
+  const CsParams& params() const { return p_; }
+  int list_stride() const { return stride_; }
+  // Device bytes held (tables, samples, scratch).
+  size_t bytes() const;
+
+  int slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream);
+  int slot_of(const PageTable* t) const { return slots_of_.slot_of(t); }
+  void fork(const PageTable* from, const PageTable* to, bool& moved, cudaStream_t stream);
+  void drop(const PageTable* t) { slots_of_.drop(t); }
+
+  // The prompt of the sequence in `slot` holds `tokens` tokens: its sample stride and lists'
+  // capacity (host state, before its first prefill chunk).
+  void begin_prompt(int slot, int tokens);
+  // Layer `layer` of a prefill chunk of that sequence: rows [0, n) with their bf16 queries
+  // [n][num_heads][head_dim]; a dense layer does nothing.
+  void sample_queries(int slot, int layer, const uint16_t* q, const int32_t* positions, int n, cudaStream_t stream);
+  // After the prompt's last chunk: every indexed layer's tables from the samples and the keys
+  // [0, prompt) of `k_pools` (per layer, [pages][kv][page_size][head_dim] bf16), the sequence's
+  // pages `pages` (host ids). Synchronises the stream (outside graphs, once a sequence).
+  void build(int slot, const std::vector<const uint16_t*>& k_pools, const std::vector<int32_t>& pages,
+             cudaStream_t stream);
+  bool built(int slot) const { return slot >= 0 && size_t(slot) < info_.size() && info_[size_t(slot)].built; }
+
+  // One decode step's layer (an indexed one), every row a cs row with built tables (row_slot):
+  // inserts the rows' new keys, searches, and leaves the token plan per (row, KV head) in
+  // token_lists() [n x kv][max_context] / token_lens() [n x kv].
+  struct StepInputs {
+    const uint16_t* q = nullptr;          // [n][num_heads][head_dim] bf16
+    const uint16_t* k_pool = nullptr;     // the layer's pool
+    const int32_t* positions = nullptr;   // [n]
+    const int32_t* page_table = nullptr;  // [n][max_pages_per_seq]
+    int max_pages_per_seq = 0;
+    const int32_t* row_slot = nullptr;    // [n]
+  };
+  void decode_layer(int layer, int n, const StepInputs& in, cudaStream_t stream);
+  const int32_t* token_lists() const { return picks_.data(); }
+  const int32_t* token_lens() const { return lens_.data(); }
+  int max_tokens() const { return shape_.max_context; }
+
+  // Whether `layer` attends every key (cs:dense_layers): no tables there.
+  bool dense_layer(int layer) const { return layer < p_.dense_layers; }
+  // Where every slot's tables and samples live (layers counted from the first indexed one).
+  CsUnitLayout layout() const;
+  int indexed_layer(int layer) const { return layer - p_.dense_layers; }
+  int capacity(int slot) const { return info_[size_t(slot)].capacity; }
+
+ private:
+  struct SlotInfo {
+    int prompt = 0, stride = 1, capacity = 0;
+    bool built = false;
+  };
+  void allocate(int slots);
+
+  CsStateShape shape_;
+  CsParams p_;
+  int stride_ = 0, layers_ = 0, slots_ = 0;
+  SequenceSlots slots_of_;
+  std::vector<SlotInfo> info_;
+  // [slots][layers][kv][...], slot-major (growing copies a prefix).
+  DeviceBuffer<float> samples_, centroids_, tail_;
+  DeviceBuffer<int32_t> index_, size_;
+  DeviceBuffer<uint16_t> score_;
+  DeviceBuffer<int32_t> capacities_;  // [slots]
+  // A decode step's scratch: [max_rows x kv] searches.
+  DeviceBuffer<float> queries_, keys_;
+  DeviceBuffer<CsInsertArgs> inserts_;
+  DeviceBuffer<CsTablesView> views_;
+  DeviceBuffer<int32_t> context_, window_begin_, n_pick_, pick_counts_, picks_, lens_;
+  DeviceBuffer<uint8_t> select_ws_;
+  // The build's: argument arrays and workspace for one layer's kv x M builds.
+  DeviceBuffer<CsBuildArgsBf16> builds_;
+  DeviceBuffer<uint8_t> build_ws_;
+  DeviceBuffer<int32_t> build_pages_;
+};
+
+}  // namespace skim::cuda

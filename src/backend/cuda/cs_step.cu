@@ -1,0 +1,100 @@
+// CSAttention's per-step kernels in the GPU forward (see cs_step.cuh).
+#include "backend/cuda/cs_step.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+namespace skim::cuda {
+
+namespace {
+
+__device__ __forceinline__ float bf16_value(uint16_t x) { return __bfloat162float(__ushort_as_bfloat16(x)); }
+
+// CTA (row, query head): thread i copies dims i, i + blockDim.x, ... of a sampled vector.
+__global__ void sample_kernel(const CsUnitLayout t, int slot, int layer, const uint16_t* q, const int32_t* positions,
+                              int num_heads, int stride) {
+  const int r = blockIdx.x, hq = blockIdx.y, d = t.head_dim, group = num_heads / t.kv_heads;
+  const long v = long(positions[r]) * group + hq % group;  // the vector's index in the group's prompt
+  if (v % stride != 0 || v / stride >= t.max_points) return;
+  float* out = t.samples + (t.unit(slot, layer, hq / group) * t.max_points + size_t(v / stride)) * d;
+  const uint16_t* in = q + (size_t(r) * num_heads + hq) * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) out[i] = bf16_value(in[i]);
+}
+
+// CTA (row, KV head): thread i computes dims i, i + blockDim.x, ... of the pooled query and the
+// key; thread 0 the scalars and the argument structs.
+__global__ void step_args_kernel(const CsStepArgs a) {
+  const int r = blockIdx.x, h = blockIdx.y, kv = a.tables.kv_heads, d = a.tables.head_dim;
+  const int group = a.num_heads / kv, s = r * kv + h, pos = a.positions[r], slot = a.row_slot[r];
+  const int page = a.page_table[size_t(r) * a.max_pages_per_seq + pos / a.page_size];
+  const uint16_t* k = a.k_pool + ((size_t(page) * kv + h) * a.page_size + pos % a.page_size) * d;
+  const uint16_t* q = a.q + (size_t(r) * a.num_heads + size_t(h) * group) * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float pooled = 0.0f;  // CsSelector's pooling: += q_g / group, in head order
+    for (int g = 0; g < group; ++g) pooled += bf16_value(q[size_t(g) * d + i]) / float(group);
+    a.queries[size_t(s) * d + i] = pooled;
+    a.keys[size_t(s) * d + i] = bf16_value(k[i]);
+  }
+  if (threadIdx.x != 0) return;
+  const size_t u = a.tables.unit(slot, a.layer, h);
+  const CsTablesView view = a.tables.view(u);
+  a.views[s] = view;
+  const int ctx = pos + 1, wb = max(0, ctx - a.window);
+  const int K = min(ctx, max(1, int(ceil(a.keep * double(ctx)))));
+  a.context[s] = ctx;
+  a.window_begin[s] = wb;
+  a.n_pick[s] = max(0, K - (ctx - wb));
+  CsInsertArgs in;
+  in.head_dim = d;
+  in.subspaces = a.tables.subspaces;
+  in.centroids = a.tables.centroids;
+  in.list_capacity = a.capacities[slot];
+  in.list_stride = a.tables.list_stride;
+  in.score_dot = a.score_dot;
+  in.centroids_data = view.centroids;
+  in.list_index = const_cast<int32_t*>(view.list_index);
+  in.list_score = const_cast<uint16_t*>(view.list_score);
+  in.list_size = const_cast<int32_t*>(view.list_size);
+  in.admit = nullptr;
+  in.key = a.keys + size_t(s) * d;
+  in.position = pos;
+  a.inserts[s] = in;
+}
+
+// CTA per search: the window's positions after its picks.
+__global__ void token_plan_kernel(int32_t* picks, const int32_t* pick_counts, int max_picks, const int32_t* context,
+                                  const int32_t* window_begin, int32_t* lens) {
+  const int s = blockIdx.x, count = pick_counts[s], wb = window_begin[s], window = context[s] - wb;
+  int32_t* list = picks + size_t(s) * max_picks;
+  for (int j = threadIdx.x; j < window; j += blockDim.x) list[count + j] = wb + j;
+  if (threadIdx.x == 0) lens[s] = count + window;
+}
+
+}  // namespace
+
+cudaError_t cs_sample_queries(const CsUnitLayout& t, int slot, int layer, const uint16_t* q, const int32_t* positions,
+                              int n, int num_heads, int stride, cudaStream_t stream) {
+  if (n < 0 || stride < 1 || t.kv_heads <= 0 || num_heads % t.kv_heads != 0 || !t.samples) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  sample_kernel<<<dim3(n, num_heads), 128, 0, stream>>>(t, slot, layer, q, positions, num_heads, stride);
+  return cudaGetLastError();
+}
+
+cudaError_t cs_step_args(const CsStepArgs& a, cudaStream_t stream) {
+  if (a.n < 0 || a.tables.kv_heads <= 0 || a.num_heads % a.tables.kv_heads != 0 || a.window < 0 || a.keep <= 0)
+    return cudaErrorInvalidValue;
+  if (a.n == 0) return cudaSuccess;
+  step_args_kernel<<<dim3(a.n, a.tables.kv_heads), 128, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t cs_token_plan(int32_t* picks, const int32_t* pick_counts, int max_picks, const int32_t* context,
+                          const int32_t* window_begin, int searches, int32_t* lens, cudaStream_t stream) {
+  if (searches < 0 || max_picks < 0) return cudaErrorInvalidValue;
+  if (searches == 0) return cudaSuccess;
+  token_plan_kernel<<<searches, 256, 0, stream>>>(picks, pick_counts, max_picks, context, window_begin, lens);
+  return cudaGetLastError();
+}
+
+}  // namespace skim::cuda

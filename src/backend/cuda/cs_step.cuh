@@ -1,0 +1,79 @@
+// The small kernels around CSAttention's table kernels in the GPU forward (cuda::CsState,
+// backend/cuda/cs_state.h): the prompt's query sample, each decode step's per-(row, KV group)
+// arguments as data (a graph replays them with the step's rows), and the token plan. This
+// header holds no device code.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "attention/cs_kernel_args.h"
+
+namespace skim::cuda {
+
+// Where the tables of (slot, layer, KV head) live: unit u = (slot * layers + layer) * kv + h
+// (layers: the indexed ones, dense layers excluded), each array a fixed stride per unit.
+struct CsUnitLayout {
+  int layers = 0, kv_heads = 0, head_dim = 0, subspaces = 0, centroids = 0;
+  int list_stride = 0;  // S: every slot's lists are S entries apart (each fills its own capacity)
+  int max_points = 0;   // sampled prompt vectors kept per unit
+  float* samples = nullptr;      // [units][max_points][head_dim]
+  float* centroids_data = nullptr;  // [units][M * C * ds]
+  int32_t* list_index = nullptr;    // [units][M * C][S]
+  uint16_t* list_score = nullptr;   // [units][M * C][S]
+  int32_t* list_size = nullptr;     // [units][M * C]
+  float* tail = nullptr;            // [units][M * C]
+
+  SKIM_HOST_DEVICE int lists() const { return subspaces * centroids; }
+  SKIM_HOST_DEVICE size_t unit(int slot, int layer, int h) const {
+    return (size_t(slot) * layers + layer) * kv_heads + h;
+  }
+  SKIM_HOST_DEVICE CsTablesView view(size_t u) const {
+    return {centroids_data + u * size_t(lists()) * (head_dim / subspaces), list_index + u * size_t(lists()) * list_stride,
+            list_score + u * size_t(lists()) * list_stride, list_size + u * size_t(lists()), tail + u * size_t(lists())};
+  }
+};
+
+// Prefill rows [0, n) of one sequence (slot), layer `layer` (an indexed one): the (query, head)
+// vectors the build will cluster, the CPU's strided sample of the prompt's prompt x group
+// vectors (vector v = position x group + g; every `stride`-th, at most max_points), copied from
+// the bf16 queries q [n][num_heads][head_dim] as fp32 into the slot's samples.
+cudaError_t cs_sample_queries(const CsUnitLayout& t, int slot, int layer, const uint16_t* q, const int32_t* positions,
+                              int n, int num_heads, int stride, cudaStream_t stream);
+
+// A decode step's arguments, per (row r, KV head h), search s = r x kv + h, for layer `layer`:
+// the group-mean query (fp32, summed as the CPU's pooling: q_h / group in head order), the row's
+// new key (fp32, from the paged pool at its position), its insert (the row's slot's tables, its
+// capacity from capacities[slot]) and its search's tables, context (position + 1), window begin
+// (context - window, at least 0) and picks (keep x context, less the window). Every row must
+// run cs (row_slot >= 0).
+struct CsStepArgs {
+  CsUnitLayout tables;
+  int layer = 0, n = 0, num_heads = 0;
+  const uint16_t* q = nullptr;          // [n][num_heads][head_dim] bf16
+  const uint16_t* k_pool = nullptr;     // the layer's [pages][kv][page_size][head_dim] bf16
+  const int32_t* positions = nullptr;   // [n]
+  const int32_t* page_table = nullptr;  // [n][max_pages_per_seq]
+  int max_pages_per_seq = 0, page_size = 16;
+  const int32_t* row_slot = nullptr;    // [n]
+  const int32_t* capacities = nullptr;  // [slots] each slot's list capacity
+  int window = 0;
+  double keep = 0.0;  // as the CPU computes K: ceil(keep x context) in double
+  bool score_dot = true;
+  // Out, [n x kv]: queries and keys [.][head_dim], the kernels' argument arrays.
+  float* queries = nullptr;
+  float* keys = nullptr;
+  CsInsertArgs* inserts = nullptr;
+  CsTablesView* views = nullptr;
+  int32_t *context = nullptr, *window_begin = nullptr, *n_pick = nullptr;
+};
+cudaError_t cs_step_args(const CsStepArgs& args, cudaStream_t stream);
+
+// The token plan of `searches` searches in place: list s (row s of picks, max_picks apart) is
+// its picks (ascending, below the window) then the window [window_begin[s], context[s]);
+// lens[s] their count.
+cudaError_t cs_token_plan(int32_t* picks, const int32_t* pick_counts, int max_picks, const int32_t* context,
+                          const int32_t* window_begin, int searches, int32_t* lens, cudaStream_t stream);
+
+}  // namespace skim::cuda

@@ -1,7 +1,8 @@
 // cuda::CsState, CSAttention's per-sequence state in the GPU forward, against the CPU kernels
-// over the same tables: two sequences' prompts sampled chunk by chunk (the samples are the CPU's
-// strided sample of the prompt's (query, head) vectors), their tables built (each list at most
-// its sequence's capacity, at one stride), then one decode step of both: the new keys inserted
+// over the same tables: two sequences' prompts sampled chunk by chunk (every stride-th (query,
+// head) vector, the sample halved and the stride doubled as chunks would overflow it), their
+// tables built (each list at most its sequence's capacity, at one stride), then one decode step
+// of both: the new keys inserted
 // as cpu::cs_insert inserts them into a copy of the tables, the searches picking what
 // cpu::cs_select picks from the group-mean queries, and the token plans the picks then the
 // window. A dense layer (cs:dense_layers) holds no tables. Skips without a CUDA device.
@@ -41,7 +42,7 @@ TEST(CudaCsState, DecodeStepEqualsTheCpuKernelsOverItsTables) {
   p.list = 0.2;
   p.keep = 0.3;
   p.window = 16;
-  p.max_points = 300;
+  p.max_points = 100;  // room for 200: both prompts halve their samples (600 and 1204 vectors)
   p.dense_layers = 1;
   const cuda::CsStateShape shape{.num_layers = layers, .num_heads = H, .num_kv_heads = kv, .head_dim = d,
                                  .page_size = ps, .max_rows = 3, .max_context = max_context};
@@ -72,7 +73,6 @@ TEST(CudaCsState, DecodeStepEqualsTheCpuKernelsOverItsTables) {
   for (int s = 0; s < 2; ++s) {
     bool moved = false;
     slot[s] = cs.slot_for(&tables[s], 0, moved, stream);
-    cs.begin_prompt(slot[s], prompts[s]);
     prompt_q[size_t(s)].resize(size_t(layers) * prompts[s] * H * d);
     for (uint16_t& x : prompt_q[size_t(s)]) x = f32_to_bf16(test::random_vector(1)[0]);
     for (int begin = 0; begin < prompts[s];) {
@@ -80,6 +80,7 @@ TEST(CudaCsState, DecodeStepEqualsTheCpuKernelsOverItsTables) {
       std::vector<int32_t> positions(static_cast<size_t>(n));
       std::iota(positions.begin(), positions.end(), begin);
       auto dpos = to_device(positions);
+      cs.begin_chunk(slot[s], begin, n, stream);
       for (int l = 0; l < layers; ++l) {
         auto dq = to_device(std::vector<uint16_t>(prompt_q[size_t(s)].begin() + long((size_t(l) * prompts[s] + begin) * H * d),
                                                   prompt_q[size_t(s)].begin() + long((size_t(l) * prompts[s] + begin + n) * H * d)));
@@ -88,18 +89,24 @@ TEST(CudaCsState, DecodeStepEqualsTheCpuKernelsOverItsTables) {
       cuda::check(cudaDeviceSynchronize(), "cs_sample_queries");
       begin += n;
     }
-    cs.build(slot[s], k_pools, pages[size_t(s)], stream);
+    cs.build(slot[s], prompts[s], k_pools, pages[size_t(s)], stream);
   }
   const cuda::CsUnitLayout t = cs.layout();
   const int lists = p.subspaces * p.centroids, S = cs.list_stride(), ds = d / p.subspaces;
-  // The samples are the CPU's strided sample; every list holds min(capacity, prompt) entries.
+  // The samples: every stride-th vector, the stride doubled while the kept ones overflow 2 x
+  // points after a chunk; every list holds min(capacity, prompt) entries.
   for (int s = 0; s < 2; ++s)
     for (int l = 1; l < layers; ++l)
       for (int h = 0; h < kv; ++h) {
         const size_t u = t.unit(slot[s], cs.indexed_layer(l), h);
-        const int vectors = prompts[s] * group, stride = (vectors + p.max_points - 1) / p.max_points;
+        int vectors = 0, stride = 1;
+        for (int begin = 0; begin < prompts[s]; begin += 97) {
+          vectors += std::min(97, prompts[s] - begin) * group;
+          while ((vectors + stride - 1) / stride > 2 * p.max_points) stride *= 2;
+        }
+        ASSERT_GT(stride, 1) << "the case halves its samples";
         const int n = (vectors + stride - 1) / stride;
-        const std::vector<float> got = download(t.samples + u * p.max_points * d, size_t(n) * d);
+        const std::vector<float> got = download(t.samples + u * size_t(t.sample_capacity) * d, size_t(n) * d);
         for (int i = 0; i < n; ++i) {
           const int v = i * stride, pos = v / group, g = v % group;
           for (int j = 0; j < d; ++j)

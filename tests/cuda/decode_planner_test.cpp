@@ -48,7 +48,25 @@ TEST(DecodePlanner, BytesAreThoseOfThePlan) {
   EXPECT_EQ(planner.host_bytes(quest, 0, 1000), 1000 * per_token);  // a dense layer
   EXPECT_EQ(planner.host_bytes(quest, 1, 1000), pages * s.num_kv_heads * s.head_dim * 2 * 2.0);
   EXPECT_EQ(planner.device_bytes(nullptr), 0.0);
-  EXPECT_THROW(planner.acquire("cs", moved), Error);  // no GPU selection kernel
+  EXPECT_THROW(planner.acquire("cs", moved), Error);  // cs decodes alone on the GPU so far
+}
+
+// cs: its rows attend the forward's token plan (no page plan); it runs alone (no other policy
+// beside it, either way round), not with mac or art; its bytes are the keys it keeps and the
+// list entries a search reads.
+TEST(DecodePlanner, CsRunsAloneAndCountsItsKeysAndLists) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const cuda::PlannerShape s = shape();
+  const double per_token = 2.0 * s.num_kv_heads * s.head_dim * 2;
+  cuda::DecodePlanner planner("cs:keep=0.2,window=64,list=0.1,subspaces=4,dense_layers=1", s);
+  ASSERT_NE(planner.cs_params(0), nullptr);
+  EXPECT_EQ(planner.bytes_read(0, 0, 1000), 1000 * per_token);  // a dense layer
+  EXPECT_EQ(planner.bytes_read(0, 1, 1000), 200 * per_token + s.num_kv_heads * 4 * 100 * 6.0);
+  bool moved = false;
+  EXPECT_THROW(planner.acquire("dense", moved), Error);
+  EXPECT_EQ(planner.acquire("cs:keep=0.2,window=64,list=0.1,subspaces=4,dense_layers=1", moved), 0);  // itself
+  EXPECT_THROW(cuda::DecodePlanner("cs+art", s), Error);
+  EXPECT_THROW(cuda::DecodePlanner("cs+mac", s), Error);
 }
 
 // The dense fallback: a policy's rows attend every key in a step where its selection would leave

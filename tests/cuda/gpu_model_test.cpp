@@ -255,6 +255,15 @@ INSTANTIATE_TEST_SUITE_P(Policies, GpuSparsePolicy,
                                   (p.find("+art") != std::string::npos ? "_art" : "");
                          });
 
+// cs on the GPU (first cut, compiled, not yet run on a device; enable with the registry's "cuda"
+// for cs, attention/csattn.cpp): one centroid per subspace, so that both backends' k-means land
+// on the same centroid (the normalised mean of every prompt query: points above the prompt's
+// vectors, no sampling on either), hence the same lists up to near-ties of bf16 against fp32
+// queries.
+INSTANTIATE_TEST_SUITE_P(DISABLED_Cs, GpuSparsePolicy,
+                         ::testing::Values("cs:centroids=1,iters=2,points=65536,keep=0.2,list=0.5,window=64"),
+                         [](const auto&) { return std::string("cs"); });
+
 // ReSA on the GPU: group-sparse decode steps, and every f steps the engine re-runs the last f
 // tokens as a dense prefill on the GPU (rewriting their K/V and digests). Teacher-forced on the
 // demo-long prompt with f = 4: the logits follow the CPU policy's, rectification ran as often,

@@ -62,7 +62,7 @@ CsState::CsState(const CsStateShape& s, const CsParams& p) : shape_(s), p_(p) {
 CsUnitLayout CsState::layout() const {
   CsUnitLayout t{.layers = layers_, .kv_heads = shape_.num_kv_heads, .head_dim = shape_.head_dim,
                  .subspaces = p_.subspaces, .centroids = p_.centroids, .list_stride = stride_,
-                 .max_points = p_.max_points};
+                 .sample_capacity = 2 * p_.max_points};
   t.samples = const_cast<float*>(samples_.data());
   t.centroids_data = const_cast<float*>(centroids_.data());
   t.list_index = const_cast<int32_t*>(index_.data());
@@ -81,7 +81,8 @@ size_t CsState::bytes() const {
 void CsState::allocate(int slots) {
   const size_t units = size_t(slots) * layers_ * shape_.num_kv_heads, old = size_t(slots_) * layers_ * shape_.num_kv_heads;
   const size_t lists = size_t(p_.subspaces) * p_.centroids, d = size_t(shape_.head_dim);
-  grow_keeping(samples_, units * p_.max_points * d, old * p_.max_points * d);
+  const size_t room = 2 * size_t(p_.max_points);
+  grow_keeping(samples_, units * room * d, old * room * d);
   grow_keeping(centroids_, units * p_.centroids * d, old * p_.centroids * d);  // M x C x ds = C x d
   grow_keeping(tail_, units * lists, old * lists);
   grow_keeping(index_, units * lists * stride_, old * lists * stride_);
@@ -116,7 +117,7 @@ void CsState::fork(const PageTable* from, const PageTable* to, bool& moved, cuda
                           cudaMemcpyDeviceToDevice, stream),
           "cudaMemcpyAsync (cs tables)");
   };
-  copy(samples_, size_t(p_.max_points) * d);
+  copy(samples_, 2 * size_t(p_.max_points) * d);
   copy(centroids_, size_t(p_.centroids) * d);
   copy(tail_, lists);
   copy(index_, lists * stride_);
@@ -128,39 +129,52 @@ void CsState::fork(const PageTable* from, const PageTable* to, bool& moved, cuda
   info_[size_t(dst)] = info_[size_t(src)];
 }
 
-void CsState::begin_prompt(int slot, int tokens) {
-  SKIM_REQUIRE(slot >= 0 && slot < slots_ && tokens > 0, "cs: prompt of {} tokens in slot {}", tokens, slot);
-  const long vectors = long(tokens) * (shape_.num_heads / shape_.num_kv_heads);
+void CsState::begin_chunk(int slot, int first, int n, cudaStream_t stream) {
+  SKIM_REQUIRE(slot >= 0 && slot < slots_ && n > 0, "cs: a chunk of {} rows in slot {}", n, slot);
   SlotInfo& s = info_[size_t(slot)];
-  s = SlotInfo{.prompt = tokens, .stride = int((vectors + p_.max_points - 1) / p_.max_points),
-               .capacity = std::min(stride_, list_capacity(p_.list, tokens)), .built = false};
-  check(cudaMemcpy(capacities_.data() + slot, &s.capacity, sizeof(int32_t), cudaMemcpyHostToDevice),
-        "cudaMemcpy (cs capacity)");
+  if (s.built) return;  // a prompt appended after decoding began: its keys are inserted, not sampled
+  const int group = shape_.num_heads / shape_.num_kv_heads;
+  if (s.first < 0) s.first = first;
+  SKIM_REQUIRE(long(first - s.first) * group == s.vectors,
+               "cs: a prompt chunk at position {} does not follow the {} rows sampled so far", first,
+               s.vectors / group);
+  const long room = 2L * p_.max_points;
+  s.vectors += long(n) * group;
+  while (s.kept() > room) {  // halve what is kept so far (before this chunk's rows arrive)
+    const long before = long(first - s.first) * group;
+    check(cs_halve_samples(layout(), slot, int((before + s.stride - 1) / s.stride), stream), "cs_halve_samples");
+    s.stride *= 2;
+  }
 }
 
 void CsState::sample_queries(int slot, int layer, const uint16_t* q, const int32_t* positions, int n,
                              cudaStream_t stream) {
   if (dense_layer(layer)) return;
-  SKIM_REQUIRE(slot >= 0 && slot < slots_ && info_[size_t(slot)].prompt > 0, "cs: slot {} has no prompt begun", slot);
-  check(cs_sample_queries(layout(), slot, indexed_layer(layer), q, positions, n, shape_.num_heads,
-                          info_[size_t(slot)].stride, stream),
+  const SlotInfo& s = info_[size_t(slot)];
+  if (s.built) return;
+  SKIM_REQUIRE(s.first >= 0, "cs: slot {} samples a chunk it did not begin", slot);
+  check(cs_sample_queries(layout(), slot, indexed_layer(layer), q, positions, n, shape_.num_heads, s.first, s.stride,
+                          stream),
         "cs_sample_queries");
 }
 
-void CsState::build(int slot, const std::vector<const uint16_t*>& k_pools, const std::vector<int32_t>& pages,
-                    cudaStream_t stream) {
+void CsState::build(int slot, int num_keys, const std::vector<const uint16_t*>& k_pools,
+                    const std::vector<int32_t>& pages, cudaStream_t stream) {
   SlotInfo& s = info_[size_t(slot)];
-  SKIM_REQUIRE(s.prompt > 0 && !s.built, "cs: slot {} has no prompt to build from", slot);
+  SKIM_REQUIRE(!s.built && s.vectors > 0 && num_keys > 0,
+               "policy cs: a sequence reached decoding without prompt queries to build its tables from (cs "
+               "indexes the prompt during prefill)");
   SKIM_REQUIRE(int(k_pools.size()) == shape_.num_layers, "cs: {} layer pools for {} layers", k_pools.size(),
                shape_.num_layers);
   const int kv = shape_.num_kv_heads, M = p_.subspaces;
-  const long vectors = long(s.prompt) * (shape_.num_heads / kv);
-  const int sampled = int((vectors + s.stride - 1) / s.stride);
+  s.capacity = std::min(stride_, list_capacity(p_.list, num_keys));
+  check(cudaMemcpy(capacities_.data() + slot, &s.capacity, sizeof(int32_t), cudaMemcpyHostToDevice),
+        "cudaMemcpy (cs capacity)");
   upload(build_pages_, pages.data(), pages.size());
   const CsBuildArgsBf16 shapes{.head_dim = shape_.head_dim, .subspaces = M, .centroids = p_.centroids,
                                .iters = p_.iters, .max_points = p_.max_points, .list_capacity = s.capacity,
                                .list_stride = stride_, .score_dot = p_.score_dot};
-  const size_t ws = cs_build_workspace_size(shapes, kv * M, s.prompt);
+  const size_t ws = cs_build_workspace_size(shapes, kv * M, num_keys);
   SKIM_REQUIRE(ws > 0, "policy: cs's table build does not support this shape on the GPU");
   if (build_ws_.bytes() < ws) build_ws_.resize(ws);
   const CsUnitLayout t = layout();
@@ -173,14 +187,14 @@ void CsState::build(int slot, const std::vector<const uint16_t*>& k_pools, const
       for (int m = 0; m < M; ++m) {
         CsBuildArgsBf16 b = shapes;
         b.subspace = m;
-        b.vectors = t.samples + u * p_.max_points * shape_.head_dim;
-        b.num_vectors = sampled;  // already the CPU's strided sample: the build takes every one
+        b.vectors = t.samples + u * size_t(t.sample_capacity) * shape_.head_dim;
+        b.num_vectors = s.kept();  // the build takes every ceil(kept / points)-th of them
         b.k_pool = k_pools[size_t(l)];
         b.pages = build_pages_.data();
         b.page_size = shape_.page_size;
         b.num_kv_heads = kv;
         b.kv_head = h;
-        b.num_keys = s.prompt;
+        b.num_keys = num_keys;
         b.centroids_out = const_cast<float*>(v.centroids);
         b.list_index = const_cast<int32_t*>(v.list_index);
         b.list_score = const_cast<uint16_t*>(v.list_score);
@@ -192,7 +206,7 @@ void CsState::build(int slot, const std::vector<const uint16_t*>& k_pools, const
     check(cudaMemcpyAsync(builds_.data(), builds.data(), builds.size() * sizeof(CsBuildArgsBf16),
                           cudaMemcpyHostToDevice, stream),
           "cudaMemcpyAsync (cs builds)");
-    check(cs_build(builds_.data(), int(builds.size()), shapes, s.prompt, {build_ws_.data(), build_ws_.bytes()}, stream),
+    check(cs_build(builds_.data(), int(builds.size()), shapes, num_keys, {build_ws_.data(), build_ws_.bytes()}, stream),
           "cs_build");
     check(cudaStreamSynchronize(stream), "cs_build");  // `builds` is reused for the next layer
   }

@@ -5,11 +5,17 @@
 // prompt's (query, head) vectors the build clusters. Unlike MAC's rings the tables are the
 // sequence's state, not a cache: growing the slots copies them.
 //
-// A sequence's life: slot_for, begin_prompt (its prompt length fixes the sample stride and the
-// lists' capacity), sample_queries for each prefill chunk and layer, build once after the last
-// chunk (outside graphs), then decode_layer in every decode step's graph: the rows' new keys
-// inserted, their searches, the token plan of picks + window. Nothing here allocates inside a
-// step.
+// A sequence's life: slot_for; for each prefill chunk begin_chunk (host bookkeeping of the
+// sample), then sample_queries per layer; build once at its first decode step (outside graphs),
+// then decode_layer in every decode step's graph: the rows' new keys inserted, their searches,
+// the token plan of picks + window. Nothing here allocates inside a step.
+//
+// The sample: the CPU keeps every prompt query and, at the build, clusters every
+// ceil(vectors / points)-th. The GPU does not know a prompt's length before its last chunk (the
+// scheduler appends chunk by chunk), so it keeps every stride-th vector in room for 2 x points
+// and, when a chunk would overflow it, halves the sample in place and doubles the stride; the
+// build then takes every ceil(kept / points)-th of those: between points / 2 and points vectors,
+// evenly spread over the prompt as the CPU's are (not the same ones).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,16 +50,17 @@ class CsState {
   void fork(const PageTable* from, const PageTable* to, bool& moved, cudaStream_t stream);
   void drop(const PageTable* t) { slots_of_.drop(t); }
 
-  // The prompt of the sequence in `slot` holds `tokens` tokens: its sample stride and lists'
-  // capacity (host state, before its first prefill chunk).
-  void begin_prompt(int slot, int tokens);
-  // Layer `layer` of a prefill chunk of that sequence: rows [0, n) with their bf16 queries
-  // [n][num_heads][head_dim]; a dense layer does nothing.
+  // A prefill chunk of the sequence in `slot`, n rows from position `first` on (after its
+  // earlier chunks): the sample's stride for it (halving the sample when it would overflow).
+  void begin_chunk(int slot, int first, int n, cudaStream_t stream);
+  // Layer `layer` of that chunk: rows [0, n) with their bf16 queries [n][num_heads][head_dim];
+  // a dense layer does nothing.
   void sample_queries(int slot, int layer, const uint16_t* q, const int32_t* positions, int n, cudaStream_t stream);
-  // After the prompt's last chunk: every indexed layer's tables from the samples and the keys
-  // [0, prompt) of `k_pools` (per layer, [pages][kv][page_size][head_dim] bf16), the sequence's
-  // pages `pages` (host ids). Synchronises the stream (outside graphs, once a sequence).
-  void build(int slot, const std::vector<const uint16_t*>& k_pools, const std::vector<int32_t>& pages,
+  // At the sequence's first decode step: every indexed layer's tables from the sample and the
+  // keys [0, num_keys) of `k_pools` (per layer, [pages][kv][page_size][head_dim] bf16), the
+  // sequence's pages `pages` (host ids); the lists' capacity from num_keys, as the CPU's.
+  // Synchronises the stream (outside graphs, once a sequence).
+  void build(int slot, int num_keys, const std::vector<const uint16_t*>& k_pools, const std::vector<int32_t>& pages,
              cudaStream_t stream);
   bool built(int slot) const { return slot >= 0 && size_t(slot) < info_.size() && info_[size_t(slot)].built; }
 
@@ -82,8 +89,12 @@ class CsState {
 
  private:
   struct SlotInfo {
-    int prompt = 0, stride = 1, capacity = 0;
+    int first = -1;    // position of the first sampled row (-1: none yet)
+    long vectors = 0;  // (query, head) vectors offered so far
+    int stride = 1;    // every stride-th is kept
+    int capacity = 0;  // its lists' (at the build)
     bool built = false;
+    int kept() const { return int((vectors + stride - 1) / stride); }
   };
   void allocate(int slots);
 

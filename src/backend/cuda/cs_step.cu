@@ -13,13 +13,22 @@ __device__ __forceinline__ float bf16_value(uint16_t x) { return __bfloat162floa
 
 // CTA (row, query head): thread i copies dims i, i + blockDim.x, ... of a sampled vector.
 __global__ void sample_kernel(const CsUnitLayout t, int slot, int layer, const uint16_t* q, const int32_t* positions,
-                              int num_heads, int stride) {
+                              int num_heads, int first, int stride) {
   const int r = blockIdx.x, hq = blockIdx.y, d = t.head_dim, group = num_heads / t.kv_heads;
-  const long v = long(positions[r]) * group + hq % group;  // the vector's index in the group's prompt
-  if (v % stride != 0 || v / stride >= t.max_points) return;
-  float* out = t.samples + (t.unit(slot, layer, hq / group) * t.max_points + size_t(v / stride)) * d;
+  const long v = long(positions[r] - first) * group + hq % group;  // the vector's index in the group's prompt
+  if (v < 0 || v % stride != 0 || v / stride >= t.sample_capacity) return;
+  float* out = t.samples + (t.unit(slot, layer, hq / group) * t.sample_capacity + size_t(v / stride)) * d;
   const uint16_t* in = q + (size_t(r) * num_heads + hq) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x) out[i] = bf16_value(in[i]);
+}
+
+// CTA per (layer, KV head) unit of the slot, a thread per dim: sample i <- sample 2i in
+// ascending i (each thread alone on its dim: a read at 2i is never a slot written before it).
+__global__ void halve_kernel(const CsUnitLayout t, int slot, int kept) {
+  const int layer = blockIdx.x / t.kv_heads, h = blockIdx.x % t.kv_heads, d = t.head_dim;
+  float* s = t.samples + t.unit(slot, layer, h) * t.sample_capacity * d;
+  for (int j = threadIdx.x; j < d; j += blockDim.x)
+    for (int i = 1; 2 * i < kept; ++i) s[size_t(i) * d + j] = s[size_t(2 * i) * d + j];
 }
 
 // CTA (row, KV head): thread i computes dims i, i + blockDim.x, ... of the pooled query and the
@@ -74,10 +83,17 @@ __global__ void token_plan_kernel(int32_t* picks, const int32_t* pick_counts, in
 }  // namespace
 
 cudaError_t cs_sample_queries(const CsUnitLayout& t, int slot, int layer, const uint16_t* q, const int32_t* positions,
-                              int n, int num_heads, int stride, cudaStream_t stream) {
+                              int n, int num_heads, int first, int stride, cudaStream_t stream) {
   if (n < 0 || stride < 1 || t.kv_heads <= 0 || num_heads % t.kv_heads != 0 || !t.samples) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  sample_kernel<<<dim3(n, num_heads), 128, 0, stream>>>(t, slot, layer, q, positions, num_heads, stride);
+  sample_kernel<<<dim3(n, num_heads), 128, 0, stream>>>(t, slot, layer, q, positions, num_heads, first, stride);
+  return cudaGetLastError();
+}
+
+cudaError_t cs_halve_samples(const CsUnitLayout& t, int slot, int kept, cudaStream_t stream) {
+  if (kept < 0 || t.layers < 0 || !t.samples) return cudaErrorInvalidValue;
+  if (kept < 3 || t.layers == 0) return cudaSuccess;
+  halve_kernel<<<t.layers * t.kv_heads, 128, 0, stream>>>(t, slot, kept);
   return cudaGetLastError();
 }
 

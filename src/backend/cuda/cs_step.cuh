@@ -17,8 +17,8 @@ namespace skim::cuda {
 struct CsUnitLayout {
   int layers = 0, kv_heads = 0, head_dim = 0, subspaces = 0, centroids = 0;
   int list_stride = 0;  // S: every slot's lists are S entries apart (each fills its own capacity)
-  int max_points = 0;   // sampled prompt vectors kept per unit
-  float* samples = nullptr;      // [units][max_points][head_dim]
+  int sample_capacity = 0;  // sampled prompt vectors a unit holds (twice the build's points)
+  float* samples = nullptr;      // [units][sample_capacity][head_dim]
   float* centroids_data = nullptr;  // [units][M * C * ds]
   int32_t* list_index = nullptr;    // [units][M * C][S]
   uint16_t* list_score = nullptr;   // [units][M * C][S]
@@ -36,11 +36,14 @@ struct CsUnitLayout {
 };
 
 // Prefill rows [0, n) of one sequence (slot), layer `layer` (an indexed one): the (query, head)
-// vectors the build will cluster, the CPU's strided sample of the prompt's prompt x group
-// vectors (vector v = position x group + g; every `stride`-th, at most max_points), copied from
+// vectors the build will cluster, a strided sample of the prompt's (vector v = (position -
+// first) x group + g, every `stride`-th at index v / stride, below sample_capacity), copied from
 // the bf16 queries q [n][num_heads][head_dim] as fp32 into the slot's samples.
 cudaError_t cs_sample_queries(const CsUnitLayout& t, int slot, int layer, const uint16_t* q, const int32_t* positions,
-                              int n, int num_heads, int stride, cudaStream_t stream);
+                              int n, int num_heads, int first, int stride, cudaStream_t stream);
+// The slot's samples of every indexed layer and KV head halved in place, sample i <- sample 2i
+// for i < kept / 2 (the stride doubles: the sample stays every stride-th vector).
+cudaError_t cs_halve_samples(const CsUnitLayout& t, int slot, int kept, cudaStream_t stream);
 
 // A decode step's arguments, per (row r, KV head h), search s = r x kv + h, for layer `layer`:
 // the group-mean query (fp32, summed as the CPU's pooling: q_h / group in head order), the row's

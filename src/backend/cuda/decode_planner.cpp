@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <optional>
 
 #include <fmt/format.h>
 
 #include "attention/art.h"
+#include "attention/csattn.h"
 #include "attention/mac.h"
 #include "attention/retro.h"
 #include "attention/policy_registry.h"
@@ -25,6 +27,32 @@ namespace {
 double kv_bytes_per_token(const PlannerShape& s) { return 2.0 * s.num_kv_heads * s.head_dim * sizeof(uint16_t); }
 
 PlanRows rows_of(const PlanInput& in, uint32_t rows) { return {in.row_policy, rows}; }
+
+// CSAttention: its dense layers attend every key; the others attend the token plan the forward's
+// CsState makes (DevicePlan::cs), so nothing is planned here. Its bytes: the keys it keeps
+// (keep x length, at least the window) and the list entries a search reads (M subspaces' lists
+// of at most list x length entries, 6 bytes each; the back-off's more are not counted).
+class CsRows final : public RowPlanner {
+ public:
+  CsRows(const PlannerShape& s, const CsParams& p) : s_(s), p_(p) {}
+  bool dense_in(int layer) const override { return layer < p_.dense_layers; }
+  void select(const PlanInput&, uint32_t, const Out&, cudaStream_t) override {}
+  double bytes_read(int layer, int length) const override {
+    if (dense_in(layer)) return length * kv_bytes_per_token(s_);
+    const int kept = std::min(length, std::max({1, int(std::ceil(p_.keep * length)), std::min(length, p_.window)}));
+    return kept * kv_bytes_per_token(s_) + metadata_bytes(layer, length);
+  }
+  double metadata_bytes(int layer, int length) const override {
+    if (dense_in(layer)) return 0;
+    const double entries = p_.list <= 1.0 ? std::ceil(p_.list * length) : p_.list;
+    return double(s_.num_kv_heads) * p_.subspaces * entries * 6.0;
+  }
+  const CsParams* cs_params() const override { return &p_; }
+
+ private:
+  PlannerShape s_;
+  CsParams p_;
+};
 
 // Sinks plus a recent window of pages (streaming), or every key (dense: no window; passed
 // through as the step's own page tables when no row of the step selects): window_page_plan.
@@ -278,6 +306,8 @@ class RetroRows final : public StageRows {
 // selector the registry lists for cuda without a planner here is an internal error.
 std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const PlannerShape& shape) {
   const PolicySpec spec = parse_policy_spec(policy);
+  SKIM_REQUIRE(!spec.find("cs") || (!spec.find("mac") && !spec.find("art")),
+               "policy {}: cs with mac or art runs on the CPU only so far (drop --device cuda)", policy);
   if (const PolicyPart* retro = spec.find("retro")) {
     const PolicyPart* base = nullptr;
     for (const PolicyPart& part : spec.parts)
@@ -345,6 +375,7 @@ std::unique_ptr<RowPlanner> make_selection_planner(const std::string& policy, co
       const GroupBlockParams p = group_block_params(part, dense_layers);
       return std::make_unique<GroupPageRows>(shape, p, dense_layers, policy);
     }
+    if (part.name == "cs") return std::make_unique<CsRows>(shape, cs_params(part));
     SKIM_REQUIRE(false, "policy {}: {} has no GPU selection kernel (the registry says it runs on cuda: a bug)",
                  policy, part.name);
   }
@@ -391,7 +422,13 @@ int DecodePlanner::acquire(const std::string& policy, bool& moved) {
     }
   std::unique_ptr<RowPlanner> p = make_row_planner(policy, s_);
   for (const Slot& other : slots_)
-    if (other.planner && other.users > 0) check_pipelines(*p, policy, other.policy, *other.planner);
+    if (other.planner && other.users > 0) {
+      check_pipelines(*p, policy, other.policy, *other.planner);
+      // A step's rows attend one kind of plan: pages, or cs's tokens (mixing them is not built).
+      SKIM_REQUIRE(!p->cs_params() && !other.planner->cs_params(),
+                   "policy {}: cs runs alone on the GPU so far: it cannot decode beside {} (the engine's policy "
+                   "and every request's must be the one cs policy)", policy, other.policy);
+    }
   size_t at = slots_.size();  // a new index while there are fewer than kMaxPolicies
   if (at == size_t(kMaxPolicies)) {
     for (at = 0; at < slots_.size() && slots_[at].users > 0; ++at) {}
@@ -448,6 +485,16 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
     const bool all_keys = p.dense_in(in.layer) || (in.dense_policies >> i & 1u);
     (all_keys ? dense : select) |= 1u << i;
     if (!all_keys) masks |= p.writes_masks();
+  }
+  // CSAttention (so far a step of cs rows alone): its indexed layers attend the forward's token
+  // plan, nothing to plan here.
+  for (uint32_t m = select; m; m &= m - 1) {
+    if (!slots_[size_t(std::countr_zero(m))].planner->cs_params()) continue;
+    SKIM_REQUIRE(std::has_single_bit(in.policies), "planner: a cs step with {} policies (acquire refuses mixing)",
+                 std::popcount(in.policies));
+    DevicePlan p{false, in.page_table, in.seq_lens, in.max_seq_len};
+    p.cs = true;
+    return p;
   }
   uint32_t mac = 0;  // present policies running MAC
   bool retro = false;
@@ -510,6 +557,16 @@ int DecodePlanner::mac_capacity() const {
 
 const MacRowRule* DecodePlanner::mac_rule(int index) const {
   return size_t(index) < slots_.size() && slots_[size_t(index)].planner ? slots_[size_t(index)].planner->mac_rule()
+                                                                         : nullptr;
+}
+
+const std::string& DecodePlanner::policy(int index) const {
+  SKIM_REQUIRE(index >= 0 && size_t(index) < slots_.size(), "planner: no policy at index {}", index);
+  return slots_[size_t(index)].policy;
+}
+
+const CsParams* DecodePlanner::cs_params(int index) const {
+  return size_t(index) < slots_.size() && slots_[size_t(index)].planner ? slots_[size_t(index)].planner->cs_params()
                                                                          : nullptr;
 }
 

@@ -28,6 +28,10 @@
 #include "backend/cuda/device_memory.h"
 #include "model/config.h"
 
+namespace skim {
+struct CsParams;  // attention/csattn.h
+}
+
 namespace skim::cuda {
 
 // One layer's decode rows, device pointers.
@@ -64,6 +68,9 @@ struct DevicePlan {
   uint32_t mac_policies = 0;
   // When a row of the step runs RetroAttention: every policy index's rule (inactive for the others).
   const RetroRowRule* retro_rules = nullptr;
+  // Every row of the step runs CSAttention, indexed at this layer: the forward's CsState plans
+  // tokens (the page lists above are unused).
+  bool cs = false;
 };
 
 struct PlannerShape {
@@ -112,6 +119,8 @@ class RowPlanner {
   // dense_below() (0: never), and how many a row of `length` tokens leaves unread.
   virtual int dense_below() const { return 0; }
   virtual int skipped_tokens(int /*length*/) const { return 0; }
+  // CSAttention: its rows attend a token plan the forward's CsState makes (no page plan here).
+  virtual const CsParams* cs_params() const { return nullptr; }
 };
 
 // The rule ART runs on the GPU for a policy string's `art` part over its selector (`base`,
@@ -161,6 +170,8 @@ class DecodePlanner {
   // The largest output cache a registered retro policy keeps (w entries; 0: none), and index's rule.
   int retro_entries() const;
   const RetroRowRule* retro_rule(int index) const;
+  const CsParams* cs_params(int index) const;  // index's CSAttention parameters, or null
+  const std::string& policy(int index) const;   // index's policy string
 
  private:
   void reserve(const RowPlanner& p, bool& moved);

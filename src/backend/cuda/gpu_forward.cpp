@@ -100,6 +100,7 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   reserve_art(moved);
   reserve_mac(moved);
   reserve_retro(moved);
+  reserve_cs(0, moved);
   check(cudaDeviceSynchronize(), "GPU forward set-up");
 }
 
@@ -134,6 +135,7 @@ int GpuForward::acquire_policy(const std::string& policy) {
   reserve_art(moved);
   reserve_mac(moved);
   reserve_retro(moved);
+  reserve_cs(index, moved);
   if (moved) drop_graphs();  // they point at the old plan buffers, or ran another policy at an index
   return index;
 }
@@ -206,6 +208,7 @@ uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const i
     staging_[in.retro_slot + r] = retro ? retro_.slot_for(&t, policy, moved, stream_) : -1;
     staging_[in.retro_step + r] = retro_steps.empty() ? 0 : retro_steps[size_t(r)];
     staging_[in.plan_policy + r] = retro && !newest ? InputLayout::kNoPlan : policy;  // a past row: its newest's plan
+    staging_[in.cs_slot + r] = cs_ && planner_->cs_params(policy) ? cs_->slot_for(&t, policy, moved, stream_) : -1;
     if (moved) drop_graphs();
     std::copy(t.pages.begin(), t.pages.end(), staging_ + in.table + size_t(r) * maxp);
   }
@@ -233,8 +236,9 @@ double GpuForward::decode_bytes_read(int length, int index) const {
 // KV beyond GPU memory maps plans of page selectors (and dense rows) only: MAC's and Retro's
 // stages and ART's kernel read lists of their own.
 void GpuForward::require_host_kv_policy(int index, const std::string& policy) const {
-  SKIM_REQUIRE(!planner_->mac_rule(index) && !planner_->retro_rule(index) && !planner_->art_rule(index),
-               "policy {}: KV beyond GPU memory runs dense, streaming, quest, gbsa and resa (not mac, retro or art)",
+  SKIM_REQUIRE(!planner_->mac_rule(index) && !planner_->retro_rule(index) && !planner_->art_rule(index) &&
+                   !planner_->cs_params(index),
+               "policy {}: KV beyond GPU memory runs dense, streaming, quest, gbsa and resa (not mac, retro, art or cs)",
                policy);
 }
 
@@ -380,6 +384,7 @@ void GpuForward::attention(int n, int layer) {
     pa.workspace_bytes = prefill_workspace_.bytes();
     check(paged_prefill_attention(pa, stream_), "paged_prefill_attention");
     if (pass_.mac_first >= 0) fill_mac_rings(layer, n, stream_);
+    if (pass_.cs_slot >= 0) cs_->sample_queries(pass_.cs_slot, layer, q_.data(), pa.positions, n, stream_);
   } else {
     attend_decode(layer, n, pass_.max_seq_len, table, inputs_.data() + in.seq_lens, stream_);
   }
@@ -437,6 +442,10 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
                     .head_masks = plan.head_masks, .o = o_.data(),
                     .lse = lse_.data(), .workspace = attn_workspace_.data(),
                     .workspace_bytes = attn_workspace_.bytes()};
+  if (plan.cs) {  // every row runs cs, indexed here: its token plan over the rows' own pages
+    attend_cs(l, n, a, s);
+    return;
+  }
   if (host_kv_ && plan.per_kv_head) {  // the selected pages through the device cache (rows' own tables: the host pools)
     host_kv_->map_layer(l, n, plan.table, plan.lens, cache_, s);
     a.k_pool = host_kv_->k(l);
@@ -558,6 +567,7 @@ int GpuForward::launch(const ForwardBatch& batch) {
   for (int r = 0; chunk && staged_runs_ > 1 && r < n; ++r)
     chunk = batch.policy.empty() || !planner_->mac_rule(batch.policy[size_t(r)]);
   if (batch.decode) {  // one graph per step, the logits rows (all, or the newest of each sequence) as data
+    build_cs_tables(batch);  // a cs sequence's first step: its tables, outside the graph
     check(cudaGraphLaunch(graph(n, max_len, false, policies, dense, all_rows ? -1 : nl), stream_), "cudaGraphLaunch");
     return nl;
   }
@@ -568,6 +578,7 @@ int GpuForward::launch(const ForwardBatch& batch) {
     pass.mac_first = std::max(0, n - mac->window);
     pass.mac_band = mac->band;
   }
+  begin_cs_chunk(batch, pass);  // a cs sequence's chunk: its queries sampled for the tables
   enqueue(n, nl, pass, false);
   if (host_kv_) host_kv_->invalidate(stream_);  // the chunk wrote pages no map saw
   return nl;

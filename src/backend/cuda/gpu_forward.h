@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "attention/art_decode_args.h"
+#include "backend/cuda/cs_state.h"
 #include "backend/cuda/decode_planner.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gpu_kv_cache.h"
@@ -85,8 +86,7 @@ class GpuForward final : public Forward, private Backend {
                                    std::vector<TokenLogprob>* logprobs = nullptr) override;
   void reserve(PageTable& table, int length) override { cache_.pool().reserve(table, length); }
   void release(PageTable& table) override {
-    mac_.drop(&table);
-    retro_.drop(&table);
+    drop_state(table);
     cache_.pool().release(table);
   }
   void shrink(PageTable& table, int length) override { cache_.pool().shrink(table, length); }
@@ -97,11 +97,13 @@ class GpuForward final : public Forward, private Backend {
     bool moved = false;
     mac_.fork(&from, &to, moved, stream_);
     retro_.fork(&from, &to, moved, stream_);
+    if (cs_) cs_->fork(&from, &to, moved, stream_);
     if (moved) drop_graphs();  // the state grew: the graphs point at freed memory
   }
   void drop_state(const PageTable& table) override {
     mac_.drop(&table);
     retro_.drop(&table);
+    if (cs_) cs_->drop(&table);
   }
   // A decode batch mixes policies: each row is planned by its own (decode_planner.h).
   bool mixes_policies() const override { return true; }
@@ -164,6 +166,7 @@ class GpuForward final : public Forward, private Backend {
     // A prefill chunk of a sequence that runs MAC: its rows [mac_first, n) (the last ring's
     // worth) become ring entries, their prefix states over [0, mac_prefix_end(pos, mac_band)).
     int mac_first = -1, mac_band = 0;
+    int cs_slot = -1;  // a prefill chunk of a sequence that runs cs: its slot (its queries are sampled)
   };
   // Enqueues the whole forward pass of n staged rows on the stream, logits of `logits_n` rows;
   // `advance`: then each row's argmax becomes its next input (decode_greedy).
@@ -191,6 +194,13 @@ class GpuForward final : public Forward, private Backend {
   // rows' unseen pages, one kernel pass, the merge with their cached states).
   void attend_retro(int layer, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t stream);
   void reserve_retro(bool& moved);
+  // CSAttention (gpu_forward_cs.cpp): its state once a cs policy is registered; a prefill
+  // chunk's queries sampled; a decode step's tables built before its graph (host code); the
+  // step's layer as a token plan over the rows' own pages.
+  void reserve_cs(int index, bool& moved);
+  void begin_cs_chunk(const ForwardBatch& batch, Pass& pass);
+  void build_cs_tables(const ForwardBatch& batch);
+  void attend_cs(int layer, int n, const PagedDecodeArgs& base, cudaStream_t stream);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
   void require_host_kv_policy(int index, const std::string& policy) const;
   void check_host_kv();
@@ -245,6 +255,9 @@ class GpuForward final : public Forward, private Backend {
   int mac_forced_hits_ = -1;
   DeviceBuffer<uint16_t> q_pre_;            // pre-RoPE queries [max_rows][heads][head_dim] (MAC)
   RetroState retro_;                        // RetroAttention's masks and caches, once a retro policy is registered
+  std::unique_ptr<CsState> cs_;             // CSAttention's tables, once a cs policy is registered
+  std::string cs_policy_;                   // the policy string cs_ was made for
+  DeviceBuffer<uint8_t> token_workspace_;   // token_decode_attention's (cs)
   double decode_bytes_total_ = 0;  // the host-counted part
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.

@@ -13,12 +13,12 @@ namespace skim::cuda {
 // rows of one sequence starts, and n (PagedPrefillArgs::seq_rows), R + 1 entries.
 struct InputLayout {
   static constexpr int32_t kNoPlan = 31;  // no planner holds it
-  size_t tokens, positions, seq_lens, rows, policy, mac_slot, plan_policy, retro_step, newest_row, retro_slot, seq_rows,
-      table;
+  size_t tokens, positions, seq_lens, rows, policy, mac_slot, plan_policy, retro_step, newest_row, retro_slot, cs_slot,
+      seq_rows, table;
   explicit InputLayout(int max_rows) {
     size_t at = 0, R = size_t(max_rows);
     for (size_t* f : {&tokens, &positions, &seq_lens, &rows, &policy, &mac_slot, &plan_policy, &retro_step,
-                      &newest_row, &retro_slot, &seq_rows, &table}) {
+                      &newest_row, &retro_slot, &cs_slot, &seq_rows, &table}) {
       *f = at;
       at += f == &seq_rows ? R + 1 : R;
     }

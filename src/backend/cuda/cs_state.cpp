@@ -7,6 +7,7 @@
 #include "backend/cuda/cs_build.cuh"
 #include "backend/cuda/cs_insert.cuh"
 #include "backend/cuda/cs_select.cuh"
+#include "backend/cuda/ops.cuh"
 #include "core/error.h"
 
 namespace skim::cuda {
@@ -145,6 +146,13 @@ void CsState::begin_chunk(int slot, int first, int n, cudaStream_t stream) {
     check(cs_halve_samples(layout(), slot, int((before + s.stride - 1) / s.stride), stream), "cs_halve_samples");
     s.stride *= 2;
   }
+}
+
+void CsState::random_sample(int slot, int tokens, uint64_t seed, cudaStream_t stream) {
+  begin_chunk(slot, 0, tokens, stream);
+  const CsUnitLayout t = layout();
+  const size_t per_slot = size_t(layers_) * shape_.num_kv_heads * t.sample_capacity * shape_.head_dim;
+  fill_random_f32(t.samples + size_t(slot) * per_slot, per_slot, seed, 1.0f, stream);
 }
 
 void CsState::sample_queries(int slot, int layer, const uint16_t* q, const int32_t* positions, int n,

@@ -62,6 +62,9 @@ class CsState {
   // Synchronises the stream (outside graphs, once a sequence).
   void build(int slot, int num_keys, const std::vector<const uint16_t*>& k_pools, const std::vector<int32_t>& pages,
              cudaStream_t stream);
+  // Benchmarks: a prompt of `tokens` tokens from position 0 whose sample holds random queries
+  // (a context of random K/V has none), as begin_chunk and sample_queries would leave it.
+  void random_sample(int slot, int tokens, uint64_t seed, cudaStream_t stream);
   bool built(int slot) const { return slot >= 0 && size_t(slot) < info_.size() && info_[size_t(slot)].built; }
 
   // One decode step's layer (an indexed one), every row a cs row with built tables (row_slot):

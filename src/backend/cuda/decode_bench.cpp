@@ -426,8 +426,9 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
     t.length = context;
     ptrs.push_back(&t);
   }
+  fwd.bench_prompts(ptrs, policies);  // cs: a sample of random prompt queries for its tables
   std::vector<int32_t> first(size_t(batch), 1);
-  fwd.decode_greedy(ptrs, first, warm, policies);  // captures the graph, warms clocks and caches
+  fwd.decode_greedy(ptrs, first, warm, policies);  // captures the graph (cs: builds its tables), warms clocks
   const double counted0 = *fwd.decode_kv_bytes_read();
   const HostKVSlots::Totals host0 = fwd.host_kv_totals();
   const DecodeRun run = fwd.decode_greedy(ptrs, first, steps, policies);

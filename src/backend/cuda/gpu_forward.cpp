@@ -567,7 +567,7 @@ int GpuForward::launch(const ForwardBatch& batch) {
   for (int r = 0; chunk && staged_runs_ > 1 && r < n; ++r)
     chunk = batch.policy.empty() || !planner_->mac_rule(batch.policy[size_t(r)]);
   if (batch.decode) {  // one graph per step, the logits rows (all, or the newest of each sequence) as data
-    build_cs_tables(batch);  // a cs sequence's first step: its tables, outside the graph
+    build_cs_tables(batch.tables, batch.positions, batch.policy);  // a cs sequence's first step: its tables, outside the graph
     check(cudaGraphLaunch(graph(n, max_len, false, policies, dense, all_rows ? -1 : nl), stream_), "cudaGraphLaunch");
     return nl;
   }
@@ -709,6 +709,7 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
     next_host_steps_ = size_t(steps);
   }
   const uint32_t present = stage(tables, first, positions, {}, policies);
+  build_cs_tables(tables, positions, policies);
   cudaGraphExec_t exec = graph(n, max_len, true, present, dense_policies(policies, positions));
 
   const double ms = gpu_time_ms(stream_, [&] {

@@ -105,6 +105,9 @@ class GpuForward final : public Forward, private Backend {
     retro_.drop(&table);
     if (cs_) cs_->drop(&table);
   }
+  // Benchmarks: each table's sequence (of policy index policies[i], cs or not) as if its
+  // t.length tokens had been prefilled under it; for cs, a prompt sample of random queries.
+  void bench_prompts(std::span<PageTable* const> tables, std::span<const int32_t> policies);
   // A decode batch mixes policies: each row is planned by its own (decode_planner.h).
   bool mixes_policies() const override { return true; }
   int acquire_policy(const std::string& policy) override;
@@ -199,7 +202,8 @@ class GpuForward final : public Forward, private Backend {
   // step's layer as a token plan over the rows' own pages.
   void reserve_cs(int index, bool& moved);
   void begin_cs_chunk(const ForwardBatch& batch, Pass& pass);
-  void build_cs_tables(const ForwardBatch& batch);
+  void build_cs_tables(std::span<PageTable* const> tables, std::span<const int32_t> positions,
+                       std::span<const int32_t> policies);
   void attend_cs(int layer, int n, const PagedDecodeArgs& base, cudaStream_t stream);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
   void require_host_kv_policy(int index, const std::string& policy) const;

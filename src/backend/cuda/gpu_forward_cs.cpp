@@ -52,16 +52,27 @@ void GpuForward::begin_cs_chunk(const ForwardBatch& batch, Pass& pass) {
 
 // Before a decode step's graph: every cs row whose sequence has no tables yet gets them, from the
 // keys before its position (the CPU builds at the first decode step too).
-void GpuForward::build_cs_tables(const ForwardBatch& batch) {
-  if (!cs_) return;
-  for (size_t r = 0; r < batch.tokens.size(); ++r) {
-    if (batch.policy.empty() || !planner_->cs_params(batch.policy[r])) continue;
-    const int slot = cs_->slot_of(batch.tables[r]);
+void GpuForward::build_cs_tables(std::span<PageTable* const> tables, std::span<const int32_t> positions,
+                                 std::span<const int32_t> policies) {
+  if (!cs_ || policies.empty()) return;
+  for (size_t r = 0; r < tables.size(); ++r) {
+    if (!planner_->cs_params(policies[r])) continue;
+    const int slot = cs_->slot_of(tables[r]);
     SKIM_REQUIRE(slot >= 0, "policy cs: a sequence reached decoding without a prompt run under cs on the GPU");
     if (cs_->built(slot)) continue;
     std::vector<const uint16_t*> pools;
     for (int l = 0; l < w_.config.num_layers; ++l) pools.push_back(cache_.k(l));
-    cs_->build(slot, batch.positions[r], pools, batch.tables[r]->pages, stream_);
+    cs_->build(slot, positions[r], pools, tables[r]->pages, stream_);
+  }
+}
+
+void GpuForward::bench_prompts(std::span<PageTable* const> tables, std::span<const int32_t> policies) {
+  for (size_t i = 0; i < tables.size(); ++i) {
+    if (!cs_ || !planner_->cs_params(policies[i])) continue;
+    bool moved = false;
+    const int slot = cs_->slot_for(tables[i], policies[i], moved, stream_);
+    if (moved) drop_graphs();
+    cs_->random_sample(slot, tables[i]->length, 11 + i, stream_);
   }
 }
 

@@ -4,14 +4,16 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   Nothing is pending: every item below last ran on 2026-11-26 (2 x H100) and passed; the
-#   script stays as the template of the next such call.
-#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter).
-#   2. mac at forced hit rates against dense, this build against the previous revision
-#      (build-legacy/tree), interleaved on one GPU: 8B shape, 32K b1 and b8 (two rounds; ONE_ROUND=1:
-#      one), 128K b1 (one) (e2e*-new*.json, e2e*-old*.json); then KV beyond GPU memory at 512K b1
-#      (--host-kv-slots 8192; host memory 64 GiB of KV): gbsa and quest at 5%, gbsa at 2%, and gbsa
-#      5% with the previous revision (issue 18's 10 tokens/s; bytes copied and hits per step).
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Not yet run on a device: cs on
+#      the GPU (first cut, 2026-11-26): CudaCsState.* (the per-sequence state against the CPU
+#      kernels), CudaCsBuild.* and CudaCsInsert.* (lists at a stride past their capacity),
+#      DecodePlanner.CsRunsAloneAndCountsItsKeysAndLists. Once they pass: give cs "cuda" in the
+#      registry (attention/csattn.cpp, .backends) and drop DISABLED_ from DISABLED_Cs/GpuSparsePolicy
+#      (gpu_model_test.cpp), then run TESTS='*Cs*:*GpuSparsePolicy*'.
+#   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
+#      (e2e-cs.json: issue 18's "CS at 5% against dense and against quest at the same bytes");
+#      KV beyond GPU memory at 512K b1 (gbsa 5%, quest 2%: issue 18's 10 tokens/s, measured
+#      2026-11-26 at 23.5 and 15.8).
 #   3. ncu's per-kernel breakdown of mac at 0% hits (ncu.csv; bench/kernel_breakdown.py).
 #   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
 #      bench/kernel_breakdown.py --all).
@@ -75,40 +77,20 @@ tests_pid=$!
     echo "ncu (prefill) rc $?" >> $LOGS/ncu.err
   fi ) &
 ncu_pid=$!
-e2e() {  # BINARY JSON ARGS...
-  local bin=$1 json=$2
-  shift 2
-  timeout 100 "$bin" bench --e2e-only --no-prefill --8b-only --no-dense-fallback --steps 32 --sparse-keep 0 --mac "$@" \
-    --json "$OUT/$json" | grep -E "8B"
-}
 ( if has bench; then
     [ "$G_BENCH" = "$G_TESTS" ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
     export CUDA_VISIBLE_DEVICES=$G_BENCH
-    for round in 1 2; do
-      [ $round = 2 ] && [ -n "${ONE_ROUND:-}" ] && break
-      echo "-- this build, round $round"
-      e2e build-gpu/skim e2e-new-$round.json --contexts 32768 --batches 1,8
-      [ $round = 1 ] && e2e build-gpu/skim e2e128-new.json --contexts 131072 --batches 1
-      if [ -x build-gpu-legacy/skim ]; then
-        echo "-- previous revision, round $round"
-        e2e build-gpu-legacy/skim e2e-old-$round.json --contexts 32768 --batches 1,8
-        [ $round = 1 ] && e2e build-gpu-legacy/skim e2e128-old.json --contexts 131072 --batches 1
-      fi
-    done
-    # KV beyond GPU memory at 512K, batch 1 (issue 18's 10 tokens/s): this build, then gbsa against
-    # the previous revision (a map and a gather per layer instead of per KV head).
-    host_kv() {  # BINARY POLICY...
-      local bin=$1
-      shift
-      timeout 200 $bin bench --e2e-only --no-prefill --8b-only --steps 16 --sparse-keep 0.05 --e2e-policy "$@" \
-        --contexts 524288 --batches 1 --host-kv-slots 8192 | grep -E "8B"
-    }
-    echo "-- host KV, this build"
-    host_kv build-gpu/skim 'gbsa:keep=0.05,n_min=16' 'quest:budget=0.05,min=0,dense_layers=0' 'gbsa:keep=0.02,n_min=16'
-    if [ -x build-gpu-legacy/skim ]; then
-      echo "-- host KV, previous revision"
-      host_kv build-gpu-legacy/skim 'gbsa:keep=0.05,n_min=16'
-    fi
+    # cs on the GPU, first cut (item 2): its rows beside dense and quest at 5%, 8B shape, b1.
+    # Lists of 5% and 4096 k-means points keep its tables near 1 GB at 32K (list=0.2 would hold
+    # 2.6 GB a sequence at 32K, 10 GB at 128K).
+    cs='cs:keep=0.05,list=0.05,points=4096'
+    timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" \
+      'quest:budget=0.05,min=0,dense_layers=0' --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
+    # KV beyond GPU memory at 512K, batch 1 (issue 18's 10 tokens/s).
+    echo "-- host KV"
+    timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --sparse-keep 0.05 \
+      --e2e-policy 'gbsa:keep=0.05,n_min=16' 'quest:budget=0.02,min=0,dense_layers=0' --contexts 524288 --batches 1 \
+      --host-kv-slots 8192 | grep -E "8B"
   fi ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
 

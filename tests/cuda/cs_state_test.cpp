@@ -84,7 +84,7 @@ TEST(CudaCsState, DecodeStepEqualsTheCpuKernelsOverItsTables) {
       for (int l = 0; l < layers; ++l) {
         auto dq = to_device(std::vector<uint16_t>(prompt_q[size_t(s)].begin() + long((size_t(l) * prompts[s] + begin) * H * d),
                                                   prompt_q[size_t(s)].begin() + long((size_t(l) * prompts[s] + begin + n) * H * d)));
-        cs.sample_queries(slot[s], l, dq.data(), dpos.data(), n, stream);
+        cs.prefill_layer(slot[s], l, n, {.q = dq.data(), .positions = dpos.data()}, stream);
       }
       cuda::check(cudaDeviceSynchronize(), "cs_sample_queries");
       begin += n;

@@ -133,7 +133,12 @@ void CsState::fork(const PageTable* from, const PageTable* to, bool& moved, cuda
 void CsState::begin_chunk(int slot, int first, int n, cudaStream_t stream) {
   SKIM_REQUIRE(slot >= 0 && slot < slots_ && n > 0, "cs: a chunk of {} rows in slot {}", n, slot);
   SlotInfo& s = info_[size_t(slot)];
-  if (s.built) return;  // a prompt appended after decoding began: its keys are inserted, not sampled
+  if (s.built) {  // a prompt appended after decoding began: its new keys are inserted, not sampled
+    s.chunk_first = first;
+    s.insert_from = std::max(s.indexed, first);
+    s.indexed = std::max(s.indexed, first + n);
+    return;
+  }
   const int group = shape_.num_heads / shape_.num_kv_heads;
   if (s.first < 0) s.first = first;
   SKIM_REQUIRE(long(first - s.first) * group == s.vectors,
@@ -149,21 +154,39 @@ void CsState::begin_chunk(int slot, int first, int n, cudaStream_t stream) {
 }
 
 void CsState::random_sample(int slot, int tokens, uint64_t seed, cudaStream_t stream) {
-  begin_chunk(slot, 0, tokens, stream);
+  begin_chunk(slot, 0, tokens, stream);  // as if prefilled: the sample's stride for `tokens`
   const CsUnitLayout t = layout();
   const size_t per_slot = size_t(layers_) * shape_.num_kv_heads * t.sample_capacity * shape_.head_dim;
   fill_random_f32(t.samples + size_t(slot) * per_slot, per_slot, seed, 1.0f, stream);
 }
 
-void CsState::sample_queries(int slot, int layer, const uint16_t* q, const int32_t* positions, int n,
-                             cudaStream_t stream) {
+void CsState::prefill_layer(int slot, int layer, int n, const StepInputs& in, cudaStream_t stream) {
   if (dense_layer(layer)) return;
   const SlotInfo& s = info_[size_t(slot)];
-  if (s.built) return;
-  SKIM_REQUIRE(s.first >= 0, "cs: slot {} samples a chunk it did not begin", slot);
-  check(cs_sample_queries(layout(), slot, indexed_layer(layer), q, positions, n, shape_.num_heads, s.first, s.stride,
-                          stream),
-        "cs_sample_queries");
+  if (!s.built) {
+    SKIM_REQUIRE(s.first >= 0, "cs: slot {} samples a chunk it did not begin", slot);
+    check(cs_sample_queries(layout(), slot, indexed_layer(layer), in.q, in.positions, n, shape_.num_heads, s.first,
+                            s.stride, stream),
+          "cs_sample_queries");
+    return;
+  }
+  const int kv = shape_.num_kv_heads, H = shape_.num_heads, d = shape_.head_dim;
+  const CsInsertArgs shapes{.head_dim = d, .subspaces = p_.subspaces, .centroids = p_.centroids,
+                            .list_capacity = stride_, .list_stride = stride_, .score_dot = p_.score_dot};
+  for (int r = std::max(0, s.insert_from - s.chunk_first); r < n; ++r) {  // one row at a time: its heaps in order
+    const size_t at = size_t(r);
+    check(cs_step_args({.tables = layout(), .layer = indexed_layer(layer), .n = 1, .num_heads = H,
+                        .q = in.q + at * H * d, .k_pool = in.k_pool, .positions = in.positions + at,
+                        .page_table = in.page_table + at * in.max_pages_per_seq,
+                        .max_pages_per_seq = in.max_pages_per_seq, .page_size = shape_.page_size,
+                        .row_slot = in.row_slot + at, .capacities = capacities_.data(), .window = p_.window,
+                        .keep = p_.keep, .score_dot = p_.score_dot, .queries = queries_.data(), .keys = keys_.data(),
+                        .inserts = inserts_.data(), .views = views_.data(), .context = context_.data(),
+                        .window_begin = window_begin_.data(), .n_pick = n_pick_.data()},
+                       stream),
+          "cs_step_args");
+    check(cs_insert(inserts_.data(), kv, shapes, stream), "cs_insert");
+  }
 }
 
 void CsState::build(int slot, int num_keys, const std::vector<const uint16_t*>& k_pools,
@@ -219,6 +242,7 @@ void CsState::build(int slot, int num_keys, const std::vector<const uint16_t*>& 
     check(cudaStreamSynchronize(stream), "cs_build");  // `builds` is reused for the next layer
   }
   s.built = true;
+  s.indexed = num_keys;
 }
 
 void CsState::decode_layer(int layer, int n, const StepInputs& in, cudaStream_t stream) {

@@ -6,7 +6,7 @@
 // sequence's state, not a cache: growing the slots copies them.
 //
 // A sequence's life: slot_for; for each prefill chunk begin_chunk (host bookkeeping of the
-// sample), then sample_queries per layer; build once at its first decode step (outside graphs),
+// sample), then prefill_layer per layer; build once at its first decode step (outside graphs),
 // then decode_layer in every decode step's graph: the rows' new keys inserted, their searches,
 // the token plan of picks + window. Nothing here allocates inside a step.
 //
@@ -20,6 +20,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -50,26 +51,7 @@ class CsState {
   void fork(const PageTable* from, const PageTable* to, bool& moved, cudaStream_t stream);
   void drop(const PageTable* t) { slots_of_.drop(t); }
 
-  // A prefill chunk of the sequence in `slot`, n rows from position `first` on (after its
-  // earlier chunks): the sample's stride for it (halving the sample when it would overflow).
-  void begin_chunk(int slot, int first, int n, cudaStream_t stream);
-  // Layer `layer` of that chunk: rows [0, n) with their bf16 queries [n][num_heads][head_dim];
-  // a dense layer does nothing.
-  void sample_queries(int slot, int layer, const uint16_t* q, const int32_t* positions, int n, cudaStream_t stream);
-  // At the sequence's first decode step: every indexed layer's tables from the sample and the
-  // keys [0, num_keys) of `k_pools` (per layer, [pages][kv][page_size][head_dim] bf16), the
-  // sequence's pages `pages` (host ids); the lists' capacity from num_keys, as the CPU's.
-  // Synchronises the stream (outside graphs, once a sequence).
-  void build(int slot, int num_keys, const std::vector<const uint16_t*>& k_pools, const std::vector<int32_t>& pages,
-             cudaStream_t stream);
-  // Benchmarks: a prompt of `tokens` tokens from position 0 whose sample holds random queries
-  // (a context of random K/V has none), as begin_chunk and sample_queries would leave it.
-  void random_sample(int slot, int tokens, uint64_t seed, cudaStream_t stream);
-  bool built(int slot) const { return slot >= 0 && size_t(slot) < info_.size() && info_[size_t(slot)].built; }
-
-  // One decode step's layer (an indexed one), every row a cs row with built tables (row_slot):
-  // inserts the rows' new keys, searches, and leaves the token plan per (row, KV head) in
-  // token_lists() [n x kv][max_context] / token_lens() [n x kv].
+  // A pass's rows on the device.
   struct StepInputs {
     const uint16_t* q = nullptr;          // [n][num_heads][head_dim] bf16
     const uint16_t* k_pool = nullptr;     // the layer's pool
@@ -78,6 +60,33 @@ class CsState {
     int max_pages_per_seq = 0;
     const int32_t* row_slot = nullptr;    // [n]
   };
+  // A prefill chunk of the sequence in `slot`, n rows from position `first` on (after its
+  // earlier chunks): the sample's stride for it (halving the sample when it would overflow).
+  void begin_chunk(int slot, int first, int n, cudaStream_t stream);
+  // Layer `layer` of that chunk, rows [0, n) (in.row_slot: the slot's): before the build their
+  // bf16 queries [n][num_heads][head_dim] are sampled; after it (a prompt appended once decoding
+  // began) each row's new key is inserted, in position order, as the CPU's observe does (a
+  // launch per row: one heap per list), keys already indexed (a rectification's) left alone. A
+  // dense layer does nothing.
+  void prefill_layer(int slot, int layer, int n, const StepInputs& in, cudaStream_t stream);
+  // The rows of a decode step or steps of the slot reached `end` (positions below it indexed).
+  void indexed_to(int slot, int end) {
+    if (slot >= 0 && size_t(slot) < info_.size()) info_[size_t(slot)].indexed = std::max(info_[size_t(slot)].indexed, end);
+  }
+  // At the sequence's first decode step: every indexed layer's tables from the sample and the
+  // keys [0, num_keys) of `k_pools` (per layer, [pages][kv][page_size][head_dim] bf16), the
+  // sequence's pages `pages` (host ids); the lists' capacity from num_keys, as the CPU's.
+  // Synchronises the stream (outside graphs, once a sequence).
+  void build(int slot, int num_keys, const std::vector<const uint16_t*>& k_pools, const std::vector<int32_t>& pages,
+             cudaStream_t stream);
+  // Benchmarks: a prompt of `tokens` tokens from position 0 whose sample holds random queries
+  // (a context of random K/V has none), as begin_chunk and prefill_layer would leave it.
+  void random_sample(int slot, int tokens, uint64_t seed, cudaStream_t stream);
+  bool built(int slot) const { return slot >= 0 && size_t(slot) < info_.size() && info_[size_t(slot)].built; }
+
+  // One decode step's layer (an indexed one), every row a cs row with built tables (row_slot):
+  // inserts the rows' new keys, searches, and leaves the token plan per (row, KV head) in
+  // token_lists() [n x kv][max_context] / token_lens() [n x kv].
   void decode_layer(int layer, int n, const StepInputs& in, cudaStream_t stream);
   const int32_t* token_lists() const { return picks_.data(); }
   const int32_t* token_lens() const { return lens_.data(); }
@@ -96,6 +105,8 @@ class CsState {
     long vectors = 0;  // (query, head) vectors offered so far
     int stride = 1;    // every stride-th is kept
     int capacity = 0;  // its lists' (at the build)
+    int indexed = 0;   // keys [0, indexed) are in the lists (host bookkeeping)
+    int insert_from = 0, chunk_first = 0;  // the current chunk after the build: its rows from insert_from on insert
     bool built = false;
     int kept() const { return int((vectors + stride - 1) / stride); }
   };

@@ -384,7 +384,11 @@ void GpuForward::attention(int n, int layer) {
     pa.workspace_bytes = prefill_workspace_.bytes();
     check(paged_prefill_attention(pa, stream_), "paged_prefill_attention");
     if (pass_.mac_first >= 0) fill_mac_rings(layer, n, stream_);
-    if (pass_.cs_slot >= 0) cs_->sample_queries(pass_.cs_slot, layer, q_.data(), pa.positions, n, stream_);
+    if (pass_.cs_slot >= 0)  // a cs prompt: its queries sampled (or, after its tables exist, its keys inserted)
+      cs_->prefill_layer(pass_.cs_slot, layer, n,
+                         {.q = q_.data(), .k_pool = cache_.k(layer), .positions = pa.positions, .page_table = table,
+                          .max_pages_per_seq = opt_.max_pages_per_seq, .row_slot = inputs_.data() + in.cs_slot},
+                         stream_);
   } else {
     attend_decode(layer, n, pass_.max_seq_len, table, inputs_.data() + in.seq_lens, stream_);
   }
@@ -709,7 +713,7 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
     next_host_steps_ = size_t(steps);
   }
   const uint32_t present = stage(tables, first, positions, {}, policies);
-  build_cs_tables(tables, positions, policies);
+  build_cs_tables(tables, positions, policies, steps);
   cudaGraphExec_t exec = graph(n, max_len, true, present, dense_policies(policies, positions));
 
   const double ms = gpu_time_ms(stream_, [&] {

@@ -203,7 +203,7 @@ class GpuForward final : public Forward, private Backend {
   void reserve_cs(int index, bool& moved);
   void begin_cs_chunk(const ForwardBatch& batch, Pass& pass);
   void build_cs_tables(std::span<PageTable* const> tables, std::span<const int32_t> positions,
-                       std::span<const int32_t> policies);
+                       std::span<const int32_t> policies, int steps = 1);
   void attend_cs(int layer, int n, const PagedDecodeArgs& base, cudaStream_t stream);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
   void require_host_kv_policy(int index, const std::string& policy) const;

@@ -20,19 +20,22 @@ void GpuForward::reserve_cs(int index, bool& moved) {
   SKIM_REQUIRE(!opt_.shard, "policy {}: cs on the GPU does not run with tensor parallelism yet", policy);
   const ModelConfig& c = w_.config;
   const int ps = cache_.shape().page_size, max_context = opt_.max_pages_per_seq * ps;
+  // A cs step decodes one row per sequence: its scratch (token lists of a context each) is sized
+  // by the sequences the cache holds, not by a prefill chunk's rows.
+  const int decode_rows = std::max(1, std::min(opt_.max_rows, cache_.shape().num_pages / opt_.max_pages_per_seq));
   check(cudaStreamSynchronize(stream_), "forward pass");
   cs_ = std::make_unique<CsState>(CsStateShape{.num_layers = c.num_layers, .num_heads = c.num_heads,
                                                .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
-                                               .page_size = ps, .max_rows = opt_.max_rows,
+                                               .page_size = ps, .max_rows = decode_rows,
                                                .max_context = max_context},
                                   *p);
   cs_policy_ = policy;
-  TokenDecodeArgs t{.attn = PagedDecodeArgs{.batch = opt_.max_rows, .num_heads = c.num_heads,
+  TokenDecodeArgs t{.attn = PagedDecodeArgs{.batch = decode_rows, .num_heads = c.num_heads,
                                             .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim,
                                             .max_pages_per_seq = opt_.max_pages_per_seq, .max_seq_len = max_context},
                     .max_tokens = max_context};
   size_t ws = 1;
-  for (t.attn.batch = 1; t.attn.batch <= opt_.max_rows; ++t.attn.batch) ws = std::max(ws, token_decode_workspace_size(t));
+  for (t.attn.batch = 1; t.attn.batch <= decode_rows; ++t.attn.batch) ws = std::max(ws, token_decode_workspace_size(t));
   token_workspace_.resize(ws);
   check(cudaMemset(token_workspace_.data(), 0, token_workspace_.bytes()), "cudaMemset");
   moved = true;
@@ -50,19 +53,22 @@ void GpuForward::begin_cs_chunk(const ForwardBatch& batch, Pass& pass) {
   pass.cs_slot = slot;
 }
 
-// Before a decode step's graph: every cs row whose sequence has no tables yet gets them, from the
-// keys before its position (the CPU builds at the first decode step too).
+// Before a decode step's graph (or `steps` of them): every cs row whose sequence has no tables yet
+// gets them, from the keys before its position (the CPU builds at the first decode step too);
+// the keys the steps insert are counted as indexed.
 void GpuForward::build_cs_tables(std::span<PageTable* const> tables, std::span<const int32_t> positions,
-                                 std::span<const int32_t> policies) {
+                                 std::span<const int32_t> policies, int steps) {
   if (!cs_ || policies.empty()) return;
   for (size_t r = 0; r < tables.size(); ++r) {
     if (!planner_->cs_params(policies[r])) continue;
     const int slot = cs_->slot_of(tables[r]);
     SKIM_REQUIRE(slot >= 0, "policy cs: a sequence reached decoding without a prompt run under cs on the GPU");
-    if (cs_->built(slot)) continue;
-    std::vector<const uint16_t*> pools;
-    for (int l = 0; l < w_.config.num_layers; ++l) pools.push_back(cache_.k(l));
-    cs_->build(slot, positions[r], pools, tables[r]->pages, stream_);
+    if (!cs_->built(slot)) {
+      std::vector<const uint16_t*> pools;
+      for (int l = 0; l < w_.config.num_layers; ++l) pools.push_back(cache_.k(l));
+      cs_->build(slot, positions[r], pools, tables[r]->pages, stream_);
+    }
+    cs_->indexed_to(slot, positions[r] + steps);  // the steps insert their keys
   }
 }
 

@@ -5,7 +5,8 @@
 // of both: the new keys inserted
 // as cpu::cs_insert inserts them into a copy of the tables, the searches picking what
 // cpu::cs_select picks from the group-mean queries, and the token plans the picks then the
-// window. A dense layer (cs:dense_layers) holds no tables. Skips without a CUDA device.
+// window; then a prompt appended after decoding began inserts its rows' keys in order, as the
+// CPU's inserts do. A dense layer (cs:dense_layers) holds no tables. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -185,6 +186,53 @@ TEST(CudaCsState, DecodeStepEqualsTheCpuKernelsOverItsTables) {
                                        plans.begin() + long(sidx) * max_context + lens[size_t(sidx)]);
         EXPECT_EQ(got, std::vector<int32_t>(want.begin(), want.begin() + lens[size_t(sidx)]));
       }
+  }
+
+  // A prompt appended to sequence 0 after decoding began (a chunk of 5 rows after its decode
+  // row): each row's key is inserted in position order, as the CPU's observe inserts them.
+  const int first = prompts[0] + 1, rows = 5;
+  std::vector<int32_t> chunk_pos(static_cast<size_t>(rows)), chunk_slot(size_t(rows), slot[0]);
+  std::iota(chunk_pos.begin(), chunk_pos.end(), first);
+  std::vector<int32_t> chunk_table;
+  for (int r = 0; r < rows; ++r) chunk_table.insert(chunk_table.end(), pages[0].begin(), pages[0].end());
+  auto dcpos = to_device(chunk_pos), dcslot = to_device(chunk_slot), dctable = to_device(chunk_table);
+  std::vector<uint16_t> cq(size_t(rows) * H * d);
+  for (uint16_t& x : cq) x = f32_to_bf16(test::random_vector(1)[0]);
+  auto dcq = to_device(cq);
+  cs.begin_chunk(slot[0], first, rows, stream);
+  for (int l = 1; l < layers; ++l) {
+    SCOPED_TRACE(testing::Message() << "appended chunk, layer " << l);
+    std::vector<std::vector<int32_t>> index(kv), size(kv);
+    std::vector<std::vector<uint16_t>> score(kv);
+    std::vector<std::vector<float>> cent(kv);
+    for (int h = 0; h < kv; ++h) {
+      const CsTablesView v = t.view(t.unit(slot[0], cs.indexed_layer(l), h));
+      index[size_t(h)] = download(v.list_index, size_t(lists) * S);
+      score[size_t(h)] = download(v.list_score, size_t(lists) * S);
+      size[size_t(h)] = download(v.list_size, size_t(lists));
+      cent[size_t(h)] = download(v.centroids, size_t(lists) * ds);
+    }
+    cs.prefill_layer(slot[0], l, rows,
+                     {.q = dcq.data(), .k_pool = k_pools[size_t(l)], .positions = dcpos.data(), .page_table = dctable.data(),
+                      .max_pages_per_seq = pages_per_seq, .row_slot = dcslot.data()},
+                     stream);
+    cuda::check(cudaDeviceSynchronize(), "prefill_layer (inserts)");
+    for (int h = 0; h < kv; ++h) {
+      for (int r = 0; r < rows; ++r) {
+        const int pos = first + r;
+        const size_t row = (size_t(pages[0][size_t(pos / ps)]) * kv + h) * ps + pos % ps;
+        std::vector<float> key(static_cast<size_t>(d));
+        for (int j = 0; j < d; ++j) key[size_t(j)] = bf16_to_f32(pools[size_t(l)][row * d + j]);
+        cpu::cs_insert({.head_dim = d, .subspaces = p.subspaces, .centroids = p.centroids,
+                        .list_capacity = cs.capacity(slot[0]), .list_stride = S, .score_dot = p.score_dot,
+                        .centroids_data = cent[size_t(h)].data(), .list_index = index[size_t(h)].data(),
+                        .list_score = score[size_t(h)].data(), .list_size = size[size_t(h)].data(), .key = key.data(),
+                        .position = pos});
+      }
+      const CsTablesView v = t.view(t.unit(slot[0], cs.indexed_layer(l), h));
+      EXPECT_EQ(download(v.list_size, size_t(lists)), size[size_t(h)]) << "head " << h;
+      EXPECT_EQ(download(v.list_index, size_t(lists) * S), index[size_t(h)]) << "head " << h;
+    }
   }
 }
 

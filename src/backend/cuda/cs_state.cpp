@@ -170,22 +170,14 @@ void CsState::prefill_layer(int slot, int layer, int n, const StepInputs& in, cu
           "cs_sample_queries");
     return;
   }
-  const int kv = shape_.num_kv_heads, H = shape_.num_heads, d = shape_.head_dim;
-  const CsInsertArgs shapes{.head_dim = d, .subspaces = p_.subspaces, .centroids = p_.centroids,
-                            .list_capacity = stride_, .list_stride = stride_, .score_dot = p_.score_dot};
+  const int H = shape_.num_heads, d = shape_.head_dim;
   for (int r = std::max(0, s.insert_from - s.chunk_first); r < n; ++r) {  // one row at a time: its heaps in order
     const size_t at = size_t(r);
-    check(cs_step_args({.tables = layout(), .layer = indexed_layer(layer), .n = 1, .num_heads = H,
-                        .q = in.q + at * H * d, .k_pool = in.k_pool, .positions = in.positions + at,
-                        .page_table = in.page_table + at * in.max_pages_per_seq,
-                        .max_pages_per_seq = in.max_pages_per_seq, .page_size = shape_.page_size,
-                        .row_slot = in.row_slot + at, .capacities = capacities_.data(), .window = p_.window,
-                        .keep = p_.keep, .score_dot = p_.score_dot, .queries = queries_.data(), .keys = keys_.data(),
-                        .inserts = inserts_.data(), .views = views_.data(), .context = context_.data(),
-                        .window_begin = window_begin_.data(), .n_pick = n_pick_.data()},
-                       stream),
-          "cs_step_args");
-    check(cs_insert(inserts_.data(), kv, shapes, stream), "cs_insert");
+    const StepInputs row{.q = in.q + at * H * d, .k_pool = in.k_pool, .positions = in.positions + at,
+                         .page_table = in.page_table + at * in.max_pages_per_seq,
+                         .max_pages_per_seq = in.max_pages_per_seq, .row_slot = in.row_slot + at};
+    check(cs_step_args(step_args(layer, 1, row), stream), "cs_step_args");
+    check(cs_insert(inserts_.data(), shape_.num_kv_heads, insert_shapes(), stream), "cs_insert");
   }
 }
 
@@ -245,22 +237,27 @@ void CsState::build(int slot, int num_keys, const std::vector<const uint16_t*>& 
   s.indexed = num_keys;
 }
 
+CsStepArgs CsState::step_args(int layer, int n, const StepInputs& in) {
+  return {.tables = layout(), .layer = indexed_layer(layer), .n = n, .num_heads = shape_.num_heads, .q = in.q,
+          .k_pool = in.k_pool, .positions = in.positions, .page_table = in.page_table,
+          .max_pages_per_seq = in.max_pages_per_seq, .page_size = shape_.page_size, .row_slot = in.row_slot,
+          .capacities = capacities_.data(), .window = p_.window, .keep = p_.keep, .score_dot = p_.score_dot,
+          .queries = queries_.data(), .keys = keys_.data(), .inserts = inserts_.data(), .views = views_.data(),
+          .context = context_.data(), .window_begin = window_begin_.data(), .n_pick = n_pick_.data()};
+}
+
+// The shapes cs_insert checks: every slot's lists at the one stride (each insert its own capacity).
+CsInsertArgs CsState::insert_shapes() const {
+  return {.head_dim = shape_.head_dim, .subspaces = p_.subspaces, .centroids = p_.centroids,
+          .list_capacity = stride_, .list_stride = stride_, .score_dot = p_.score_dot};
+}
+
 void CsState::decode_layer(int layer, int n, const StepInputs& in, cudaStream_t stream) {
   const int kv = shape_.num_kv_heads, searches = n * kv;
   SKIM_REQUIRE(n <= shape_.max_rows && !dense_layer(layer), "cs: {} rows at layer {}", n, layer);
-  check(cs_step_args({.tables = layout(), .layer = indexed_layer(layer), .n = n, .num_heads = shape_.num_heads,
-                      .q = in.q, .k_pool = in.k_pool, .positions = in.positions, .page_table = in.page_table,
-                      .max_pages_per_seq = in.max_pages_per_seq, .page_size = shape_.page_size,
-                      .row_slot = in.row_slot, .capacities = capacities_.data(), .window = p_.window, .keep = p_.keep,
-                      .score_dot = p_.score_dot, .queries = queries_.data(), .keys = keys_.data(),
-                      .inserts = inserts_.data(), .views = views_.data(), .context = context_.data(),
-                      .window_begin = window_begin_.data(), .n_pick = n_pick_.data()},
-                     stream),
-        "cs_step_args");
+  check(cs_step_args(step_args(layer, n, in), stream), "cs_step_args");
   // The CPU observes (inserts) before it selects: a new key can evict a list's least entry.
-  const CsInsertArgs insert_shapes{.head_dim = shape_.head_dim, .subspaces = p_.subspaces, .centroids = p_.centroids,
-                                   .list_capacity = stride_, .list_stride = stride_, .score_dot = p_.score_dot};
-  check(cs_insert(inserts_.data(), searches, insert_shapes, stream), "cs_insert");
+  check(cs_insert(inserts_.data(), searches, insert_shapes(), stream), "cs_insert");
   check(cs_select({.searches = searches, .head_dim = shape_.head_dim, .subspaces = p_.subspaces,
                    .centroids = p_.centroids, .list_capacity = stride_, .score_dot = p_.score_dot,
                    .missing_mean = p_.missing_mean, .by_score = false, .backoff = p_.backoff,

@@ -111,6 +111,9 @@ class CsState {
     int kept() const { return int((vectors + stride - 1) / stride); }
   };
   void allocate(int slots);
+  // A pass's per-(row, KV head) arguments for rows [0, n) of `in` at `layer` (cs_step_args).
+  CsStepArgs step_args(int layer, int n, const StepInputs& in);
+  CsInsertArgs insert_shapes() const;
 
   CsStateShape shape_;
   CsParams p_;

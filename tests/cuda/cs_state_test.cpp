@@ -2,10 +2,9 @@
 // over the same tables: two sequences' prompts sampled chunk by chunk (every stride-th (query,
 // head) vector, the sample halved and the stride doubled as chunks would overflow it), their
 // tables built (each list at most its sequence's capacity, at one stride), then one decode step
-// of both: the new keys inserted
-// as cpu::cs_insert inserts them into a copy of the tables, the searches picking what
-// cpu::cs_select picks from the group-mean queries, and the token plans the picks then the
-// window; then a prompt appended after decoding began inserts its rows' keys in order, as the
+// of both: the new keys inserted as cpu::cs_insert inserts them into a copy of the tables, the
+// searches picking what cpu::cs_select picks from the group-mean queries, and the token plans
+// the picks then the window; then a prompt appended after decoding began inserts its rows' keys in order, as the
 // CPU's inserts do. A dense layer (cs:dense_layers) holds no tables. Skips without a CUDA device.
 #include <gtest/gtest.h>
 

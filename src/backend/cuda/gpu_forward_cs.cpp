@@ -44,10 +44,11 @@ void GpuForward::reserve_cs(int index, bool& moved) {
 // A prefill chunk of one cs sequence: its sample's stride for the chunk; the pass samples its
 // queries layer by layer (attention()).
 void GpuForward::begin_cs_chunk(const ForwardBatch& batch, Pass& pass) {
-  if (!cs_ || batch.policy.empty() || !planner_->cs_params(batch.policy[0])) return;
+  const int policy = batch.policy.empty() ? 0 : batch.policy[0];  // none given: the engine's (index 0)
+  if (!cs_ || !planner_->cs_params(policy)) return;
   SKIM_REQUIRE(pass.chunk && pass.seqs == 1, "cs on the GPU: a prompt's rows come as chunks of one sequence");
   bool moved = false;
-  const int slot = cs_->slot_for(batch.tables[0], batch.policy[0], moved, stream_);
+  const int slot = cs_->slot_for(batch.tables[0], policy, moved, stream_);
   if (moved) drop_graphs();
   cs_->begin_chunk(slot, batch.positions[0], int(batch.tokens.size()), stream_);
   pass.cs_slot = slot;
@@ -58,9 +59,9 @@ void GpuForward::begin_cs_chunk(const ForwardBatch& batch, Pass& pass) {
 // the keys the steps insert are counted as indexed.
 void GpuForward::build_cs_tables(std::span<PageTable* const> tables, std::span<const int32_t> positions,
                                  std::span<const int32_t> policies, int steps) {
-  if (!cs_ || policies.empty()) return;
+  if (!cs_) return;
   for (size_t r = 0; r < tables.size(); ++r) {
-    if (!planner_->cs_params(policies[r])) continue;
+    if (!planner_->cs_params(policies.empty() ? 0 : policies[r])) continue;
     const int slot = cs_->slot_of(tables[r]);
     SKIM_REQUIRE(slot >= 0, "policy cs: a sequence reached decoding without a prompt run under cs on the GPU");
     if (!cs_->built(slot)) {
@@ -74,9 +75,10 @@ void GpuForward::build_cs_tables(std::span<PageTable* const> tables, std::span<c
 
 void GpuForward::bench_prompts(std::span<PageTable* const> tables, std::span<const int32_t> policies) {
   for (size_t i = 0; i < tables.size(); ++i) {
-    if (!cs_ || !planner_->cs_params(policies[i])) continue;
+    const int policy = policies.empty() ? 0 : policies[i];
+    if (!cs_ || !planner_->cs_params(policy)) continue;
     bool moved = false;
-    const int slot = cs_->slot_for(tables[i], policies[i], moved, stream_);
+    const int slot = cs_->slot_for(tables[i], policy, moved, stream_);
     if (moved) drop_graphs();
     cs_->random_sample(slot, tables[i]->length, 11 + i, stream_);
   }

@@ -15,6 +15,7 @@
 
 #include "../cs_tables_case.h"
 #include "../test_random.h"
+#include "attention/cs_sample_room.h"
 #include "backend/cpu/cs_kernels.h"
 #include "backend/cpu/top_list.h"
 #include "core/dtype.h"
@@ -221,6 +222,36 @@ TEST(CsKernels, StridedListsHoldWhatPackedListsHold) {
                                .centroids_data = c.data(), .list_index = idx.data(), .list_score = sc.data(),
                                .list_size = sz.data(), .key = vectors.data(), .position = 0}),
                std::invalid_argument);
+}
+
+// The GPU's streamed prompt sample (CsSampleRoom, cuda::CsState): chunks of any sizes offered
+// to a room of R vectors, the sample emulated as the device keeps it (vector v written at
+// index v / stride when v is a multiple of the stride; a halving copies index 2i to i in
+// ascending i, as cs_halve_samples' threads do): after every chunk it holds exactly every
+// stride-th vector offered, at most R of them, and the stride is the least power of two that
+// fits them.
+TEST(CsSampleRoom, KeepsEveryStrideThVectorWithinItsRoom) {
+  for (int trial = 0; trial < 50; ++trial) {
+    const long room = test::random_int(4, 300);
+    CsSampleRoom r{.room = room};
+    std::vector<long> buffer(static_cast<size_t>(room), -1);
+    long offered = 0;
+    for (int chunk = 0; chunk < 30; ++chunk) {
+      const long n = test::random_int(1, 97) * (test::random_int(0, 4) == 0 ? 20 : 1);
+      for (long kept : r.offer(n))
+        for (long i = 1; 2 * i < kept; ++i) buffer[size_t(i)] = buffer[size_t(2 * i)];
+      for (long v = offered; v < offered + n; ++v)
+        if (v % r.stride == 0) {
+          ASSERT_LT(v / r.stride, room) << "trial " << trial;
+          buffer[size_t(v / r.stride)] = v;
+        }
+      offered += n;
+      ASSERT_EQ(r.vectors, offered);
+      ASSERT_LE(r.kept(), room);
+      ASSERT_TRUE(r.stride == 1 || (offered + r.stride / 2 - 1) / (r.stride / 2) > room) << "the least stride";
+      for (long i = 0; i < r.kept(); ++i) ASSERT_EQ(buffer[size_t(i)], i * r.stride) << "trial " << trial << ", index " << i;
+    }
+  }
 }
 
 TEST(CsSelect, RefusesAWindowPastItsContext) {

@@ -140,17 +140,12 @@ void CsState::begin_chunk(int slot, int first, int n, cudaStream_t stream) {
     return;
   }
   const int group = shape_.num_heads / shape_.num_kv_heads;
-  if (s.first < 0) s.first = first;
-  SKIM_REQUIRE(long(first - s.first) * group == s.vectors,
+  if (s.first < 0) s.first = first, s.sample = CsSampleRoom{.room = 2L * p_.max_points};
+  SKIM_REQUIRE(long(first - s.first) * group == s.sample.vectors,
                "cs: a prompt chunk at position {} does not follow the {} rows sampled so far", first,
-               s.vectors / group);
-  const long room = 2L * p_.max_points;
-  s.vectors += long(n) * group;
-  while (s.kept() > room) {  // halve what is kept so far (before this chunk's rows arrive)
-    const long before = long(first - s.first) * group;
-    check(cs_halve_samples(layout(), slot, int((before + s.stride - 1) / s.stride), stream), "cs_halve_samples");
-    s.stride *= 2;
-  }
+               s.sample.vectors / group);
+  for (long kept : s.sample.offer(long(n) * group))  // halvings before this chunk's rows arrive
+    check(cs_halve_samples(layout(), slot, int(kept), stream), "cs_halve_samples");
 }
 
 void CsState::random_sample(int slot, int tokens, uint64_t seed, cudaStream_t stream) {
@@ -166,7 +161,7 @@ void CsState::prefill_layer(int slot, int layer, int n, const StepInputs& in, cu
   if (!s.built) {
     SKIM_REQUIRE(s.first >= 0, "cs: slot {} samples a chunk it did not begin", slot);
     check(cs_sample_queries(layout(), slot, indexed_layer(layer), in.q, in.positions, n, shape_.num_heads, s.first,
-                            s.stride, stream),
+                            int(s.sample.stride), stream),
           "cs_sample_queries");
     return;
   }
@@ -184,7 +179,7 @@ void CsState::prefill_layer(int slot, int layer, int n, const StepInputs& in, cu
 void CsState::build(int slot, int num_keys, const std::vector<const uint16_t*>& k_pools,
                     const std::vector<int32_t>& pages, cudaStream_t stream) {
   SlotInfo& s = info_[size_t(slot)];
-  SKIM_REQUIRE(!s.built && s.vectors > 0 && num_keys > 0,
+  SKIM_REQUIRE(!s.built && s.sample.vectors > 0 && num_keys > 0,
                "policy cs: a sequence reached decoding without prompt queries to build its tables from (cs "
                "indexes the prompt during prefill)");
   SKIM_REQUIRE(int(k_pools.size()) == shape_.num_layers, "cs: {} layer pools for {} layers", k_pools.size(),
@@ -211,7 +206,7 @@ void CsState::build(int slot, int num_keys, const std::vector<const uint16_t*>& 
         CsBuildArgsBf16 b = shapes;
         b.subspace = m;
         b.vectors = t.samples + u * size_t(t.sample_capacity) * shape_.head_dim;
-        b.num_vectors = s.kept();  // the build takes every ceil(kept / points)-th of them
+        b.num_vectors = int(s.sample.kept());  // the build takes every ceil(kept / points)-th of them
         b.k_pool = k_pools[size_t(l)];
         b.pages = build_pages_.data();
         b.page_size = shape_.page_size;

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention/cs_sample_room.h"
 #include "attention/csattn.h"
 #include "backend/cuda/cs_step.cuh"
 #include "backend/cuda/device_memory.h"
@@ -101,14 +102,12 @@ class CsState {
 
  private:
   struct SlotInfo {
-    int first = -1;    // position of the first sampled row (-1: none yet)
-    long vectors = 0;  // (query, head) vectors offered so far
-    int stride = 1;    // every stride-th is kept
-    int capacity = 0;  // its lists' (at the build)
+    int first = -1;       // position of the first sampled row (-1: none yet)
+    CsSampleRoom sample;  // the vectors offered, the stride kept (room: 2 x points)
+    int capacity = 0;     // its lists' (at the build)
     int indexed = 0;   // keys [0, indexed) are in the lists (host bookkeeping)
     int insert_from = 0, chunk_first = 0;  // the current chunk after the build: its rows from insert_from on insert
     bool built = false;
-    int kept() const { return int((vectors + stride - 1) / stride); }
   };
   void allocate(int slots);
   // A pass's per-(row, KV head) arguments for rows [0, n) of `in` at `layer` (cs_step_args).

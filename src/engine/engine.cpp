@@ -405,11 +405,11 @@ ForwardBatch Engine::Impl::decode_batch(std::span<const int> seqs, std::span<con
   fb.decode = true;
   const bool mixes = forward->mixes_policies();
   bool retro = false;  // some sequence runs RetroAttention: every row then names its step
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    retro |= sequence(seqs[i]).retro_window > 0;
-    SKIM_REQUIRE(std::find(seqs.begin(), seqs.begin() + long(i), seqs[i]) == seqs.begin() + long(i),
-                 "decode: sequence {} appears twice in one step", seqs[i]);
-  }
+  for (int seq : seqs) retro |= sequence(seq).retro_window > 0;
+  std::vector<int> sorted(seqs.begin(), seqs.end());
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  SKIM_REQUIRE(twice == sorted.end(), "decode: sequence {} appears twice in one step", twice == sorted.end() ? 0 : *twice);
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = sequence(seqs[i]);
     PageTable& t = s.table;

@@ -73,11 +73,6 @@ CsUnitLayout CsState::layout() const {
   return t;
 }
 
-size_t CsState::bytes() const {
-  return samples_.bytes() + centroids_.bytes() + tail_.bytes() + index_.bytes() + size_.bytes() + score_.bytes() +
-         queries_.bytes() + keys_.bytes() + picks_.bytes() + select_ws_.bytes() + build_ws_.bytes();
-}
-
 // Every buffer for `slots` slots, the existing slots' tables kept.
 void CsState::allocate(int slots) {
   const size_t units = size_t(slots) * layers_ * shape_.num_kv_heads, old = size_t(slots_) * layers_ * shape_.num_kv_heads;

@@ -42,10 +42,7 @@ class CsState {
  public:
   CsState(const CsStateShape& shape, const CsParams& params);
 
-  const CsParams& params() const { return p_; }
   int list_stride() const { return stride_; }
-  // Device bytes held (tables, samples, scratch).
-  size_t bytes() const;
 
   int slot_for(const PageTable* t, int policy, bool& moved, cudaStream_t stream);
   int slot_of(const PageTable* t) const { return slots_of_.slot_of(t); }

@@ -67,13 +67,6 @@ __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ 
   }
 }
 
-template <int N, int R>
-void launch_rows(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
-  const int rows_per_block = 256 / 32 * R;
-  const int blocks = std::min((out + rows_per_block - 1) / rows_per_block, 132 * 16);
-  (void)launch_pdl(gemv_kernel<N, R>, blocks, 256, 0, s, x, w, y, out, in);
-}
-
 // R per N, measured on the H100 over the 8B shape's projections (bench/gemv_rows.cu,
 // bench/results/2026-11-26-h100-gemv-rows/before.txt): R = 4 for every N > 1 left two x rows at
 // 0.55-0.7 of the one-row bandwidth on the 4096-row projections (a batch-2 step, or
@@ -84,7 +77,10 @@ void launch_rows(const uint16_t* x, const uint16_t* w, float* y, int out, int in
 // 2026-11-26): not taken.
 template <int N>
 void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
-  launch_rows<N, N == 1 ? 1 : N <= 4 ? 2 : 4>(x, w, y, out, in, s);
+  constexpr int R = N == 1 ? 1 : N <= 4 ? 2 : 4;
+  const int rows_per_block = 256 / 32 * R;
+  const int blocks = std::min((out + rows_per_block - 1) / rows_per_block, 132 * 16);
+  (void)launch_pdl(gemv_kernel<N, R>, blocks, 256, 0, s, x, w, y, out, in);
 }
 
 }  // namespace

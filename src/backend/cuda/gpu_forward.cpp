@@ -93,7 +93,7 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   SKIM_REQUIRE(o.host_kv_slots >= 0, "GPU forward: host_kv_slots {} < 0", o.host_kv_slots);
   if (o.host_kv_slots > 0) {
     SKIM_REQUIRE(!o.shard, "KV beyond GPU memory: not with tensor parallelism");
-    host_kv_ = std::make_unique<HostKVSlots>(shape, o.host_kv_slots, o.max_rows, o.max_pages_per_seq);
+    host_kv_ = std::make_unique<HostKVSlots>(shape, o.host_kv_slots, sequence_rows(), o.max_pages_per_seq);
     require_host_kv_policy(0, o.policy);
   }
   bool moved = false;

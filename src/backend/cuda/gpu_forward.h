@@ -243,6 +243,11 @@ class GpuForward final : public Forward, private Backend {
   // heads' attention output, the o projection's input.
   DeviceBuffer<uint16_t> q_own_, q_pre_own_, gathered_q_, o16_own_;
   bool replicated() const { return opt_.shard && opt_.shard->replicated(); }
+  // Rows of a decode step of one row per sequence (no Retro past rows): the sequences the cache
+  // holds, not a prefill chunk's rows (what host KV's and cs's per-step buffers are sized by).
+  int sequence_rows() const {
+    return std::max(1, std::min(opt_.max_rows, cache_.shape().num_pages / opt_.max_pages_per_seq));
+  }
   // [ranks][n][own] gathered from the group's ranks -> [n][ranks x own] (own: elements per row).
   void gather_group_rows(const uint16_t* mine, uint16_t* group, int n);
   DeviceBuffer<uint16_t> h_, h_rows_, q_, o16_, inter_;

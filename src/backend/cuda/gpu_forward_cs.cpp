@@ -22,7 +22,7 @@ void GpuForward::reserve_cs(int index, bool& moved) {
   const int ps = cache_.shape().page_size, max_context = opt_.max_pages_per_seq * ps;
   // A cs step decodes one row per sequence: its scratch (token lists of a context each) is sized
   // by the sequences the cache holds, not by a prefill chunk's rows.
-  const int decode_rows = std::max(1, std::min(opt_.max_rows, cache_.shape().num_pages / opt_.max_pages_per_seq));
+  const int decode_rows = sequence_rows();
   check(cudaStreamSynchronize(stream_), "forward pass");
   cs_ = std::make_unique<CsState>(CsStateShape{.num_layers = c.num_layers, .num_heads = c.num_heads,
                                                .num_kv_heads = c.num_kv_heads, .head_dim = c.head_dim,

@@ -26,14 +26,12 @@ class GpuKVCache {
   // of host memory with host_pools).
   uint16_t* k(int layer) { return k_base_ + layer * layer_elems(); }
   uint16_t* v(int layer) { return v_base_ + layer * layer_elems(); }
-  bool host_pools() const { return host_k_.size() > 0; }
   // One layer's digests: [num_pages][num_kv_heads][head_dim] bf16.
   uint16_t* kmin(int layer) { return kmin_.data() + layer * digest_elems(); }
   uint16_t* kmax(int layer) { return kmax_.data() + layer * digest_elems(); }
 
   size_t bytes_per_token() const;  // K+V of all layers, bf16
   size_t bytes() const { return k_.bytes() + v_.bytes() + kmin_.bytes() + kmax_.bytes(); }  // on the device
-  size_t host_bytes() const { return host_k_.bytes() + host_v_.bytes(); }
 
   // Fills every page's K, V and digests with pseudo-random values (benchmarks that need a
   // long context without prefilling it; the digests do not bound the keys).

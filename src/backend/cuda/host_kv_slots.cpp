@@ -33,11 +33,6 @@ HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max
   check(cudaDeviceSynchronize(), "host KV slots");
 }
 
-size_t HostKVSlots::bytes() const {
-  return k_.bytes() + v_.bytes() + slot_of_page_.bytes() + page_in_slot_.bytes() + last_used_.bytes() +
-         table_.bytes() + workspace_.bytes();
-}
-
 void HostKVSlots::begin_step(int n, const int32_t* positions, const int32_t* page_table, cudaStream_t stream) {
   SKIM_REQUIRE(n <= max_rows_, "host KV: {} rows, at most {}", n, max_rows_);
   check(page_cache_begin_step(step_.data(), positions, page_table, n, max_pages_, s_.page_size, written_.data(), stream),

@@ -21,10 +21,10 @@ namespace skim::cuda {
 
 class HostKVSlots {
  public:
+  // max_rows: a decode step's rows (one per sequence: the maps serve decode steps only).
   HostKVSlots(const KVCacheShape& shape, int slots, int max_rows, int max_pages_per_seq);
 
   int slots() const { return slots_; }
-  size_t bytes() const;  // device memory held
 
   // The step's counter and each row's written page (positions, page_table: the staged inputs).
   void begin_step(int n, const int32_t* positions, const int32_t* page_table, cudaStream_t stream);

@@ -4,17 +4,14 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Not yet run on a device: cs on
-#      the GPU (first cut, 2026-11-26): CudaCsState.* (the per-sequence state against the CPU
-#      kernels), CudaCsBuild.* and CudaCsInsert.* (lists at a stride past their capacity),
-#      DecodePlanner.CsRunsAloneAndCountsItsKeysAndLists. Once they pass: give cs "cuda" in the
-#      registry (attention/csattn.cpp, .backends) and drop DISABLED_ from DISABLED_Cs/GpuSparsePolicy
-#      (gpu_model_test.cpp), then run TESTS='*Cs*:*GpuSparsePolicy*'.
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). cs on the GPU passed its kernel
+#      and state tests on 2026-11-26 (4 x H200) and is enabled: Cs/GpuSparsePolicy (against the
+#      CPU engine) has yet to run.
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
-#      (e2e-cs.json: issue 18's "CS at 5% against dense and against quest at the same bytes");
-#      KV beyond GPU memory at 512K b1 (gbsa 5%, quest 2%: issue 18's 10 tokens/s, measured
-#      2026-11-26 at 23.5 and 15.8).
-#   3. ncu's per-kernel breakdown of mac at 0% hits (ncu.csv; bench/kernel_breakdown.py).
+#      (e2e-cs.json: issue 18's "CS at 5% against dense and against quest at the same bytes";
+#      first run 2026-11-26 on H200: cs 12.2 / 29.5 ms against dense 5.5 / 8.5).
+#   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;
+#      bench/kernel_breakdown.py): where cs's extra 6.7 ms a token go.
 #   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
 #      bench/kernel_breakdown.py --all).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
@@ -55,7 +52,7 @@ case "$(nvidia-smi -L | wc -l)" in
   [23]) G_TESTS=0 G_BENCH=1 G_NCU=0 ;;
   *) G_TESTS=0 G_BENCH=0 G_NCU=0 ;;  # one GPU: the benchmarks wait for the tests (timings alone)
 esac
-step "$PARTS: tests on GPUs $G_TESTS, mac against the previous revision on GPU $G_BENCH, ncu on GPU $G_NCU"
+step "$PARTS: tests on GPUs $G_TESTS, benchmarks on GPU $G_BENCH, ncu on GPU $G_NCU"
 TESTS=${TESTS:-'*'}
 ( if has tests; then
     CUDA_VISIBLE_DEVICES=$G_TESTS timeout 480 build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.log 2>&1
@@ -67,7 +64,7 @@ tests_pid=$!
     [ "$G_NCU" = 0 ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done  # 2 GPUs: after the tests
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 240 ncu --csv --metrics gpu__time_duration.sum --cache-control none \
       --clock-control none build-gpu/skim bench --e2e-only --no-prefill --8b-only --no-dense-fallback --sparse-keep 0.1 \
-      --contexts 32768 --batches 1 --steps 1 --e2e-policy 'mac@hits=0' > $LOGS/ncu.csv 2> $LOGS/ncu.err
+      --contexts ${NCU_CONTEXT:-32768} --batches 1 --steps 1 --e2e-policy dense 'cs:keep=0.05,list=0.05,points=4096' > $LOGS/ncu.csv 2> $LOGS/ncu.err
     echo "ncu rc $?" >> $LOGS/ncu.err
   fi
   if has prefill; then
@@ -86,11 +83,6 @@ ncu_pid=$!
     cs='cs:keep=0.05,list=0.05,points=4096'
     timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" \
       'quest:budget=0.05,min=0,dense_layers=0' --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
-    # KV beyond GPU memory at 512K, batch 1 (issue 18's 10 tokens/s).
-    echo "-- host KV"
-    timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --sparse-keep 0.05 \
-      --e2e-policy 'gbsa:keep=0.05,n_min=16' 'quest:budget=0.02,min=0,dense_layers=0' --contexts 524288 --batches 1 \
-      --host-kv-slots 8192 | grep -E "8B"
   fi ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
 

@@ -326,7 +326,7 @@ PolicyInfo cs_policy_info() {
                    integer_key("recall", c.recall ? 1 : 0, 0, 1, "1: measure recall of the true top-K (a dense scoring pass per selection)"),
                    integer_key("dense_layers", c.dense_layers, 0, 1000000, "the first N layers stay dense")},
           .composes_with = {"rectify", "mac", "art"}, .sequence_state = true,
-          .order = "recent window, then descending summed list score"};
+          .order = "recent window, then descending summed list score", .backends = {"cpu", "cuda"}};
 }
 
 }  // namespace skim

@@ -77,7 +77,7 @@ TEST(Cli, PoliciesListsTheRegistry) {
     }
   Result text = run("policies");
   EXPECT_EQ(text.status, 0);
-  EXPECT_NE(text.output.find("cs (selector; runs on cpu)"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("cs (selector; runs on cpu, cuda)"), std::string::npos) << text.output;
 }
 
 // --chat with --chat-template: the prompt goes through the given template (the demo model has

@@ -255,13 +255,12 @@ INSTANTIATE_TEST_SUITE_P(Policies, GpuSparsePolicy,
                                   (p.find("+art") != std::string::npos ? "_art" : "");
                          });
 
-// cs on the GPU (first cut, compiled, not yet run on a device; enable with the registry's "cuda"
-// for cs, attention/csattn.cpp): one centroid per subspace, so that both backends' k-means land
+// cs on the GPU: one centroid per subspace, so that both backends' k-means land
 // on the same centroid (the normalised mean of every prompt query: points above the prompt's
 // vectors, no sampling on either), hence the same lists up to near-ties of bf16 against fp32
 // queries.
-INSTANTIATE_TEST_SUITE_P(DISABLED_Cs, GpuSparsePolicy,
-                         ::testing::Values("cs:centroids=1,iters=2,points=65536,keep=0.2,list=0.5,window=64"),
+INSTANTIATE_TEST_SUITE_P(Cs, GpuSparsePolicy,
+                         ::testing::Values("cs:centroids=1,backoff_top=1,iters=2,points=65536,keep=0.2,list=0.5,window=64"),
                          [](const auto&) { return std::string("cs"); });
 
 // ReSA on the GPU: group-sparse decode steps, and every f steps the engine re-runs the last f
@@ -380,7 +379,7 @@ TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
   mixed.append(seqs[0], prefix, {});
   for (int i = 1; i < n; ++i) seqs.push_back(mixed.fork_sequence(seqs[0]));
   for (int i = 0; i < n; ++i) mixed.set_sequence_policy(seqs[size_t(i)], policies[size_t(i)]);
-  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "cs"), Error) << "cs runs on the CPU only";
+  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "cs"), Error) << "cs decodes alone on the GPU so far";
   EXPECT_EQ(mixed.sequence_policy(seqs[0]), "dense");
   std::vector<std::vector<float>> together;  // [step] n rows of logits
   for (int i = 0; i < steps; ++i) together.push_back(mixed.decode(seqs, std::vector<int>(size_t(n), token(i))));
@@ -702,15 +701,18 @@ TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {
   }
 }
 
-TEST(GpuEngine, RefusesPoliciesThatRunOnTheCpuOnly) {
+// Every policy runs on the GPU; cs composed with mac or art does not yet.
+TEST(GpuEngine, RefusesCompositionsThatRunOnTheCpuOnly) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  EngineOptions o = gpu_options(256);
-  o.policy = "cs";
-  try {
-    Engine e(o);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+  for (const char* policy : {"cs+art", "cs+mac"}) {
+    EngineOptions o = gpu_options(256);
+    o.policy = policy;
+    try {
+      Engine e(o);
+      ADD_FAILURE() << policy << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+    }
   }
 }
 

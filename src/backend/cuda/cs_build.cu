@@ -25,7 +25,7 @@ using page_select::order_key;
 constexpr int kMaxSlice = 128, kMaxCentroids = 256, kMaxPoints = 65536, kMaxCandidates = 8;
 constexpr size_t kMaxClusterSmem = 200 * 1024;  // the Lloyd sums of a k-means CTA
 
-// The workspace, per build b: its points [max_points][ds], their D^2 and its prefix sums
+// The workspace, per build b: its points [ds][max_points] (Points), their D^2 and its prefix sums
 // [max_points], the sort keys of one centroid's key scores [C][max_keys], the lists' heap
 // keys before and after their sort [C][L]; the segments [count][C]; CUB's scratch.
 struct Layout {
@@ -72,18 +72,26 @@ __device__ __forceinline__ int sample_size(const CsBuildArgsBf16& a) {
   return (a.num_vectors + stride - 1) / stride;
 }
 
-// The CPU's normalize (sequential_norm.cuh).
-__device__ __forceinline__ void normalize_slice(float* x, int ds) {
-  const float norm = sequential_norm([&](int t) { return x[t]; }, ds);
-  if (norm > 0)
-    for (int t = 0; t < ds; ++t) x[t] /= norm;
-}
+// A build's sampled slices, dimension-major (element t of point i at t * stride + i): the
+// threads of a warp, each on its own point, read consecutive floats. (Point-major, every load
+// of the k-means touched 32 cache lines: 77 ms a layer at 4096 points.)
+struct Points {
+  float* base;
+  int stride;
+  __device__ __forceinline__ float& operator()(int i, int t) const { return base[size_t(t) * stride + i]; }
+};
 
 __device__ __forceinline__ float bf16_value(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
 
-__device__ __forceinline__ float dot(const float* x, const float* y, int n) {
+// Point i against x, or against point j: the products added in element order (the CPU's dot).
+__device__ __forceinline__ float dot(Points p, int i, const float* x, int n) {
   float s = 0.0f;
-  for (int t = 0; t < n; ++t) s += x[t] * y[t];
+  for (int t = 0; t < n; ++t) s += p(i, t) * x[t];
+  return s;
+}
+__device__ __forceinline__ float dot(Points p, int i, int j, int n) {
+  float s = 0.0f;
+  for (int t = 0; t < n; ++t) s += p(i, t) * p(j, t);
   return s;
 }
 
@@ -93,16 +101,21 @@ __device__ __forceinline__ float distance2(float sim) {
   return d * d;
 }
 
+__device__ __forceinline__ Points points_of(const Layout& w, int build) {
+  return {w.points + size_t(build) * w.max_points * w.ds, w.max_points};
+}
+
 // Step 1, a CTA per build: the normalised slices of the sampled vectors.
 __global__ void __launch_bounds__(256) sample_kernel(const CsBuildArgsBf16* builds, const Layout w) {
   const CsBuildArgsBf16 a = builds[blockIdx.x];
   const int ds = w.ds, stride = sample_stride(a), n = sample_size(a);
-  float* points = w.points + size_t(blockIdx.x) * w.max_points * ds;
+  const Points p = points_of(w, blockIdx.x);
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float* v = a.vectors + size_t(i) * stride * a.head_dim + size_t(a.subspace) * ds;
-    float* p = points + size_t(i) * ds;
-    for (int t = 0; t < ds; ++t) p[t] = v[t];
-    normalize_slice(p, ds);
+    for (int t = 0; t < ds; ++t) p(i, t) = v[t];
+    const float norm = sequential_norm([&](int t) { return p(i, t); }, ds);  // the CPU's normalize
+    if (norm > 0)
+      for (int t = 0; t < ds; ++t) p(i, t) /= norm;
   }
 }
 
@@ -142,6 +155,33 @@ __device__ double block_sum(KMeansSmem& sm, double x) {
   return total;  // thread 0's
 }
 
+// Each cluster's double sum of its points (sum[c][ds]) and size, the points added in index
+// order (as the CPU adds them; deterministic, where shared-memory double atomics were neither
+// ordered nor fast: 84 ms a layer at 4096 points). A warp per cluster: its lanes read 32
+// assignments at a time, and for each member in order add the member's row, a dim a lane.
+__device__ void cluster_sums(const int* assigned, Points points, int n, int k, int ds, double* sum,
+                             int* members) {
+  const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  for (int cj = threadIdx.x / 32; cj < k; cj += warps) {
+    double acc[kMaxSlice / 32] = {};
+    int count = 0;
+    for (int i0 = 0; i0 < n; i0 += 32) {
+      const bool mine = i0 + lane < n && assigned[i0 + lane] == cj;
+      for (uint32_t bits = __ballot_sync(0xffffffffu, mine); bits != 0; bits &= bits - 1) {
+        const int i = i0 + __ffs(bits) - 1;
+#pragma unroll
+        for (int r = 0; r < kMaxSlice / 32; ++r)
+          if (const int t = lane + 32 * r; t < ds) acc[r] += double(points(i, t));
+        ++count;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMaxSlice / 32; ++r)
+      if (const int t = lane + 32 * r; t < ds) sum[size_t(cj) * ds + t] = acc[r];
+    if (lane == 0) members[cj] = count;
+  }
+}
+
 // Step 2, a CTA per build: greedy k-means++ seeds, then Lloyd iterations, into centroids_out.
 // Dynamic shared memory: the clusters' double sums [C][ds] and sizes [C].
 __global__ void __launch_bounds__(kThreads) kmeans_kernel(const CsBuildArgsBf16* builds, const Layout w) {
@@ -151,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) kmeans_kernel(const CsBuildArgsBf16*
   const int ds = w.ds, n = sample_size(a), k = a.centroids, m = a.subspace;
   const int candidates = min(kMaxCandidates, 2 + int(log(double(k))));
   const uint64_t seed = 0x5eed0000ull + uint64_t(m);
-  const float* points = w.points + size_t(blockIdx.x) * w.max_points * ds;
+  const Points points = points_of(w, blockIdx.x);
   float* d2 = w.d2 + size_t(blockIdx.x) * w.max_points;
   double* prefix = w.prefix + size_t(blockIdx.x) * w.max_points;
   float* c = a.centroids_out + size_t(m) * k * ds;
@@ -159,9 +199,9 @@ __global__ void __launch_bounds__(kThreads) kmeans_kernel(const CsBuildArgsBf16*
 
   // The first seed uniformly; D^2 to it.
   const int first = int(draw_bits(seed, draws++) % uint64_t(n));
-  for (int t = threadIdx.x; t < ds; t += blockDim.x) c[t] = points[size_t(first) * ds + t];
+  for (int t = threadIdx.x; t < ds; t += blockDim.x) c[t] = points(first, t);
   __syncthreads();
-  for (int i = threadIdx.x; i < n; i += blockDim.x) d2[i] = distance2(dot(points + size_t(i) * ds, c, ds));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) d2[i] = distance2(dot(points, i, c, ds));
   __syncthreads();
   for (int j = 1; j < k; ++j) {
     prefix_sums(sm, d2, prefix, n);
@@ -187,10 +227,9 @@ __global__ void __launch_bounds__(kThreads) kmeans_kernel(const CsBuildArgsBf16*
     // Each candidate's total D^2 once it is a seed.
     double after[kMaxCandidates] = {};
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float* p = points + size_t(i) * ds;
 #pragma unroll
       for (int t = 0; t < kMaxCandidates; ++t)
-        if (t < candidates) after[t] += fminf(d2[i], distance2(dot(p, points + size_t(sm.picks[t]) * ds, ds)));
+        if (t < candidates) after[t] += fminf(d2[i], distance2(dot(points, i, sm.picks[t], ds)));
     }
 #pragma unroll
     for (int t = 0; t < kMaxCandidates; ++t)
@@ -206,31 +245,29 @@ __global__ void __launch_bounds__(kThreads) kmeans_kernel(const CsBuildArgsBf16*
     }
     __syncthreads();
     float* cj = c + size_t(j) * ds;
-    for (int t = threadIdx.x; t < ds; t += blockDim.x) cj[t] = points[size_t(sm.chosen) * ds + t];
+    for (int t = threadIdx.x; t < ds; t += blockDim.x) cj[t] = points(sm.chosen, t);
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x)
-      d2[i] = fminf(d2[i], distance2(dot(points + size_t(i) * ds, cj, ds)));
+      d2[i] = fminf(d2[i], distance2(dot(points, i, cj, ds)));
     __syncthreads();
   }
 
   // Lloyd: each point to its nearest centroid (the first of equal ones), each centroid the
   // normalised double mean of its points (an empty cluster keeps its centroid).
   int* members = reinterpret_cast<int*>(cluster_sum + size_t(k) * ds);
+  int* assigned = reinterpret_cast<int*>(d2);  // D^2 is spent once the seeds are chosen
   for (int it = 0; it < a.iters; ++it) {
-    for (int x = threadIdx.x; x < k * ds; x += blockDim.x) cluster_sum[x] = 0.0;
-    for (int x = threadIdx.x; x < k; x += blockDim.x) members[x] = 0;
-    __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float* p = points + size_t(i) * ds;
       int best = 0;
       float best_sim = -INFINITY;
       for (int cj = 0; cj < k; ++cj) {
-        const float sim = dot(p, c + size_t(cj) * ds, ds);
+        const float sim = dot(points, i, c + size_t(cj) * ds, ds);
         if (sim > best_sim) best_sim = sim, best = cj;
       }
-      atomicAdd(members + best, 1);
-      for (int t = 0; t < ds; ++t) atomicAdd(cluster_sum + size_t(best) * ds + t, double(p[t]));
+      assigned[i] = best;
     }
+    __syncthreads();
+    cluster_sums(assigned, points, n, k, ds, cluster_sum, members);
     __syncthreads();
     for (int cj = threadIdx.x; cj < k; cj += blockDim.x) {
       const double* s = cluster_sum + size_t(cj) * ds;

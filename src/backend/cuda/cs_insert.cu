@@ -24,6 +24,7 @@ __global__ void __launch_bounds__(kMaxLists) insert_kernel(const CsInsertArgs* a
   if (norm == 0.0f) norm = 1.0f;
   const float* centroid = a.centroids_data + size_t(l) * ds;
   float score = 0.0f;
+#pragma unroll 8  // loads in flight together (a row is 4 x 32 bytes apart from its neighbours')
   for (int i = 0; i < ds; ++i) score += centroid[i] * (a.score_dot ? k[i] : k[i] / norm);
   const uint16_t h = __half_as_ushort(__float2half_rn(score));
   if (a.admit && top_list::order_key(h) <= a.admit[l]) return;  // most keys: refused here

@@ -23,7 +23,7 @@ using page_select::order_key;
 
 constexpr int kMaxSlice = 128, kMaxCentroids = 256, kMaxLists = 32;  // lists a search gathers
 constexpr int kScatterThreads = 256, kScatterItems = 8;  // a scatter CTA: entries per thread in flight
-constexpr int kSumThreads = 256, kSumItems = 16;
+constexpr int kSumThreads = 256, kSumItems = 4;  // a sum CTA: positions per thread
 
 // Lists a search gathers at most: M subspaces x its back-off's width.
 int lists_per_search(const CsSelectArgs& a) { return a.subspaces * std::min(a.centroids, a.backoff_top); }
@@ -92,6 +92,7 @@ constexpr int kChooseThreads = 128;
 __global__ void __launch_bounds__(kChooseThreads) choose_kernel(const CsSelectArgs a, const Layout w) {
   detail::pdl_enter();  // launched by launch_pdl
   __shared__ float slice[kMaxSlice], cos[kMaxCentroids];
+  __shared__ bool taken[kMaxCentroids];
   __shared__ float weight;
   const int m = blockIdx.x, s = blockIdx.y, ds = a.head_dim / a.subspaces, C = a.centroids;
   const int T = w.lists / a.subspaces, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -106,31 +107,57 @@ __global__ void __launch_bounds__(kChooseThreads) choose_kernel(const CsSelectAr
       for (int i = 0; i < ds; ++i) slice[i] /= norm;
   }
   __syncthreads();
-  for (int c = warp; c < C; c += kChooseThreads / 32) {
-    const float* centroid = t.centroids + (size_t(m) * C + c) * ds;
-    float d = 0.0f;
-    for (int i = lane; i < ds; i += 32) d += centroid[i] * slice[i];
-    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-    if (lane == 0) cos[c] = d;
+  // kBatch centroids a warp at once, every load issued before any sum (one memory latency, not
+  // one per centroid); slices of at most 4 x 32 dims, the lanes' parts in fixed order.
+  constexpr int kWarps = kChooseThreads / 32, kBatch = 4;
+  for (int c0 = warp; c0 < C; c0 += kWarps * kBatch) {
+    float d[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int c = c0 + b * kWarps;
+      const float* centroid = t.centroids + (size_t(m) * C + min(c, C - 1)) * ds;
+      d[b] = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kMaxSlice / 32; ++r)
+        if (const int i = lane + 32 * r; i < ds) d[b] += centroid[i] * slice[i];
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      for (int o = 16; o > 0; o >>= 1) d[b] += __shfl_xor_sync(0xffffffffu, d[b], o);
+      if (const int c = c0 + b * kWarps; lane == 0 && c < C) cos[c] = d[b], taken[c] = false;
+    }
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  int best = 0;
-  for (int c = 1; c < C; ++c)
-    if (cos[c] > cos[best]) best = c;
+  if (warp != 0) return;
+  // Warp 0 takes the T nearest centroids in order (descending cosine, ties to the smaller
+  // centroid, as the CPU's sort), each by a warp argmax over those not yet taken: a serial scan
+  // of thread 0 over shared memory cost most of the kernel's 19 us.
+  const auto nearest = [&]() {
+    int bi = -1;
+    float bv = 0.0f;
+    for (int c = lane; c < C; c += 32)
+      if (!taken[c] && (bi < 0 || cos[c] > bv)) bi = c, bv = cos[c];
+    for (int o = 16; o > 0; o >>= 1) {
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bi = oi, bv = ov;
+    }
+    return bi;
+  };
+  const int best = nearest();
   const bool widen = cos[best] < float(a.backoff);
   const int take = widen ? T : 1;
   int32_t* chosen = w.chosen + size_t(s) * w.lists + size_t(m) * T;
   for (int k = 0; k < T; ++k) {
-    int pick = -1;
-    for (int c = 0; k < take && c < C; ++c) {
-      bool used = false;
-      for (int j = 0; j < k; ++j) used |= chosen[j] == m * C + c;
-      if (!used && (pick < 0 || cos[c] > cos[pick])) pick = c;
+    const int pick = k == 0 ? best : k < take ? nearest() : -1;
+    if (lane == 0) {
+      if (pick >= 0) taken[pick] = true;
+      chosen[k] = pick < 0 ? -1 : m * C + pick;
+      w.weight[size_t(s) * w.lists + size_t(m) * T + k] = weight;
     }
-    chosen[k] = pick < 0 ? -1 : m * C + pick;
-    w.weight[size_t(s) * w.lists + size_t(m) * T + k] = weight;
+    __syncwarp();
   }
+  if (lane != 0) return;
   if (a.stats) {
     atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->subspace_searches), 1ull);
     atomicAdd(&a.stats->best_cos, double(cos[best]));
@@ -184,10 +211,17 @@ __global__ void __launch_bounds__(kSumThreads) sum_kernel(const CsSelectArgs a, 
   uint32_t* keys = w.keys + size_t(s) * w.max_context;
   const float* contrib = w.contrib + size_t(s) * w.lists * w.max_context;
   int touched = 0, below = 0;
+  uint32_t item_mask[kSumItems];  // every item's mask loaded before any is summed
+#pragma unroll
+  for (int i = 0; i < kSumItems; ++i) {
+    const int p = (blockIdx.x * kSumItems + i) * kSumThreads + threadIdx.x;
+    item_mask[i] = p < context ? masks[p] : 0u;
+  }
+#pragma unroll
   for (int i = 0; i < kSumItems; ++i) {
     const int p = (blockIdx.x * kSumItems + i) * kSumThreads + threadIdx.x;
     if (p >= context) break;
-    const uint32_t mask = masks[p];
+    const uint32_t mask = item_mask[i];
     float sum = 0.0f;
     for (uint32_t m = mask; m != 0; m &= m - 1) sum += contrib[size_t(__ffs(m) - 1) * w.max_context + p];
     if (mask) masks[p] = 0u;

@@ -23,7 +23,7 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 struct Params {
   TokenDecodeArgs t;
   size_t page_stride, head_stride;  // elements
-  int heads_per_list, chunks, chunk_tokens;
+  int heads_per_list, chunks;
   float scale_log2;  // scores live in the exp2 domain
   float* part_o;     // [batch * num_heads][chunks][D]; null: one chunk, written to attn.o directly
   float* part_lse;   // [batch * num_heads][chunks], natural log
@@ -116,7 +116,10 @@ __device__ __forceinline__ long long tile_row(const PagedDecodeArgs& a, const in
   return (long long)(size_t(__ldg(pages + pos / a.page_size)) * page_stride + size_t(pos % a.page_size) * d);
 }
 
-// CTA (chunk, list): the list's tokens [chunk * chunk_tokens, +chunk_tokens), warp w taking
+// CTA (chunk, list): the chunk-th of the list's `chunks` equal slices (at least a tile per warp;
+// the slices split the list's own length, read here, not max_tokens: a list far shorter than its
+// capacity, as cs's top-K of a capacity sized for the whole context, still spreads over every
+// CTA the plan gave it), warp w taking
 // tiles of kTile consecutive tokens, strided by the CTA's warps. Per tile a warp issues every
 // K and V load (8 bytes a lane and row at head_dim 128), scores the 16 tokens for each head at
 // once (lane partials summed by transpose_sum16: lanes 2j, 2j + 1 end with token j's score),
@@ -137,7 +140,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const Params p) {
   const int b = list / per_row, u = list % per_row;
   const int hq0 = p.t.lists_per_query_head ? u : u * group, kvh = hq0 / group, heads = p.heads_per_list;
   const int len = min(max(p.t.token_lens[list], 0), p.t.max_tokens);
-  const int begin = chunk * p.chunk_tokens, end = min(len, begin + p.chunk_tokens);
+  const int per = max((len + p.chunks - 1) / p.chunks, kWarps * kTile);
+  const int begin = min(len, chunk * per), end = min(len, begin + per);
   const int32_t* positions = p.t.token_lists + size_t(list) * p.t.max_tokens;
   const int32_t* pages = a.page_table + size_t(b) * a.max_pages_per_seq;
   const size_t head_off = size_t(kvh) * p.head_stride + size_t(lane) * E;
@@ -253,7 +257,7 @@ GatherKernel gather_for(int heads) {
 GatherKernel gather_for(int d, int heads) { return d == 64 ? gather_for<64>(heads) : gather_for<128>(heads); }
 
 struct Plan {
-  int heads_per_list = 0, chunks = 1, chunk_tokens = 0;
+  int heads_per_list = 0, chunks = 1;
   size_t workspace_bytes = 0;
 };
 
@@ -281,7 +285,6 @@ cudaError_t make_plan(const TokenDecodeArgs& t, Plan& plan) {
   const long capacity = long(sms) * std::max(per_sm, 1);
   const int by_tokens = (std::max(t.max_tokens, 1) + kMinChunkTokens - 1) / kMinChunkTokens;
   plan.chunks = int(std::clamp<long>(std::min<long>(by_tokens, capacity / lists), 1, kMaxChunks));
-  plan.chunk_tokens = (std::max(t.max_tokens, 1) + plan.chunks - 1) / plan.chunks;
   const size_t states = size_t(a.batch) * a.num_heads * plan.chunks;
   plan.workspace_bytes = plan.chunks == 1 ? 0 : align_up(states * a.head_dim * 4, 256) + align_up(states * 4, 256);
   return cudaSuccess;
@@ -305,7 +308,7 @@ cudaError_t token_decode_attention(const TokenDecodeArgs& t, cudaStream_t stream
     return cudaErrorInvalidValue;
   const PagedDecodeArgs& a = t.attn;
   Params p{.t = t, .page_stride = a.page_stride_elems(), .head_stride = a.head_stride_elems(),
-           .heads_per_list = plan.heads_per_list, .chunks = plan.chunks, .chunk_tokens = plan.chunk_tokens,
+           .heads_per_list = plan.heads_per_list, .chunks = plan.chunks,
            .scale_log2 = a.scale * kLog2e, .part_o = nullptr, .part_lse = nullptr};
   if (plan.chunks > 1) {
     const size_t states = size_t(a.batch) * a.num_heads * plan.chunks;

@@ -4,12 +4,17 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Nothing written without a device
-#      is pending (2026-11-26: cs on the GPU passed and is enabled, bench/results/2026-11-26-h200-cs-gpu/).
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Not yet run on a device (written
+#      2026-11-26 after cs was enabled, bench/results/2026-11-26-h200-cs-gpu/): cs_select's pick over
+#      the packed touched positions (sum CTAs pack their segments, the pick packs them back to
+#      back): CudaCsSelect.MatchesTheCpuReference (now with a 530K context and lists of 6000),
+#      CudaCsState.*, Cs/GpuSparsePolicy. If it fails, revert the packing in cs_select.cu
+#      (cs is enabled on cuda: a wrong pick is a wrong GPU policy).
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-26 on H200: cs 7.4 / 12.2 ms against dense 5.5 / 8.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;
-#      bench/kernel_breakdown.py): pick 35 us a layer, insert 21, gather 14 (2026-11-26).
+#      bench/kernel_breakdown.py): pick 35 us a layer, insert 21, gather 14 (2026-11-26, before
+#      the packed pick).
 #   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
 #      bench/kernel_breakdown.py --all).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and

@@ -1,7 +1,8 @@
 // cuda::cs_select against its CPU reference, cpu::cs_select (which tests/attention/
 // cs_kernels_test.cpp holds to the definition), on fresh random tables and queries: head_dim
-// 128 in 4 subspaces of 64 centroids, lists of up to 300 keys, contexts from 500 to 20,000
-// (sort keys staged in shared memory and read from global memory), several searches per call,
+// 128 in 4 subspaces of 64 centroids, lists of up to 6000 keys, contexts from 500 to 530,000
+// (sort keys staged in shared memory and read from global memory; the pick's packing of the sum
+// CTAs' segments in one round and in two), several searches per call,
 // by position and by score, with and without the back-off. The same pick counts, candidates
 // and statistics; the picks may differ only where fp32 sums of another order break a near-tie
 // differently, so their differing count is reported and must stay small. The workspace is left
@@ -55,13 +56,16 @@ int differing(std::vector<int32_t> a, std::vector<int32_t> b) {
 
 TEST(CudaCsSelect, MatchesTheCpuReference) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  const int d = 128, M = 4, C = 64, L = 300, searches = 6;
+  // Lists of up to 6000 keys: with the back-off, search 2 packs more touched positions than the
+  // select stages in shared memory (10,240), so both of its key sources run.
+  const int d = 128, M = 4, C = 64, L = 6000, searches = 6;
   for (bool by_score : {false, true})
     for (double backoff : {-1.0, 0.5}) {
       std::vector<test::CsTables> tables;
       std::vector<int32_t> context, wb, n_pick;
       for (int s = 0; s < searches; ++s) {
-        context.push_back(s == 0 ? 20000 : test::random_int(500, 12000));
+        // Search 0 past 512 sum segments (524,288 positions): the pick packs them in two rounds.
+        context.push_back(s == 0 ? 530000 : s == 2 ? 20000 : test::random_int(500, 12000));
         tables.push_back(test::random_cs_tables(M, C, d / M, L, context.back()));
         wb.push_back(std::max(0, context.back() - 64));
         n_pick.push_back(s == 1 ? 0 : test::random_int(1, 900));

@@ -23,7 +23,8 @@ using page_select::order_key;
 
 constexpr int kMaxSlice = 128, kMaxCentroids = 256, kMaxLists = 32;  // lists a search gathers
 constexpr int kScatterThreads = 256, kScatterItems = 8;  // a scatter CTA: entries per thread in flight
-constexpr int kSumThreads = 256, kSumItems = 4;  // a sum CTA: positions per thread
+constexpr int kSumThreads = 256, kSumItems = 4;  // a sum CTA: consecutive positions per thread
+constexpr int kSumSpan = kSumThreads * kSumItems;  // a sum CTA's positions, and its segment's room
 
 // Lists a search gathers at most: M subspaces x its back-off's width.
 int lists_per_search(const CsSelectArgs& a) { return a.subspaces * std::min(a.centroids, a.backoff_top); }
@@ -32,20 +33,25 @@ int lists_per_search(const CsSelectArgs& a) { return a.subspaces * std::min(a.ce
 //   chosen [s][J] list ids in the CPU's order (-1: unused), weight [s][J]
 //   contrib [s][J][max_context] each chosen list's term per position (read where masked)
 //   masks [s][max_context] bit j: list j holds the position (zero between calls)
-//   keys [s][max_context] sort keys of the sums; touched, below [s] counts (zero between calls)
+//   segments [s][max_context] keys and positions: sum CTA b packs its touched positions below
+//     the window, in position order, from b * kSumSpan; seg_count [s][segments] how many
+//   packed [s][max_context] keys and positions: the segments back to back (pick's input)
+//   touched, below [s] counts (zero between calls)
 //   by_score: the picks' sort keys and positions [s][max_picks], segments, CUB's scratch.
 struct Layout {
   int32_t* chosen = nullptr;
   float* weight = nullptr;
   float* contrib = nullptr;
-  uint32_t *masks = nullptr, *keys = nullptr;
+  uint32_t *masks = nullptr, *seg_keys = nullptr, *packed_keys = nullptr;
+  int32_t *seg_pos = nullptr, *packed_pos = nullptr;
+  int* seg_count = nullptr;
   int *touched = nullptr, *below = nullptr;
   uint32_t *pick_keys = nullptr, *sorted_keys = nullptr;
   int32_t* pick_positions = nullptr;
   int *begin = nullptr, *end = nullptr;
   void* scratch = nullptr;
   size_t scratch_bytes = 0, bytes = 0;
-  int max_context = 0, lists = 0;
+  int max_context = 0, lists = 0, segments = 0;
 };
 
 Layout layout(const CsSelectArgs& a, int max_context, char* base) {
@@ -59,7 +65,12 @@ Layout layout(const CsSelectArgs& a, int max_context, char* base) {
   w.weight = carve.take<float>(S * J);
   w.contrib = carve.take<float>(S * J * ctx);
   w.masks = carve.take<uint32_t>(S * ctx);
-  w.keys = carve.take<uint32_t>(S * ctx);
+  w.segments = (max_context + kSumSpan - 1) / kSumSpan;
+  w.seg_keys = carve.take<uint32_t>(S * ctx);
+  w.seg_pos = carve.take<int32_t>(S * ctx);
+  w.seg_count = carve.take<int>(S * size_t(w.segments));
+  w.packed_keys = carve.take<uint32_t>(S * ctx);
+  w.packed_pos = carve.take<int32_t>(S * ctx);
   w.touched = carve.take<int>(S);
   w.below = carve.take<int>(S);
   if (a.by_score) {
@@ -200,36 +211,46 @@ __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const CsSelect
     }
 }
 
-// Step 3, CTA (position chunk, search s): each position's sum of its lists' terms in list order
-// (the CPU's order of additions, from 0), its sort key (0: untouched, below every touched one),
-// its mask cleared for the next call; the touched counts and the candidates.
+// Step 3, CTA (kSumSpan positions, search s), kSumItems consecutive positions a thread: each
+// position's sum of its lists' terms in list order (the CPU's order of additions, from 0), its
+// mask cleared for the next call; the touched positions below the window packed into the CTA's
+// segment in position order with their sort keys (the pick then walks only those: most
+// positions are untouched), the touched counts and the candidates.
 __global__ void __launch_bounds__(kSumThreads) sum_kernel(const CsSelectArgs a, const Layout w) {
   detail::pdl_enter();  // launched by launch_pdl
+  using Scan = cub::BlockScan<int, kSumThreads>;
+  __shared__ typename Scan::TempStorage scan;
   const int s = blockIdx.y, context = context_of(a, w, s);
   const int window_begin = min(max(a.window_begin[s], 0), min(context, a.max_picks));
   uint32_t* masks = w.masks + size_t(s) * w.max_context;
-  uint32_t* keys = w.keys + size_t(s) * w.max_context;
   const float* contrib = w.contrib + size_t(s) * w.lists * w.max_context;
+  const int p0 = blockIdx.x * kSumSpan + threadIdx.x * kSumItems;
+  uint32_t mask[kSumItems], key[kSumItems];  // every item's mask loaded before any is summed
+#pragma unroll
+  for (int i = 0; i < kSumItems; ++i) mask[i] = p0 + i < context ? masks[p0 + i] : 0u;
   int touched = 0, below = 0;
-  uint32_t item_mask[kSumItems];  // every item's mask loaded before any is summed
 #pragma unroll
   for (int i = 0; i < kSumItems; ++i) {
-    const int p = (blockIdx.x * kSumItems + i) * kSumThreads + threadIdx.x;
-    item_mask[i] = p < context ? masks[p] : 0u;
-  }
-#pragma unroll
-  for (int i = 0; i < kSumItems; ++i) {
-    const int p = (blockIdx.x * kSumItems + i) * kSumThreads + threadIdx.x;
-    if (p >= context) break;
-    const uint32_t mask = item_mask[i];
+    const int p = p0 + i;
     float sum = 0.0f;
-    for (uint32_t m = mask; m != 0; m &= m - 1) sum += contrib[size_t(__ffs(m) - 1) * w.max_context + p];
-    if (mask) masks[p] = 0u;
-    if (p < window_begin) keys[p] = mask ? order_key(sum) : 0u;
-    touched += mask != 0u;
-    below += mask != 0u && p < window_begin;
-    if (a.candidates) a.candidates[size_t(s) * a.candidate_stride + p] = mask != 0u;
+    for (uint32_t m = mask[i]; m != 0; m &= m - 1) sum += contrib[size_t(__ffs(m) - 1) * w.max_context + p];
+    key[i] = order_key(sum);
+    if (mask[i]) masks[p] = 0u;
+    touched += mask[i] != 0u;
+    below += mask[i] != 0u && p < window_begin;
+    if (a.candidates && p < context) a.candidates[size_t(s) * a.candidate_stride + p] = mask[i] != 0u;
   }
+  int rank, total;
+  Scan(scan).ExclusiveSum(below, rank, total);
+  const size_t segment = size_t(s) * w.max_context + size_t(blockIdx.x) * kSumSpan;
+#pragma unroll
+  for (int i = 0; i < kSumItems; ++i)
+    if (mask[i] != 0u && p0 + i < window_begin) {
+      w.seg_keys[segment + rank] = key[i];
+      w.seg_pos[segment + rank] = p0 + i;
+      ++rank;
+    }
+  if (threadIdx.x == 0) w.seg_count[size_t(s) * w.segments + blockIdx.x] = total;
   for (int o = 16; o > 0; o >>= 1) {
     touched += __shfl_xor_sync(0xffffffffu, touched, o);
     below += __shfl_xor_sync(0xffffffffu, below, o);
@@ -240,24 +261,70 @@ __global__ void __launch_bounds__(kSumThreads) sum_kernel(const CsSelectArgs a, 
   }
 }
 
+// The segments of search s below its window packed back to back, in position order: offsets by
+// a block scan of the counts (kThreads segments, 512K positions, a round), then a warp a segment.
+// Returns the packed count. Every thread of the CTA calls it.
+__device__ int pack_segments(const Layout& w, int s, int window_begin, int* seg_off, int* seg_n,
+                             page_select::SelectScratch::Scan::TempStorage& scan) {
+  using page_select::kThreads;
+  const int segments = (window_begin + kSumSpan - 1) / kSumSpan, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const size_t row = size_t(s) * w.max_context;
+  int carry = 0;
+  for (int g0 = 0; g0 < segments; g0 += kThreads) {
+    const int g = g0 + threadIdx.x;
+    const int n = g < segments ? w.seg_count[size_t(s) * w.segments + g] : 0;
+    int off, total;
+    page_select::SelectScratch::Scan(scan).ExclusiveSum(n, off, total);
+    seg_off[threadIdx.x] = carry + off;
+    seg_n[threadIdx.x] = n;
+    __syncthreads();
+    for (int j = warp; j < kThreads && g0 + j < segments; j += kThreads / 32) {
+      const size_t from = row + size_t(g0 + j) * kSumSpan, to = row + size_t(seg_off[j]);
+      constexpr int kBatch = 4;  // entries a lane loads before it stores any (one latency for 4)
+      for (int e0 = lane; e0 < seg_n[j]; e0 += 32 * kBatch) {
+        uint32_t k[kBatch];
+        int32_t p[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int e = e0 + 32 * b;
+          k[b] = e < seg_n[j] ? __ldg(w.seg_keys + from + e) : 0u;
+          p[b] = e < seg_n[j] ? __ldg(w.seg_pos + from + e) : 0;
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+          if (const int e = e0 + 32 * b; e < seg_n[j]) w.packed_keys[to + e] = k[b], w.packed_pos[to + e] = p[b];
+      }
+    }
+    carry += total;
+    __syncthreads();  // seg_off, seg_n and the scan storage are rewritten next round; the copies seen
+  }
+  return carry;
+}
+
 // Step 4, one CTA per search: the n_pick largest sums below the window by page selection's
-// radix select over the positions, in position order (ties to the smaller position); the
-// counts cleared for the next call.
+// radix select over the packed touched positions, in position order (ties to the smaller
+// position); the counts cleared for the next call.
 __global__ void __launch_bounds__(kThreads) pick_kernel(const CsSelectArgs a, const Layout w) {
   detail::pdl_enter();  // launched by launch_pdl
   __shared__ page_select::SelectSmem sel;
   const int s = blockIdx.x, context = context_of(a, w, s);
   const int window_begin = min(max(a.window_begin[s], 0), min(context, a.max_picks));
-  const int n = min(max(a.n_pick[s], 0), w.below[s]);
-  const uint32_t* keys = w.keys + size_t(s) * w.max_context;
+  // The packing's offsets and counts borrow the select's key staging (free until the select
+  // starts; static shared memory has no room for both).
+  static_assert(2 * kThreads <= page_select::kSmemKeys, "the packing's scratch fits the key staging");
+  int* seg_off = reinterpret_cast<int*>(sel.keys);
+  const int packed = pack_segments(w, s, window_begin, seg_off, seg_off + kThreads, sel.scan);
+  const int n = min(max(a.n_pick[s], 0), packed);
+  const uint32_t* keys = w.packed_keys + size_t(s) * w.max_context;
+  const int32_t* positions = w.packed_pos + size_t(s) * w.max_context;
   int32_t* picks = a.picks + size_t(s) * a.max_picks;
   if (n > 0) {
     uint32_t* pick_keys = a.by_score ? w.pick_keys + size_t(s) * a.max_picks : nullptr;
     int32_t* pick_positions = a.by_score ? w.pick_positions + size_t(s) * a.max_picks : picks;
     page_select::select_top_pages(
-        sel, keys, window_begin, n,
+        sel, keys, packed, n,
         [&](int p, int rank) {
-          pick_positions[rank] = p;
+          pick_positions[rank] = positions[p];
           if (pick_keys) pick_keys[rank] = keys[p];
         },
         [](int) {});
@@ -290,10 +357,10 @@ cudaError_t cs_select(const CsSelectArgs& a, const CsSelectWorkspace& ws, cudaSt
   if (ws.bytes < w.bytes) return cudaErrorInvalidValue;
   if (a.searches == 0) return cudaSuccess;
   (void)launch_pdl(choose_kernel, dim3(a.subspaces, a.searches), kChooseThreads, 0, stream, a, w);
-  const int per_scatter = kScatterThreads * kScatterItems, per_sum = kSumThreads * kSumItems;
+  const int per_scatter = kScatterThreads * kScatterItems;
   const dim3 scatter((std::max(a.list_capacity, 1) + per_scatter - 1) / per_scatter, w.lists, a.searches);
   (void)launch_pdl(scatter_kernel, scatter, kScatterThreads, 0, stream, a, w);
-  (void)launch_pdl(sum_kernel, dim3((ws.max_context + per_sum - 1) / per_sum, a.searches), kSumThreads, 0, stream, a, w);
+  (void)launch_pdl(sum_kernel, dim3(w.segments, a.searches), kSumThreads, 0, stream, a, w);
   (void)launch_pdl(pick_kernel, a.searches, kThreads, 0, stream, a, w);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || !a.by_score) return e;

@@ -10,11 +10,13 @@
 //      w (score - floor) into its list's row of a per-position table and sets the list's bit in
 //      the key's mask (a list's keys are distinct: no two writes collide);
 //   3. sum (CTAs over positions): a touched position adds its lists' terms in list order, which
-//      is the CPU's order of additions, so the sums are the CPU's; it clears its mask;
-//   4. pick (a CTA per search): the n_pick largest sums of the touched keys below the window by
-//      page selection's radix select (page_select_common.cuh) over the positions, untouched
-//      positions below every touched one, walked in position order (ties to the smaller
-//      position); with by_score a segmented radix sort then orders them by descending sum.
+//      is the CPU's order of additions, so the sums are the CPU's; it clears its mask; each CTA
+//      packs its touched positions below the window (with their sums' sort keys) into its own
+//      segment, in position order;
+//   4. pick (a CTA per search): the segments back to back, then the n_pick largest sums by page
+//      selection's radix select (page_select_common.cuh) over those alone (most positions are
+//      untouched), walked in position order (ties to the smaller position); with by_score a
+//      segmented radix sort then orders them by descending sum.
 // The masks and counts are zero again after a call, so the workspace needs no clearing.
 //
 // Differences from the CPU: the cosines are fp32 sums in another order (a warp's lanes; the

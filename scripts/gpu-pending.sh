@@ -9,7 +9,9 @@
 #      the packed touched positions (sum CTAs pack their segments, the pick packs them back to
 #      back): CudaCsSelect.MatchesTheCpuReference (now with a 530K context and lists of 6000),
 #      CudaCsState.*, Cs/GpuSparsePolicy. If it fails, revert the packing in cs_select.cu
-#      (cs is enabled on cuda: a wrong pick is a wrong GPU policy).
+#      (cs is enabled on cuda: a wrong pick is a wrong GPU policy). cs over KV beyond GPU memory
+#      (token_page_plan, token decode attention through per-KV-head tables): CudaTokenPagePlan.*,
+#      CudaTokenDecode.MatchesTheCpuReferenceThroughPerKvHeadTables, GpuHostKv.Cs*.
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-26 on H200: cs 7.4 / 12.2 ms against dense 5.5 / 8.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;
@@ -86,6 +88,12 @@ ncu_pid=$!
     cs='cs:keep=0.05,list=0.05,points=4096'
     timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" \
       'quest:budget=0.05,min=0,dense_layers=0' --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
+    # cs over KV beyond GPU memory at 512K, batch 1 (issue 18), beside gbsa at 2%: random keys
+    # scatter cs's picks over the pages (a worst case: 0.5% of the keys touch ~2.5K pages a head).
+    echo "-- host KV"
+    timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --sparse-keep 0.02 \
+      --e2e-policy 'gbsa:keep=0.02,n_min=16' 'cs:keep=0.005,list=2048,points=4096' --contexts 524288 --batches 1 \
+      --host-kv-slots 8192 | grep -E "8B|rror"
   fi ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
 

@@ -3,8 +3,9 @@
 // The same kernels over the same values, so the same logits bit for bit as the KV cache on the
 // GPU: teacher-forced decode of the 4K demo prompt under dense (the host pools read directly),
 // quest, gbsa and resa (the cache; resa's rectification rewrites pages: prefill passes empty
-// it), and a fork (its page copies empty it too). A step selecting more pages of one KV head
-// than the slots is refused after it, naming the option. Skips without a CUDA device.
+// it), and a fork (its page copies empty it too); cs, its token plans mapped as page plans. A
+// step selecting more pages of one KV head than the slots is refused after it, naming the
+// option. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <span>
@@ -64,6 +65,21 @@ TEST(GpuHostKv, DecodesAsTheKvCacheOnTheGpu) {
     for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << policy << ", step " << i;
     EXPECT_DOUBLE_EQ(on_host.decode_kv_bytes_read(), on_gpu.decode_kv_bytes_read()) << policy;
   }
+}
+
+// cs over host KV: each step's token plan as per-(row, KV head) page plans through the cache
+// (token_page_plan), the picks rewritten onto them; its tables built from the host pools. The
+// same logits bit for bit as with the KV cache on the GPU (slots for every page: the map still
+// runs, nothing is refused).
+TEST(GpuHostKv, CsDecodesAsTheKvCacheOnTheGpu) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const test::DemoLong d;
+  const int context = int(d.prompt.size()) + 64, steps = 12;
+  const std::string policy = "cs:keep=0.05,list=0.2,points=4096,window=64";
+  Engine on_gpu(options(policy, context, 0)), on_host(options(policy, context, context / 16 + 8));
+  const auto want = decode(on_gpu, d, steps, 5), got = decode(on_host, d, steps, 5);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << policy << ", step " << i;
 }
 
 TEST(GpuHostKv, RefusesAStepLargerThanItsSlotsAndPoliciesItCannotMap) {

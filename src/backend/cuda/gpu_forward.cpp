@@ -233,12 +233,11 @@ double GpuForward::decode_bytes_read(int length, int index) const {
   return bytes;
 }
 
-// KV beyond GPU memory maps plans of page selectors (and dense rows) only: MAC's and Retro's
-// stages and ART's kernel read lists of their own.
+// KV beyond GPU memory maps plans of page selectors (and dense rows) and cs's token plans (as
+// page plans, attend_cs) only: MAC's and Retro's stages and ART's kernel read lists of their own.
 void GpuForward::require_host_kv_policy(int index, const std::string& policy) const {
-  SKIM_REQUIRE(!planner_->mac_rule(index) && !planner_->retro_rule(index) && !planner_->art_rule(index) &&
-                   !planner_->cs_params(index),
-               "policy {}: KV beyond GPU memory runs dense, streaming, quest, gbsa and resa (not mac, retro, art or cs)",
+  SKIM_REQUIRE(!planner_->mac_rule(index) && !planner_->retro_rule(index) && !planner_->art_rule(index),
+               "policy {}: KV beyond GPU memory runs dense, streaming, quest, gbsa, resa and cs (not mac, retro or art)",
                policy);
 }
 

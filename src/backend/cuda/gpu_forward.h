@@ -267,6 +267,9 @@ class GpuForward final : public Forward, private Backend {
   std::unique_ptr<CsState> cs_;             // CSAttention's tables, once a cs policy is registered
   std::string cs_policy_;                   // the policy string cs_ was made for
   DeviceBuffer<uint8_t> token_workspace_;   // token_decode_attention's (cs)
+  // cs over host KV: each (row, KV head)'s token plan as a page plan the cache maps
+  // (token_page_plan), and the plan rewritten onto it.
+  DeviceBuffer<int32_t> cs_page_plan_, cs_page_lens_, cs_plan_tokens_;
   double decode_bytes_total_ = 0;  // the host-counted part
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.

@@ -11,7 +11,10 @@
 #      CudaCsState.*, Cs/GpuSparsePolicy. If it fails, revert the packing in cs_select.cu
 #      (cs is enabled on cuda: a wrong pick is a wrong GPU policy). cs over KV beyond GPU memory
 #      (token_page_plan, token decode attention through per-KV-head tables): CudaTokenPagePlan.*,
-#      CudaTokenDecode.MatchesTheCpuReferenceThroughPerKvHeadTables, GpuHostKv.Cs*.
+#      CudaTokenDecode.MatchesTheCpuReferenceThroughPerKvHeadTables, GpuHostKv.Cs*. cs_build's
+#      scoring as its own kernel (each key read once for every centroid, not once per centroid:
+#      the lists' build was 287 ms of the 570 at 32K): CudaCsBuild.*, CudaCsState.*; the table
+#      build's time from ncu (item 3).
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-26 on H200: cs 7.4 / 12.2 ms against dense 5.5 / 8.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;

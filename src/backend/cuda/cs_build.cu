@@ -24,20 +24,23 @@ using page_select::order_key;
 
 constexpr int kMaxSlice = 128, kMaxCentroids = 256, kMaxPoints = 65536, kMaxCandidates = 8;
 constexpr size_t kMaxClusterSmem = 200 * 1024;  // the Lloyd sums of a k-means CTA
+constexpr int kScoreKeys = 128;  // keys a score CTA scores against every centroid (a thread each)
 
 // The workspace, per build b: its points [ds][max_points] (Points), their D^2 and its prefix sums
-// [max_points], the sort keys of one centroid's key scores [C][max_keys], the lists' heap
-// keys before and after their sort [C][L]; the segments [count][C]; CUB's scratch.
+// [max_points], the sort keys of one centroid's key scores [C][max_keys] and each score CTA's
+// sum of them [C][score chunks], the lists' heap keys before and after their sort [C][L]; the
+// segments [count][C]; CUB's scratch.
 struct Layout {
   float* points = nullptr;
   float* d2 = nullptr;
   double* prefix = nullptr;
   uint32_t* keys = nullptr;
+  double* chunk_sums = nullptr;
   uint64_t *entries = nullptr, *sorted = nullptr;
   int *begin = nullptr, *end = nullptr;
   void* scratch = nullptr;
   size_t scratch_bytes = 0, bytes = 0;
-  int ds = 0, max_points = 0, max_keys = 0;
+  int ds = 0, max_points = 0, max_keys = 0, chunks = 0;
 };
 
 Layout layout(const CsBuildArgsBf16& a, int count, int max_keys, char* base) {
@@ -51,6 +54,8 @@ Layout layout(const CsBuildArgsBf16& a, int count, int max_keys, char* base) {
   w.d2 = carve.take<float>(B * P);
   w.prefix = carve.take<double>(B * P);
   w.keys = carve.take<uint32_t>(B * C * size_t(max_keys));
+  w.chunks = (max_keys + kScoreKeys - 1) / kScoreKeys;
+  w.chunk_sums = carve.take<double>(B * C * size_t(w.chunks));
   w.entries = carve.take<uint64_t>(B * C * L);
   w.sorted = carve.take<uint64_t>(B * C * L);
   w.begin = carve.take<int>(B * C);
@@ -293,36 +298,73 @@ __device__ __forceinline__ float key_score(uint32_t key) {  // order_key's inver
   return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
 
+// Step 3, CTA (chunk of kScoreKeys keys, build b), a thread per key: the keys' slices staged in
+// shared memory (coalesced: consecutive threads read consecutive elements), each scored against
+// every centroid of the subspace (the products added in element order, as the CPU does; the
+// slice normalised first when !score_dot), the sort keys written per centroid, and the chunk's
+// sum of each centroid's scores (warp sums, then the warps' in order: deterministic). Each key is
+// read once, not once per centroid. Dynamic shared memory: score_smem.
+__global__ void __launch_bounds__(kScoreKeys) score_kernel(const CsBuildArgsBf16* builds, const Layout w) {
+  extern __shared__ double score_shared[];
+  constexpr int kWarps = kScoreKeys / 32;
+  const CsBuildArgsBf16 a = builds[blockIdx.y];
+  const int ds = w.ds, C = a.centroids, m = a.subspace, num_keys = min(a.num_keys, w.max_keys);
+  const int j0 = blockIdx.x * kScoreKeys, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (j0 >= num_keys) return;  // past this build's keys (the grid covers the call's largest)
+  double* warp_sums = score_shared;                                           // [C][kWarps]
+  float* centroids = reinterpret_cast<float*>(warp_sums + size_t(C) * kWarps);  // [C][ds]
+  float* slices = centroids + size_t(C) * ds;  // [kScoreKeys][ds + 1] (padded: no bank conflicts)
+  for (int t = threadIdx.x; t < C * ds; t += blockDim.x) centroids[t] = a.centroids_out[size_t(m) * C * ds + t];
+  for (int x = threadIdx.x; x < kScoreKeys * ds; x += blockDim.x) {
+    const int jl = x / ds, t = x % ds, j = j0 + jl;
+    float v = 0.0f;
+    if (j < num_keys) {
+      const size_t row = (size_t(a.pages[j / a.page_size]) * a.num_kv_heads + a.kv_head) * a.page_size + j % a.page_size;
+      v = bf16_value(a.k_pool[row * a.head_dim + size_t(m) * ds + t]);
+    }
+    slices[jl * (ds + 1) + t] = v;
+  }
+  __syncthreads();
+  const int j = j0 + threadIdx.x;
+  const float* k = slices + threadIdx.x * (ds + 1);
+  const float norm = a.score_dot ? 0.0f : sequential_norm([&](int t) { return k[t]; }, ds);
+  const size_t unit0 = size_t(blockIdx.y) * C;
+  for (int c = 0; c < C; ++c) {
+    const float* centroid = centroids + size_t(c) * ds;
+    float score = 0.0f;
+    for (int t = 0; t < ds; ++t) score += centroid[t] * (norm > 0 ? k[t] / norm : k[t]);
+    if (j < num_keys) w.keys[(unit0 + c) * w.max_keys + j] = order_key(score);
+    double sum = j < num_keys ? double(score) : 0.0;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) warp_sums[c * kWarps + warp] = sum;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    double sum = 0;
+    for (int x = 0; x < kWarps; ++x) sum += warp_sums[c * kWarps + x];
+    w.chunk_sums[(unit0 + c) * w.chunks + blockIdx.x] = sum;
+  }
+}
+
+size_t score_smem(const CsBuildArgsBf16& a) {
+  const size_t ds = size_t(a.head_dim / a.subspaces);
+  return size_t(a.centroids) * (kScoreKeys / 32) * sizeof(double) +
+         (size_t(a.centroids) * ds + kScoreKeys * (ds + 1)) * sizeof(float);
+}
+
 struct ListSmem {
   page_select::SelectSmem select;
   typename Reduce::TempStorage reduce;
-  float centroid[kMaxSlice];
 };
 
-// Step 3, CTA (centroid c, build b): every key's score against centroid c, its sum, and the
-// top min(L, num_keys) (ties to the smaller position) as heap keys; the list's size, tail and
-// sort segment.
+// Step 4, CTA (centroid c, build b): the top min(L, num_keys) of the scored keys (ties to the
+// smaller position) as heap keys; the list's size, tail and sort segment.
 __global__ void __launch_bounds__(kThreads) list_kernel(const CsBuildArgsBf16* builds, const Layout w) {
   __shared__ ListSmem sm;
   const CsBuildArgsBf16 a = builds[blockIdx.y];
-  const int ds = w.ds, c = blockIdx.x, m = a.subspace, num_keys = min(a.num_keys, w.max_keys);
+  const int c = blockIdx.x, m = a.subspace, num_keys = min(a.num_keys, w.max_keys);
   const size_t l = size_t(m) * a.centroids + c, unit = size_t(blockIdx.y) * a.centroids + c;
-  for (int t = threadIdx.x; t < ds; t += blockDim.x) sm.centroid[t] = a.centroids_out[l * ds + t];
-  __syncthreads();
-  uint32_t* keys = w.keys + unit * w.max_keys;
-  double all = 0;
-  for (int j = threadIdx.x; j < num_keys; j += blockDim.x) {
-    const size_t row = (size_t(a.pages[j / a.page_size]) * a.num_kv_heads + a.kv_head) * a.page_size + j % a.page_size;
-    const uint16_t* kp = a.k_pool + row * a.head_dim + size_t(m) * ds;
-    // The slice normalised first when !score_dot, as the CPU does.
-    const float norm = a.score_dot ? 0.0f : sequential_norm([&](int t) { return bf16_value(kp[t]); }, ds);
-    float score = 0.0f;
-    for (int t = 0; t < ds; ++t) score += sm.centroid[t] * (norm > 0 ? bf16_value(kp[t]) / norm : bf16_value(kp[t]));
-    keys[j] = order_key(score);
-    all += score;
-  }
-  all = Reduce(sm.reduce).Sum(all);
-  __syncthreads();
+  const uint32_t* keys = w.keys + unit * w.max_keys;
   const int kept = min(a.list_capacity, num_keys);
   uint64_t* entries = w.entries + unit * a.list_capacity;
   double in = 0;
@@ -338,6 +380,8 @@ __global__ void __launch_bounds__(kThreads) list_kernel(const CsBuildArgsBf16* b
   }
   in = Reduce(sm.reduce).Sum(in);
   if (threadIdx.x == 0) {
+    double all = 0;  // the score chunks' sums, in order
+    for (int x = 0; x < (num_keys + kScoreKeys - 1) / kScoreKeys; ++x) all += w.chunk_sums[unit * w.chunks + x];
     const int left = num_keys - kept;
     a.tail[l] = left > 0 ? float((all - in) / left) : 0.0f;
     a.list_size[l] = kept;
@@ -346,7 +390,7 @@ __global__ void __launch_bounds__(kThreads) list_kernel(const CsBuildArgsBf16* b
   }
 }
 
-// Step 5, CTA (centroid c, build b): the sorted heap keys into the list's storage.
+// Step 6, CTA (centroid c, build b): the sorted heap keys into the list's storage.
 __global__ void __launch_bounds__(256) unpack_kernel(const CsBuildArgsBf16* builds, const Layout w) {
   const CsBuildArgsBf16 a = builds[blockIdx.y];
   const size_t l = size_t(a.subspace) * a.centroids + blockIdx.x;
@@ -369,7 +413,7 @@ bool supported(const CsBuildArgsBf16& a, int count, int max_keys) {
   return a.head_dim / a.subspaces <= kMaxSlice && a.centroids > 0 && a.centroids <= kMaxCentroids &&
          a.max_points > 0 && a.max_points <= kMaxPoints && a.list_capacity > 0 &&
          (a.list_stride == 0 || a.list_stride >= a.list_capacity) && a.iters >= 0 && max_keys > 0 &&
-         a.page_size > 0 && cluster_smem(a) <= kMaxClusterSmem;
+         a.page_size > 0 && cluster_smem(a) <= kMaxClusterSmem && score_smem(a) <= kMaxClusterSmem;
 }
 
 }  // namespace
@@ -384,11 +428,13 @@ cudaError_t cs_build(const CsBuildArgsBf16* builds, int count, const CsBuildArgs
   const Layout w = layout(a, count, max_keys, static_cast<char*>(ws.data));
   if (ws.bytes < w.bytes) return cudaErrorInvalidValue;
   if (count == 0) return cudaSuccess;
-  const size_t smem = cluster_smem(a);
+  const size_t smem = cluster_smem(a), scoring = score_smem(a);
   cudaError_t e = cudaFuncSetAttribute(kmeans_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(scoring));
   if (e != cudaSuccess) return e;
   sample_kernel<<<count, 256, 0, stream>>>(builds, w);
   kmeans_kernel<<<count, kThreads, smem, stream>>>(builds, w);
+  score_kernel<<<dim3(unsigned(w.chunks), unsigned(count)), kScoreKeys, scoring, stream>>>(builds, w);
   const dim3 lists(unsigned(a.centroids), unsigned(count));
   list_kernel<<<lists, kThreads, 0, stream>>>(builds, w);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;

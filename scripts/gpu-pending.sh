@@ -14,7 +14,9 @@
 #      CudaTokenDecode.MatchesTheCpuReferenceThroughPerKvHeadTables, GpuHostKv.Cs*. cs_build's
 #      scoring as its own kernel (each key read once for every centroid, not once per centroid:
 #      the lists' build was 287 ms of the 570 at 32K): CudaCsBuild.*, CudaCsState.*; the table
-#      build's time from ncu (item 3).
+#      build's time from ncu (item 3). cs:step > 1 on the GPU (a search period: CsSelectArgs::skip,
+#      cs_keep_picks): CudaCsSelect (its skip check), Cs/GpuSparsePolicy.*/cs_step3; then cs at
+#      step=4 beside step=1 in item 2's rows.
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-26 on H200: cs 7.4 / 12.2 ms against dense 5.5 / 8.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;
@@ -89,7 +91,7 @@ ncu_pid=$!
     # Lists of 5% and 4096 k-means points keep its tables near 1 GB at 32K (list=0.2 would hold
     # 2.6 GB a sequence at 32K, 10 GB at 128K).
     cs='cs:keep=0.05,list=0.05,points=4096'
-    timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" \
+    timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" "$cs,step=4" \
       'quest:budget=0.05,min=0,dense_layers=0' --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
     # cs over KV beyond GPU memory at 512K, batch 1 (issue 18), beside gbsa at 2%: random keys
     # scatter cs's picks over the pages (a worst case: 0.5% of the keys touch ~2.5K pages a head).

@@ -67,6 +67,9 @@ struct CsSelectArgs {
   uint8_t* candidates = nullptr;
   int candidate_stride = 0;
   CsSelectStats* stats = nullptr;        // optional
+  // Optional, [searches]: nonzero skips the search, which then writes nothing (its picks and
+  // count keep what they held): a search period above 1 (cs:step) keeps the last search's.
+  const uint8_t* skip = nullptr;
 };
 
 }  // namespace skim

@@ -112,6 +112,51 @@ TEST(CsSelect, EqualsItsDefinition) {
     }
 }
 
+// A skipped search (CsSelectArgs::skip, a search period's steps between searches) writes
+// nothing: its picks, count and candidates keep what they held; the others pick as without skips.
+TEST(CsSelect, SkippedSearchesWriteNothing) {
+  const int d = 64, M = 4, C = 16, L = 40, searches = 4, context = 200, max_picks = 180;
+  std::vector<test::CsTables> tables;
+  std::vector<CsTablesView> views;
+  for (int s = 0; s < searches; ++s) tables.push_back(test::random_cs_tables(M, C, d / M, L, context));
+  for (const test::CsTables& t : tables) views.push_back(t.view());
+  const std::vector<float> q = test::random_vector(size_t(searches) * d);
+  const std::vector<int32_t> ctx(searches, context), wb(searches, max_picks), n_pick(searches, 30);
+  const std::vector<uint8_t> skip = {0, 1, 0, 1};
+  auto run = [&](const uint8_t* skips, std::vector<int32_t>& picks, std::vector<int32_t>& counts,
+                 std::vector<uint8_t>& candidates, CsSelectStats& stats) {
+    cpu::CsSelectScratch scratch;
+    cpu::cs_select({.searches = searches, .head_dim = d, .subspaces = M, .centroids = C, .list_capacity = L,
+                    .backoff_top = 2, .queries = q.data(), .tables = views.data(), .context = ctx.data(),
+                    .window_begin = wb.data(), .n_pick = n_pick.data(), .max_picks = max_picks, .picks = picks.data(),
+                    .pick_counts = counts.data(), .candidates = candidates.data(), .candidate_stride = context,
+                    .stats = &stats, .skip = skips},
+                   scratch);
+  };
+  std::vector<int32_t> all_picks(size_t(searches) * max_picks, -1), all_counts(searches, -1);
+  std::vector<uint8_t> all_candidates(size_t(searches) * context, 7);
+  CsSelectStats all_stats, some_stats;
+  run(nullptr, all_picks, all_counts, all_candidates, all_stats);
+  std::vector<int32_t> picks(all_picks.size(), -5), counts(searches, -5);
+  std::vector<uint8_t> candidates(all_candidates.size(), 9);
+  run(skip.data(), picks, counts, candidates, some_stats);
+  for (int s = 0; s < searches; ++s) {
+    const auto row = [&](const auto& v, size_t width) { return std::vector(v.begin() + std::ptrdiff_t(s * width), v.begin() + std::ptrdiff_t((s + 1) * width)); };
+    if (skip[size_t(s)]) {
+      EXPECT_EQ(counts[size_t(s)], -5) << "search " << s;
+      EXPECT_EQ(row(picks, max_picks), std::vector<int32_t>(max_picks, -5)) << "search " << s;
+      EXPECT_EQ(row(candidates, context), std::vector<uint8_t>(context, 9)) << "search " << s;
+    } else {
+      EXPECT_EQ(counts[size_t(s)], all_counts[size_t(s)]) << "search " << s;
+      const auto got = row(picks, max_picks), want = row(all_picks, max_picks);
+      const auto n = std::ptrdiff_t(all_counts[size_t(s)]);
+      EXPECT_EQ(std::vector(got.begin(), got.begin() + n), std::vector(want.begin(), want.begin() + n)) << "search " << s;
+      EXPECT_EQ(row(candidates, context), row(all_candidates, context)) << "search " << s;
+    }
+  }
+  EXPECT_EQ(some_stats.subspace_searches, all_stats.subspace_searches / 2);
+}
+
 // The streaming insert: a stream of keys into empty lists leaves each list (m, c) holding the
 // L best fp16 scores c . k_m of the stream (ties: the earlier key), with and without the admit
 // cache; with score=cos the slices are normalised first. Centroids of sixteenths and key slices

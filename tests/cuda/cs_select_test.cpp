@@ -6,7 +6,7 @@
 // by position and by score, with and without the back-off. The same pick counts, candidates
 // and statistics; the picks may differ only where fp32 sums of another order break a near-tie
 // differently, so their differing count is reported and must stay small. The workspace is left
-// zero: a second call on it gives the same picks and candidates.
+// zero: a second call on it gives the same picks and candidates. Skipped searches write nothing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -151,6 +151,33 @@ TEST(CudaCsSelect, MatchesTheCpuReference) {
       EXPECT_EQ(to_host(picks), got) << "a second call differs";
       EXPECT_EQ(to_host(counts), got_counts) << "a second call differs";
       EXPECT_EQ(to_host(candidates), want_candidates) << "a second call's candidates differ";
+
+      // Odd searches skipped (a search period): they write nothing, the others pick as before.
+      std::vector<uint8_t> skip(searches);
+      for (int s = 0; s < searches; ++s) skip[size_t(s)] = s % 2;
+      auto dskip = to_device(skip);
+      const std::vector<int32_t> sentinel(want.size(), -5), sentinel_counts(searches, -5);
+      ASSERT_EQ(cudaMemcpy(picks.data(), sentinel.data(), picks.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(counts.data(), sentinel_counts.data(), counts.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      CsSelectArgs some = g;
+      some.skip = dskip.data();
+      some.candidates = nullptr;
+      some.stats = nullptr;
+      ASSERT_EQ(cuda::cs_select(some, workspace, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<int32_t> some_picks = to_host(picks), some_counts = to_host(counts);
+      for (int s = 0; s < searches; ++s) {
+        const auto row = [&](const std::vector<int32_t>& v, int n) {
+          return std::vector<int32_t>(v.begin() + std::ptrdiff_t(s) * max_picks, v.begin() + std::ptrdiff_t(s) * max_picks + n);
+        };
+        if (s % 2) {
+          EXPECT_EQ(some_counts[size_t(s)], -5) << "search " << s << " was skipped";
+          EXPECT_EQ(row(some_picks, max_picks), row(sentinel, max_picks)) << "search " << s << " was skipped";
+        } else {
+          EXPECT_EQ(some_counts[size_t(s)], got_counts[size_t(s)]) << "search " << s;
+          EXPECT_EQ(row(some_picks, got_counts[size_t(s)]), row(got, got_counts[size_t(s)])) << "search " << s;
+        }
+      }
     }
 }
 

@@ -255,13 +255,18 @@ INSTANTIATE_TEST_SUITE_P(Policies, GpuSparsePolicy,
                                   (p.find("+art") != std::string::npos ? "_art" : "");
                          });
 
-// cs on the GPU: one centroid per subspace, so that both backends' k-means land
+// cs on the GPU, searching every step and every third (a search period: between searches the
+// last picks plus every key since): one centroid per subspace, so that both backends' k-means land
 // on the same centroid (the normalised mean of every prompt query: points above the prompt's
 // vectors, no sampling on either), hence the same lists up to near-ties of bf16 against fp32
 // queries.
 INSTANTIATE_TEST_SUITE_P(Cs, GpuSparsePolicy,
-                         ::testing::Values("cs:centroids=1,backoff_top=1,iters=2,points=65536,keep=0.2,list=0.5,window=64"),
-                         [](const auto&) { return std::string("cs"); });
+                         ::testing::Values("cs:centroids=1,backoff_top=1,iters=2,points=65536,keep=0.2,list=0.5,window=64",
+                                           "cs:centroids=1,backoff_top=1,iters=2,points=65536,keep=0.2,list=0.5,window=64,"
+                                           "step=3"),
+                         [](const auto& info) {
+                           return std::string(info.param.find("step=") != std::string::npos ? "cs_step3" : "cs");
+                         });
 
 // ReSA on the GPU: group-sparse decode steps, and every f steps the engine re-runs the last f
 // tokens as a dense prefill on the GPU (rewriting their K/V and digests). Teacher-forced on the

@@ -136,6 +136,7 @@ void cs_select(const CsSelectArgs& a, CsSelectScratch& w) {
   CsSelectStats local;
   CsSelectStats& stats = a.stats ? *a.stats : local;
   for (int s = 0; s < a.searches; ++s) {
+    if (a.skip && a.skip[s]) continue;  // keeps its last picks (a search period)
     const int context = a.context[s], window_begin = a.window_begin[s];
     if (window_begin < 0 || window_begin > context || window_begin > a.max_picks || a.n_pick[s] < 0)
       throw std::invalid_argument("cs_select: window_begin outside [0, context] or past max_picks");

@@ -89,6 +89,8 @@ Layout layout(const CsSelectArgs& a, int max_context, char* base) {
   return w;
 }
 
+__device__ __forceinline__ bool skipped(const CsSelectArgs& a, int s) { return a.skip && a.skip[s]; }
+
 __device__ __forceinline__ int context_of(const CsSelectArgs& a, const Layout& w, int s) {
   return min(max(a.context[s], 0), w.max_context);
 }
@@ -106,6 +108,7 @@ __global__ void __launch_bounds__(kChooseThreads) choose_kernel(const CsSelectAr
   __shared__ bool taken[kMaxCentroids];
   __shared__ float weight;
   const int m = blockIdx.x, s = blockIdx.y, ds = a.head_dim / a.subspaces, C = a.centroids;
+  if (skipped(a, s)) return;
   const int T = w.lists / a.subspaces, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float* q = a.queries + size_t(s) * a.head_dim + size_t(m) * ds;
   const CsTablesView t = a.tables[s];
@@ -182,6 +185,7 @@ __global__ void __launch_bounds__(kChooseThreads) choose_kernel(const CsSelectAr
 __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const CsSelectArgs a, const Layout w) {
   detail::pdl_enter();  // launched by launch_pdl
   const int s = blockIdx.z, j = blockIdx.y;
+  if (skipped(a, s)) return;
   const int32_t l = w.chosen[size_t(s) * w.lists + j];
   if (l < 0) return;
   const CsTablesView t = a.tables[s];
@@ -221,6 +225,7 @@ __global__ void __launch_bounds__(kSumThreads) sum_kernel(const CsSelectArgs a, 
   using Scan = cub::BlockScan<int, kSumThreads>;
   __shared__ typename Scan::TempStorage scan;
   const int s = blockIdx.y, context = context_of(a, w, s);
+  if (skipped(a, s)) return;
   const int window_begin = min(max(a.window_begin[s], 0), min(context, a.max_picks));
   uint32_t* masks = w.masks + size_t(s) * w.max_context;
   const float* contrib = w.contrib + size_t(s) * w.lists * w.max_context;
@@ -308,6 +313,10 @@ __global__ void __launch_bounds__(kThreads) pick_kernel(const CsSelectArgs a, co
   detail::pdl_enter();  // launched by launch_pdl
   __shared__ page_select::SelectSmem sel;
   const int s = blockIdx.x, context = context_of(a, w, s);
+  if (skipped(a, s)) {  // nothing written but an empty sort segment (by_score sorts every search's)
+    if (a.by_score && threadIdx.x == 0) w.begin[s] = w.end[s] = s * a.max_picks;
+    return;
+  }
   const int window_begin = min(max(a.window_begin[s], 0), min(context, a.max_picks));
   // The packing's offsets and counts borrow the select's key staging (free until the select
   // starts; static shared memory has no room for both).

@@ -33,7 +33,6 @@ void grow_keeping(DeviceBuffer<T>& buf, size_t count, size_t keep) {
 CsState::CsState(const CsStateShape& s, const CsParams& p) : shape_(s), p_(p) {
   SKIM_REQUIRE(s.head_dim % p.subspaces == 0, "policy: cs:subspaces={} does not divide head_dim {}", p.subspaces,
                s.head_dim);
-  SKIM_REQUIRE(p.step == 1, "policy: cs:step={} runs on the CPU only for now (the GPU searches every step)", p.step);
   SKIM_REQUIRE(p.pool_group, "policy: cs:pool=head runs on the CPU only for now (the GPU searches per KV group)");
   SKIM_REQUIRE(!p.recall, "policy: cs:recall=1 runs on the CPU only (a dense scoring pass per search)");
   layers_ = std::max(0, s.num_layers - p.dense_layers);
@@ -49,6 +48,10 @@ CsState::CsState(const CsStateShape& s, const CsParams& p) : shape_(s), p_(p) {
   pick_counts_.resize(searches);
   picks_.resize(searches * K);
   lens_.resize(searches);
+  if (p.step > 1) {
+    skip_.resize(searches);
+    search_units_.resize(searches);
+  }
   const CsSelectArgs shapes{.searches = int(searches), .head_dim = s.head_dim, .subspaces = p.subspaces,
                             .centroids = p.centroids, .list_capacity = stride_, .backoff_top = p.backoff_top,
                             .max_picks = s.max_context};
@@ -85,6 +88,13 @@ void CsState::allocate(int slots) {
   grow_keeping(score_, units * lists * stride_, old * lists * stride_);
   grow_keeping(size_, units * lists, old * lists);
   grow_keeping(capacities_, size_t(slots), size_t(slots_));
+  if (p_.step > 1) {  // the last search of every unit (a search period)
+    const size_t keep = size_t(keep_capacity());
+    grow_keeping(last_picks_, units * keep, old * keep);
+    grow_keeping(last_count_, units, old);
+    grow_keeping(last_window_, units, old);
+    grow_keeping(searches_done_, units, old);
+  }
   info_.resize(size_t(slots));
   slots_of_.add(slots_, slots);
   slots_ = slots;
@@ -119,6 +129,12 @@ void CsState::fork(const PageTable* from, const PageTable* to, bool& moved, cuda
   copy(index_, lists * stride_);
   copy(score_, lists * stride_);
   copy(size_, lists);
+  if (p_.step > 1) {  // the last search and its step count, as the CPU's fork copies them
+    copy(last_picks_, size_t(keep_capacity()));
+    copy(last_count_, 1);
+    copy(last_window_, 1);
+    copy(searches_done_, 1);
+  }
   check(cudaMemcpyAsync(capacities_.data() + dst, capacities_.data() + src, sizeof(int32_t), cudaMemcpyDeviceToDevice,
                         stream),
         "cudaMemcpyAsync (cs capacity)");
@@ -223,6 +239,11 @@ void CsState::build(int slot, int num_keys, const std::vector<const uint16_t*>& 
           "cs_build");
     check(cudaStreamSynchronize(stream), "cs_build");  // `builds` is reused for the next layer
   }
+  if (p_.step > 1) {  // the first decode step searches
+    const size_t per_slot = size_t(layers_) * kv;
+    check(cudaMemsetAsync(searches_done_.data() + size_t(slot) * per_slot, 0, per_slot * sizeof(int32_t), stream),
+          "cudaMemsetAsync (cs searches)");
+  }
   s.built = true;
   s.indexed = num_keys;
 }
@@ -245,7 +266,15 @@ CsInsertArgs CsState::insert_shapes() const {
 void CsState::decode_layer(int layer, int n, const StepInputs& in, cudaStream_t stream) {
   const int kv = shape_.num_kv_heads, searches = n * kv;
   SKIM_REQUIRE(n <= shape_.max_rows && !dense_layer(layer), "cs: {} rows at layer {}", n, layer);
-  check(cs_step_args(step_args(layer, n, in), stream), "cs_step_args");
+  CsStepArgs args = step_args(layer, n, in);
+  if (p_.step > 1) {  // a search period: the units not due skip their search (a decode step's only)
+    args.period = p_.step;
+    args.searches_done = searches_done_.data();
+    args.last_window = last_window_.data();
+    args.skip = skip_.data();
+    args.units = search_units_.data();
+  }
+  check(cs_step_args(args, stream), "cs_step_args");
   // The CPU observes (inserts) before it selects: a new key can evict a list's least entry.
   check(cs_insert(inserts_.data(), searches, insert_shapes(), stream), "cs_insert");
   check(cs_select({.searches = searches, .head_dim = shape_.head_dim, .subspaces = p_.subspaces,
@@ -253,9 +282,17 @@ void CsState::decode_layer(int layer, int n, const StepInputs& in, cudaStream_t 
                    .missing_mean = p_.missing_mean, .by_score = false, .backoff = p_.backoff,
                    .backoff_top = p_.backoff_top, .queries = queries_.data(), .tables = views_.data(),
                    .context = context_.data(), .window_begin = window_begin_.data(), .n_pick = n_pick_.data(),
-                   .max_picks = shape_.max_context, .picks = picks_.data(), .pick_counts = pick_counts_.data()},
+                   .max_picks = shape_.max_context, .picks = picks_.data(), .pick_counts = pick_counts_.data(),
+                   .skip = p_.step > 1 ? skip_.data() : nullptr},
                   {select_ws_.data(), select_ws_.bytes(), shape_.max_context}, stream),
         "cs_select");
+  if (p_.step > 1)
+    check(cs_keep_picks({.searches = searches, .max_picks = shape_.max_context, .keep_capacity = keep_capacity(),
+                         .skip = skip_.data(), .units = search_units_.data(), .window_begin = window_begin_.data(),
+                         .picks = picks_.data(), .pick_counts = pick_counts_.data(), .last_picks = last_picks_.data(),
+                         .last_count = last_count_.data(), .last_window = last_window_.data()},
+                        stream),
+          "cs_keep_picks");
   check(cs_token_plan(picks_.data(), pick_counts_.data(), shape_.max_context, context_.data(), window_begin_.data(),
                       searches, lens_.data(), stream),
         "cs_token_plan");

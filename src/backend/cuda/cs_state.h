@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -110,6 +111,10 @@ class CsState {
   // A pass's per-(row, KV head) arguments for rows [0, n) of `in` at `layer` (cs_step_args).
   CsStepArgs step_args(int layer, int n, const StepInputs& in);
   CsInsertArgs insert_shapes() const;
+  // The most picks a search keeps below its window: keep x max_context.
+  int keep_capacity() const {
+    return std::min(shape_.max_context, std::max(1, int(std::ceil(p_.keep * shape_.max_context))));
+  }
 
   CsStateShape shape_;
   CsParams p_;
@@ -121,6 +126,11 @@ class CsState {
   DeviceBuffer<int32_t> index_, size_;
   DeviceBuffer<uint16_t> score_;
   DeviceBuffer<int32_t> capacities_;  // [slots]
+  // A search period (cs:step > 1), per unit: its last search's picks [units][keep_capacity()],
+  // their count, its window start, and its decode steps so far; per search of a step whether it
+  // is skipped and its unit.
+  DeviceBuffer<int32_t> last_picks_, last_count_, last_window_, searches_done_, search_units_;
+  DeviceBuffer<uint8_t> skip_;
   // A decode step's scratch: [max_rows x kv] searches.
   DeviceBuffer<float> queries_, keys_;
   DeviceBuffer<CsInsertArgs> inserts_;

@@ -54,6 +54,13 @@ __global__ void step_args_kernel(const CsStepArgs a) {
   a.context[s] = ctx;
   a.window_begin[s] = wb;
   a.n_pick[s] = max(0, K - (ctx - wb));
+  if (a.period > 1) {  // one row per sequence a step: this thread alone advances the unit's counter
+    const int done = a.searches_done[u];
+    a.skip[s] = done % a.period != 0;
+    if (a.skip[s]) a.window_begin[s] = min(wb, a.last_window[u]);  // the CPU's min(wb, search_window)
+    a.searches_done[u] = done + 1;
+    a.units[s] = int32_t(u);
+  }
   CsInsertArgs in;
   in.head_dim = d;
   in.subspaces = a.tables.subspaces;
@@ -69,6 +76,23 @@ __global__ void step_args_kernel(const CsStepArgs a) {
   in.key = a.keys + size_t(s) * d;
   in.position = pos;
   a.inserts[s] = in;
+}
+
+// CTA per search: a search that ran saves its picks as its unit's last; a skipped one takes them.
+__global__ void keep_kernel(const CsKeepArgs a) {
+  const int s = blockIdx.x;
+  const size_t u = size_t(a.units[s]);
+  int32_t* row = a.picks + size_t(s) * a.max_picks;
+  int32_t* last = a.last_picks + u * a.keep_capacity;
+  if (!a.skip[s]) {
+    const int count = min(a.pick_counts[s], a.keep_capacity);
+    for (int j = threadIdx.x; j < count; j += blockDim.x) last[j] = row[j];
+    if (threadIdx.x == 0) a.last_count[u] = count, a.last_window[u] = a.window_begin[s];
+  } else {
+    const int count = a.last_count[u];
+    for (int j = threadIdx.x; j < count; j += blockDim.x) row[j] = last[j];
+    if (threadIdx.x == 0) a.pick_counts[s] = count;
+  }
 }
 
 // CTA per search: the window's positions after its picks.
@@ -102,6 +126,13 @@ cudaError_t cs_step_args(const CsStepArgs& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   if (a.n == 0) return cudaSuccess;
   step_args_kernel<<<dim3(a.n, a.tables.kv_heads), 128, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t cs_keep_picks(const CsKeepArgs& a, cudaStream_t stream) {
+  if (a.searches < 0 || a.max_picks < 0 || a.keep_capacity < 0 || a.keep_capacity > a.max_picks) return cudaErrorInvalidValue;
+  if (a.searches == 0) return cudaSuccess;
+  keep_kernel<<<a.searches, 256, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -70,8 +70,34 @@ struct CsStepArgs {
   CsInsertArgs* inserts = nullptr;
   CsTablesView* views = nullptr;
   int32_t *context = nullptr, *window_begin = nullptr, *n_pick = nullptr;
+  // A search period above 1 (cs:step), as the CPU's CsSelector: a unit searches at its steps 0,
+  // period, 2 x period, ... of decoding (its counter, read and advanced here: [units]); between
+  // them the search is skipped (skip [n x kv]) and its window starts where its last search's did
+  // (last_window [units]), so every key since joins the last picks. units [n x kv]: each search's.
+  int period = 1;
+  int32_t* searches_done = nullptr;
+  const int32_t* last_window = nullptr;
+  uint8_t* skip = nullptr;
+  int32_t* units = nullptr;
 };
 cudaError_t cs_step_args(const CsStepArgs& args, cudaStream_t stream);
+
+// A search period's picks (cs:step > 1), per search s of unit units[s], after cs_select: one
+// that searched saves its picks, count and window start as the unit's last (last_picks
+// [units][keep_capacity]); a skipped one takes them back into its row of picks (max_picks apart)
+// and pick_counts.
+struct CsKeepArgs {
+  int searches = 0, max_picks = 0, keep_capacity = 0;
+  const uint8_t* skip = nullptr;
+  const int32_t* units = nullptr;
+  const int32_t* window_begin = nullptr;
+  int32_t* picks = nullptr;
+  int32_t* pick_counts = nullptr;
+  int32_t* last_picks = nullptr;
+  int32_t* last_count = nullptr;
+  int32_t* last_window = nullptr;
+};
+cudaError_t cs_keep_picks(const CsKeepArgs& args, cudaStream_t stream);
 
 // The token plan of `searches` searches in place: list s (row s of picks, max_picks apart) is
 // its picks (ascending, below the window) then the window [window_begin[s], context[s]);

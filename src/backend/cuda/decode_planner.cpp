@@ -45,7 +45,9 @@ class CsRows final : public RowPlanner {
   double metadata_bytes(int layer, int length) const override {
     if (dense_in(layer)) return 0;
     const double entries = p_.list <= 1.0 ? std::ceil(p_.list * length) : p_.list;
-    return double(s_.num_kv_heads) * p_.subspaces * entries * 6.0;
+    // A search every `step` steps reads its lists: a step's share of them (the keys read between
+    // searches, the last picks plus those since, stay those of the keep x context above).
+    return double(s_.num_kv_heads) * p_.subspaces * entries * 6.0 / std::max(1, p_.step);
   }
   const CsParams* cs_params() const override { return &p_; }
 

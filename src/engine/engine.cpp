@@ -369,16 +369,18 @@ std::vector<float> Engine::append(int seq, std::span<const int> tokens,
   m.reserve(t, t.length + n);
 
   std::vector<float> out(logits_at.size() * size_t(vocab));
-  std::vector<float> chunk_logits;
-  for (int b = 0; b < n; b += m.options.prefill_chunk) {
-    int e = std::min(n, b + m.options.prefill_chunk);
-    ForwardBatch fb;
-    fb.decode = (n == 1 && t.length > 0);
-    std::vector<size_t> dest;
-    const bool mixes = m.forward->mixes_policies();
+  // The prompt's chunks: rows [b, e) at positions from the sequence's length on.
+  const int chunk = m.options.prefill_chunk, start = t.length;
+  const bool mixes = m.forward->mixes_policies();
+  std::vector<ForwardBatch> chunks;
+  std::vector<std::vector<size_t>> dests;  // per chunk, the logits_at entries its rows fill
+  for (int b = 0; b < n; b += chunk) {
+    const int e = std::min(n, b + chunk);
+    ForwardBatch& fb = chunks.emplace_back();
+    std::vector<size_t>& dest = dests.emplace_back();
     for (int i = b; i < e; ++i) {
       fb.tokens.push_back(tokens[i]);
-      fb.positions.push_back(t.length + (i - b));
+      fb.positions.push_back(start + i);
       fb.tables.push_back(&t);
       if (mixes) fb.policy.push_back(m.sequence(seq).policy_index);  // the GPU's MAC rings fill from prompts
     }
@@ -387,13 +389,21 @@ std::vector<float> Engine::append(int seq, std::span<const int> tokens,
         fb.logits_rows.push_back(logits_at[j] - b);
         dest.push_back(j);
       }
-    m.forward->run(fb, *m.policy, chunk_logits);
+  }
+  // A sequence's prompt as its forward runs it: layer by layer where chunk by chunk would cost
+  // (the GPU over KV beyond its memory), else chunk by chunk, each chunk's length counted as it lands.
+  std::vector<std::vector<float>> chunk_logits(chunks.size());
+  const bool by_layer = chunks.size() > 1 && m.forward->runs_prompts_by_layer(m.sequence(seq).policy_index);
+  if (by_layer) m.forward->run_by_layer(chunks, chunk_logits);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int b = int(c) * chunk, e = std::min(n, b + chunk);
+    if (!by_layer) m.forward->run(chunks[c], *m.policy, chunk_logits[c]);
     m.sequence(seq).retro_steps = 0;  // new prompt tokens are not RetroAttention past rows
     t.length += e - b;
     auto& hist = m.sequence(seq).tokens;
     hist.insert(hist.end(), tokens.begin() + b, tokens.begin() + e);
-    for (size_t j = 0; j < dest.size(); ++j)
-      std::copy_n(chunk_logits.data() + j * vocab, vocab, out.data() + dest[j] * vocab);
+    for (size_t j = 0; j < dests[c].size(); ++j)
+      std::copy_n(chunk_logits[c].data() + j * vocab, vocab, out.data() + dests[c][j] * vocab);
     if (on_progress) on_progress(e, n);
   }
   return out;

@@ -26,6 +26,9 @@ int Forward::acquire_policy(const std::string&) {
 void Forward::release_policy(int) {
   throw Error("internal: release_policy on a backend that runs one policy (check mixes_policies())");
 }
+void Forward::run_by_layer(std::span<const ForwardBatch>, std::vector<std::vector<float>>&) {
+  throw Error("internal: run_by_layer on a backend that prefills chunk by chunk (check runs_prompts_by_layer())");
+}
 
 CpuForward::CpuForward(const Model& model, PagedKVCache& cache, std::optional<TensorRank> rank)
     : model_(model), cache_(cache), rank_(rank),

@@ -76,6 +76,13 @@ class Forward {
   // The engine replaced its policy object (Engine::set_policy): a forward that keeps copies of
   // it (the tensor-parallel one, for ranks > 0) makes new ones at the next run.
   virtual void policy_replaced() {}
+  // A prompt of several chunks layer by layer (every chunk through layer l before layer l + 1),
+  // where that is how this forward prefills a sequence under policy `policy_index`: the GPU over
+  // KV beyond its memory, whose chunk by chunk attention would read the prefix over PCIe once
+  // per chunk. run_by_layer takes one sequence's chunks in order (as run() would, one after
+  // another) and fills logits[c] with chunk c's logits rows.
+  virtual bool runs_prompts_by_layer(int /*policy_index*/) const { return false; }
+  virtual void run_by_layer(std::span<const ForwardBatch> chunks, std::vector<std::vector<float>>& logits);
 };
 
 // One rank of a tensor-parallel CPU forward (model/tensor_parallel_forward.h): its shard and

@@ -16,7 +16,10 @@
 #      the lists' build was 287 ms of the 570 at 32K): CudaCsBuild.*, CudaCsState.*; the table
 #      build's time from ncu (item 3). cs:step > 1 on the GPU (a search period: CsSelectArgs::skip,
 #      cs_keep_picks): CudaCsSelect (its skip check), Cs/GpuSparsePolicy.*/cs_step3; then cs at
-#      step=4 beside step=1 in item 2's rows.
+#      step=4 beside step=1 in item 2's rows. A prompt over host KV layer by layer
+#      (GpuForward::run_by_layer, llama_layer, Pass::one_table): GpuHostKv.* (its
+#      PromptRunsLayerByLayerAsChunkByChunk: logits bit-equal), then the whole test_cuda (the
+#      refactor touched Engine::append and every prefill's qkv_rope_append/page_digest stride).
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-26 on H200: cs 7.4 / 12.2 ms against dense 5.5 / 8.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;

@@ -3,7 +3,8 @@
 // The same kernels over the same values, so the same logits bit for bit as the KV cache on the
 // GPU: teacher-forced decode of the 4K demo prompt under dense (the host pools read directly),
 // quest, gbsa and resa (the cache; resa's rectification rewrites pages: prefill passes empty
-// it), and a fork (its page copies empty it too); cs, its token plans mapped as page plans. A
+// it), and a fork (its page copies empty it too); a prompt run layer by layer, its logits; cs,
+// its token plans mapped as page plans. A
 // step selecting more pages of one KV head than the slots is refused after it, naming the
 // option. Skips without a CUDA device.
 #include <gtest/gtest.h>
@@ -65,6 +66,24 @@ TEST(GpuHostKv, DecodesAsTheKvCacheOnTheGpu) {
     for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << policy << ", step " << i;
     EXPECT_DOUBLE_EQ(on_host.decode_kv_bytes_read(), on_gpu.decode_kv_bytes_read()) << policy;
   }
+}
+
+// A prompt over host KV runs layer by layer (GpuForward::run_by_layer: each layer's K/V in a
+// device pool while every chunk runs it, then written to the host once): the logits of rows in
+// its first, a middle and its last chunk equal those of the prompt run chunk by chunk with the KV
+// cache on the GPU, bit for bit; and a second prompt appended to the sequence (its prefix's
+// pages copied in per layer) too.
+TEST(GpuHostKv, PromptRunsLayerByLayerAsChunkByChunk) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const test::DemoLong d;
+  const int context = int(d.prompt.size()) + 64;
+  Engine on_gpu(options("dense", context, 0)), on_host(options("dense", context, 256));
+  const int half = int(d.prefix.size()) / 2 + 7;  // not a chunk boundary: the second prompt starts mid-page
+  const std::span<const int> first(d.prefix.data(), size_t(half)), second(d.prefix.data() + half, d.prefix.size() - half);
+  const std::vector<int> rows_first = {0, 600, half - 1}, rows_second = {0, int(second.size()) - 1};
+  const int a = on_gpu.open_sequence(), b = on_host.open_sequence();
+  EXPECT_EQ(on_host.append(b, first, rows_first), on_gpu.append(a, first, rows_first)) << "the first prompt";
+  EXPECT_EQ(on_host.append(b, second, rows_second), on_gpu.append(a, second, rows_second)) << "a prompt after it";
 }
 
 // cs over host KV: each step's token plan as per-(row, KV head) page plans through the cache

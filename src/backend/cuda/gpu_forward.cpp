@@ -178,7 +178,8 @@ void GpuForward::release_policy(int index) { planner_->release(index); }
 
 uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
                            std::span<const int32_t> positions, std::span<const int> logits_rows,
-                           std::span<const int32_t> policies, std::span<const int32_t> retro_steps) {
+                           std::span<const int32_t> policies, std::span<const int32_t> retro_steps,
+                           bool one_table) {
   const int n = int(tokens.size());
   SKIM_REQUIRE(policies.empty() || policies.size() == size_t(n), "GPU forward: {} policy indices for {} rows",
                policies.size(), n);
@@ -210,7 +211,7 @@ uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const i
     staging_[in.plan_policy + r] = retro && !newest ? InputLayout::kNoPlan : policy;  // a past row: its newest's plan
     staging_[in.cs_slot + r] = cs_ && planner_->cs_params(policy) ? cs_->slot_for(&t, policy, moved, stream_) : -1;
     if (moved) drop_graphs();
-    std::copy(t.pages.begin(), t.pages.end(), staging_ + in.table + size_t(r) * maxp);
+    if (!one_table || r == 0) std::copy(t.pages.begin(), t.pages.end(), staging_ + in.table + size_t(r) * maxp);
   }
   for (int r = n - 1; r >= 0; --r)  // each row's sequence's last row
     staging_[in.newest_row + r] =
@@ -220,8 +221,8 @@ uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const i
   for (int r = 0; r < n; ++r)
     if (r == 0 || tables[size_t(r)] != tables[size_t(r - 1)]) staging_[in.seq_rows + staged_runs_++] = r;
   staging_[in.seq_rows + staged_runs_] = n;
-  // Rows [0, n) of the page table suffice: the kernels read no further.
-  const size_t count = in.table + size_t(n) * maxp;
+  // Rows [0, n) of the page table suffice: the kernels read no further (row 0's alone with one_table).
+  const size_t count = in.table + size_t(one_table ? 1 : n) * maxp;
   check(cudaMemcpyAsync(inputs_.data(), staging_, count * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
         "cudaMemcpyAsync (step inputs)");
   return present;
@@ -321,7 +322,7 @@ void GpuForward::qkv_rope_append(int n, int layer) {
   qa.inv_freq = w_.inv_freq.data();
   qa.positions = inputs_.data() + in.positions;
   qa.page_table = inputs_.data() + in.table;
-  qa.max_pages_per_seq = opt_.max_pages_per_seq;
+  qa.max_pages_per_seq = pass_.one_table ? 0 : opt_.max_pages_per_seq;  // 0: every row reads row 0's table
   qa.n = n;
   qa.num_heads = replicated() ? opt_.shard->q_heads : c.num_heads;  // the heads its wqkv projects
   qa.num_kv_heads = c.num_kv_heads;
@@ -329,14 +330,14 @@ void GpuForward::qkv_rope_append(int n, int layer) {
   qa.page_size = cache_.shape().page_size;
   qa.q = replicated() ? q_own_.data() : q_.data();
   qa.q_pre = !mac_.active() ? nullptr : replicated() ? q_pre_own_.data() : q_pre_.data();
-  qa.k_pool = cache_.k(layer);
-  qa.v_pool = cache_.v(layer);
+  qa.k_pool = pass_k(layer);
+  qa.v_pool = pass_v(layer);
   cuda::qkv_rope_append(qa, stream_);
   // A kernel of its own (under PDL it overlaps the append's tail): recomputing the digests inside
   // qkv_rope_append's KV CTAs for decode steps was 0.1-0.2% slower end to end (8B shape, 8K and
   // 32K, b1 and b8, H100, 2026-11-26): those CTAs then wait on the page's earlier slots.
-  page_digest(cache_.k(layer), cache_.kmin(layer), cache_.kmax(layer), qa.positions, qa.page_table,
-              opt_.max_pages_per_seq, n, c.num_kv_heads, c.head_dim, qa.page_size, stream_);
+  page_digest(qa.k_pool, cache_.kmin(layer), cache_.kmax(layer), qa.positions, qa.page_table,
+              qa.max_pages_per_seq, n, c.num_kv_heads, c.head_dim, qa.page_size, stream_);
   if (replicated()) {  // the group's queries from the GPUs that hold its KV head
     gather_group_rows(q_own_.data(), q_.data(), n);
     if (qa.q_pre) gather_group_rows(q_pre_own_.data(), q_pre_.data(), n);
@@ -368,8 +369,8 @@ void GpuForward::attention(int n, int layer) {
     pa.max_position = pass_.max_seq_len - 1;
     pa.scale = 1.0f / std::sqrt(float(c.head_dim));
     pa.q = q_.data();
-    pa.k_pool = cache_.k(layer);
-    pa.v_pool = cache_.v(layer);
+    pa.k_pool = pass_k(layer);
+    pa.v_pool = pass_v(layer);
     pa.page_table = table;  // row 0's: every row's is the same
     pa.positions = inputs_.data() + in.positions;
     if (pass_.seqs > 1) {  // each run's table is its first row's
@@ -385,7 +386,7 @@ void GpuForward::attention(int n, int layer) {
     if (pass_.mac_first >= 0) fill_mac_rings(layer, n, stream_);
     if (pass_.cs_slot >= 0)  // a cs prompt: its queries sampled (or, after its tables exist, its keys inserted)
       cs_->prefill_layer(pass_.cs_slot, layer, n,
-                         {.q = q_.data(), .k_pool = cache_.k(layer), .positions = pa.positions, .page_table = table,
+                         {.q = q_.data(), .k_pool = pass_k(layer), .positions = pa.positions, .page_table = table,
                           .max_pages_per_seq = opt_.max_pages_per_seq, .row_slot = inputs_.data() + in.cs_slot},
                          stream_);
   } else {

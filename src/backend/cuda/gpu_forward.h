@@ -110,6 +110,13 @@ class GpuForward final : public Forward, private Backend {
   void bench_prompts(std::span<PageTable* const> tables, std::span<const int32_t> policies);
   // A decode batch mixes policies: each row is planned by its own (decode_planner.h).
   bool mixes_policies() const override { return true; }
+  // KV beyond GPU memory (gpu_forward_by_layer.cpp): a prompt of several chunks runs layer by
+  // layer, each layer's K/V in a device pool meanwhile (read by every chunk's attention there, not
+  // over PCIe), then written to the host pool once; the residual stream between layers on the
+  // device. Policies with prefill-time state of their own (cs's query sample, MAC's rings) run
+  // chunk by chunk.
+  bool runs_prompts_by_layer(int policy_index) const override;
+  void run_by_layer(std::span<const ForwardBatch> chunks, std::vector<std::vector<float>>& logits) override;
   int acquire_policy(const std::string& policy) override;
   void release_policy(int index) override;
 
@@ -170,6 +177,9 @@ class GpuForward final : public Forward, private Backend {
     // worth) become ring entries, their prefix states over [0, mac_prefix_end(pos, mac_band)).
     int mac_first = -1, mac_band = 0;
     int cs_slot = -1;  // a prefill chunk of a sequence that runs cs: its slot (its queries are sampled)
+    // Every row reads row 0's page table (one sequence's chunk, staged with that table alone:
+    // a prompt layer by layer stages each chunk once a layer, and a 512K table is 128 KB a row).
+    bool one_table = false;
   };
   // Enqueues the whole forward pass of n staged rows on the stream, logits of `logits_n` rows;
   // `advance`: then each row's argmax becomes its next input (decode_greedy).
@@ -184,9 +194,11 @@ class GpuForward final : public Forward, private Backend {
   void all_reduce(int n) override;
   void logits(int n_logits) override;
   // Copies the step's inputs to the device; returns the policies present (Pass::policies).
+  // one_table: only row 0's page table (Pass::one_table).
   uint32_t stage(std::span<PageTable* const> tables, std::span<const int32_t> tokens,
                  std::span<const int32_t> positions, std::span<const int> logits_rows,
-                 std::span<const int32_t> policies, std::span<const int32_t> retro_steps = {});
+                 std::span<const int32_t> policies, std::span<const int32_t> retro_steps = {},
+                 bool one_table = false);
   void attend_decode(int layer, int n, int max_seq_len, const int32_t* table, const int32_t* seq_lens,
                      cudaStream_t stream);
   // MAC (gpu_forward_mac.cpp): the step's layer over the base `plan` (match, cut, two kernel
@@ -270,6 +282,16 @@ class GpuForward final : public Forward, private Backend {
   // cs over host KV: each (row, KV head)'s token plan as a page plan the cache maps
   // (token_page_plan), and the plan rewritten onto it.
   DeviceBuffer<int32_t> cs_page_plan_, cs_page_lens_, cs_plan_tokens_;
+  // A prompt layer by layer (run_by_layer): its residual stream [rows][hidden] between layers,
+  // one layer's K/V pools on the device (the cache's layout and page ids), the sequence's pages
+  // before the prompt and those it writes; while set, pass_k_/pass_v_ are the pools the pass's
+  // ops read and write instead of the cache's.
+  DeviceBuffer<float> prompt_x_;
+  DeviceBuffer<uint16_t> layer_k_, layer_v_;
+  DeviceBuffer<int32_t> prefix_pages_, prompt_pages_;
+  uint16_t *pass_k_ = nullptr, *pass_v_ = nullptr;
+  uint16_t* pass_k(int layer) { return pass_k_ ? pass_k_ : cache_.k(layer); }
+  uint16_t* pass_v(int layer) { return pass_v_ ? pass_v_ : cache_.v(layer); }
   double decode_bytes_total_ = 0;  // the host-counted part
   // Step inputs: tokens, positions, seq_lens, logits rows [max_rows] each, then the page
   // table [max_rows][max_pages_per_seq]; staged in pinned memory, copied in one transfer.

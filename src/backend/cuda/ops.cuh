@@ -52,7 +52,7 @@ struct QkvRopeAppendArgs {
   const float* inv_freq = nullptr;   // [head_dim / 2]
   const int32_t* positions = nullptr;  // [n]
   const int32_t* page_table = nullptr;  // [n][max_pages_per_seq]: row r's sequence's pages
-  int max_pages_per_seq = 0;
+  int max_pages_per_seq = 0;  // the rows' stride in page_table; 0: every row reads row 0's (one sequence)
   int n = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, page_size = 16;
   uint16_t* q = nullptr;       // out: [n][num_heads][head_dim]
   uint16_t* q_pre = nullptr;   // out, optional: q before RoPE (after bias and q_norm), MAC's match
@@ -65,7 +65,8 @@ void qkv_rope_append(const QkvRopeAppendArgs& args, cudaStream_t stream);
 // every page a row of this batch wrote last: the page of row r holds slots [0, pos % page]
 // once row r is written. Digests bf16 [num_pages][num_kv_heads][head_dim] (exact: the keys are
 // bf16, so are their minima and maxima; half the bytes of fp32 for the selection). Run after
-// qkv_rope_append, so rows writing the same page never race.
+// qkv_rope_append, so rows writing the same page never race. max_pages_per_seq is the rows'
+// stride in page_table (0: every row reads row 0's, as in QkvRopeAppendArgs).
 void page_digest(const uint16_t* k_pool, uint16_t* kmin, uint16_t* kmax, const int32_t* positions,
                  const int32_t* page_table, int max_pages_per_seq, int n, int num_kv_heads,
                  int head_dim, int page_size, cudaStream_t stream);

@@ -36,7 +36,9 @@ TEST(TokenPagePlan, RewritesEachListOntoItsDistinctPages) {
       for (int j = 0; j < len; ++j) {
         ASSERT_EQ(pages[tokens[j] / ps], c.table[size_t(b) * max_pages + list[j] / ps]) << "list " << i << ", key " << j;
         ASSERT_EQ(tokens[j] % ps, list[j] % ps);
-        if (j > 0) ASSERT_GT(tokens[j], tokens[j - 1]);
+        if (j > 0) {
+          ASSERT_GT(tokens[j], tokens[j - 1]);
+        }
       }
     }
   }

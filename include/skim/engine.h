@@ -162,6 +162,10 @@ class Engine {
   int max_context() const;
   int max_sequences() const;
   int prefill_chunk() const;
+  // Whether a prompt appended to `seq` in one call runs layer by layer (the GPU over KV beyond
+  // its memory: each layer's K/V crosses PCIe once, where chunk by chunk appends would read the
+  // prefix once per chunk). A scheduler then appends such a prompt whole.
+  bool prefills_by_layer(int seq) const;
   bool on_gpu() const;
 
   // Tokens re-encoded by rectification so far, and the forward passes that did it.

@@ -276,6 +276,9 @@ const std::string& Engine::policy_spec() const { return impl_->options.policy; }
 int Engine::max_context() const { return impl_->options.max_context; }
 int Engine::max_sequences() const { return impl_->options.max_sequences; }
 int Engine::prefill_chunk() const { return impl_->options.prefill_chunk; }
+bool Engine::prefills_by_layer(int seq) const {
+  return impl_->forward->runs_prompts_by_layer(impl_->sequence(seq).policy_index);
+}
 bool Engine::on_gpu() const { return impl_->gpu; }
 
 void Engine::set_policy(const std::string& spec) {

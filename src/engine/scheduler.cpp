@@ -257,14 +257,17 @@ void Scheduler::prefill_chunk() {
     // A last piece of one token would run as a decode step (Engine::append): it goes with
     // the chunk before (append splits it off again, as a prefill row). The chunk boundaries
     // are those of one append of the whole prompt, so the cache comes out the same.
-    const size_t left = ids.size() - f.done;
-    size_t n = std::min(size_t(engine_.prefill_chunk()), left);
-    if (left - n == 1) n = left;
-    const bool last = f.done + n == ids.size();
     // Logits of the chunk's last row (the first token's) when the prompt is done; of every row
     // when the request wants the prompt's log-probabilities.
     const GenerationRequest& rq = f.p->request;
     const bool echo = rq.echo_logprobs && rq.logprobs >= 0;
+    // A prompt that runs layer by layer (KV beyond GPU memory) goes in whole: the other
+    // sequences' decode steps wait for it, where chunk by chunk it would read its prefix over
+    // PCIe once per chunk. Not with the prompt's log-probabilities (a logits row per token).
+    const size_t left = ids.size() - f.done;
+    size_t n = !echo && engine_.prefills_by_layer(f.seq) ? left : std::min(size_t(engine_.prefill_chunk()), left);
+    if (left - n == 1) n = left;
+    const bool last = f.done + n == ids.size();
     std::vector<int> rows;
     if (echo)
       for (int i = 0; i < int(n); ++i) rows.push_back(i);

@@ -13,6 +13,7 @@
 #include "backend/cpu/token_decode_attention.h"
 #include "backend/cuda/token_decode_attention.cuh"
 #include "device_vectors.h"
+#include "token_decode_gpu.h"
 #include "paged_decode_parity.h"
 
 namespace skim {
@@ -20,38 +21,6 @@ namespace {
 
 using test::to_device;
 using test::to_host;
-
-struct GpuRun {
-  std::vector<float> o, lse;
-};
-
-GpuRun run_on_gpu(const test::TokenCase& c) {
-  auto q = to_device(c.q), kp = to_device(c.kp), vp = to_device(c.vp);
-  auto table = to_device(c.table), lists = to_device(c.lists), list_lens = to_device(c.list_lens);
-  auto seq_lens = to_device(c.lens);
-  cuda::DeviceBuffer<float> o(c.q.size()), lse(size_t(c.t.attn.batch) * c.heads());
-  TokenDecodeArgs t = c.t;
-  t.attn.q = q.data();
-  t.attn.k_pool = kp.data();
-  t.attn.v_pool = vp.data();
-  t.attn.page_table = table.data();
-  t.attn.seq_lens = seq_lens.data();
-  t.attn.o = o.data();
-  t.attn.lse = lse.data();
-  t.token_lists = lists.data();
-  t.token_lens = list_lens.data();
-  const size_t ws_bytes = cuda::token_decode_workspace_size(t);
-  cuda::DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 1));
-  t.attn.workspace = ws.data();
-  t.attn.workspace_bytes = ws_bytes;
-  EXPECT_EQ(cuda::token_decode_attention(t, nullptr), cudaSuccess);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  GpuRun r{to_host(o), to_host(lse)};
-  EXPECT_EQ(cuda::token_decode_attention(t, nullptr), cudaSuccess);  // again, on the same workspace
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(to_host(o), r.o) << "a second call differs";
-  return r;
-}
 
 TEST(CudaTokenDecode, MatchesTheCpuReference) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
@@ -70,7 +39,7 @@ TEST(CudaTokenDecode, MatchesTheCpuReference) {
       ref.attn.o = o.data();
       ref.attn.lse = lse.data();
       cpu::token_decode_attention(ref);
-      const GpuRun g = run_on_gpu(c);
+      const test::TokenDecodeGpuRun g = test::run_token_decode_on_gpu(c, c.t, c.table, c.lens, c.lists);
       const std::string what = "d " + std::to_string(s.d) + " group " + std::to_string(s.group) +
                                (per_head ? " per head" : " shared") + " batch " + std::to_string(s.lens.size());
       for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(g.o[i], o[i], 2e-4) << what << ", o[" << i << "]";

@@ -14,6 +14,7 @@
 #include "backend/cuda/token_decode_attention.cuh"
 #include "backend/cuda/token_page_plan.cuh"
 #include "device_vectors.h"
+#include "token_decode_gpu.h"
 #include "paged_decode_parity.h"
 
 namespace skim {
@@ -68,27 +69,10 @@ TEST(CudaTokenDecode, MatchesTheCpuReferenceThroughPerKvHeadTables) {
     ref.attn.lse = lse.data();
     cpu::token_decode_attention(ref);
 
-    auto q = to_device(c.q), kp = to_device(c.kp), vp = to_device(c.vp);
-    auto table = to_device(plan.plan_table), lens = to_device(plan.plan_lens), tokens = to_device(plan.plan_tokens);
-    auto list_lens = to_device(c.list_lens);
-    cuda::DeviceBuffer<float> go(c.q.size()), glse(heads);
-    TokenDecodeArgs t = plan.attention(c);
-    t.attn.q = q.data();
-    t.attn.k_pool = kp.data();
-    t.attn.v_pool = vp.data();
-    t.attn.page_table = table.data();
-    t.attn.seq_lens = lens.data();
-    t.attn.o = go.data();
-    t.attn.lse = glse.data();
-    t.token_lists = tokens.data();
-    t.token_lens = list_lens.data();
-    const size_t ws_bytes = cuda::token_decode_workspace_size(t);
-    cuda::DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 1));
-    t.attn.workspace = ws.data();
-    t.attn.workspace_bytes = ws_bytes;
-    ASSERT_EQ(cuda::token_decode_attention(t, nullptr), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<float> got_o = to_host(go), got_lse = to_host(glse);
+    const test::TokenDecodeGpuRun g =
+        test::run_token_decode_on_gpu(c, plan.attention(c), plan.plan_table, plan.plan_lens, plan.plan_tokens);
+    const std::vector<float>& got_o = g.o;
+    const std::vector<float>& got_lse = g.lse;
     for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(got_o[i], o[i], 2e-4) << "o[" << i << "]";
     for (size_t i = 0; i < lse.size(); ++i) {
       if (std::isinf(lse[i])) EXPECT_EQ(got_lse[i], lse[i]) << "lse of an empty list";

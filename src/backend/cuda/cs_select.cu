@@ -36,7 +36,7 @@ int lists_per_search(const CsSelectArgs& a) { return a.subspaces * std::min(a.ce
 //   segments [s][max_context] keys and positions: sum CTA b packs its touched positions below
 //     the window, in position order, from b * kSumSpan; seg_count [s][segments] how many
 //   packed [s][max_context] keys and positions: the segments back to back (pick's input)
-//   touched, below [s] counts (zero between calls)
+//   touched [s] counts (zero between calls)
 //   by_score: the picks' sort keys and positions [s][max_picks], segments, CUB's scratch.
 struct Layout {
   int32_t* chosen = nullptr;
@@ -45,7 +45,7 @@ struct Layout {
   uint32_t *masks = nullptr, *seg_keys = nullptr, *packed_keys = nullptr;
   int32_t *seg_pos = nullptr, *packed_pos = nullptr;
   int* seg_count = nullptr;
-  int *touched = nullptr, *below = nullptr;
+  int* touched = nullptr;
   uint32_t *pick_keys = nullptr, *sorted_keys = nullptr;
   int32_t* pick_positions = nullptr;
   int *begin = nullptr, *end = nullptr;
@@ -72,7 +72,6 @@ Layout layout(const CsSelectArgs& a, int max_context, char* base) {
   w.packed_keys = carve.take<uint32_t>(S * ctx);
   w.packed_pos = carve.take<int32_t>(S * ctx);
   w.touched = carve.take<int>(S);
-  w.below = carve.take<int>(S);
   if (a.by_score) {
     w.pick_keys = carve.take<uint32_t>(picks);
     w.sorted_keys = carve.take<uint32_t>(picks);
@@ -256,14 +255,9 @@ __global__ void __launch_bounds__(kSumThreads) sum_kernel(const CsSelectArgs a, 
       ++rank;
     }
   if (threadIdx.x == 0) w.seg_count[size_t(s) * w.segments + blockIdx.x] = total;
-  for (int o = 16; o > 0; o >>= 1) {
-    touched += __shfl_xor_sync(0xffffffffu, touched, o);
-    below += __shfl_xor_sync(0xffffffffu, below, o);
-  }
-  if ((threadIdx.x & 31) == 0 && touched) {
-    atomicAdd(w.touched + s, touched);
-    atomicAdd(w.below + s, below);
-  }
+  if (!a.stats) return;  // the touched count is a statistic only
+  for (int o = 16; o > 0; o >>= 1) touched += __shfl_xor_sync(0xffffffffu, touched, o);
+  if ((threadIdx.x & 31) == 0 && touched) atomicAdd(w.touched + s, touched);
 }
 
 // The segments of search s below its window packed back to back, in position order: offsets by
@@ -343,7 +337,7 @@ __global__ void __launch_bounds__(kThreads) pick_kernel(const CsSelectArgs a, co
     a.pick_counts[s] = n;
     if (a.by_score) w.begin[s] = s * a.max_picks, w.end[s] = s * a.max_picks + n;
     if (a.stats) atomicAdd(reinterpret_cast<unsigned long long*>(&a.stats->candidates), (unsigned long long)w.touched[s]);
-    w.touched[s] = w.below[s] = 0;
+    w.touched[s] = 0;
   }
 }
 

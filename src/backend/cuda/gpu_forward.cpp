@@ -452,11 +452,7 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
   }
   if (host_kv_ && plan.per_kv_head) {  // the selected pages through the device cache (rows' own tables: the host pools)
     host_kv_->map_layer(l, n, plan.table, plan.lens, cache_, s);
-    a.k_pool = host_kv_->k(l);
-    a.v_pool = host_kv_->v(l);
-    a.page_stride = host_kv_->page_stride();
-    a.head_stride = host_kv_->head_stride();
-    a.page_table = host_kv_->table();
+    host_kv_->read_slots(l, a);
   }
   if (plan.mac_rules) {  // some row runs MAC: its lists cut at its prefix end, merged with its rings
     attend_mac(l, n, plan, a, s);
@@ -534,14 +530,19 @@ cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t
   return exec;
 }
 
-int GpuForward::launch(const ForwardBatch& batch) {
-  const ModelConfig& c = w_.config;
+void GpuForward::require_rows(const ForwardBatch& batch) const {
   const int n = int(batch.tokens.size());
   SKIM_REQUIRE(n > 0 && n <= opt_.max_rows, "GPU forward: {} rows, at most {} per pass", n, opt_.max_rows);
   for (int t : batch.tokens)
-    SKIM_REQUIRE(t >= 0 && t < c.vocab_size, "token id {} out of range [0, {})", t, c.vocab_size);
+    SKIM_REQUIRE(t >= 0 && t < w_.config.vocab_size, "token id {} out of range [0, {})", t, w_.config.vocab_size);
   for (int r : batch.logits_rows)
     SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
+}
+
+int GpuForward::launch(const ForwardBatch& batch) {
+  const ModelConfig& c = w_.config;
+  const int n = int(batch.tokens.size());
+  require_rows(batch);
   const uint32_t policies =
       stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows, batch.policy, batch.retro_step);
 

@@ -233,6 +233,8 @@ class GpuForward final : public Forward, private Backend {
   // Stages the batch and enqueues its forward pass (a graph for decode batches); returns the
   // number of logits rows.
   int launch(const ForwardBatch& batch);
+  // A batch's rows within a pass, its tokens in the vocabulary, its logits rows among its rows.
+  void require_rows(const ForwardBatch& batch) const;
   int bucket(int max_seq_len) const;
 
   std::shared_ptr<const GpuWeights> weights_;

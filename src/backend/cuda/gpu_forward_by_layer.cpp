@@ -40,15 +40,11 @@ void GpuForward::run_by_layer(std::span<const ForwardBatch> chunks, std::vector<
   const int first = chunks[0].positions[0];
   int rows = 0;
   for (const ForwardBatch& b : chunks) {  // one sequence's consecutive rows, chunk after chunk
+    require_rows(b);
     const int n = int(b.tokens.size());
-    SKIM_REQUIRE(n > 0 && n <= opt_.max_rows && !b.decode, "GPU forward: a prompt chunk of {} rows", n);
-    for (int r = 0; r < n; ++r) {
-      SKIM_REQUIRE(b.tables[size_t(r)] == table && b.positions[size_t(r)] == first + rows + r,
-                   "internal: run_by_layer takes one sequence's consecutive rows");
-      SKIM_REQUIRE(b.tokens[size_t(r)] >= 0 && b.tokens[size_t(r)] < c.vocab_size, "token id {} out of range [0, {})",
-                   b.tokens[size_t(r)], c.vocab_size);
-    }
-    for (int r : b.logits_rows) SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
+    for (int r = 0; r < n; ++r)
+      SKIM_REQUIRE(!b.decode && b.tables[size_t(r)] == table && b.positions[size_t(r)] == first + rows + r,
+                   "internal: run_by_layer takes one sequence's consecutive prompt rows");
     rows += n;
   }
   const int ps = sh.page_size, end = first + rows;

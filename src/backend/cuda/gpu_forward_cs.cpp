@@ -116,12 +116,7 @@ void GpuForward::attend_cs(int l, int n, const PagedDecodeArgs& base, cudaStream
                           s),
           "token_page_plan (cs)");
     host_kv_->map_layer(l, n, cs_page_plan_.data(), cs_page_lens_.data(), cache_, s);
-    t.attn.k_pool = host_kv_->k(l);
-    t.attn.v_pool = host_kv_->v(l);
-    t.attn.page_stride = host_kv_->page_stride();
-    t.attn.head_stride = host_kv_->head_stride();
-    t.attn.tables_per_kv_head = true;
-    t.attn.page_table = host_kv_->table();
+    host_kv_->read_slots(l, t.attn);
     t.attn.seq_lens = cs_page_lens_.data();
     t.token_lists = cs_plan_tokens_.data();
   }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "attention/paged_decode_args.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/gpu_kv_cache.h"
 
@@ -39,6 +40,16 @@ class HostKVSlots {
   size_t page_stride() const { return size_t(s_.page_size) * s_.head_dim; }
   size_t head_stride() const { return size_t(slots_) * page_stride(); }
   const int32_t* table() const { return table_.data(); }
+  // `a` reading layer l's slots after map_layer: the pools, their strides and the slot table,
+  // one page list per (row, KV head).
+  void read_slots(int layer, PagedDecodeArgs& a) {
+    a.k_pool = k(layer);
+    a.v_pool = v(layer);
+    a.page_stride = page_stride();
+    a.head_stride = head_stride();
+    a.page_table = table();
+    a.tables_per_kv_head = true;
+  }
 
   // Empties every cache (after a pass that wrote pages the map did not see: a prefill chunk).
   void invalidate(cudaStream_t stream);

@@ -69,9 +69,24 @@ case "$(nvidia-smi -L | wc -l)" in
 esac
 step "$PARTS: tests on GPUs $G_TESTS, benchmarks on GPU $G_BENCH, ncu on GPU $G_NCU"
 TESTS=${TESTS:-'*'}
+# TEST_SHARDS=N: test_cuda as N gtest shards side by side, shard i on GPUs i and i+1 (mod the
+# count: the tensor-parallel tests take two); the whole binary alone ran past 420 s on 4 x H100
+# (2026-11-27). Each shard gets its share of the cores (OMP_NUM_THREADS): the CPU engines the
+# tests compare against use OpenMP, and 4 shards on all 64 cores each ran 7x slower than one
+# binary alone (2026-11-27). Its logs are concatenated into test_cuda.log, its rc the largest.
+SHARDS=${TEST_SHARDS:-1}
+NGPU=$(nvidia-smi -L | wc -l)
 ( if has tests; then
-    CUDA_VISIBLE_DEVICES=$G_TESTS timeout ${TEST_TIMEOUT:-400} build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.log 2>&1
-    echo $? > $LOGS/test_cuda.rc
+    for ((i = 0; i < SHARDS; ++i)); do
+      gpus=$G_TESTS
+      [ "$SHARDS" -gt 1 ] && gpus="$((i % NGPU)),$(((i + 1) % NGPU))"
+      ( OMP_NUM_THREADS=$(( $(nproc) / SHARDS )) CUDA_VISIBLE_DEVICES=$gpus GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout ${TEST_TIMEOUT:-400} \
+          build-gpu/tests/test_cuda --gtest_filter="$TESTS" > $LOGS/test_cuda.$i.log 2>&1
+        echo $? > $LOGS/test_cuda.$i.rc ) &
+    done
+    wait
+    cat $LOGS/test_cuda.*.log > $LOGS/test_cuda.log
+    sort -n $LOGS/test_cuda.*.rc | tail -1 > $LOGS/test_cuda.rc
   fi
   touch $LOGS/tests.done ) &
 tests_pid=$!

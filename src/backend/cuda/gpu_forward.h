@@ -287,8 +287,11 @@ class GpuForward final : public Forward, private Backend {
   // A prompt layer by layer (run_by_layer): its residual stream [rows][hidden] between layers,
   // one layer's K/V pools on the device (the cache's layout and page ids), the sequence's pages
   // before the prompt and those it writes; while set, pass_k_/pass_v_ are the pools the pass's
-  // ops read and write instead of the cache's.
+  // ops read and write instead of the cache's. Each chunk's step inputs are staged once into
+  // prompt_inputs_ and copied on the device per layer: staging_ is rewritten by the host, so
+  // restaging a chunk while earlier copies wait on the stream would hand them its values.
   DeviceBuffer<float> prompt_x_;
+  DeviceBuffer<int32_t> prompt_inputs_;
   DeviceBuffer<uint16_t> layer_k_, layer_v_;
   DeviceBuffer<int32_t> prefix_pages_, prompt_pages_;
   uint16_t *pass_k_ = nullptr, *pass_v_ = nullptr;

@@ -6,6 +6,7 @@
 // residual stream waits on the device (x with the MLP's y added: what the next layer's norm
 // would add). The same kernels in the same order per chunk and layer as run(): the same values.
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/gpu_forward.h"
 #include "backend/cuda/gpu_inputs.h"
@@ -61,11 +62,26 @@ void GpuForward::run_by_layer(std::span<const ForwardBatch> chunks, std::vector<
     layer_v_.resize(pool);
   }
   if (prompt_x_.size() < size_t(rows) * H) prompt_x_.resize(size_t(rows) * H);
-  const LayerPools pools(pass_k_, pass_v_, layer_k_.data(), layer_v_.data());
-  auto stage_chunk = [&](const ForwardBatch& b) {
+  // Each chunk's inputs staged once (one page table: Pass::one_table), kept on the device.
+  const size_t staged = InputLayout(opt_.max_rows).table + size_t(opt_.max_pages_per_seq);
+  if (prompt_inputs_.size() < chunks.size() * staged) prompt_inputs_.resize(chunks.size() * staged);
+  std::vector<Pass> passes;
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const ForwardBatch& b = chunks[ci];
     const uint32_t present = stage(b.tables, b.tokens, b.positions, b.logits_rows, b.policy, {}, /*one_table=*/true);
-    pass_ = Pass{.max_seq_len = 1 + b.positions.back(), .gather = true, .chunk = true, .seqs = 1, .decode = false,
-                 .policies = present, .one_table = true};
+    passes.push_back(Pass{.max_seq_len = 1 + b.positions.back(), .gather = true, .chunk = true, .seqs = 1,
+                          .decode = false, .policies = present, .one_table = true});
+    check(cudaMemcpyAsync(prompt_inputs_.data() + ci * staged, inputs_.data(), staged * sizeof(int32_t),
+                          cudaMemcpyDeviceToDevice, stream_),
+          "cudaMemcpyAsync (chunk inputs)");
+    check(cudaStreamSynchronize(stream_), "staging a prompt's chunks");  // staging_ is the next chunk's
+  }
+  const LayerPools pools(pass_k_, pass_v_, layer_k_.data(), layer_v_.data());
+  auto stage_chunk = [&](size_t ci) {
+    check(cudaMemcpyAsync(inputs_.data(), prompt_inputs_.data() + ci * staged, staged * sizeof(int32_t),
+                          cudaMemcpyDeviceToDevice, stream_),
+          "cudaMemcpyAsync (chunk inputs)");
+    pass_ = passes[ci];
   };
   for (int l = 0; l < c.num_layers; ++l) {
     check(copy_pool_pages(cache_.k(l), layer_k_.data(), prefix_pages_.data(), int(prefix.size()), page_elems, stream_),
@@ -74,7 +90,7 @@ void GpuForward::run_by_layer(std::span<const ForwardBatch> chunks, std::vector<
           "copy_pool_pages (prefix V)");
     for (size_t ci = 0, r0 = 0; ci < chunks.size(); r0 += chunks[ci].tokens.size(), ++ci) {
       const int n = int(chunks[ci].tokens.size());
-      stage_chunk(chunks[ci]);
+      stage_chunk(ci);
       float* saved = prompt_x_.data() + r0 * H;
       if (l == 0) {
         embed(n);
@@ -98,7 +114,7 @@ void GpuForward::run_by_layer(std::span<const ForwardBatch> chunks, std::vector<
   for (size_t ci = 0, r0 = 0; ci < chunks.size(); r0 += chunks[ci].tokens.size(), ++ci) {
     const int nl = int(chunks[ci].logits_rows.size()), n = int(chunks[ci].tokens.size());
     if (nl == 0) continue;
-    stage_chunk(chunks[ci]);
+    stage_chunk(ci);
     check(cudaMemcpyAsync(x_.data(), prompt_x_.data() + r0 * H, size_t(n) * H * sizeof(float), cudaMemcpyDeviceToDevice,
                           stream_),
           "cudaMemcpyAsync (prompt stream)");

@@ -4,27 +4,13 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Not yet run on a device (written
-#      2026-11-26 after cs was enabled, bench/results/2026-11-26-h200-cs-gpu/): cs_select's pick over
-#      the packed touched positions (sum CTAs pack their segments, the pick packs them back to
-#      back): CudaCsSelect.MatchesTheCpuReference (now with a 530K context and lists of 6000),
-#      CudaCsState.*, Cs/GpuSparsePolicy. If it fails, revert the packing in cs_select.cu
-#      (cs is enabled on cuda: a wrong pick is a wrong GPU policy). cs over KV beyond GPU memory
-#      (token_page_plan, token decode attention through per-KV-head tables): CudaTokenPagePlan.*,
-#      CudaTokenDecode.MatchesTheCpuReferenceThroughPerKvHeadTables, GpuHostKv.Cs*. cs_build's
-#      scoring as its own kernel (each key read once for every centroid, not once per centroid:
-#      the lists' build was 287 ms of the 570 at 32K): CudaCsBuild.*, CudaCsState.*; the table
-#      build's time from ncu (item 3). cs:step > 1 on the GPU (a search period: CsSelectArgs::skip,
-#      cs_keep_picks): CudaCsSelect (its skip check), Cs/GpuSparsePolicy.*/cs_step3; then cs at
-#      step=4 beside step=1 in item 2's rows. A prompt over host KV layer by layer
-#      (GpuForward::run_by_layer, llama_layer, Pass::one_table): GpuHostKv.* (its
-#      PromptRunsLayerByLayerAsChunkByChunk: logits bit-equal), then the whole test_cuda (the
-#      refactor touched Engine::append and every prefill's qkv_rope_append/page_digest stride).
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Pending (2026-11-27): cs over
+#      host KV reads its picks in place (the token_page_plan path removed):
+#      GpuHostKv.CsDecodesAsTheKvCacheOnTheGpu (16 slots), CudaTokenDecode.*.
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
-#      (e2e-cs.json; 2026-11-26 on H200: cs 7.4 / 12.2 ms against dense 5.5 / 8.5).
+#      (e2e-cs.json; 2026-11-27 on H100: cs 8.2 / 10.9 ms against dense 7.3 / 11.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;
-#      bench/kernel_breakdown.py): pick 35 us a layer, insert 21, gather 14 (2026-11-26, before
-#      the packed pick).
+#      bench/kernel_breakdown.py): insert 21.7 us a layer, pick 16.3, gather 14.5 (2026-11-27).
 #   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
 #      bench/kernel_breakdown.py --all).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and

@@ -359,7 +359,10 @@ void run_bench(const BenchArgs& a) {
             auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, rectify_f, !a.no_dense_fallback,
                                             a.host_kv_slots);
             std::string shown = p.dense_fallback_rows > 0 ? policy + " (dense fallback)" : policy;
-            if (a.host_kv_slots > 0)
+            // cs maps no pages: its kernel reads the picked rows from the host pools in place.
+            if (a.host_kv_slots > 0 && policy.rfind("cs", 0) == 0)
+              shown += " (host KV: the picked rows read over PCIe in place)";
+            else if (a.host_kv_slots > 0)
               shown += fmt::format(" (host KV: {:.1f} MB copied a step, {:.1f}% hits)", p.host_copy_bytes_per_step / 1e6,
                                    100.0 * p.host_hit_rate);
             std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), shown.c_str(), b,

@@ -6,11 +6,8 @@
 // The shapes, queries, pools and outputs are paged decode attention's (attention/
 // paged_decode_args.h, `attn`), with each sequence's own pages: attn.page_table int32
 // [batch][max_pages_per_seq] in position order and attn.seq_lens int32 [batch] its length
-// (head_masks null); position t of sequence b is row t % page_size of page
-// page_table[b][t / page_size]. With tables_per_kv_head (a token plan read through a page cache:
-// attention/token_page_plan_args.h) each (sequence, KV head) has its own table and length
-// (page_table [batch][num_kv_heads][max_pages_per_seq], seq_lens [batch][num_kv_heads]), and a
-// list reads its KV head's. The lists:
+// (tables_per_kv_head false, head_masks null); position t of sequence b is row t % page_size of
+// page page_table[b][t / page_size]. The lists:
 //   token_lists  int32 [lists][max_tokens]   key positions, strictly ascending, below seq_len
 //   token_lens   int32 [lists]
 // one per (sequence, KV head), shared by the GQA group ([batch][num_kv_heads]), or with

@@ -1,6 +1,6 @@
 // cuda::token_decode_attention on a token decode case's inputs (../token_decode_case.h), for the
-// CUDA tests: the page tables, their lengths and the token lists given (the case's own, or a page
-// plan's rewrite of them: ../token_page_plan_case.h), uploaded with the queries and pools; run
+// CUDA tests: the page tables, their lengths and the token lists given, uploaded with the
+// queries and pools; run
 // twice on one workspace (the second call must be bitwise equal); the outputs back.
 #pragma once
 
@@ -19,8 +19,7 @@ struct TokenDecodeGpuRun {
   std::vector<float> o, lse;
 };
 
-// t: the case's arguments with the tables' layout chosen (tables_per_kv_head or not); its host
-// pointers are replaced by device copies of c's q and pools and of table, seq_lens and lists.
+// t: the case's arguments; its host pointers are replaced by device copies of c's q and pools and of table, seq_lens and lists.
 inline TokenDecodeGpuRun run_token_decode_on_gpu(const TokenCase& c, TokenDecodeArgs t, const std::vector<int32_t>& table,
                                                  const std::vector<int32_t>& seq_lens,
                                                  const std::vector<int32_t>& lists) {

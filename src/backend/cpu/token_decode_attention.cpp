@@ -16,15 +16,15 @@ void check_shapes(const TokenDecodeArgsOf<Elem>& t) {
   if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 || a.page_size <= 0 ||
       a.num_heads % a.num_kv_heads != 0 || t.max_tokens < 0 || a.max_pages_per_seq < 0)
     throw std::invalid_argument("token_decode_attention: bad shapes");
-  if (a.head_masks) throw std::invalid_argument("token_decode_attention: no per-head page masks");
-  const int tables = a.tables_per_kv_head ? a.batch * a.num_kv_heads : a.batch;
-  for (int i = 0; i < tables; ++i)
-    if (a.seq_lens[i] < 0 || a.seq_lens[i] > a.max_pages_per_seq * a.page_size)
+  if (a.tables_per_kv_head || a.head_masks)
+    throw std::invalid_argument("token_decode_attention: attn holds each sequence's own table (no per-head lists or masks)");
+  for (int b = 0; b < a.batch; ++b)
+    if (a.seq_lens[b] < 0 || a.seq_lens[b] > a.max_pages_per_seq * a.page_size)
       throw std::invalid_argument("token_decode_attention: seq_len out of range");
 }
 
 // The list query head hq of sequence b reads, checked: at most max_tokens, strictly ascending,
-// below its table's length (the sequence's; with tables_per_kv_head its KV head's table's).
+// below the sequence's length.
 template <class Elem>
 const int32_t* checked_list(const TokenDecodeArgsOf<Elem>& t, int b, int hq, int& len) {
   const size_t i = t.list_index(b, hq);
@@ -32,8 +32,7 @@ const int32_t* checked_list(const TokenDecodeArgsOf<Elem>& t, int b, int hq, int
   if (len < 0 || len > t.max_tokens) throw std::invalid_argument("token_decode_attention: token_len out of range");
   const int32_t* list = t.token_lists + i * size_t(t.max_tokens);
   for (int j = 0; j < len; ++j)
-    if (list[j] < 0 || list[j] >= t.attn.seq_lens[t.attn.table_index(b, hq / t.attn.group_size())] ||
-        (j > 0 && list[j] <= list[j - 1]))
+    if (list[j] < 0 || list[j] >= t.attn.seq_lens[b] || (j > 0 && list[j] <= list[j - 1]))
       throw std::invalid_argument("token_decode_attention: positions must be ascending and below seq_len");
   return list;
 }
@@ -55,8 +54,8 @@ std::vector<KeyRange> runs(const int32_t* list, int len) {
 void token_decode_attention(const TokenDecodeArgsF32& t) {
   check_shapes(t);
   const PagedDecodeArgsF32& a = t.attn;
-  if (a.page_stride != 0 || a.head_stride != 0 || a.tables_per_kv_head)
-    throw std::invalid_argument("token_decode_attention (fp32): only the default pool layout and the sequences' own tables");
+  if (a.page_stride != 0 || a.head_stride != 0)
+    throw std::invalid_argument("token_decode_attention (fp32): only the default pool layout");
   const int group = a.group_size(), heads_per_list = t.lists_per_query_head ? 1 : group;
   const AttendRows rows{.num_heads = a.num_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
                         .scale = a.scale,
@@ -82,9 +81,9 @@ void token_decode_attention(const TokenDecodeArgs& t) {
   std::vector<float> q(static_cast<size_t>(d));
   std::vector<double> s;
   for (int b = 0; b < a.batch; ++b) {
+    const int32_t* pages = a.page_table + size_t(b) * a.max_pages_per_seq;
     for (int hq = 0; hq < a.num_heads; ++hq) {
       const int h = hq / group;
-      const int32_t* pages = a.page_table + a.table_index(b, h) * a.max_pages_per_seq;
       int len = 0;
       const int32_t* list = checked_list(t, b, hq, len);
       auto row = [&](const uint16_t* pool, int j) {  // key list[j]: row p % ps of page pages[p / ps]

@@ -7,8 +7,8 @@
 //    positions are attended for the query heads that read the list, each key read once for
 //    them, long lists split across threads (split_attend.h).
 // Host pointers. Throws std::invalid_argument on inconsistent shapes, a list that is not
-// strictly ascending, or a position at or past its table's length. The fp32 kernel needs the
-// default pool layout (page_stride = head_stride = 0) and the sequences' own tables.
+// strictly ascending, or a position at or past its sequence's length. The fp32 kernel needs the
+// default pool layout (page_stride = head_stride = 0).
 #pragma once
 
 #include "attention/token_decode_args.h"

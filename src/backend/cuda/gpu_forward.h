@@ -281,9 +281,6 @@ class GpuForward final : public Forward, private Backend {
   std::unique_ptr<CsState> cs_;             // CSAttention's tables, once a cs policy is registered
   std::string cs_policy_;                   // the policy string cs_ was made for
   DeviceBuffer<uint8_t> token_workspace_;   // token_decode_attention's (cs)
-  // cs over host KV: each (row, KV head)'s token plan as a page plan the cache maps
-  // (token_page_plan), and the plan rewritten onto it.
-  DeviceBuffer<int32_t> cs_page_plan_, cs_page_lens_, cs_plan_tokens_;
   // A prompt layer by layer (run_by_layer): its residual stream [rows][hidden] between layers,
   // one layer's K/V pools on the device (the cache's layout and page ids), the sequence's pages
   // before the prompt and those it writes; while set, pass_k_/pass_v_ are the pools the pass's

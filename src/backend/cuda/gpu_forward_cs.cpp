@@ -2,15 +2,14 @@
 // prefill chunk of a cs sequence samples its queries into the sequence's slot of cuda::CsState;
 // its first decode step builds the tables (host code, before the step's graph); each decode
 // step's indexed layer inserts the rows' new keys, searches, and attends the token plan (picks +
-// window) with the token-gather kernel over the rows' own pages, or over KV beyond GPU memory
-// through the device page cache (each list's pages as a page plan, token_page_plan). A step's
-// rows are all cs rows (DecodePlanner refuses cs beside another policy).
+// window) with the token-gather kernel over the rows' own pages, over KV beyond GPU memory too
+// (attend_cs says why). A step's rows are all cs rows (DecodePlanner refuses cs beside another
+// policy).
 #include <cmath>
 
 #include "backend/cuda/gpu_forward.h"
 #include "backend/cuda/gpu_inputs.h"
 #include "backend/cuda/token_decode_attention.cuh"
-#include "backend/cuda/token_page_plan.cuh"
 
 namespace skim::cuda {
 
@@ -40,12 +39,6 @@ void GpuForward::reserve_cs(int index, bool& moved) {
   for (t.attn.batch = 1; t.attn.batch <= decode_rows; ++t.attn.batch) ws = std::max(ws, token_decode_workspace_size(t));
   token_workspace_.resize(ws);
   check(cudaMemset(token_workspace_.data(), 0, token_workspace_.bytes()), "cudaMemset");
-  if (host_kv_) {
-    const size_t lists = size_t(decode_rows) * c.num_kv_heads;
-    cs_page_plan_.resize(lists * opt_.max_pages_per_seq);
-    cs_page_lens_.resize(lists);
-    cs_plan_tokens_.resize(lists * size_t(cs_->max_tokens()));
-  }
   moved = true;
 }
 
@@ -101,25 +94,17 @@ void GpuForward::attend_cs(int l, int n, const PagedDecodeArgs& base, cudaStream
                     s);
   TokenDecodeArgs t{.attn = base, .max_tokens = cs_->max_tokens(), .lists_per_query_head = false,
                     .token_lists = cs_->token_lists(), .token_lens = cs_->token_lens()};
-  // The rows' own page tables (a token plan lists positions); the context bound.
+  // The rows' own page tables (a token plan lists positions); the context bound. Over KV beyond
+  // GPU memory the pools are pinned host memory and the kernel reads the picked rows from it
+  // over PCIe, K and V of a key each (512 bytes at the 8B shape), with nothing cached: through
+  // the device page cache each pick brought its whole page (16 rows), and at 512K a step of cs
+  // at 0.5% took 90.6 ms that way against 41.0 ms reading rows; at 2% the picks touched more
+  // pages of a head than the cache's 8192 slots (4 x H100, random keys, 2026-11-27,
+  // bench/results/2026-11-27-h100-cs-host-rows/).
   t.attn.tables_per_kv_head = false;
   t.attn.page_table = inputs_.data() + in.table;
   t.attn.seq_lens = inputs_.data() + in.seq_lens;
   t.attn.head_masks = nullptr;
-  if (host_kv_) {  // the picks' pages through the device cache: each list as a page plan, mapped
-    const int kv = w_.config.num_kv_heads;
-    check(token_page_plan({.lists = n * kv, .lists_per_row = kv, .page_size = cache_.shape().page_size,
-                           .max_pages = opt_.max_pages_per_seq, .max_tokens = cs_->max_tokens(),
-                           .token_lists = cs_->token_lists(), .token_lens = cs_->token_lens(),
-                           .page_table = inputs_.data() + in.table, .plan_table = cs_page_plan_.data(),
-                           .plan_lens = cs_page_lens_.data(), .plan_tokens = cs_plan_tokens_.data()},
-                          s),
-          "token_page_plan (cs)");
-    host_kv_->map_layer(l, n, cs_page_plan_.data(), cs_page_lens_.data(), cache_, s);
-    host_kv_->read_slots(l, t.attn);
-    t.attn.seq_lens = cs_page_lens_.data();
-    t.token_lists = cs_plan_tokens_.data();
-  }
   t.attn.max_seq_len = pass_.max_seq_len;
   t.attn.workspace = token_workspace_.data();
   t.attn.workspace_bytes = token_workspace_.bytes();

@@ -143,9 +143,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const Params p) {
   const int per = max((len + p.chunks - 1) / p.chunks, kWarps * kTile);
   const int begin = min(len, chunk * per), end = min(len, begin + per);
   const int32_t* positions = p.t.token_lists + size_t(list) * p.t.max_tokens;
-  // The row's table, or with tables_per_kv_head its KV head's (a token plan through a page cache).
-  const size_t table = a.tables_per_kv_head ? size_t(b) * a.num_kv_heads + kvh : size_t(b);
-  const int32_t* pages = a.page_table + table * a.max_pages_per_seq;
+  const int32_t* pages = a.page_table + size_t(b) * a.max_pages_per_seq;
   const size_t head_off = size_t(kvh) * p.head_stride + size_t(lane) * E;
 
   float q[G][E];
@@ -269,7 +267,7 @@ bool supported(const TokenDecodeArgs& t) {
   const PagedDecodeArgs& a = t.attn;
   if (a.batch < 0 || a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0) return false;
   if ((a.head_dim != 64 && a.head_dim != 128) || a.page_size <= 0 || t.max_tokens < 0) return false;
-  if (a.head_masks) return false;
+  if (a.tables_per_kv_head || a.head_masks) return false;
   return (t.lists_per_query_head ? 1 : a.group_size()) <= kMaxHeads;
 }
 

@@ -33,8 +33,7 @@ size_t token_decode_workspace_size(const TokenDecodeArgs& args);
 // Device pointers in args (attn.workspace: at least token_decode_workspace_size bytes; no
 // zero-fill needed); asynchronous on `stream`, allocates nothing, captures into a CUDA graph
 // (the split is planned on the host from max_tokens). Supported: head_dim 64 or 128, at most
-// 8 query heads per list, the default pool layout or explicit strides, the sequences' own tables
-// or per-KV-head ones (tables_per_kv_head; no head masks). Lists must hold
+// 8 query heads per list, the default pool layout or explicit strides. Lists must hold
 // strictly ascending positions below their sequence's length (not checked on the device).
 // Returns cudaErrorInvalidValue for unsupported shapes or a too small workspace, else the
 // launch status.

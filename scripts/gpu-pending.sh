@@ -4,9 +4,8 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Pending (2026-11-27): cs over
-#      host KV reads its picks in place (the token_page_plan path removed):
-#      GpuHostKv.CsDecodesAsTheKvCacheOnTheGpu (16 slots), CudaTokenDecode.*.
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Nothing pending (2026-11-27:
+#      all of it passed on 4 x H100, bench/results/2026-11-27-h100-pending/ and -cs-host-rows/).
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-27 on H100: cs 8.2 / 10.9 ms against dense 7.3 / 11.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;

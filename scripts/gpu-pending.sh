@@ -4,8 +4,12 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Nothing pending (2026-11-27:
-#      all of it passed on 4 x H100, bench/results/2026-11-27-h100-pending/ and -cs-host-rows/).
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Pending (written 2026-11-27):
+#      cs beside page-plan policies in one decode batch (GpuForward::cs_rows_first moves cs rows
+#      first; attend_decode splits the rows with PagedDecodeArgs::rows; the planner's plan_pages):
+#      GpuEngine.MixedPolicyBatchMatchesEachPolicyAlone (now with a cs row, last), DecodePlanner.*,
+#      then the whole test_cuda (every decode step's graph key and attend_decode changed). The
+#      rest passed on 4 x H100 (bench/results/2026-11-27-h100-pending/ and -cs-host-rows/).
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-27 on H100: cs 8.2 / 10.9 ms against dense 7.3 / 11.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;

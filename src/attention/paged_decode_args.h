@@ -92,6 +92,21 @@ struct PagedDecodeArgsOf {
     a.lse = out_lse;
     return a;
   }
+  // The same call over sequences [begin, end): their queries, lists and outputs (a decode
+  // step's rows that run cs first, the others' page plan after them).
+  PagedDecodeArgsOf rows(int begin, int end) const {
+    PagedDecodeArgsOf a = *this;
+    const size_t heads = size_t(begin) * num_heads, lists = size_t(begin) * (tables_per_kv_head ? num_kv_heads : 1);
+    auto at = [](auto* p, size_t offset) { return p ? p + offset : p; };
+    a.batch = end - begin;
+    a.q = at(q, heads * head_dim);
+    a.o = at(o, heads * head_dim);
+    a.lse = at(lse, heads);
+    a.page_table = at(page_table, lists * max_pages_per_seq);
+    a.seq_lens = at(seq_lens, lists);
+    a.head_masks = at(head_masks, lists * max_pages_per_seq);
+    return a;
+  }
   // Index of the page list (row of page_table, entry of seq_lens) of sequence b, KV head h.
   size_t table_index(int b, int h) const {
     return tables_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);

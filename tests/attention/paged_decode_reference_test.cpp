@@ -2,7 +2,7 @@
 // over the tokens each query head may see, for every form of its arguments: the default pool
 // layout, a head-major pool (explicit page and head strides), and a page list per (sequence,
 // KV head) (a random subset of the sequence's pages, the last one always kept), and such lists
-// with a random page mask per query head. The fp32
+// with a random page mask per query head; and the call split into two by rows(). The fp32
 // kernel the CPU engine runs (same name, PagedDecodeArgsF32) is held to the reference on the
 // same bf16-exact inputs, with lists long enough to be split across threads.
 #include <gtest/gtest.h>
@@ -163,6 +163,16 @@ TEST_P(PagedDecodeReference, MatchesBruteForce) {
   a.lse = lse.data();
   cpu::paged_decode_attention(a);
   if (form != Form::kHeadMajor) expect_f32_kernel_matches(a, q, kp, vp, o, lse, 1);
+  {  // rows(): the call over sequences [0, 2) and then [2, batch) writes what the whole call wrote
+    std::vector<float> o2(o.size(), NAN), lse2(lse.size(), NAN);
+    PagedDecodeArgs parts = a;
+    parts.o = o2.data();
+    parts.lse = lse2.data();
+    cpu::paged_decode_attention(parts.rows(0, 2));
+    cpu::paged_decode_attention(parts.rows(2, batch));
+    for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(o2[i], o[i]) << "rows(), o[" << i << "]";
+    for (size_t i = 0; i < lse.size(); ++i) ASSERT_EQ(lse2[i], lse[i]) << "rows(), lse[" << i << "]";
+  }
 
   // Brute force: o = softmax(scale q.k) v over the tokens seen, in double.
   for (int b = 0; b < batch; ++b)

@@ -48,13 +48,14 @@ TEST(DecodePlanner, BytesAreThoseOfThePlan) {
   EXPECT_EQ(planner.host_bytes(quest, 0, 1000), 1000 * per_token);  // a dense layer
   EXPECT_EQ(planner.host_bytes(quest, 1, 1000), pages * s.num_kv_heads * s.head_dim * 2 * 2.0);
   EXPECT_EQ(planner.device_bytes(nullptr), 0.0);
-  EXPECT_THROW(planner.acquire("cs", moved), Error);  // cs decodes alone on the GPU so far
+  EXPECT_GE(planner.acquire("cs", moved), 0);  // cs beside page plans: its rows attend their token plan
 }
 
-// cs: its rows attend the forward's token plan (no page plan); it runs alone (no other policy
-// beside it, either way round), not with mac or art; its bytes are the keys it keeps and the
-// list entries a search reads.
-TEST(DecodePlanner, CsRunsAloneAndCountsItsKeysAndLists) {
+// cs: its rows attend the forward's token plan (no page plan); it decodes beside page-plan
+// policies, not beside mac, retro or art (either way round) nor beside a second cs policy, and
+// not composed with mac or art; its bytes are the keys it keeps and the list entries a search
+// reads.
+TEST(DecodePlanner, CsBesidePagePlansAndCountsItsKeysAndLists) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const cuda::PlannerShape s = shape();
   const double per_token = 2.0 * s.num_kv_heads * s.head_dim * 2;
@@ -63,10 +64,17 @@ TEST(DecodePlanner, CsRunsAloneAndCountsItsKeysAndLists) {
   EXPECT_EQ(planner.bytes_read(0, 0, 1000), 1000 * per_token);  // a dense layer
   EXPECT_EQ(planner.bytes_read(0, 1, 1000), 200 * per_token + s.num_kv_heads * 4 * 100 * 6.0);
   bool moved = false;
-  EXPECT_THROW(planner.acquire("dense", moved), Error);
+  EXPECT_GT(planner.acquire("dense", moved), 0);
+  EXPECT_GT(planner.acquire("quest:budget=0.1,min=0", moved), 0);
   EXPECT_EQ(planner.acquire("cs:keep=0.2,window=64,list=0.1,subspaces=4,dense_layers=1", moved), 0);  // itself
+  EXPECT_THROW(planner.acquire("cs:keep=0.1", moved), Error);  // one cs policy at a time
+  EXPECT_THROW(planner.acquire("mac", moved), Error);
+  EXPECT_THROW(planner.acquire("quest:budget=0.1+retro:w=2", moved), Error);
+  EXPECT_THROW(planner.acquire("gbsa+art", moved), Error);
   EXPECT_THROW(cuda::DecodePlanner("cs+art", s), Error);
   EXPECT_THROW(cuda::DecodePlanner("cs+mac", s), Error);
+  cuda::DecodePlanner with_mac("mac", s);
+  EXPECT_THROW(with_mac.acquire("cs", moved), Error);  // the other way round
 }
 
 // The dense fallback: a policy's rows attend every key in a step where its selection would leave

@@ -361,17 +361,20 @@ TEST(GpuEngine, ResaRectifiesSequencesDueTogetherInOnePass) {
 }
 
 // Per-sequence policies in one batch: four forks of the demo-long prompt decode together under
-// dense, gbsa, quest and resa (f = 4), teacher-forced, and each row's logits follow the same
-// policy run alone (another batch size: the GEMMs and the attention's splits may round
-// differently, and a near-tie of a page bound may flip); resa rectifies its row only; the
-// bytes are the sum of the rows' policies'. The rows really differ (not all dense).
+// dense, gbsa, quest and resa (f = 4), and a fifth sequence prefilled under cs (its tables need
+// its own prompt's queries) as the last row (the forward moves cs rows first and the logits back),
+// teacher-forced, and each row's logits follow the same policy run alone (another batch size:
+// the GEMMs and the attention's splits may round differently, and a near-tie of a page bound
+// may flip); resa rectifies its row only; the bytes are the sum of the rows' policies'. The rows
+// really differ (not all dense). A second cs policy or cs beside mac is refused.
 TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   nlohmann::json meta = read_json(kRoot / "tests/fixtures/golden/demo-long/golden.json");
   std::vector<int> prompt = meta["prompt_ids"].get<std::vector<int>>();
   std::vector<int> forced = meta["greedy_ids"].get<std::vector<int>>();
+  const std::string cs = "cs:centroids=1,backoff_top=1,iters=2,points=65536,keep=0.2,list=0.5,window=64";
   const std::vector<std::string> policies = {"dense", "gbsa:keep=0.1,n_min=16", "quest:budget=0.1,min=0",
-                                             "resa:keep=0.1,n_min=16,f=4"};
+                                             "resa:keep=0.1,n_min=16,f=4", cs};
   const int steps = 12, n = int(policies.size());
   const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
   auto token = [&](int i) { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; };
@@ -382,9 +385,13 @@ TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
   ASSERT_TRUE(mixed.mixes_policies());
   std::vector<int> seqs{mixed.open_sequence()};
   mixed.append(seqs[0], prefix, {});
-  for (int i = 1; i < n; ++i) seqs.push_back(mixed.fork_sequence(seqs[0]));
-  for (int i = 0; i < n; ++i) mixed.set_sequence_policy(seqs[size_t(i)], policies[size_t(i)]);
-  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "cs"), Error) << "cs decodes alone on the GPU so far";
+  for (int i = 1; i < n - 1; ++i) seqs.push_back(mixed.fork_sequence(seqs[0]));
+  for (int i = 0; i < n - 1; ++i) mixed.set_sequence_policy(seqs[size_t(i)], policies[size_t(i)]);
+  seqs.push_back(mixed.open_sequence());
+  mixed.set_sequence_policy(seqs.back(), cs);
+  mixed.append(seqs.back(), prefix, {});
+  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "cs:keep=0.1"), Error) << "one cs policy at a time";
+  EXPECT_THROW(mixed.set_sequence_policy(seqs[0], "mac"), Error) << "mac beside cs";
   EXPECT_EQ(mixed.sequence_policy(seqs[0]), "dense");
   std::vector<std::vector<float>> together;  // [step] n rows of logits
   for (int i = 0; i < steps; ++i) together.push_back(mixed.decode(seqs, std::vector<int>(size_t(n), token(i))));

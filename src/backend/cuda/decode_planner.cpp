@@ -404,12 +404,22 @@ DecodePlanner::~DecodePlanner() = default;
 
 namespace {
 
+bool runs_pipeline(const RowPlanner& p) { return p.mac_rule() || p.retro_rule() || p.art_rule(); }
+
 // MAC and RetroAttention each run their own pipeline around the step's kernel; one step runs
-// one of them (the rows of other policies pass through it), so they are not held at once.
+// one of them (the rows of other policies pass through it), so they are not held at once. cs's
+// rows attend their token plan beside the page plan of the others (a step's cs rows first),
+// which MAC's, Retro's and ART's kernels do not take; and the forward keeps one cs state, so
+// one cs policy at a time.
 void check_pipelines(const RowPlanner& p, const std::string& policy, const std::string& other_policy,
                      const RowPlanner& other) {
   SKIM_REQUIRE(!(p.mac_rule() && other.retro_rule()) && !(p.retro_rule() && other.mac_rule()),
                "policy {}: mac and retro do not run in one GPU batch yet ({} runs)", policy, other_policy);
+  SKIM_REQUIRE(!(p.cs_params() && runs_pipeline(other)) && !(other.cs_params() && runs_pipeline(p)),
+               "policy {}: cs does not decode beside mac, retro or art in one GPU batch yet ({} runs)", policy,
+               other_policy);
+  SKIM_REQUIRE(!(p.cs_params() && other.cs_params()) || policy == other_policy,
+               "policy {}: one cs policy at a time on the GPU ({} runs)", policy, other_policy);
 }
 
 }  // namespace
@@ -424,13 +434,7 @@ int DecodePlanner::acquire(const std::string& policy, bool& moved) {
     }
   std::unique_ptr<RowPlanner> p = make_row_planner(policy, s_);
   for (const Slot& other : slots_)
-    if (other.planner && other.users > 0) {
-      check_pipelines(*p, policy, other.policy, *other.planner);
-      // A step's rows attend one kind of plan: pages, or cs's tokens (mixing them is not built).
-      SKIM_REQUIRE(!p->cs_params() && !other.planner->cs_params(),
-                   "policy {}: cs runs alone on the GPU so far: it cannot decode beside {} (the engine's policy "
-                   "and every request's must be the one cs policy)", policy, other.policy);
-    }
+    if (other.planner && other.users > 0) check_pipelines(*p, policy, other.policy, *other.planner);
   size_t at = slots_.size();  // a new index while there are fewer than kMaxPolicies
   if (at == size_t(kMaxPolicies)) {
     for (at = 0; at < slots_.size() && slots_[at].users > 0; ++at) {}
@@ -488,16 +492,19 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
     (all_keys ? dense : select) |= 1u << i;
     if (!all_keys) masks |= p.writes_masks();
   }
-  // CSAttention (so far a step of cs rows alone): its indexed layers attend the forward's token
-  // plan, nothing to plan here.
-  for (uint32_t m = select; m; m &= m - 1) {
-    if (!slots_[size_t(std::countr_zero(m))].planner->cs_params()) continue;
-    SKIM_REQUIRE(std::has_single_bit(in.policies), "planner: a cs step with {} policies (acquire refuses mixing)",
-                 std::popcount(in.policies));
-    DevicePlan p{false, in.page_table, in.seq_lens, in.max_seq_len};
-    p.cs = true;
-    return p;
-  }
+  // CSAttention: its rows (the step's first, in an indexed layer) attend the token plan the
+  // forward's CsState makes; the others' pages are planned as if it were absent.
+  uint32_t cs = 0;
+  for (uint32_t m = select; m; m &= m - 1)
+    if (slots_[size_t(std::countr_zero(m))].planner->cs_params()) cs |= m & ~(m - 1);
+  select &= ~cs;
+  DevicePlan p = plan_pages(in, dense, select, masks, stream);
+  p.cs = cs != 0;
+  return p;
+}
+
+DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32_t select, bool masks,
+                                     cudaStream_t stream) {
   uint32_t mac = 0;  // present policies running MAC
   bool retro = false;
   for (uint32_t m = in.policies; m; m &= m - 1) {

@@ -68,8 +68,9 @@ struct DevicePlan {
   uint32_t mac_policies = 0;
   // When a row of the step runs RetroAttention: every policy index's rule (inactive for the others).
   const RetroRowRule* retro_rules = nullptr;
-  // Every row of the step runs CSAttention, indexed at this layer: the forward's CsState plans
-  // tokens (the page lists above are unused).
+  // Some rows of the step run CSAttention, indexed at this layer: the step's first rows (the
+  // forward puts them there), whose token plan the forward's CsState makes; the lists above
+  // are the other rows' (unused when every row runs cs).
   bool cs = false;
 };
 
@@ -175,6 +176,9 @@ class DecodePlanner {
 
  private:
   void reserve(const RowPlanner& p, bool& moved);
+  // plan() for the rows of the policies that attend every key (`dense`) and those that select
+  // pages (`select`), writing per-head masks if `masks`.
+  DevicePlan plan_pages(const PlanInput& in, uint32_t dense, uint32_t select, bool masks, cudaStream_t stream);
 
   PlannerShape s_;
   struct Slot {

@@ -446,12 +446,15 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
                     .head_masks = plan.head_masks, .o = o_.data(),
                     .lse = lse_.data(), .workspace = attn_workspace_.data(),
                     .workspace_bytes = attn_workspace_.bytes()};
-  if (plan.cs) {  // every row runs cs, indexed here: its token plan over the rows' own pages
-    attend_cs(l, n, a, s);
-    return;
+  if (plan.cs) {  // the step's first rows run cs, indexed here: their token plan over their own pages
+    const int cs_rows = pass_.cs_rows;
+    attend_cs(l, cs_rows, a.rows(0, cs_rows), s);
+    if (cs_rows == n) return;
+    a = a.rows(cs_rows, n);  // the others' plan, as below
+    n -= cs_rows;
   }
   if (host_kv_ && plan.per_kv_head) {  // the selected pages through the device cache (rows' own tables: the host pools)
-    host_kv_->map_layer(l, n, plan.table, plan.lens, cache_, s);
+    host_kv_->map_layer(l, n, a.page_table, a.seq_lens, cache_, s);
     host_kv_->read_slots(l, a);
   }
   if (plan.mac_rules) {  // some row runs MAC: its lists cut at its prefix end, merged with its rings
@@ -503,11 +506,11 @@ uint32_t GpuForward::dense_policies(std::span<const int32_t> policies, std::span
 }
 
 cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t policies, uint32_t dense_policies,
-                                  int logits_n) {
+                                  int logits_n, int cs_rows) {
   const int b = bucket(max_seq_len);
   // logits of every row in order, or of logits_n staged rows (RetroAttention's newest rows)
   const bool gather = logits_n >= 0;
-  auto key = std::make_tuple(n, b, advance, policies, dense_policies, logits_n);
+  auto key = std::make_tuple(n, b, advance, policies, dense_policies, logits_n, cs_rows);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) return it->second;
   cudaGraph_t g = nullptr;
@@ -515,7 +518,7 @@ cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t
   try {
     enqueue(n, gather ? logits_n : n,
             Pass{.max_seq_len = b, .gather = gather, .chunk = false, .decode = true, .policies = policies,
-                 .dense_policies = dense_policies},
+                 .dense_policies = dense_policies, .cs_rows = cs_rows},
             advance);
   } catch (...) {  // end the capture, or this thread's later CUDA calls fail
     if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
@@ -539,10 +542,44 @@ void GpuForward::require_rows(const ForwardBatch& batch) const {
     SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
 }
 
-int GpuForward::launch(const ForwardBatch& batch) {
-  const ModelConfig& c = w_.config;
+int GpuForward::cs_rows_first(const ForwardBatch& batch, ForwardBatch& ordered, bool& reordered) const {
   const int n = int(batch.tokens.size());
-  require_rows(batch);
+  auto is_cs = [&](int r) { return planner_->cs_params(batch.policy.empty() ? 0 : batch.policy[size_t(r)]) != nullptr; };
+  std::vector<int> order;  // cs rows, then the others, each in batch order
+  for (int pass = 0; pass < 2; ++pass)
+    for (int r = 0; r < n; ++r)
+      if (is_cs(r) == (pass == 0)) order.push_back(r);
+  int cs = 0;
+  while (cs < n && is_cs(order[size_t(cs)])) ++cs;
+  reordered = false;
+  for (int i = 0; i < n; ++i) reordered |= order[size_t(i)] != i;
+  if (!reordered) return cs;
+  std::vector<int> at(static_cast<size_t>(n));  // batch row -> its place in `ordered`
+  ordered = ForwardBatch{};
+  ordered.decode = batch.decode;
+  for (int i = 0; i < n; ++i) {
+    const size_t r = size_t(order[size_t(i)]);
+    at[r] = i;
+    ordered.tokens.push_back(batch.tokens[r]);
+    ordered.positions.push_back(batch.positions[r]);
+    ordered.tables.push_back(batch.tables[r]);
+    if (!batch.retro_step.empty()) ordered.retro_step.push_back(batch.retro_step[r]);
+    ordered.policy.push_back(batch.policy[r]);  // not empty: some rows run cs, some do not
+  }
+  for (int r : batch.logits_rows) ordered.logits_rows.push_back(at[size_t(r)]);
+  return cs;
+}
+
+int GpuForward::launch(const ForwardBatch& given) {
+  const ModelConfig& c = w_.config;
+  const int n = int(given.tokens.size());
+  require_rows(given);
+  // A decode step's cs rows go first (its cs kernels and the others' plan then take row ranges);
+  // its logits rows follow their rows, so the logits come back in the order asked.
+  ForwardBatch ordered;
+  bool reordered = false;
+  const int cs_rows = given.decode && cs_ ? cs_rows_first(given, ordered, reordered) : 0;
+  const ForwardBatch& batch = reordered ? ordered : given;
   const uint32_t policies =
       stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows, batch.policy, batch.retro_step);
 
@@ -573,7 +610,8 @@ int GpuForward::launch(const ForwardBatch& batch) {
     chunk = batch.policy.empty() || !planner_->mac_rule(batch.policy[size_t(r)]);
   if (batch.decode) {  // one graph per step, the logits rows (all, or the newest of each sequence) as data
     build_cs_tables(batch.tables, batch.positions, batch.policy);  // a cs sequence's first step: its tables, outside the graph
-    check(cudaGraphLaunch(graph(n, max_len, false, policies, dense, all_rows ? -1 : nl), stream_), "cudaGraphLaunch");
+    check(cudaGraphLaunch(graph(n, max_len, false, policies, dense, all_rows ? -1 : nl, cs_rows), stream_),
+          "cudaGraphLaunch");
     return nl;
   }
   Pass pass{.max_seq_len = max_len, .gather = true, .chunk = chunk, .seqs = staged_runs_, .decode = batch.decode,
@@ -713,9 +751,15 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
     check(cudaMallocHost(reinterpret_cast<void**>(&next_host_), size_t(steps) * opt_.max_rows * sizeof(int32_t)), "cudaMallocHost");
     next_host_steps_ = size_t(steps);
   }
+  int cs_rows = 0;  // the cs rows must come first here (the greedy steps advance the staged rows in place)
+  for (int r = 0; cs_ && r < n; ++r)
+    if (planner_->cs_params(policies.empty() ? 0 : policies[size_t(r)])) {
+      SKIM_REQUIRE(cs_rows == r, "decode_greedy: the cs sequences must come first");
+      cs_rows += 1;
+    }
   const uint32_t present = stage(tables, first, positions, {}, policies);
   build_cs_tables(tables, positions, policies, steps);
-  cudaGraphExec_t exec = graph(n, max_len, true, present, dense_policies(policies, positions));
+  cudaGraphExec_t exec = graph(n, max_len, true, present, dense_policies(policies, positions), -1, cs_rows);
 
   const double ms = gpu_time_ms(stream_, [&] {
     for (int s = 0; s < steps; ++s) {

@@ -177,6 +177,7 @@ class GpuForward final : public Forward, private Backend {
     // worth) become ring entries, their prefix states over [0, mac_prefix_end(pos, mac_band)).
     int mac_first = -1, mac_band = 0;
     int cs_slot = -1;  // a prefill chunk of a sequence that runs cs: its slot (its queries are sampled)
+    int cs_rows = 0;   // a decode step's rows that run cs: its first (launch() puts them there)
     // Every row reads row 0's page table (one sequence's chunk, staged with that table alone:
     // a prompt layer by layer stages each chunk once a layer, and a 512K table is 128 KB a row).
     bool one_table = false;
@@ -222,9 +223,13 @@ class GpuForward final : public Forward, private Backend {
   void check_host_kv();
   void reserve_mac(bool& moved);
   // The decode step's graph; logits_n >= 0: the logits of that many staged rows (gathered),
-  // else of every row in order.
+  // else of every row in order; its first cs_rows rows run cs (Pass::cs_rows).
   cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies, uint32_t dense_policies,
-                        int logits_n = -1);
+                        int logits_n, int cs_rows);
+  // A decode step's rows that run cs; when they are not its first rows, `ordered` receives the
+  // batch with them first (in their order, the others after in theirs) and its logits rows
+  // following their rows, and `reordered` is set.
+  int cs_rows_first(const ForwardBatch& batch, ForwardBatch& ordered, bool& reordered) const;
   // The step's policies attending every key (Pass::dense_policies): none unless dense_fallback.
   uint32_t dense_policies(std::span<const int32_t> policies, std::span<const int32_t> positions);
   void enqueue_logprobs(int nl, std::span<const int32_t> top_n);
@@ -315,7 +320,7 @@ class GpuForward final : public Forward, private Backend {
 
   // Decode step graphs by (rows, context bucket, advance, policies present, policies falling
   // back to dense, gathered logits rows).
-  std::map<std::tuple<int, int, bool, uint32_t, uint32_t, int>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<int, int, bool, uint32_t, uint32_t, int, int>, cudaGraphExec_t> graphs_;
   uint64_t dense_fallback_rows_ = 0;
   std::vector<int32_t> fallback_lengths_;  // dense_policies' scratch
 };

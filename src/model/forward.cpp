@@ -30,6 +30,33 @@ void Forward::run_by_layer(std::span<const ForwardBatch>, std::vector<std::vecto
   throw Error("internal: run_by_layer on a backend that prefills chunk by chunk (check runs_prompts_by_layer())");
 }
 
+int rows_first(const ForwardBatch& batch, const std::vector<bool>& first, ForwardBatch& ordered, bool& moved) {
+  const size_t n = batch.tokens.size();
+  SKIM_REQUIRE(first.size() == n, "internal: rows_first with {} marks for {} rows", first.size(), n);
+  std::vector<size_t> order;  // the marked rows, then the others, each in batch order
+  for (bool marked : {true, false})
+    for (size_t r = 0; r < n; ++r)
+      if (first[r] == marked) order.push_back(r);
+  moved = false;
+  for (size_t i = 0; i < n; ++i) moved |= order[i] != i;
+  const int count = int(std::count(first.begin(), first.end(), true));
+  if (!moved) return count;
+  std::vector<int> at(n);  // batch row -> its place in `ordered`
+  ordered = ForwardBatch{};
+  ordered.decode = batch.decode;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t r = order[i];
+    at[r] = int(i);
+    ordered.tokens.push_back(batch.tokens[r]);
+    ordered.positions.push_back(batch.positions[r]);
+    ordered.tables.push_back(batch.tables[r]);
+    if (!batch.retro_step.empty()) ordered.retro_step.push_back(batch.retro_step[r]);
+    if (!batch.policy.empty()) ordered.policy.push_back(batch.policy[r]);
+  }
+  for (int r : batch.logits_rows) ordered.logits_rows.push_back(at[size_t(r)]);
+  return count;
+}
+
 CpuForward::CpuForward(const Model& model, PagedKVCache& cache, std::optional<TensorRank> rank)
     : model_(model), cache_(cache), rank_(rank),
       own_heads_(rank ? rank->shard.q_heads : model.config.num_heads) {

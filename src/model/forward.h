@@ -31,6 +31,12 @@ struct ForwardBatch {
   std::vector<int32_t> policy;     // per row: its policy's index (Forward::acquire_policy); empty: 0
 };
 
+// `batch` with the rows that `first` marks ([rows]) moved to the front, each group in its
+// order, into `ordered`, its logits rows following their rows (so the logits come out in the
+// order asked); `moved` says whether any row moved (else `ordered` is left alone). Returns how
+// many rows `first` marks. The GPU puts a decode step's cs rows first.
+int rows_first(const ForwardBatch& batch, const std::vector<bool>& first, ForwardBatch& ordered, bool& moved);
+
 // A backend's forward pass and the KV cache it keeps (CpuForward here, in host memory;
 // cuda::GpuForward on the GPU, in device memory). The engine sees only this.
 class Forward {

@@ -543,31 +543,9 @@ void GpuForward::require_rows(const ForwardBatch& batch) const {
 }
 
 int GpuForward::cs_rows_first(const ForwardBatch& batch, ForwardBatch& ordered, bool& reordered) const {
-  const int n = int(batch.tokens.size());
-  auto is_cs = [&](int r) { return planner_->cs_params(batch.policy.empty() ? 0 : batch.policy[size_t(r)]) != nullptr; };
-  std::vector<int> order;  // cs rows, then the others, each in batch order
-  for (int pass = 0; pass < 2; ++pass)
-    for (int r = 0; r < n; ++r)
-      if (is_cs(r) == (pass == 0)) order.push_back(r);
-  int cs = 0;
-  while (cs < n && is_cs(order[size_t(cs)])) ++cs;
-  reordered = false;
-  for (int i = 0; i < n; ++i) reordered |= order[size_t(i)] != i;
-  if (!reordered) return cs;
-  std::vector<int> at(static_cast<size_t>(n));  // batch row -> its place in `ordered`
-  ordered = ForwardBatch{};
-  ordered.decode = batch.decode;
-  for (int i = 0; i < n; ++i) {
-    const size_t r = size_t(order[size_t(i)]);
-    at[r] = i;
-    ordered.tokens.push_back(batch.tokens[r]);
-    ordered.positions.push_back(batch.positions[r]);
-    ordered.tables.push_back(batch.tables[r]);
-    if (!batch.retro_step.empty()) ordered.retro_step.push_back(batch.retro_step[r]);
-    ordered.policy.push_back(batch.policy[r]);  // not empty: some rows run cs, some do not
-  }
-  for (int r : batch.logits_rows) ordered.logits_rows.push_back(at[size_t(r)]);
-  return cs;
+  std::vector<bool> cs(batch.tokens.size());
+  for (size_t r = 0; r < cs.size(); ++r) cs[r] = planner_->cs_params(batch.policy.empty() ? 0 : batch.policy[r]) != nullptr;
+  return rows_first(batch, cs, ordered, reordered);
 }
 
 int GpuForward::launch(const ForwardBatch& given) {

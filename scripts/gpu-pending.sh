@@ -10,12 +10,19 @@
 #      GpuEngine.MixedPolicyBatchMatchesEachPolicyAlone (now with a cs row, last), DecodePlanner.*,
 #      then the whole test_cuda (every decode step's graph key and attend_decode changed). The
 #      rest passed on 4 x H100 (bench/results/2026-11-27-h100-pending/ and -cs-host-rows/).
+#      Also pending: the prefill kernel kWgmmaOverlap (FlashAttention-3's intra-warpgroup
+#      overlap, paged_prefill_sm90.cuh consume_overlapped; ptxas -v shows no serialised wgmma):
+#      CudaPagedPrefillAttention.* (its output bit-equal to kWgmmaWs's), then item 5.
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-27 on H100: cs 8.2 / 10.9 ms against dense 7.3 / 11.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;
 #      bench/kernel_breakdown.py): insert 21.7 us a layer, pick 16.3, gather 14.5 (2026-11-27).
 #   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
 #      bench/kernel_breakdown.py --all).
+#   5. (PARTS=prefill) prefill attention, every kernel (prefill.json): is kWgmmaOverlap faster than
+#      kWgmmaWs (358 / 385 / 386 TFLOP/s at 8K / 32K / 128K on an H100, 2026-11-26)? Then make it
+#      the default (paged_prefill_attention.cu: default_prefill_kernel) and time the 8B prefill
+#      against transformers (bench/results/2026-11-26-h100-selection-pdl/'s run).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
 # build-legacy/tree):
 #   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \
@@ -87,6 +94,9 @@ tests_pid=$!
     echo "ncu rc $?" >> $LOGS/ncu.err
   fi
   if has prefill; then
+    CUDA_VISIBLE_DEVICES=$G_NCU timeout 200 build-gpu/skim bench --attention-only --attention-contexts 32768 \
+      --attention-batches 1 --sparse-keep 0 --prefill-attention 8192,32768,131072 --json "$OUT/prefill.json" |
+      grep -E "^\| [0-9]" > $LOGS/prefill.log 2>&1
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 300 ncu --csv --metrics gpu__time_duration.sum --cache-control none \
       --clock-control none build-gpu/skim bench --e2e-only --8b-only --e2e-policy none --prefill-contexts 32768 \
       --prefill-8b-max 32768 > $LOGS/ncu-prefill.csv 2>> $LOGS/ncu.err
@@ -120,6 +130,7 @@ if [ "$rc" != 0 ] && [ "$rc" != "not run" ]; then
   grep -B2 -A8 -E "Failure|exception" $LOGS/test_cuda.log | head -80
 fi
 cat $LOGS/decode.log; tail -3 $LOGS/ncu.err 2>/dev/null; [ -s $LOGS/ncu.csv ] && python3 bench/kernel_breakdown.py $LOGS/ncu.csv | tail -25
+[ -s $LOGS/prefill.log ] && cat $LOGS/prefill.log
 [ -s $LOGS/ncu-prefill.csv ] && python3 bench/kernel_breakdown.py --all $LOGS/ncu-prefill.csv | head -30
 rm -rf "$LOGS/build"  # the build's own outputs: not needed back
 echo "gpu-pending status $status"

@@ -19,6 +19,7 @@ using prefill::Split;
 using prefill::Tile;
 using prefill::TileSm90;
 using prefill::TileSm90Ws;
+using prefill::WsSchedule;
 
 // Key splits per row tile, only when the row tiles alone leave SMs idle: then enough CTAs
 // for two per SM, each split at least kMinSplitKeys keys, at most kMaxSplits.
@@ -55,6 +56,13 @@ struct KernelShape {
   int rows, keys, threads, smem;
   const void* fn;
 };
+// The warp-specialised kernel's shape, whatever its consumers' schedule.
+template <int D>
+KernelShape ws_shape(void (*kernel)(PagedPrefillArgs, Split)) {
+  using T = TileSm90Ws<D>;
+  return {T::kRows, T::kKeys, T::kCtaThreads, T::kSmemBytes, reinterpret_cast<const void*>(kernel)};
+}
+
 template <int D>
 KernelShape kernel_shape(PrefillKernel k) {
   switch (k) {
@@ -68,11 +76,11 @@ KernelShape kernel_shape(PrefillKernel k) {
       return {TileSm90<D>::kRows, TileSm90<D>::kKeys, TileSm90<D>::kThreads, TileSm90<D>::kSmemBytes,
               reinterpret_cast<const void*>(flash_prefill_sm90_kernel<D>)};
     case PrefillKernel::kWgmmaWs:
-      return {TileSm90Ws<D>::kRows, TileSm90Ws<D>::kKeys, TileSm90Ws<D>::kCtaThreads, TileSm90Ws<D>::kSmemBytes,
-              reinterpret_cast<const void*>(flash_prefill_sm90_ws_kernel<D, false>)};
+      return ws_shape<D>(flash_prefill_sm90_ws_kernel<D, WsSchedule::kInOrder>);
+    case PrefillKernel::kWgmmaPingpong:
+      return ws_shape<D>(flash_prefill_sm90_ws_kernel<D, WsSchedule::kPingpong>);
     default:
-      return {TileSm90Ws<D>::kRows, TileSm90Ws<D>::kKeys, TileSm90Ws<D>::kCtaThreads, TileSm90Ws<D>::kSmemBytes,
-              reinterpret_cast<const void*>(flash_prefill_sm90_ws_kernel<D, true>)};
+      return ws_shape<D>(flash_prefill_sm90_ws_kernel<D, WsSchedule::kOverlap>);
   }
 }
 
@@ -95,7 +103,7 @@ bool wgmma_available() {
 // The dynamic shared memory a kernel needs, allowed once per (kernel, device): tensor
 // parallelism launches on several. A benign race: every writer stores the same value.
 cudaError_t allow_smem(const KernelShape& k, int kernel_id) {
-  constexpr int kMaxDevices = 64, kKernels = 10;
+  constexpr int kMaxDevices = 64, kKernels = 12;  // (kind, head_dim 64 or 128)
   static bool done[kKernels][kMaxDevices] = {};
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;

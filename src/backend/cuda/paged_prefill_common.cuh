@@ -163,14 +163,16 @@ __device__ __forceinline__ void mask_scores(const PagedPrefillArgs& a, const Cta
     }
 }
 
-// The online softmax of one step: new running maxima, o and l rescaled, and the step's
-// probabilities as bf16 A fragments p[mt][j][half] (row lane/4 + 8 half, keys 8j + 2(lane%4),
-// + 1). l sums the rounded weights P.V uses (so o stays a weighted mean), per lane: the four
-// lanes of a row are added at the end.
-template <int D, int MT, int KEYS>
-__device__ __forceinline__ void update_softmax(float (&s)[MT][KEYS / 8][4], float scale_log2, float (&m)[MT][2],
-                                               float (&l)[MT][2], float (&o)[MT][D / 8][4],
-                                               uint32_t (&p)[MT][KEYS / 8][2]) {
+// The online softmax of one step, in two halves so that a schedule can run the first while the
+// previous step's P V is still in flight: next_probabilities takes the new running maxima, the
+// factor alpha that rescales the old state and the step's probabilities as bf16 A fragments
+// p[mt][j][half] (row lane/4 + 8 half, keys 8j + 2(lane%4), + 1) with their sum; rescale_state
+// then rescales o and l and adds the sum. l sums the rounded weights P.V uses (so o stays a
+// weighted mean), per lane: the four lanes of a row are added at the end.
+template <int MT, int KEYS>
+__device__ __forceinline__ void next_probabilities(const float (&s)[MT][KEYS / 8][4], float scale_log2,
+                                                   float (&m)[MT][2], float (&alpha)[MT][2], float (&sum)[MT][2],
+                                                   uint32_t (&p)[MT][KEYS / 8][2]) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -182,20 +184,41 @@ __device__ __forceinline__ void update_softmax(float (&s)[MT][KEYS / 8][4], floa
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[mt][half], mx * scale_log2);
       const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet stays at 0
-      const float alpha = exp2f(m[mt][half] - base);
+      alpha[mt][half] = exp2f(m[mt][half] - base);
       m[mt][half] = m_new;
-      float sum = 0.0f;
+      float total = 0.0f;
 #pragma unroll
       for (int j = 0; j < KEYS / 8; ++j) {
         const uint32_t pk = pack_bf16(exp2f(fmaf(s[mt][j][2 * half], scale_log2, -base)),
                                       exp2f(fmaf(s[mt][j][2 * half + 1], scale_log2, -base)));
         p[mt][j][half] = pk;
-        sum += __uint_as_float(pk << 16) + __uint_as_float(pk & 0xffff0000u);
+        total += __uint_as_float(pk << 16) + __uint_as_float(pk & 0xffff0000u);
       }
-      l[mt][half] = l[mt][half] * alpha + sum;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) o[mt][dt][2 * half] *= alpha, o[mt][dt][2 * half + 1] *= alpha;
+      sum[mt][half] = total;
     }
+}
+
+template <int D, int MT>
+__device__ __forceinline__ void rescale_state(const float (&alpha)[MT][2], const float (&sum)[MT][2],
+                                              float (&l)[MT][2], float (&o)[MT][D / 8][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      l[mt][half] = l[mt][half] * alpha[mt][half] + sum[mt][half];
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) o[mt][dt][2 * half] *= alpha[mt][half], o[mt][dt][2 * half + 1] *= alpha[mt][half];
+    }
+}
+
+// Both halves at once: the state is rescaled before the step's P V (the in-order schedules).
+template <int D, int MT, int KEYS>
+__device__ __forceinline__ void update_softmax(float (&s)[MT][KEYS / 8][4], float scale_log2, float (&m)[MT][2],
+                                               float (&l)[MT][2], float (&o)[MT][D / 8][4],
+                                               uint32_t (&p)[MT][KEYS / 8][2]) {
+  float alpha[MT][2], sum[MT][2];
+  next_probabilities<MT, KEYS>(s, scale_log2, m, alpha, sum, p);
+  rescale_state<D, MT>(alpha, sum, l, o);
 }
 
 // The warp's rows' o / l and lse, or this split's partials.

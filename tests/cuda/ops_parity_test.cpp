@@ -180,7 +180,7 @@ struct Pages {
 TEST_F(CudaOps, QkvRopeAppendMatchesCpuRopeAndCacheWrite) {
   struct Case { int heads, kv_heads, d; bool bias, qk_norm; };
   for (Case c : {Case{4, 1, 128, false, false}, Case{8, 8, 64, true, false}, Case{32, 8, 128, false, true},
-                 Case{16, 2, 64, true, true}}) {
+                 Case{16, 2, 64, true, true}, Case{6, 3, 128, true, true}}) {  // 9 heads: a group part-filled
     SCOPED_TRACE(testing::Message() << c.heads << "/" << c.kv_heads << " d " << c.d << " bias " << c.bias
                                     << " qk_norm " << c.qk_norm);
     const int n = test::random_int(1, 6), q_dim = c.heads * c.d, kv_dim = c.kv_heads * c.d;

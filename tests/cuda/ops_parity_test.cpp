@@ -134,17 +134,22 @@ TEST_F(CudaOps, GatherRowsCopiesTheListedRows) {
     for (int j = 0; j < dim; ++j) ASSERT_EQ(got[i * dim + j], in[size_t(rows[i]) * dim + j]);
 }
 
+// I % 4 == 0 takes four elements a thread (1000, and the 8B shape's 14336 over several passes of
+// a block), else one (1001).
 TEST_F(CudaOps, SiluMulMatchesCpu) {
-  const int n = 5, I = 1000;
-  std::vector<float> gu = test::random_vector(size_t(n) * 2 * I, 2.0f);
-  auto d = to_device(gu);
-  DeviceBuffer<uint16_t> out(size_t(n) * I);
-  cuda::silu_mul(d.data(), out.data(), n, I, nullptr);
-  sync();
-  std::vector<float> want(size_t(n) * I);
-  for (int r = 0; r < n; ++r)
-    cpu::silu_mul(gu.data() + size_t(r) * 2 * I, gu.data() + size_t(r) * 2 * I + I, want.data() + size_t(r) * I, I);
-  EXPECT_LT(max_rel_err(f32_of(to_host(out)), want), kBf16Out);
+  for (int I : {1000, 1001, 14336}) {
+    SCOPED_TRACE(testing::Message() << "I " << I);
+    const int n = 5;
+    std::vector<float> gu = test::random_vector(size_t(n) * 2 * I, 2.0f);
+    auto d = to_device(gu);
+    DeviceBuffer<uint16_t> out(size_t(n) * I);
+    cuda::silu_mul(d.data(), out.data(), n, I, nullptr);
+    sync();
+    std::vector<float> want(size_t(n) * I);
+    for (int r = 0; r < n; ++r)
+      cpu::silu_mul(gu.data() + size_t(r) * 2 * I, gu.data() + size_t(r) * 2 * I + I, want.data() + size_t(r) * I, I);
+    EXPECT_LT(max_rel_err(f32_of(to_host(out)), want), kBf16Out);
+  }
 }
 
 TEST_F(CudaOps, LinearMatchesCpuOnBf16Inputs) {

@@ -175,15 +175,26 @@ __global__ void page_digest_kernel(const uint16_t* k_pool, uint16_t* kmin, uint1
   }
 }
 
-// Block (row, slice): a decode row spreads over several SMs.
+__device__ __forceinline__ float silu_times(float x, float up) { return x / (1.0f + __expf(-x)) * up; }
+
+// Block (row, slice): a decode row spreads over several SMs. Four elements a thread with 16-byte
+// loads and an 8-byte store where I % 4 == 0 (a prefill chunk's rows are 235 MB of fp32 at the 8B
+// shape: scalar loads and 2-byte stores ran at about 2 TB/s), each element computed as alone.
 __global__ void silu_mul_kernel(const float* gate_up, uint16_t* out, int I) {
   detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   const float* g = gate_up + size_t(blockIdx.x) * 2 * I;
   uint16_t* o = out + size_t(blockIdx.x) * I;
-  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < I; i += gridDim.y * blockDim.x) {
-    const float x = g[i];
-    o[i] = bf16_bits(x / (1.0f + __expf(-x)) * g[I + i]);
+  const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
+  if (I % 4 == 0) {
+    for (int i = first; i < I / 4; i += stride) {
+      const float4 x = reinterpret_cast<const float4*>(g)[i], up = reinterpret_cast<const float4*>(g + I)[i];
+      const uint32_t lo = uint32_t(bf16_bits(silu_times(x.x, up.x))) | uint32_t(bf16_bits(silu_times(x.y, up.y))) << 16;
+      const uint32_t hi = uint32_t(bf16_bits(silu_times(x.z, up.z))) | uint32_t(bf16_bits(silu_times(x.w, up.w))) << 16;
+      reinterpret_cast<uint2*>(o)[i] = make_uint2(lo, hi);
+    }
+    return;
   }
+  for (int i = first; i < I; i += stride) o[i] = bf16_bits(silu_times(g[i], g[I + i]));
 }
 
 __global__ void to_bf16_kernel(const float* in, uint16_t* out, size_t count) {
@@ -318,6 +329,7 @@ void page_digest(const uint16_t* k_pool, uint16_t* kmin, uint16_t* kmax, const i
 }
 
 void silu_mul(const float* gate_up, uint16_t* out, int n, int I, cudaStream_t s) {
+  // A block's 256 threads take 4 x 256 elements a pass where I % 4 == 0 (the slices as before).
   if (n > 0) (void)launch_pdl(silu_mul_kernel, dim3(n, (I + 1023) / 1024), 256, 0, s, gate_up, out, I);
 }
 

@@ -455,8 +455,12 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   for (int32_t index : policies)
     p.kv_bytes += p.dense_fallback_rows > 0 ? fwd.dense_decode_bytes(mean_len) : fwd.decode_bytes_read(mean_len, index);
   // ART reads what its verdicts let it: the bytes counted (on the device) over the timed steps.
-  // So does MAC: the cut lists' K/V and the rings scanned.
-  if (policy.find("art") != std::string::npos || policy.find("mac") != std::string::npos) p.kv_bytes = counted / steps;
+  // So does MAC: the cut lists' K/V and the rings scanned; and quest, whose union of its heads'
+  // pages per KV head is data (issue 16's floor: the union; the planner's counts one head's
+  // budget, about a third of it on random digests).
+  if (policy.find("art") != std::string::npos || policy.find("mac") != std::string::npos ||
+      policy.find("quest") != std::string::npos)
+    p.kv_bytes = counted / steps;
   p.floor_ms = (p.weight_bytes + p.kv_bytes) / copy_bw * 1e3;
   if (sparse && rectify_f > 0) {
     // As Engine::rectify does it when every sequence is due in the same step: one prefill pass

@@ -188,6 +188,9 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
   a.v_pool[at + i + half] = bf16_bits(v1);
 }
 
+// The page size whose digest loads are unrolled (the GPU cache's).
+constexpr int kDigestPage = 16;
+
 __global__ void page_digest_kernel(const uint16_t* k_pool, uint16_t* kmin, uint16_t* kmax,
                                    const int32_t* positions, const int32_t* page_table, int max_pages,
                                    int n, int num_kv_heads, int d, int page_size) {
@@ -201,12 +204,22 @@ __global__ void page_digest_kernel(const uint16_t* k_pool, uint16_t* kmin, uint1
   }
   const size_t base = (size_t(page) * num_kv_heads + h);
   const uint16_t* k = k_pool + base * page_size * d;
+  const int last = pos % page_size;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
     float mn = FLT_MAX, mx = -FLT_MAX;
-    for (int t = 0; t <= pos % page_size; ++t) {
-      const float v = bf16_load(k + size_t(t) * d + i);
-      mn = fminf(mn, v);
-      mx = fmaxf(mx, v);
+    if (page_size == kDigestPage) {  // every row's load issued before the first is used (a decode step waits on it)
+      float v[kDigestPage];
+#pragma unroll
+      for (int t = 0; t < kDigestPage; ++t) v[t] = t <= last ? bf16_load(k + size_t(t) * d + i) : 0.0f;
+#pragma unroll
+      for (int t = 0; t < kDigestPage; ++t)
+        if (t <= last) mn = fminf(mn, v[t]), mx = fmaxf(mx, v[t]);
+    } else {
+      for (int t = 0; t <= last; ++t) {
+        const float v = bf16_load(k + size_t(t) * d + i);
+        mn = fminf(mn, v);
+        mx = fmaxf(mx, v);
+      }
     }
     kmin[base * d + i] = bf16_bits(mn);  // exact: the min and max of bf16 keys are bf16 values
     kmax[base * d + i] = bf16_bits(mx);

@@ -19,7 +19,9 @@
 #      (bench/results/2026-11-26-h100-prefill-breakdown/: 51.6 and 73.2 ms of the 1617); and
 #      add_rmsnorm on 256 threads with float4s kept in registers (5.5 us a call, 65 a decode step:
 #      item 3's breakdown, configuration 1, 358.8 us at 32K b1 on 2026-11-27); and page_digest's
-#      16 row loads issued together (3.5 us a call there, 32 a step).
+#      16 row loads issued together (3.5 us a call there, 32 a step); and cs_insert's sift-down
+#      with the moving entry in registers (top_list_heap.h: one round of loads a level, the same
+#      heap; CPU test TopListHeap.* in CI): CudaCsInsert.*, then insert's 21.7 us a layer in item 3.
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-27 on H100: cs 8.2 / 10.9 ms against dense 7.3 / 11.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;

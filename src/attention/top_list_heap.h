@@ -35,16 +35,39 @@ struct Heap {
     const uint16_t s = score[a];
     score[a] = score[b], score[b] = s;
   }
+  // Entry (sa: order key, ia: index) ranks under entry (sb, ib).
+  SKIM_HOST_DEVICE static bool below(int sa, int32_t ia, int sb, int32_t ib) {
+    return sa < sb || (sa == sb && ia > ib);
+  }
+  // Moves the entry at i down to its place. The moving entry stays in registers and each child
+  // that ranks under it moves up into the hole: a level costs one round of loads (both children's
+  // scores and indices together) where swapping re-read what it had just written (the device's
+  // insert waits on every level: cs_insert.cu). The same moves as swapping, so the same heap.
   SKIM_HOST_DEVICE void sift_down(size_t i) const {
     const size_t n = size_t(*size);
+    const int32_t key = index[i];
+    const int ks = order_key(score[i]);
+    const uint16_t h = score[i];
     for (;;) {
+      const size_t c1 = 2 * i + 1, c2 = c1 + 1;
+      if (c1 >= n) break;
+      const uint16_t h1 = score[c1];
+      const int32_t i1 = index[c1];
+      const bool two = c2 < n;
+      const uint16_t h2 = two ? score[c2] : 0;
+      const int32_t i2 = two ? index[c2] : 0;
+      // The least of (moving, c1, c2), compared in that order as swapping compares them.
       size_t least = i;
-      for (size_t c = 2 * i + 1; c <= 2 * i + 2 && c < n; ++c)
-        if (below(c, least)) least = c;
-      if (least == i) return;
-      swap(i, least);
+      int ls = ks;
+      int32_t li = key;
+      uint16_t lh = h;
+      if (below(order_key(h1), i1, ls, li)) least = c1, ls = order_key(h1), li = i1, lh = h1;
+      if (two && below(order_key(h2), i2, ls, li)) least = c2, ls = order_key(h2), li = i2, lh = h2;
+      if (least == i) break;
+      index[i] = li, score[i] = lh;
       i = least;
     }
+    index[i] = key, score[i] = h;
   }
   SKIM_HOST_DEVICE void sift_up(size_t i) const {
     while (i > 0) {

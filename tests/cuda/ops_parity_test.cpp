@@ -397,6 +397,44 @@ TEST_F(CudaOps, SampleDrawsFromTheCpuSamplersDistribution) {
   }
 }
 
+// A vocabulary of 40000: top-k by radix select (k under and over the nucleus's candidate room
+// of 4096), the nucleus over the 4096 largest logits when they hold it (peaked logits) and over
+// the vocabulary when they do not (flat ones); every draw inside the CPU sampler's candidates,
+// and the same token again for the same seed and step.
+TEST_F(CudaOps, SampleCutsALargeVocabularyAsTheCpuSampler) {
+  const int vocab = 40000, draws = 400;
+  for (bool peaked : {true, false}) {
+    std::vector<float> logits = test::random_vector(size_t(vocab), peaked ? 1.0f : 0.05f);
+    if (peaked)
+      for (int t = 0; t < vocab; t += 97) logits[size_t(t)] += 12.0f;  // about 400 tokens hold the mass
+    std::vector<float> rows;
+    for (int r = 0; r < draws; ++r) rows.insert(rows.end(), logits.begin(), logits.end());
+    auto d_logits = to_device(rows);
+    for (cuda::SampleParams p : {cuda::SampleParams{1.0f, 100, 1.0f, 21, 0}, cuda::SampleParams{1.0f, 0, 0.9f, 22, 0},
+                                 cuda::SampleParams{1.0f, 10000, 0.5f, 23, 0}, cuda::SampleParams{0.7f, 5000, 0.95f, 24, 0}}) {
+      SCOPED_TRACE(testing::Message() << "peaked " << peaked << " top_k " << p.top_k << " top_p " << p.top_p);
+      std::vector<cuda::SampleParams> params;
+      for (int r = 0; r < draws; ++r) {
+        p.step = uint64_t(r);
+        params.push_back(p);
+      }
+      auto d_params = to_device(params);
+      DeviceBuffer<int32_t> next{size_t(draws)};
+      cuda::sample(d_logits.data(), draws, vocab, d_params.data(), next.data(), nullptr);
+      sync();
+      const std::vector<int32_t> got = to_host(next);
+      cuda::sample(d_logits.data(), draws, vocab, d_params.data(), next.data(), nullptr);
+      sync();
+      EXPECT_EQ(to_host(next), got) << "same seed and step, same token";
+      const std::vector<double> want = sampler_distribution(logits, p);
+      for (int t : got) {
+        ASSERT_TRUE(t >= 0 && t < vocab);
+        ASSERT_GT(want[size_t(t)], 0.0) << "token " << t << " is outside the sampler's candidates";
+      }
+    }
+  }
+}
+
 TEST_F(CudaOps, SampleAtTemperatureZeroIsArgmax) {
   const int n = 4, vocab = 3000;
   std::vector<float> logits = test::random_vector(size_t(n) * vocab);

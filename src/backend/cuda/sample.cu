@@ -1,8 +1,9 @@
 // Next-token sampling on the device, one block per row: the CPU sampler's rule
 // (engine/sampler.cpp) without sorting. Temperature 0 is argmax. Otherwise the top-k cut and
-// the nucleus are thresholds on the logit, each found by bisection over the logits' ordered
-// bit patterns (32 block-wide passes, exact): top-k keeps logits >= the k-th largest, the
-// nucleus keeps the largest logits whose softmax mass reaches top_p. Then one uniform draw
+// the nucleus are thresholds on the logits' ordered bit patterns: top-k keeps logits >= the
+// k-th largest (a radix select, exact), the nucleus keeps the largest logits whose softmax
+// mass reaches top_p (a bisection, over a few thousand candidates in shared memory when they
+// hold it: 32 passes over a 128K vocabulary took one SM about 0.1 ms a threshold). Then one uniform draw
 // from (seed, step) picks a kept token by the mass before it in vocabulary order (the CPU
 // draws in rank order from its own generator: same distribution, different stream).
 #include <cfloat>
@@ -41,6 +42,66 @@ __device__ uint32_t bisect_key(Measure measure, float target) {
   return lo;
 }
 
+// The k-th largest order key of the row (1 <= k <= vocab): exact, as bisect_key over counts
+// finds it, in four passes of an 8-bit radix select (integer counts in shared memory: the
+// same whatever the order of the adds) instead of 32 passes over the vocabulary.
+__device__ uint32_t kth_largest_key(const float* l, int vocab, int k) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t digit, above;
+  uint32_t prefix = 0, mask = 0, remaining = uint32_t(k);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const uint32_t key = order_key(l[i]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {  // the digit where the count from the top reaches `remaining`
+      uint32_t acc = 0;
+      int d = 255;
+      for (; d > 0 && acc + hist[d] < remaining; --d) acc += hist[d];
+      digit = uint32_t(d), above = acc;
+    }
+    __syncthreads();
+    prefix |= digit << shift;
+    mask |= 255u << shift;
+    remaining -= above;
+    __syncthreads();  // digit and hist are rewritten next pass
+  }
+  return prefix;
+}
+
+// Candidates of the nucleus kept in shared memory: when the logits at or above some key number
+// at most this many and hold at least top_p of the mass, the nucleus bisection runs over them
+// alone (32 passes over shared memory, not over the vocabulary).
+constexpr int kNucleusMax = 4096;
+
+// The row's logits with key >= cut, in vocabulary order (each thread's contiguous slice in turn:
+// the same list, and so the same sums, every run) into `out`; returns how many (all of them
+// must fit: the caller counted them).
+__device__ int compact_kept(const float* l, int vocab, uint32_t cut, float* out) {
+  __shared__ int offsets[kThreads];
+  const int per = (vocab + blockDim.x - 1) / blockDim.x;
+  const int begin = min(vocab, int(threadIdx.x) * per), end = min(vocab, begin + per);
+  int mine = 0;
+  for (int i = begin; i < end; ++i) mine += order_key(l[i]) >= cut;
+  offsets[threadIdx.x] = mine;
+  __syncthreads();
+  for (int o = 1; o < int(blockDim.x); o <<= 1) {  // inclusive scan (Hillis-Steele)
+    const int v = threadIdx.x >= unsigned(o) ? offsets[threadIdx.x - o] : 0;
+    __syncthreads();
+    offsets[threadIdx.x] += v;
+    __syncthreads();
+  }
+  int at = offsets[threadIdx.x] - mine;
+  for (int i = begin; i < end; ++i)
+    if (order_key(l[i]) >= cut) out[at++] = l[i];
+  const int total = offsets[blockDim.x - 1];
+  __syncthreads();
+  return total;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int vocab,
                                                           const SampleParams* params, int32_t* next) {
   __shared__ float fs[32];
@@ -65,29 +126,51 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   auto weight = [&](int i) { return __expf((l[i] - top) * inv_t); };
   auto sum = [&](float v) { return block_reduce(v, [](float a, float b) { return a + b; }, fs); };
 
+  auto count_from = [&](uint32_t k) {  // logits with key >= k
+    uint32_t c = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) c += order_key(l[i]) >= k;
+    return block_reduce(c, [](uint32_t a, uint32_t b) { return a + b; }, us);
+  };
   uint32_t cut = 0;  // keep logits whose key >= cut
-  if (p.top_k > 0 && p.top_k < vocab) {
-    cut = bisect_key(
-        [&](uint32_t k) {
-          uint32_t c = 0;
-          for (int i = threadIdx.x; i < vocab; i += blockDim.x) c += order_key(l[i]) >= k;
-          return float(block_reduce(c, [](uint32_t a, uint32_t b) { return a + b; }, us));
-        },
-        float(p.top_k));
-  }
+  if (p.top_k > 0 && p.top_k < vocab) cut = kth_largest_key(l, vocab, p.top_k);
   float z = 0.0f;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x)
     if (order_key(l[i]) >= cut) z += weight(i);
   z = sum(z);
   if (p.top_p < 1.0f) {
-    const uint32_t nucleus = bisect_key(
-        [&](uint32_t k) {
-          float m = 0.0f;
-          for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-            if (order_key(l[i]) >= k && order_key(l[i]) >= cut) m += weight(i);
-          return sum(m);
-        },
-        p.top_p * z);
+    const float target = p.top_p * z;
+    // The candidates: the kept logits, or the kNucleusMax largest of them if that holds the
+    // nucleus (ties at their least key may make more: then, or if the mass falls short, the
+    // bisection runs over the vocabulary).
+    __shared__ float kept[kNucleusMax];
+    uint32_t from = cut;
+    if (count_from(cut) > uint32_t(kNucleusMax)) from = max(cut, kth_largest_key(l, vocab, kNucleusMax));
+    float mass = 0.0f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+      if (order_key(l[i]) >= from) mass += weight(i);
+    const bool small = count_from(from) <= uint32_t(kNucleusMax) && sum(mass) >= target;
+    uint32_t nucleus;
+    if (small) {
+      const int n = compact_kept(l, vocab, from, kept);
+      nucleus = bisect_key(
+          [&](uint32_t k) {
+            float m = 0.0f;
+            for (int j = threadIdx.x; j < n; j += blockDim.x)
+              if (order_key(kept[j]) >= k) m += __expf((kept[j] - top) * inv_t);
+            return sum(m);
+          },
+          target);
+      nucleus = max(nucleus, from);  // below `from` the vocabulary's mass is larger still
+    } else {
+      nucleus = bisect_key(
+          [&](uint32_t k) {
+            float m = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+              if (order_key(l[i]) >= k && order_key(l[i]) >= cut) m += weight(i);
+            return sum(m);
+          },
+          target);
+    }
     cut = max(cut, nucleus);
   }
 

@@ -25,7 +25,9 @@
 #      The device sampler's top-k by radix select and nucleus over at most 4096 candidates in
 #      shared memory (sample.cu; 32 passes over a 128K vocabulary a threshold before):
 #      CudaOps.Sample*, GpuEngine.SampledGenerationRepeatsWithItsSeed; time it (ncu on a sampled
-#      skim generate --device cuda, or the serve bench with temperature and top_p).
+#      skim generate --device cuda, or the serve bench with temperature and top_p). The row
+#      maximum of argmax and the sampler in 16-byte loads four at a time (row_max.cuh; argmax took
+#      31 us a step in item 3's breakdown): CudaOps.Argmax*, CudaOps.Sample*.
 #   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
 #      (e2e-cs.json; 2026-11-27 on H100: cs 8.2 / 10.9 ms against dense 7.3 / 11.5).
 #   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;

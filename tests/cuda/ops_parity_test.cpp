@@ -314,26 +314,32 @@ TEST_F(CudaOps, PageDigestIsMinMaxOfTheWrittenKeys) {
   EXPECT_EQ(mn[size_t(seq_b[0]) * kv_heads * d], 99.0f) << "an unwritten page's digest is untouched";
 }
 
+// Vocabularies of 16-byte rows read four at a time (5000; 128256, Llama 3's, through the unrolled
+// loads) and one element at a time (5001).
 TEST_F(CudaOps, ArgmaxTakesTheFirstMaximumAndAdvances) {
-  const int n = 3, vocab = 5000;
-  std::vector<float> logits = test::random_vector(size_t(n) * vocab);
-  logits[size_t(0) * vocab + 4000] = 50.0f;
-  logits[size_t(1) * vocab + 17] = 60.0f;
-  logits[size_t(1) * vocab + 3000] = 60.0f;  // a tie: the first wins, as std::max_element
-  auto d = to_device(logits);
-  DeviceBuffer<int32_t> next{size_t(n)};
-  std::vector<int32_t> tokens = {1, 2, 3}, pos = {10, 20, 30}, lens = {11, 21, 31};
-  auto dt = to_device(tokens), dp = to_device(pos), dl = to_device(lens);
-  cuda::DecodeState st{dt.data(), dp.data(), dl.data()};
-  cuda::argmax(d.data(), n, vocab, next.data(), &st, nullptr);
-  sync();
-  std::vector<int32_t> got = to_host(next);
-  EXPECT_EQ(got[0], 4000);
-  EXPECT_EQ(got[1], 17);
-  EXPECT_EQ(got[2], int(std::max_element(logits.begin() + 2 * vocab, logits.end()) - (logits.begin() + 2 * vocab)));
-  EXPECT_EQ(to_host(dt), got);
-  EXPECT_EQ(to_host(dp), (std::vector<int32_t>{11, 21, 31}));
-  EXPECT_EQ(to_host(dl), (std::vector<int32_t>{12, 22, 32}));
+  for (int vocab : {5000, 128256, 5001}) {
+    SCOPED_TRACE(testing::Message() << "vocab " << vocab);
+    const int n = 3;
+    std::vector<float> logits = test::random_vector(size_t(n) * vocab);
+    logits[size_t(0) * vocab + 4000] = 50.0f;
+    logits[size_t(1) * vocab + 17] = 60.0f;
+    logits[size_t(1) * vocab + 3000] = 60.0f;  // a tie: the first wins, as std::max_element
+    logits[size_t(2) * vocab + vocab - 1] = 70.0f;  // the last element
+    auto d = to_device(logits);
+    DeviceBuffer<int32_t> next{size_t(n)};
+    std::vector<int32_t> tokens = {1, 2, 3}, pos = {10, 20, 30}, lens = {11, 21, 31};
+    auto dt = to_device(tokens), dp = to_device(pos), dl = to_device(lens);
+    cuda::DecodeState st{dt.data(), dp.data(), dl.data()};
+    cuda::argmax(d.data(), n, vocab, next.data(), &st, nullptr);
+    sync();
+    std::vector<int32_t> got = to_host(next);
+    EXPECT_EQ(got[0], 4000);
+    EXPECT_EQ(got[1], 17);
+    EXPECT_EQ(got[2], vocab - 1);
+    EXPECT_EQ(to_host(dt), got);
+    EXPECT_EQ(to_host(dp), (std::vector<int32_t>{11, 21, 31}));
+    EXPECT_EQ(to_host(dl), (std::vector<int32_t>{12, 22, 32}));
+  }
 }
 
 // The CPU sampler's candidate set and probabilities (engine/sampler.cpp): descending order,

@@ -10,6 +10,7 @@
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/hash_random.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/row_max.cuh"
 
 namespace skim::cuda {
 
@@ -256,10 +257,9 @@ __global__ void to_bf16_kernel(const float* in, uint16_t* out, size_t count) {
 
 __global__ void argmax_kernel(const float* logits, int vocab, int32_t* next, DecodeState st, bool advance) {
   const float* row = logits + size_t(blockIdx.x) * vocab;
-  float best = -INFINITY;
-  int idx = vocab;  // a row of NaNs or -inf picks token 0 below
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-    if (row[i] > best) best = row[i], idx = i;
+  float best;
+  int idx;  // vocab for a row of NaNs or -inf: token 0 below
+  thread_row_max(row, vocab, best, idx);
   __shared__ float sv[32];
   __shared__ int si[32];
   for (int o = 16; o > 0; o >>= 1) {

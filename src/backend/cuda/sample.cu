@@ -10,6 +10,7 @@
 
 #include "backend/cuda/block_reduce.cuh"
 #include "backend/cuda/ops.cuh"
+#include "backend/cuda/row_max.cuh"
 
 namespace skim::cuda {
 
@@ -111,10 +112,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   const SampleParams p = params[blockIdx.x];
 
   // The maximum and, for greedy decoding, its first index.
-  float best = -INFINITY;
-  int idx = vocab;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-    if (l[i] > best) best = l[i], idx = i;
+  float best;
+  int idx;
+  thread_row_max(l, vocab, best, idx);
   const float top = block_reduce(best, [](float a, float b) { return fmaxf(a, b); }, fs);
   int first = block_reduce(best == top ? idx : vocab, [](int a, int b) { return min(a, b); }, is);
   if (first >= vocab) first = 0;  // a row of NaNs

@@ -367,6 +367,25 @@ std::vector<double> sampler_distribution(const std::vector<float>& logits, const
   return dist;
 }
 
+// One draw per row of `rows` (draws rows of `vocab` logits, on the device) under p at steps
+// 0, 1, ...; drawn twice: the same seed and step must give the same token.
+std::vector<int32_t> draw_rows(const DeviceBuffer<float>& rows, int draws, int vocab, cuda::SampleParams p) {
+  std::vector<cuda::SampleParams> params;
+  for (int r = 0; r < draws; ++r) {
+    p.step = uint64_t(r);
+    params.push_back(p);
+  }
+  auto d_params = to_device(params);
+  DeviceBuffer<int32_t> next{size_t(draws)};
+  cuda::sample(rows.data(), draws, vocab, d_params.data(), next.data(), nullptr);
+  cuda::check(cudaDeviceSynchronize(), "sample");
+  const std::vector<int32_t> got = to_host(next);
+  cuda::sample(rows.data(), draws, vocab, d_params.data(), next.data(), nullptr);
+  cuda::check(cudaDeviceSynchronize(), "sample");
+  EXPECT_EQ(to_host(next), got) << "same seed and step, same token";
+  return got;
+}
+
 TEST_F(CudaOps, SampleDrawsFromTheCpuSamplersDistribution) {
   const int vocab = 64, draws = 20000;
   std::vector<float> logits = test::random_vector(size_t(vocab), 2.0f);
@@ -376,19 +395,7 @@ TEST_F(CudaOps, SampleDrawsFromTheCpuSamplersDistribution) {
   for (cuda::SampleParams p : {cuda::SampleParams{0.8f, 10, 1.0f, 11, 0}, cuda::SampleParams{1.2f, 0, 0.7f, 12, 0},
                                cuda::SampleParams{0.5f, 5, 0.5f, 13, 0}, cuda::SampleParams{1.0f, 0, 1.0f, 14, 0}}) {
     SCOPED_TRACE(testing::Message() << "T " << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p);
-    std::vector<cuda::SampleParams> params;
-    for (int r = 0; r < draws; ++r) {
-      p.step = uint64_t(r);
-      params.push_back(p);
-    }
-    auto d_params = to_device(params);
-    DeviceBuffer<int32_t> next{size_t(draws)};
-    cuda::sample(d_logits.data(), draws, vocab, d_params.data(), next.data(), nullptr);
-    sync();
-    std::vector<int32_t> got = to_host(next);
-    cuda::sample(d_logits.data(), draws, vocab, d_params.data(), next.data(), nullptr);
-    sync();
-    EXPECT_EQ(to_host(next), got) << "same seed and step, same token";
+    const std::vector<int32_t> got = draw_rows(d_logits, draws, vocab, p);
     std::vector<double> want = sampler_distribution(logits, p);
     std::vector<int> count(static_cast<size_t>(vocab), 0);
     for (int t : got) {
@@ -419,19 +426,7 @@ TEST_F(CudaOps, SampleCutsALargeVocabularyAsTheCpuSampler) {
     for (cuda::SampleParams p : {cuda::SampleParams{1.0f, 100, 1.0f, 21, 0}, cuda::SampleParams{1.0f, 0, 0.9f, 22, 0},
                                  cuda::SampleParams{1.0f, 10000, 0.5f, 23, 0}, cuda::SampleParams{0.7f, 5000, 0.95f, 24, 0}}) {
       SCOPED_TRACE(testing::Message() << "peaked " << peaked << " top_k " << p.top_k << " top_p " << p.top_p);
-      std::vector<cuda::SampleParams> params;
-      for (int r = 0; r < draws; ++r) {
-        p.step = uint64_t(r);
-        params.push_back(p);
-      }
-      auto d_params = to_device(params);
-      DeviceBuffer<int32_t> next{size_t(draws)};
-      cuda::sample(d_logits.data(), draws, vocab, d_params.data(), next.data(), nullptr);
-      sync();
-      const std::vector<int32_t> got = to_host(next);
-      cuda::sample(d_logits.data(), draws, vocab, d_params.data(), next.data(), nullptr);
-      sync();
-      EXPECT_EQ(to_host(next), got) << "same seed and step, same token";
+      const std::vector<int32_t> got = draw_rows(d_logits, draws, vocab, p);
       const std::vector<double> want = sampler_distribution(logits, p);
       for (int t : got) {
         ASSERT_TRUE(t >= 0 && t < vocab);

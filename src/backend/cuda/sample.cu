@@ -43,6 +43,27 @@ __device__ uint32_t bisect_key(Measure measure, float target) {
   return lo;
 }
 
+// Each thread's contiguous slice [begin, end) of a row of n (the draw's and the compaction's
+// order: vocabulary order across the threads).
+__device__ __forceinline__ void thread_slice(int n, int& begin, int& end) {
+  const int per = (n + blockDim.x - 1) / blockDim.x;
+  begin = min(n, int(threadIdx.x) * per);
+  end = min(n, begin + per);
+}
+
+// In place over buf[blockDim.x] (each thread's value at its index): inclusive prefix sums
+// (Hillis-Steele, the same order every run).
+template <typename T>
+__device__ void block_inclusive_scan(T* buf) {
+  __syncthreads();
+  for (int o = 1; o < int(blockDim.x); o <<= 1) {
+    const T v = threadIdx.x >= unsigned(o) ? buf[threadIdx.x - o] : T(0);
+    __syncthreads();
+    buf[threadIdx.x] += v;
+    __syncthreads();
+  }
+}
+
 // The k-th largest order key of the row (1 <= k <= vocab): exact, as bisect_key over counts
 // finds it, in four passes of an 8-bit radix select (integer counts in shared memory: the
 // same whatever the order of the adds) instead of 32 passes over the vocabulary.
@@ -83,18 +104,12 @@ constexpr int kNucleusMax = 4096;
 // must fit: the caller counted them).
 __device__ int compact_kept(const float* l, int vocab, uint32_t cut, float* out) {
   __shared__ int offsets[kThreads];
-  const int per = (vocab + blockDim.x - 1) / blockDim.x;
-  const int begin = min(vocab, int(threadIdx.x) * per), end = min(vocab, begin + per);
+  int begin, end;
+  thread_slice(vocab, begin, end);
   int mine = 0;
   for (int i = begin; i < end; ++i) mine += order_key(l[i]) >= cut;
   offsets[threadIdx.x] = mine;
-  __syncthreads();
-  for (int o = 1; o < int(blockDim.x); o <<= 1) {  // inclusive scan (Hillis-Steele)
-    const int v = threadIdx.x >= unsigned(o) ? offsets[threadIdx.x - o] : 0;
-    __syncthreads();
-    offsets[threadIdx.x] += v;
-    __syncthreads();
-  }
+  block_inclusive_scan(offsets);
   int at = offsets[threadIdx.x] - mine;
   for (int i = begin; i < end; ++i)
     if (order_key(l[i]) >= cut) out[at++] = l[i];
@@ -175,20 +190,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   }
 
   // Each thread owns a contiguous slice; the draw lands in one slice's mass.
-  const int per = (vocab + blockDim.x - 1) / blockDim.x;
-  const int begin = min(vocab, int(threadIdx.x) * per), end = min(vocab, begin + per);
+  int begin, end;
+  thread_slice(vocab, begin, end);
   float mine = 0.0f;
   for (int i = begin; i < end; ++i)
     if (order_key(l[i]) >= cut) mine += weight(i);
   __shared__ float prefix[kThreads];
   prefix[threadIdx.x] = mine;
-  __syncthreads();
-  for (int o = 1; o < int(blockDim.x); o <<= 1) {  // inclusive scan (Hillis-Steele)
-    const float v = threadIdx.x >= unsigned(o) ? prefix[threadIdx.x - o] : 0.0f;
-    __syncthreads();
-    prefix[threadIdx.x] += v;
-    __syncthreads();
-  }
+  block_inclusive_scan(prefix);
   const float total = prefix[blockDim.x - 1];
   const double u01 = double(mix64(p.seed ^ mix64(p.step)) >> 11) * (1.0 / 9007199254740992.0);
   const float u = float(u01) * total;

@@ -43,6 +43,10 @@
 #   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \
 #     tools bench/cs_recall.cpp bench/attend_scatter.cpp | tar -x -C build-legacy/tree
 #   bash scripts/gpu-pending.sh $OUT
+# On 4 x H100 (2026-11-27) the whole test_cuda alone ran past 420 s. Two calls cover the list:
+#   1. PARTS=tests,prefill TEST_SHARDS=2 TEST_TIMEOUT=420 (shards on GPUs 0-1 and 1-2 with half
+#      the cores each; the prefill attention and its ncu breakdown on GPU 3);
+#   2. PARTS=bench,ncu on the warm machine (build-gpu/ stays).
 set -uo pipefail
 OUT=${1:?usage: gpu-pending.sh OUT_DIR}
 mkdir -p "$OUT"

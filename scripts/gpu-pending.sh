@@ -131,6 +131,12 @@ ncu_pid=$!
     cs='cs:keep=0.05,list=0.05,points=4096'
     timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" "$cs,step=4" \
       'quest:budget=0.05,min=0,dense_layers=0' --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
+    # cs beside dense and quest in one batch of 8 (issue 16, written 2026-11-27: the forward moves
+    # the cs rows first), beside each policy's batch of 8 alone.
+    echo "-- mixed"
+    quest='quest:budget=0.05,min=0,dense_layers=0'
+    timeout 240 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 \
+      --e2e-policy dense "$cs" "$quest" "$cs;dense;$quest" --contexts 32768 --batches 8 | grep -E "8B|rror"
     # cs over KV beyond GPU memory at 512K, batch 1 (issue 18), beside gbsa at 2%: random keys
     # scatter cs's picks over the pages (a worst case: 0.5% of the keys touch ~2.5K pages a head).
     echo "-- host KV"

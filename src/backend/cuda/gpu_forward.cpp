@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/art_decode_attention.cuh"
@@ -710,11 +711,26 @@ std::vector<TokenLogprob> GpuForward::collect_logprobs(std::span<const int32_t> 
   return out;
 }
 
-DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::span<const int32_t> first,
-                                    int steps, std::span<const int32_t> policies) {
-  const int n = int(tables.size());
-  SKIM_REQUIRE(n > 0 && n <= opt_.max_rows && first.size() == size_t(n) && steps > 0,
-               "decode_greedy: {} sequences, {} first tokens, {} steps", n, first.size(), steps);
+DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> given_tables, std::span<const int32_t> given_first,
+                                    int steps, std::span<const int32_t> given_policies) {
+  const int n = int(given_tables.size());
+  SKIM_REQUIRE(n > 0 && n <= opt_.max_rows && given_first.size() == size_t(n) && steps > 0 &&
+                   (given_policies.empty() || given_policies.size() == size_t(n)),
+               "decode_greedy: {} sequences, {} first tokens, {} policies, {} steps", n, given_first.size(),
+               given_policies.size(), steps);
+  // The cs rows first (the step's cs kernels take rows [0, cs_rows)), each group in its order;
+  // the tokens come back in the order given.
+  auto is_cs = [&](int r) { return cs_ && planner_->cs_params(given_policies.empty() ? 0 : given_policies[size_t(r)]); };
+  std::vector<int> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  const int cs_rows = int(std::stable_partition(order.begin(), order.end(), is_cs) - order.begin());
+  std::vector<PageTable*> tables;
+  std::vector<int32_t> first, policies;
+  for (int r : order) {
+    tables.push_back(given_tables[size_t(r)]);
+    first.push_back(given_first[size_t(r)]);
+    if (!given_policies.empty()) policies.push_back(given_policies[size_t(r)]);
+  }
   std::vector<int32_t> positions;
   int max_len = 0;
   for (PageTable* t : tables) {
@@ -729,12 +745,6 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
     check(cudaMallocHost(reinterpret_cast<void**>(&next_host_), size_t(steps) * opt_.max_rows * sizeof(int32_t)), "cudaMallocHost");
     next_host_steps_ = size_t(steps);
   }
-  int cs_rows = 0;  // the cs rows must come first here (the greedy steps advance the staged rows in place)
-  for (int r = 0; cs_ && r < n; ++r)
-    if (planner_->cs_params(policies.empty() ? 0 : policies[size_t(r)])) {
-      SKIM_REQUIRE(cs_rows == r, "decode_greedy: the cs sequences must come first");
-      cs_rows += 1;
-    }
   const uint32_t present = stage(tables, first, positions, {}, policies);
   build_cs_tables(tables, positions, policies, steps);
   cudaGraphExec_t exec = graph(n, max_len, true, present, dense_policies(policies, positions), -1, cs_rows);
@@ -755,7 +765,9 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> tables, std::spa
   check_host_kv();
   DecodeRun out;
   out.seconds = ms / 1e3;
-  out.tokens.assign(next_host_, next_host_ + size_t(steps) * n);
+  out.tokens.resize(size_t(steps) * n);
+  for (int st = 0; st < steps; ++st)
+    for (int i = 0; i < n; ++i) out.tokens[size_t(st) * n + order[size_t(i)]] = next_host_[size_t(st) * n + i];
   for (PageTable* t : tables) t->length += steps;
   return out;
 }

@@ -30,22 +30,27 @@ void Forward::run_by_layer(std::span<const ForwardBatch>, std::vector<std::vecto
   throw Error("internal: run_by_layer on a backend that prefills chunk by chunk (check runs_prompts_by_layer())");
 }
 
+std::vector<int> marked_first(const std::vector<bool>& first) {
+  std::vector<int> order;
+  for (bool marked : {true, false})
+    for (size_t r = 0; r < first.size(); ++r)
+      if (first[r] == marked) order.push_back(int(r));
+  return order;
+}
+
 int rows_first(const ForwardBatch& batch, const std::vector<bool>& first, ForwardBatch& ordered, bool& moved) {
   const size_t n = batch.tokens.size();
   SKIM_REQUIRE(first.size() == n, "internal: rows_first with {} marks for {} rows", first.size(), n);
-  std::vector<size_t> order;  // the marked rows, then the others, each in batch order
-  for (bool marked : {true, false})
-    for (size_t r = 0; r < n; ++r)
-      if (first[r] == marked) order.push_back(r);
+  const std::vector<int> order = marked_first(first);
   moved = false;
-  for (size_t i = 0; i < n; ++i) moved |= order[i] != i;
+  for (size_t i = 0; i < n; ++i) moved |= order[i] != int(i);
   const int count = int(std::count(first.begin(), first.end(), true));
   if (!moved) return count;
   std::vector<int> at(n);  // batch row -> its place in `ordered`
   ordered = ForwardBatch{};
   ordered.decode = batch.decode;
   for (size_t i = 0; i < n; ++i) {
-    const size_t r = order[i];
+    const size_t r = size_t(order[i]);
     at[r] = int(i);
     ordered.tokens.push_back(batch.tokens[r]);
     ordered.positions.push_back(batch.positions[r]);

@@ -31,6 +31,9 @@ struct ForwardBatch {
   std::vector<int32_t> policy;     // per row: its policy's index (Forward::acquire_policy); empty: 0
 };
 
+// The rows that `first` marks, then the others, each group in its order (rows_first's order).
+std::vector<int> marked_first(const std::vector<bool>& first);
+
 // `batch` with the rows that `first` marks ([rows]) moved to the front, each group in its
 // order, into `ordered`, its logits rows following their rows (so the logits come out in the
 // order asked); `moved` says whether any row moved (else `ordered` is left alone). Returns how

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/art_decode_attention.cuh"
@@ -720,10 +719,11 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> given_tables, st
                given_policies.size(), steps);
   // The cs rows first (the step's cs kernels take rows [0, cs_rows)), each group in its order;
   // the tokens come back in the order given.
-  auto is_cs = [&](int r) { return cs_ && planner_->cs_params(given_policies.empty() ? 0 : given_policies[size_t(r)]); };
-  std::vector<int> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  const int cs_rows = int(std::stable_partition(order.begin(), order.end(), is_cs) - order.begin());
+  std::vector<bool> cs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    cs[size_t(r)] = cs_ && planner_->cs_params(given_policies.empty() ? 0 : given_policies[size_t(r)]);
+  const std::vector<int> order = marked_first(cs);
+  const int cs_rows = int(std::count(cs.begin(), cs.end(), true));
   std::vector<PageTable*> tables;
   std::vector<int32_t> first, policies;
   for (int r : order) {

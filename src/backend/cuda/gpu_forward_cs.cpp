@@ -3,8 +3,8 @@
 // its first decode step builds the tables (host code, before the step's graph); each decode
 // step's indexed layer inserts the rows' new keys, searches, and attends the token plan (picks +
 // window) with the token-gather kernel over the rows' own pages, over KV beyond GPU memory too
-// (attend_cs says why). A step's rows are all cs rows (DecodePlanner refuses cs beside another
-// policy).
+// (attend_cs says why). A step's cs rows are its first (launch() puts them there); the other
+// rows attend their page plan after them (attend_decode).
 #include <cmath>
 
 #include "backend/cuda/gpu_forward.h"

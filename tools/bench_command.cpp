@@ -199,13 +199,11 @@ void bench_prefill_attention(const BenchArgs& a, const ModelConfig& c, double bw
               "rows at the end of the context\n");
   std::printf("| context | rows | kernel | us | TFLOP/s | x bytes floor |\n|---|---|---|---|---|---|\n");
   out["prefill_attention"] = nlohmann::json::array();
-  const char* names[] = {"mma 64 rows", "mma 128 rows", "wgmma", "wgmma warp-specialised", "wgmma ping-pong",
-                         "wgmma overlap"};
+  const char* names[] = {"mma 64 rows", "mma 128 rows", "wgmma", "wgmma warp-specialised", "wgmma ping-pong"};
   for (int ctx : int_list(a.prefill_attention, "--prefill-attention"))
     for (int rows : {ctx, 2048, 32})
       for (auto kernel : {cuda::PrefillKernel::kMma64, cuda::PrefillKernel::kMma128, cuda::PrefillKernel::kWgmma,
-                          cuda::PrefillKernel::kWgmmaWs, cuda::PrefillKernel::kWgmmaPingpong,
-                          cuda::PrefillKernel::kWgmmaOverlap}) {
+                          cuda::PrefillKernel::kWgmmaWs, cuda::PrefillKernel::kWgmmaPingpong}) {
         if (rows != ctx && rows >= ctx) continue;  // the chunks are shorter than the prompt
         if (!cuda::prefill_kernel_available(kernel)) continue;
         auto p = cuda::bench_prefill_attention(ctx, rows, c.num_heads, c.num_kv_heads, c.head_dim, kernel);

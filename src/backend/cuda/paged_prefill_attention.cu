@@ -77,10 +77,8 @@ KernelShape kernel_shape(PrefillKernel k) {
               reinterpret_cast<const void*>(flash_prefill_sm90_kernel<D>)};
     case PrefillKernel::kWgmmaWs:
       return ws_shape<D>(flash_prefill_sm90_ws_kernel<D, WsSchedule::kInOrder>);
-    case PrefillKernel::kWgmmaPingpong:
-      return ws_shape<D>(flash_prefill_sm90_ws_kernel<D, WsSchedule::kPingpong>);
     default:
-      return ws_shape<D>(flash_prefill_sm90_ws_kernel<D, WsSchedule::kOverlap>);
+      return ws_shape<D>(flash_prefill_sm90_ws_kernel<D, WsSchedule::kPingpong>);
   }
 }
 

@@ -31,12 +31,12 @@ cudaError_t paged_prefill_attention(const PagedPrefillArgs& args, cudaStream_t s
 // form on wgmma (two warpgroups of 64 rows, 128 keys per step; sm_90a builds on Hopper only).
 // kWgmmaWs: the same MMAs, warp-specialised (a producer warpgroup loads three K/V stages for
 // two consumer warpgroups); kWgmmaPingpong: that with FlashAttention-3's ping-pong schedule of the
-// consumers; kWgmmaOverlap: that with FlashAttention-3's intra-warpgroup overlap (a step's softmax
-// while the previous step's P V runs; written 2026-11-27, not yet run on a device).
+// consumers (FlashAttention-3's intra-warpgroup overlap was 14-20% slower still on an H200 and is
+// gone: bench/results/2026-11-27-h200-pending/).
 // paged_prefill_attention runs the default: kWgmmaWs where wgmma is available (on the H100 5-8%
 // faster than kWgmma at 8K-128K, 386 TFLOP/s at 128K; ping-pong 3-6% slower than kWgmma:
 // bench/results/2026-11-26-h100-pending/), else kMma128.
-enum class PrefillKernel { kMma64 = 0, kMma128 = 1, kWgmma = 2, kWgmmaWs = 3, kWgmmaPingpong = 4, kWgmmaOverlap = 5 };
+enum class PrefillKernel { kMma64 = 0, kMma128 = 1, kWgmma = 2, kWgmmaWs = 3, kWgmmaPingpong = 4 };
 bool prefill_kernel_available(PrefillKernel kind);
 PrefillKernel default_prefill_kernel();
 cudaError_t paged_prefill_attention_with(const PagedPrefillArgs& args, PrefillKernel kind, cudaStream_t stream);

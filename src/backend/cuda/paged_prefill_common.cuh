@@ -163,8 +163,7 @@ __device__ __forceinline__ void mask_scores(const PagedPrefillArgs& a, const Cta
     }
 }
 
-// The online softmax of one step, in two halves so that a schedule can run the first while the
-// previous step's P V is still in flight: next_probabilities takes the new running maxima, the
+// The online softmax of one step, in two halves: next_probabilities takes the new running maxima, the
 // factor alpha that rescales the old state and the step's probabilities as bf16 A fragments
 // p[mt][j][half] (row lane/4 + 8 half, keys 8j + 2(lane%4), + 1) with their sum; rescale_state
 // then rescales o and l and adds the sum. l sums the rounded weights P.V uses (so o stays a

@@ -59,15 +59,6 @@ __device__ __forceinline__ void issue_pv_sm90(const uint32_t (&p)[1][16][2], uin
   }
 }
 
-// The registers of a wgmma A operand (P) live until the wgmma that reads them has landed: the
-// compiler sees the operands consumed when the instruction is issued and could otherwise give
-// their registers to the next step's P while the tensor cores still read them.
-template <int N>
-__device__ __forceinline__ void keep_operand(uint32_t (&p)[1][N][2]) {
-#pragma unroll
-  for (int j = 0; j < N; ++j) asm volatile("" : "+r"(p[0][j][0]), "+r"(p[0][j][1])::"memory");
-}
-
 // Commits what the warpgroup issued and waits for it; the accumulators are then final here.
 template <int... N>
 __device__ __forceinline__ void finish_mma(float (&... acc)[N]) {
@@ -175,89 +166,15 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
 // FlashAttention-3's inter-warpgroup schedule. A consumer's step issues this step's Q K^T and the
 // previous step's P V together, at its turn (named barrier 1 + its warpgroup, handed to the other
 // once issued), so that one warpgroup's softmax runs while the other's MMAs do; P V lags a step
-// (O is rescaled after it lands), and a stage is released once its P V has read it. kOverlap:
-// FlashAttention-3's intra-warpgroup schedule, no turns: this step's Q K^T and the previous
-// step's P V issued as two groups, the softmax of this step's scores run as soon as they land
-// while that P V is still in flight, then O rescaled once it lands (the same operations in the
-// same order as kInOrder: the same output bits).
-enum class WsSchedule { kInOrder, kPingpong, kOverlap };
-
-// One step of kOverlap's consumer loop (stage `stage`, pass `i` through the stages): issues the
-// step's Q K^T and the previous step's P V (P in `cur`, V in stage `prev`) as two groups, waits
-// for the first, masks and takes the softmax of the scores into `next`, waits for the second,
-// releases stage `prev` and rescales o. P alternates between two register arrays (the caller's
-// loop is unrolled by two) so that no move defines P V's operand while it is in flight: ptxas
-// serialises the MMAs when one does.
-template <int D>
-__device__ __forceinline__ void overlapped_step(const PagedPrefillArgs& a, const CtaWork& w, uint32_t q_s,
-                                                uint32_t kv_s, uint32_t full, uint32_t empty, int cw, int lane,
-                                                int wg, float scale_log2, int step, int i, int prev,
-                                                uint32_t (&cur)[1][16][2], uint32_t (&next)[1][16][2],
-                                                float (&o)[1][D / 8][4], float (&m)[1][2], float (&l)[1][2]) {
-  using T = TileSm90Ws<D>;
-  float(&of)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o);
-  const int stage = i % T::kStages;
-  const uint32_t k_s = kv_s + stage * 2 * T::kKVBytes, v_prev = kv_s + prev * 2 * T::kKVBytes + T::kKVBytes;
-  float s[1][16][4];
-  float(&sf)[64] = reinterpret_cast<float(&)[64]>(s);
-  detail::mbar_wait(full + 8 * stage, (i / T::kStages) & 1);
-  issue_scores_sm90<D>(q_s, k_s, wg, sf);
-  detail::wgmma_commit();
-  issue_pv_sm90<D>(cur, v_prev, of);
-  detail::wgmma_commit();
-  detail::wgmma_wait<1>();  // the scores have landed (groups complete in order); P V may not have
-  detail::fence_registers(sf);
-  if ((step + 1) * T::kKeys - 1 > w.min_pos) mask_scores<T, 1>(a, w, cw, lane, step * T::kKeys, s);
-  float alpha[1][2], sum[1][2];
-  next_probabilities<1, T::kKeys>(s, scale_log2, m, alpha, sum, next);
-  detail::wgmma_wait<0>();  // the previous P V has landed: its stage is free, o and its P may change
-  detail::fence_registers(of);
-  keep_operand(cur);
-  detail::mbar_arrive(empty + 8 * prev);
-  rescale_state<D, 1>(alpha, sum, l, o);
-}
-
-// kOverlap's consumer loop: the first step alone (nothing in flight before it), then
-// overlapped_step, P in pa and pb by turns; the last step's P V after the loop. Every wait is
-// unconditional: ptxas serialises the MMAs when a path (even an infeasible one) reaches o's
-// rescale with P V possibly in flight.
-template <int D>
-__device__ __forceinline__ void consume_overlapped(const PagedPrefillArgs& a, const CtaWork& w, uint32_t q_s,
-                                                   uint32_t kv_s, uint32_t full, uint32_t empty, int cw, int lane,
-                                                   int wg, float scale_log2, float (&o)[1][D / 8][4],
-                                                   float (&m)[1][2], float (&l)[1][2]) {
-  using T = TileSm90Ws<D>;
-  if (w.begin >= w.end) return;
-  float(&of)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o);
-  uint32_t pa[1][16][2], pb[1][16][2];
-  {
-    float s[1][16][4];
-    detail::mbar_wait(full, 0);  // step w.begin, stage 0
-    scores_sm90<D>(q_s, kv_s, wg, reinterpret_cast<float(&)[64]>(s));
-    if ((w.begin + 1) * T::kKeys - 1 > w.min_pos) mask_scores<T, 1>(a, w, cw, lane, w.begin * T::kKeys, s);
-    update_softmax<D, 1, T::kKeys>(s, scale_log2, m, l, o, pa);
-  }
-  const auto v_of = [&](int stage) { return kv_s + stage * 2 * T::kKVBytes + T::kKVBytes; };
-  int i = 1;
-  for (int step = w.begin + 1; step < w.end; step += 2, i += 2) {
-    overlapped_step<D>(a, w, q_s, kv_s, full, empty, cw, lane, wg, scale_log2, step, i, (i - 1) % T::kStages, pa, pb,
-                       o, m, l);
-    if (step + 1 == w.end) {  // P in pb
-      pv_sm90<D>(pb, v_of(i % T::kStages), of);
-      detail::mbar_arrive(empty + 8 * (i % T::kStages));
-      return;
-    }
-    overlapped_step<D>(a, w, q_s, kv_s, full, empty, cw, lane, wg, scale_log2, step + 1, i + 1, i % T::kStages, pb,
-                       pa, o, m, l);
-  }
-  // P in pa: the step of pass i - 1
-  pv_sm90<D>(pa, v_of((i - 1) % T::kStages), of);
-  detail::mbar_arrive(empty + 8 * ((i - 1) % T::kStages));
-}
+// (O is rescaled after it lands), and a stage is released once its P V has read it. (FlashAttention-3's
+// intra-warpgroup overlap, this step's softmax beside the previous step's P V in one warpgroup,
+// was 14-20% slower than kInOrder on an H200 at 8K-128K and is gone:
+// bench/results/2026-11-27-h200-pending/.)
+enum class WsSchedule { kInOrder, kPingpong };
 
 template <int D, WsSchedule S>
 __global__ void __launch_bounds__(384, 1) flash_prefill_sm90_ws_kernel(PagedPrefillArgs a, Split sp) {
-  constexpr bool PINGPONG = S == WsSchedule::kPingpong, OVERLAP = S == WsSchedule::kOverlap;
+  constexpr bool PINGPONG = S == WsSchedule::kPingpong;
 #ifndef SKIM_WGMMA
   __trap();  // launched only where sm_90a code exists (wgmma_available)
 #endif
@@ -287,11 +204,6 @@ __global__ void __launch_bounds__(384, 1) flash_prefill_sm90_ws_kernel(PagedPref
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.0f;
   float(&of)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o);
-  if constexpr (OVERLAP) {
-    consume_overlapped<D>(a, w, q_s, kv_s, full, empty, cw, lane, wg, scale_log2, o, m, l);
-    store_rows<T, D, 1>(a, w, sp, cw, lane, o, m, l);
-    return;
-  }
   if constexpr (PINGPONG)
     if (wg == 1) named_arrive(1, 256);  // warpgroup 0 takes the first turn
   uint32_t p[1][16][2];

@@ -5,48 +5,25 @@
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
 #   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Pending (written 2026-11-27):
-#      cs beside page-plan policies in one decode batch (GpuForward::cs_rows_first moves cs rows
-#      first; attend_decode splits the rows with PagedDecodeArgs::rows; the planner's plan_pages):
-#      GpuEngine.MixedPolicyBatchMatchesEachPolicyAlone (now with a cs row, last), DecodePlanner.*,
-#      then the whole test_cuda (every decode step's graph key and attend_decode changed). The
-#      rest passed on 4 x H100 (bench/results/2026-11-27-h100-pending/ and -cs-host-rows/).
-#      Also pending: the prefill kernel kWgmmaOverlap (FlashAttention-3's intra-warpgroup
-#      overlap, paged_prefill_sm90.cuh consume_overlapped; ptxas -v shows no serialised wgmma):
-#      CudaPagedPrefillAttention.* (its output bit-equal to kWgmmaWs's), then item 5. And
-#      qkv_rope_append's blocks of four heads (ops.cu; 0.1 ms a layer in a 32K prefill's 2048-row
-#      chunks, 82K blocks of 64 threads, for 70 MB) and silu_mul's 16-byte loads (143 us a chunk
-#      and layer for 294 MB): CudaOps.*, the golden tests, then their times in item 4's breakdown
-#      (bench/results/2026-11-26-h100-prefill-breakdown/: 51.6 and 73.2 ms of the 1617); and
-#      add_rmsnorm on 256 threads with float4s kept in registers (5.5 us a call, 65 a decode step:
-#      item 3's breakdown, configuration 1, 358.8 us at 32K b1 on 2026-11-27); and page_digest's
-#      16 row loads issued together (3.5 us a call there, 32 a step); and cs_insert's sift-down
-#      with the moving entry in registers (top_list_heap.h: one round of loads a level, the same
-#      heap; CPU test TopListHeap.* in CI): CudaCsInsert.*, then insert's 21.7 us a layer in item 3.
-#      The device sampler's top-k by radix select and nucleus over at most 4096 candidates in
-#      shared memory (sample.cu; 32 passes over a 128K vocabulary a threshold before):
-#      CudaOps.Sample*, GpuEngine.SampledGenerationRepeatsWithItsSeed; time it (ncu on a sampled
-#      skim generate --device cuda, or the serve bench with temperature and top_p). The row
-#      maximum of argmax and the sampler in 16-byte loads four at a time (row_max.cuh; argmax took
-#      31 us a step in item 3's breakdown): CudaOps.Argmax*, CudaOps.Sample*.
-#   2. the end-to-end rows of cs at 5% against dense and quest at 5%, 8B shape, 32K and 128K, b1
-#      (e2e-cs.json; 2026-11-27 on H100: cs 8.2 / 10.9 ms against dense 7.3 / 11.5).
-#   3. ncu's per-kernel breakdown of cs at 5% beside dense, 32K b1 (ncu.csv;
-#      bench/kernel_breakdown.py): insert 21.7 us a layer, pick 16.3, gather 14.5 (2026-11-27).
-#   4. (PARTS=prefill) ncu's breakdown of the 8B shape's 32K prefill (ncu-prefill.csv;
-#      bench/kernel_breakdown.py --all).
-#   5. (PARTS=prefill) prefill attention, every kernel (prefill.json): is kWgmmaOverlap faster than
-#      kWgmmaWs (358 / 385 / 386 TFLOP/s at 8K / 32K / 128K on an H100, 2026-11-26)? Then make it
-#      the default (paged_prefill_attention.cu: default_prefill_kernel) and time the 8B prefill
-#      against transformers (bench/results/2026-11-26-h100-selection-pdl/'s run).
+#      the page kernel's split planned for the rows' lists (PagedDecodeArgs::split_rows, set by
+#      GpuForward::split_rows, part of the decode graph's key): CudaPagedDecodeAttention.* (cases
+#      _split1/2/3), GpuEngine.MixedPolicyBatchMatchesEachPolicyAlone; decode_greedy counts its
+#      rows' host bytes (count_decode_bytes). Everything else passed on 4 x H200 at 31b523e
+#      (bench/results/2026-11-27-h200-pending/).
+#   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
+#      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
+#   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
+#   4. ncu's per-kernel breakdown of NCU_POLICY beside dense at NCU_CONTEXT, NCU_BATCH (ncu.csv;
+#      bench/kernel_breakdown.py).
+#   5. (PARTS=prefill) prefill attention, every kernel (prefill.json), and ncu's breakdown of the
+#      8B shape's 32K prefill (ncu-prefill.csv; bench/kernel_breakdown.py --all).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
 # build-legacy/tree):
 #   mkdir -p build-legacy/tree && git archive REV CMakeLists.txt CMakePresets.json cmake src include \
 #     tools bench/cs_recall.cpp bench/attend_scatter.cpp | tar -x -C build-legacy/tree
 #   bash scripts/gpu-pending.sh $OUT
-# On 4 x H100 (2026-11-27) the whole test_cuda alone ran past 420 s. Two calls cover the list:
-#   1. PARTS=tests,prefill TEST_SHARDS=2 TEST_TIMEOUT=420 (shards on GPUs 0-1 and 1-2 with half
-#      the cores each; the prefill attention and its ncu breakdown on GPU 3);
-#   2. PARTS=bench,ncu on the warm machine (build-gpu/ stays).
+# On 4 x H200 (2026-11-27) PARTS=tests,prefill,bench TEST_SHARDS=2 took 245 s with the build
+# (the whole test_cuda alone ran past 420 s on 4 x H100; two shards of half the cores each).
 set -uo pipefail
 OUT=${1:?usage: gpu-pending.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -109,7 +86,8 @@ tests_pid=$!
     [ "$G_NCU" = 0 ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done  # 2 GPUs: after the tests
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 240 ncu --csv --metrics gpu__time_duration.sum --cache-control none \
       --clock-control none build-gpu/skim bench --e2e-only --no-prefill --8b-only --no-dense-fallback --sparse-keep 0.1 \
-      --contexts ${NCU_CONTEXT:-32768} --batches 1 --steps 1 --e2e-policy dense 'cs:keep=0.05,list=0.05,points=4096' > $LOGS/ncu.csv 2> $LOGS/ncu.err
+      --contexts ${NCU_CONTEXT:-32768} --batches ${NCU_BATCH:-1} --steps 1 --e2e-policy dense "${NCU_POLICY:-cs:keep=0.05,list=0.05,points=4096}" \
+      > $LOGS/ncu.csv 2> $LOGS/ncu.err
     echo "ncu rc $?" >> $LOGS/ncu.err
   fi
   if has prefill; then
@@ -122,27 +100,45 @@ tests_pid=$!
     echo "ncu (prefill) rc $?" >> $LOGS/ncu.err
   fi ) &
 ncu_pid=$!
+# BENCH: which benchmark groups `bench` runs (default all): cs (cs at 5% beside dense and quest,
+# b1), mixed (one batch of 8 mixing policies beside each alone), hostkv (512K over host KV), art
+# (ART over dense, natural and forced stops, e2e).
+BENCH=${BENCH:-cs,mixed,hostkv,art}
+bench_has() { [[ ",$BENCH," == *",$1,"* ]]; }
 ( if has bench; then
     [ "$G_BENCH" = "$G_TESTS" ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
     export CUDA_VISIBLE_DEVICES=$G_BENCH
-    # cs on the GPU, first cut (item 2): its rows beside dense and quest at 5%, 8B shape, b1.
-    # Lists of 5% and 4096 k-means points keep its tables near 1 GB at 32K (list=0.2 would hold
+    # Lists of 5% and 4096 k-means points keep cs's tables near 1 GB at 32K (list=0.2 would hold
     # 2.6 GB a sequence at 32K, 10 GB at 128K).
     cs='cs:keep=0.05,list=0.05,points=4096'
-    timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" "$cs,step=4" \
-      'quest:budget=0.05,min=0,dense_layers=0' --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
-    # cs beside dense and quest in one batch of 8 (issue 16, written 2026-11-27: the forward moves
-    # the cs rows first), beside each policy's batch of 8 alone.
-    echo "-- mixed"
     quest='quest:budget=0.05,min=0,dense_layers=0'
-    timeout 240 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 \
-      --e2e-policy dense "$cs" "$quest" "$cs;dense;$quest" --contexts 32768 --batches 8 | grep -E "8B|rror"
-    # cs over KV beyond GPU memory at 512K, batch 1 (issue 18), beside gbsa at 2%: random keys
-    # scatter cs's picks over the pages (a worst case: 0.5% of the keys touch ~2.5K pages a head).
-    echo "-- host KV"
-    timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --sparse-keep 0.02 \
-      --e2e-policy 'gbsa:keep=0.02,n_min=16' 'cs:keep=0.005,list=2048,points=4096' --contexts 524288 --batches 1 \
-      --host-kv-slots 8192 | grep -E "8B|rror"
+    if bench_has cs; then  # cs on the GPU: beside dense and quest at 5%, 8B shape, b1
+      timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" "$cs,step=4" \
+        "$quest" --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
+    fi
+    if bench_has mixed; then
+      # One batch of 8 mixing policies (issue 16) beside each policy's batch of 8 alone: the page
+      # kernel's split planned for the rows' lists (PagedDecodeArgs::split_rows, 2026-11-27).
+      echo "-- mixed"
+      timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" "$quest" \
+        "$cs;dense;$quest" "dense;$quest" "dense;$quest;$quest;$quest" --contexts 32768 --batches 8 \
+        --json "$OUT/e2e-mixed.json" | grep -E "8B|rror"
+    fi
+    if bench_has hostkv; then
+      # cs over KV beyond GPU memory at 512K, batch 1 (issue 18), beside gbsa at 2%: random keys
+      # scatter cs's picks over the pages (a worst case: 0.5% of the keys touch ~2.5K pages a head).
+      echo "-- host KV"
+      timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --sparse-keep 0.02 \
+        --e2e-policy 'gbsa:keep=0.02,n_min=16' 'cs:keep=0.005,list=2048,points=4096' --contexts 524288 --batches 1 \
+        --host-kv-slots 8192 | grep -E "8B|rror"
+    fi
+    if bench_has art; then
+      # ART over dense end to end (issue 16's rule: faster than dense by at least 60% of the
+      # fraction it skips), its natural stops on random K/V and stops forced after round 2.
+      echo "-- art"
+      timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --art --sparse-keep 0 \
+        --contexts 32768,131072 --batches 1,8 --json "$OUT/e2e-art.json" | grep -E "8B|rror"
+    fi
   fi ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
 

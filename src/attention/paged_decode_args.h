@@ -56,6 +56,14 @@ struct PagedDecodeArgsOf {
   // reproducible. false: CTAs take pages from a shared counter, so those the memory system
   // serves faster take more (a little faster; results vary in the last bits run to run).
   bool deterministic = true;
+  // GPU only: the rows the split of the keys over CTAs is planned for (0: batch). A batch whose
+  // rows read lists of very different lengths (dense rows beside sparse ones, one long sequence
+  // among short ones) plans as many CTAs per (row, KV unit) as `split_rows` rows of the longest
+  // list would need to fill the machine: the long rows then fill it alone, and the CTAs of the
+  // short ones find little or nothing to read and leave early. Planned for the whole batch, the
+  // long rows had the CTAs of a uniform batch: at batch 8 with 3 dense rows beside 5 sparse,
+  // 48 of 132 SMs read and the step took as long as 8 dense rows (H200, 2026-11-27).
+  int split_rows = 0;
 
   const Elem* q = nullptr;
   const Elem* k_pool = nullptr;

@@ -41,6 +41,7 @@ struct ParityCase {
   bool head_major = false;    // pool [kv_head][page][token][dim] (PagedDecodeArgs strides)
   bool per_head_lists = false;  // each (sequence, KV head) a random subset of its pages
   bool head_masks = false;      // with per_head_lists: a random page mask per query head
+  int split_rows = 0;           // PagedDecodeArgs::split_rows
 
   std::string name() const {
     char buf[64];
@@ -57,6 +58,7 @@ struct ParityCase {
     if (head_major) s += "_headmajor";
     if (per_head_lists) s += "_perhead";
     if (head_masks) s += "_masks";
+    if (split_rows) s += "_split" + std::to_string(split_rows);
     return s;
   }
 };
@@ -118,6 +120,22 @@ inline std::vector<ParityCase> default_parity_cases(bool quick = false) {
     const std::vector<int> long8 = {32771, 32768, 30000, 32769, 1, 32000, 17, 32770};
     cases.push_back({128, 4, 8, long8, 2.0f});
     cases.push_back({128, 4, 8, long8, 2.0f, false});
+  }
+  // The split planned for fewer rows than the batch (PagedDecodeArgs::split_rows): long rows
+  // beside short ones take many CTAs each, the short rows' CTAs find little or nothing; with
+  // per-head lists and masks (a dense row beside quest rows), in both page modes.
+  {
+    const std::vector<int> mixed = {32771, 100, 0, 3001, 32000, 17, 800, 5000};
+    ParityCase c{128, 4, 8, mixed, 2.0f};
+    c.split_rows = 2;
+    cases.push_back(c);
+    c.split_rows = 1, c.deterministic = false;
+    cases.push_back(c);
+    c.per_head_lists = c.head_masks = true, c.deterministic = true, c.split_rows = 3;
+    cases.push_back(c);
+    ParityCase d{64, 4, 3, {9000, 16, 1}, 4.0f};
+    d.split_rows = 1;
+    cases.push_back(d);
   }
   // Dynamic page distribution (PagedDecodeArgs::deterministic = false).
   for (const auto& l : std::vector<std::vector<int>>{{33000}, {33000, 17, 8191}, {0, 5000, 16}}) {
@@ -219,6 +237,7 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   a.max_seq_len = std::min(a.max_seq_len + int(rng() % 40), stride * ps);
   a.scale = 1.0f / std::sqrt(float(d));
   a.deterministic = pc.deterministic;
+  a.split_rows = pc.split_rows;
   a.tables_per_kv_head = pc.per_head_lists;
   if (pc.head_major) {
     a.page_stride = size_t(ps) * d;

@@ -611,6 +611,10 @@ uint32_t DecodePlanner::dense_fallback(std::span<const int32_t> row_policy, std:
   return dense;
 }
 
+int DecodePlanner::list_tokens(int index, int length) const {
+  return slots_.at(size_t(index)).planner->list_tokens(length);
+}
+
 double DecodePlanner::dense_bytes(int length) const { return length * kv_bytes_per_token(s_); }
 
 double DecodePlanner::host_bytes(int index, int layer, int length) const {

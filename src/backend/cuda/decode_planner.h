@@ -158,6 +158,8 @@ class DecodePlanner {
   // over the step's rows (each row's index and length) than its dense_below(), where the
   // selection's kernels cost more than the reads they save. Dense reads are never worse.
   uint32_t dense_fallback(std::span<const int32_t> row_policy, std::span<const int32_t> lengths) const;
+  // Tokens of one list of a row of `length` tokens under policy `index` (at most).
+  int list_tokens(int index, int length) const;
   // Bytes of a decode row of policy `index` attending every key (a dense fallback's).
   double dense_bytes(int length) const;
   double device_bytes(cudaStream_t stream) const;

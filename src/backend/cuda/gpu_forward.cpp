@@ -79,8 +79,9 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   a.max_pages_per_seq = o.max_pages_per_seq;
   a.max_seq_len = o.max_pages_per_seq * shape.page_size;
   // The split plan, hence the workspace, depends on the batch: size it for the largest need
-  // over every batch a pass may have.
+  // over every batch a pass may have, split for one row (the most CTAs a row: split_rows).
   size_t ws = 1;
+  a.split_rows = 1;
   for (a.batch = 1; a.batch <= o.max_rows; ++a.batch) ws = std::max(ws, paged_decode_workspace_size(a));
   attn_workspace_.resize(ws);
   check(cudaMemset(attn_workspace_.data(), 0, attn_workspace_.bytes()), "cudaMemset");
@@ -466,6 +467,7 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
     return;
   }
   if (!plan.art_rules) {
+    a.split_rows = pass_.split_rows;
     check(paged_decode_attention(a, s), "paged_decode_attention");
     return;
   }
@@ -484,6 +486,20 @@ void GpuForward::run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaS
   art.art.lag_rounds = art_decode_lag(art);
   SKIM_REQUIRE(art.art.lag_rounds >= 0, "GPU forward: ART cannot run this step's shape");
   check(art_decode_attention(art, s), "art_decode_attention");
+}
+
+// The host's part of decode_kv_bytes_read for a decode step of these rows at positions + ahead.
+void GpuForward::count_decode_bytes(std::span<PageTable* const> tables, std::span<const int32_t> policies,
+                                    std::span<const int32_t> positions, int ahead, uint32_t dense) {
+  const size_t n = tables.size();
+  for (size_t r = 0; r < n; ++r) {
+    // A RetroAttention past row reads among its newest row's pages (counted there) and its
+    // supplements (counted on the device).
+    if (r + 1 < n && tables[r + 1] == tables[r]) continue;
+    const int index = policies.empty() ? 0 : policies[r], length = positions[r] + ahead + 1;
+    for (int l = 0; l < w_.config.num_layers; ++l)
+      decode_bytes_total_ += dense >> index & 1u ? planner_->dense_bytes(length) : planner_->host_bytes(index, l, length);
+  }
 }
 
 int GpuForward::bucket(int max_seq_len) const {
@@ -505,12 +521,29 @@ uint32_t GpuForward::dense_policies(std::span<const int32_t> policies, std::span
   return dense;
 }
 
+// The rows a decode step's page kernel plans its split for (Pass::split_rows): the lists of rows
+// [first, n) summed in units of the longest, rounded up (0: as many as the rows: the lists are
+// alike, as in a batch of one policy at one length).
+int GpuForward::split_rows(std::span<const int32_t> policies, std::span<const int32_t> positions, int first,
+                           uint32_t dense) const {
+  long sum = 0, longest = 0;
+  for (size_t r = size_t(first); r < positions.size(); ++r) {
+    const int index = policies.empty() ? 0 : policies[r], length = positions[r] + 1;
+    const long t = dense >> index & 1u ? length : planner_->list_tokens(index, length);
+    sum += t;
+    longest = std::max(longest, t);
+  }
+  const int rows = int(positions.size()) - first;
+  const int split = longest > 0 ? int((sum + longest - 1) / longest) : rows;
+  return split >= rows ? 0 : split;
+}
+
 cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t policies, uint32_t dense_policies,
-                                  int logits_n, int cs_rows) {
+                                  int logits_n, int cs_rows, int split) {
   const int b = bucket(max_seq_len);
   // logits of every row in order, or of logits_n staged rows (RetroAttention's newest rows)
   const bool gather = logits_n >= 0;
-  auto key = std::make_tuple(n, b, advance, policies, dense_policies, logits_n, cs_rows);
+  auto key = std::make_tuple(n, b, advance, policies, dense_policies, logits_n, cs_rows, split);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) return it->second;
   cudaGraph_t g = nullptr;
@@ -518,7 +551,7 @@ cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t
   try {
     enqueue(n, gather ? logits_n : n,
             Pass{.max_seq_len = b, .gather = gather, .chunk = false, .decode = true, .policies = policies,
-                 .dense_policies = dense_policies, .cs_rows = cs_rows},
+                 .dense_policies = dense_policies, .cs_rows = cs_rows, .split_rows = split},
             advance);
   } catch (...) {  // end the capture, or this thread's later CUDA calls fail
     if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
@@ -549,7 +582,6 @@ int GpuForward::cs_rows_first(const ForwardBatch& batch, ForwardBatch& ordered, 
 }
 
 int GpuForward::launch(const ForwardBatch& given) {
-  const ModelConfig& c = w_.config;
   const int n = int(given.tokens.size());
   require_rows(given);
   // A decode step's cs rows go first (its cs kernels and the others' plan then take row ranges);
@@ -563,16 +595,7 @@ int GpuForward::launch(const ForwardBatch& given) {
 
   const int max_len = 1 + *std::max_element(batch.positions.begin(), batch.positions.end());
   const uint32_t dense = batch.decode ? dense_policies(batch.policy, batch.positions) : 0;
-  if (batch.decode)
-    for (int r = 0; r < n; ++r) {
-      // A RetroAttention past row reads among its newest row's pages (counted there) and its
-      // supplements (counted on the device).
-      if (r + 1 < n && batch.tables[size_t(r + 1)] == batch.tables[size_t(r)]) continue;
-      const int index = batch.policy.empty() ? 0 : batch.policy[size_t(r)], length = batch.positions[size_t(r)] + 1;
-      for (int l = 0; l < c.num_layers; ++l)
-        decode_bytes_total_ +=
-            dense >> index & 1u ? planner_->dense_bytes(length) : planner_->host_bytes(index, l, length);
-    }
+  if (batch.decode) count_decode_bytes(batch.tables, batch.policy, batch.positions, 0, dense);
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
   for (int i = 0; all_rows && i < nl; ++i) all_rows = batch.logits_rows[size_t(i)] == i;
@@ -588,7 +611,8 @@ int GpuForward::launch(const ForwardBatch& given) {
     chunk = batch.policy.empty() || !planner_->mac_rule(batch.policy[size_t(r)]);
   if (batch.decode) {  // one graph per step, the logits rows (all, or the newest of each sequence) as data
     build_cs_tables(batch.tables, batch.positions, batch.policy);  // a cs sequence's first step: its tables, outside the graph
-    check(cudaGraphLaunch(graph(n, max_len, false, policies, dense, all_rows ? -1 : nl, cs_rows), stream_),
+    const int split = split_rows(batch.policy, batch.positions, cs_rows, dense);
+    check(cudaGraphLaunch(graph(n, max_len, false, policies, dense, all_rows ? -1 : nl, cs_rows, split), stream_),
           "cudaGraphLaunch");
     return nl;
   }
@@ -747,7 +771,10 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> given_tables, st
   }
   const uint32_t present = stage(tables, first, positions, {}, policies);
   build_cs_tables(tables, positions, policies, steps);
-  cudaGraphExec_t exec = graph(n, max_len, true, present, dense_policies(policies, positions), -1, cs_rows);
+  const uint32_t dense = dense_policies(policies, positions);
+  for (int s = 0; s < steps; ++s) count_decode_bytes(tables, policies, positions, s, dense);
+  cudaGraphExec_t exec =
+      graph(n, max_len, true, present, dense, -1, cs_rows, split_rows(policies, positions, cs_rows, dense));
 
   const double ms = gpu_time_ms(stream_, [&] {
     for (int s = 0; s < steps; ++s) {

@@ -178,6 +178,7 @@ class GpuForward final : public Forward, private Backend {
     int mac_first = -1, mac_band = 0;
     int cs_slot = -1;  // a prefill chunk of a sequence that runs cs: its slot (its queries are sampled)
     int cs_rows = 0;   // a decode step's rows that run cs: its first (launch() puts them there)
+    int split_rows = 0;  // the page kernel's PagedDecodeArgs::split_rows (split_rows())
     // Every row reads row 0's page table (one sequence's chunk, staged with that table alone:
     // a prompt layer by layer stages each chunk once a layer, and a 512K table is 128 KB a row).
     bool one_table = false;
@@ -225,7 +226,11 @@ class GpuForward final : public Forward, private Backend {
   // The decode step's graph; logits_n >= 0: the logits of that many staged rows (gathered),
   // else of every row in order; its first cs_rows rows run cs (Pass::cs_rows).
   cudaGraphExec_t graph(int n, int max_seq_len, bool advance, uint32_t policies, uint32_t dense_policies,
-                        int logits_n, int cs_rows);
+                        int logits_n, int cs_rows, int split);
+  void count_decode_bytes(std::span<PageTable* const> tables, std::span<const int32_t> policies,
+                          std::span<const int32_t> positions, int ahead, uint32_t dense);
+  int split_rows(std::span<const int32_t> policies, std::span<const int32_t> positions, int first,
+                 uint32_t dense) const;
   // A decode step's rows that run cs; when they are not its first rows, `ordered` receives the
   // batch with them first (in their order, the others after in theirs) and its logits rows
   // following their rows, and `reordered` is set.
@@ -319,8 +324,8 @@ class GpuForward final : public Forward, private Backend {
   size_t next_host_steps_ = 0;
 
   // Decode step graphs by (rows, context bucket, advance, policies present, policies falling
-  // back to dense, gathered logits rows).
-  std::map<std::tuple<int, int, bool, uint32_t, uint32_t, int, int>, cudaGraphExec_t> graphs_;
+  // back to dense, gathered logits rows, cs rows, the page kernel's split rows).
+  std::map<std::tuple<int, int, bool, uint32_t, uint32_t, int, int, int>, cudaGraphExec_t> graphs_;
   uint64_t dense_fallback_rows_ = 0;
   std::vector<int32_t> fallback_lengths_;  // dense_policies' scratch
 };

@@ -653,14 +653,20 @@ inline WorkspaceLayout workspace_layout(const PagedDecodeArgs& a, int num_chunks
   return w;
 }
 
+// The rows the split is planned for (PagedDecodeArgs::split_rows).
+inline int split_rows(const PagedDecodeArgs& a) {
+  return a.split_rows > 0 ? std::min(a.split_rows, a.batch) : a.batch;
+}
+
 inline int max_chunks_for(const PagedDecodeArgs& a, int capacity, int sub_groups) {
-  const long units = long(a.batch) * a.num_kv_heads * sub_groups;
+  const long units = long(split_rows(a)) * a.num_kv_heads * sub_groups;
   const long mc = units > 0 ? std::max<long>(1, capacity / units) : 1;
   return int(std::min<long>(mc, kMaxChunks));
 }
 
 // CTAs per (sequence, KV unit): fill the machine's resident CTA slots (`capacity`) in one
-// wave, so batch 1 at 8K still keeps every SM streaming, but give every CTA at least
+// wave (with split_rows(a) rows of the longest list), so batch 1 at 8K still keeps every SM
+// streaming, but give every CTA at least
 // min_chunk_pages of the longest sequence (short sequences: the merge would cost more than
 // the spreading gains).
 inline Plan make_plan(const PagedDecodeArgs& a, int capacity, int min_chunk_pages) {

@@ -120,9 +120,13 @@ bench_has() { [[ ",$BENCH," == *",$1,"* ]]; }
       # One batch of 8 mixing policies (issue 16) beside each policy's batch of 8 alone: the page
       # kernel's split planned for the rows' lists (PagedDecodeArgs::split_rows, 2026-11-27).
       echo "-- mixed"
-      timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" "$quest" \
-        "$cs;dense;$quest" "dense;$quest" "dense;$quest;$quest;$quest" --contexts 32768 --batches 8 \
-        --json "$OUT/e2e-mixed.json" | grep -E "8B|rror"
+      mixed=(--e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" "$quest" "$cs;dense;$quest" \
+        "dense;$quest" "dense;$quest;$quest;$quest" --contexts 32768 --batches 8)
+      timeout 300 build-gpu/skim bench "${mixed[@]}" --json "$OUT/e2e-mixed.json" | grep -E "8B|rror"
+      if [ -x build-gpu-legacy/skim ]; then  # the previous revision, same GPU, right after
+        echo "-- mixed, previous revision"
+        timeout 300 build-gpu-legacy/skim bench "${mixed[@]}" | grep -E "8B|rror"
+      fi
     fi
     if bench_has hostkv; then
       # cs over KV beyond GPU memory at 512K, batch 1 (issue 18), beside gbsa at 2%: random keys

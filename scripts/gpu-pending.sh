@@ -40,6 +40,9 @@ rm -rf $LOGS && mkdir -p $LOGS
 step "build (this revision, then the previous one)"
 ENGINE_ONLY=1 BUILD_ONLY=1 bash scripts/gpu-check.sh $LOGS/build > $LOGS/build.log 2>&1 ||
   { tail -30 $LOGS/build.log; exit 1; }
+# The previous revision's tree, carried as build-legacy/tree.tar.xz where the tree would not fit
+# the 64 MiB the working tree may carry.
+[ -f build-legacy/tree.tar.xz ] && [ ! -d build-legacy/tree ] && tar -C build-legacy -xJf build-legacy/tree.tar.xz
 if [ -d build-legacy/tree ]; then
   ln -sfn "$(pwd)/models" build-legacy/tree/models
   cmake -S build-legacy/tree -B build-gpu-legacy -G Ninja -DCMAKE_PREFIX_PATH=/tmp/devroot/usr \

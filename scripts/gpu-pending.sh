@@ -5,16 +5,19 @@
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
 #   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Pending (written 2026-11-27):
-#      the page kernel's split planned for the rows' lists (PagedDecodeArgs::split_rows, set by
-#      GpuForward::split_rows, part of the decode graph's key): CudaPagedDecodeAttention.* (cases
-#      _split1/2/3), GpuEngine.MixedPolicyBatchMatchesEachPolicyAlone; decode_greedy counts its
-#      rows' host bytes (count_decode_bytes). Everything else passed on 4 x H200 at 31b523e
-#      (bench/results/2026-11-27-h200-pending/).
+#      the decode GEMV on the tensor cores from two x rows (gemv.cu gemv_mma_kernel; mma_sync.cuh
+#      now holds mma_m16n8k16 for the attention kernels too): CudaOps.GemvKernelsMatchCpu,
+#      CudaOps.LinearMatchesCpuOnBf16Inputs, then the whole test_cuda (every batch of 2-8 rows
+#      runs it). Everything else passed on 4 x H100 at 73ffc81
+#      (bench/results/2026-11-27-h100-mixed-split/).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
 #   4. ncu's per-kernel breakdown of NCU_POLICY beside dense at NCU_CONTEXT, NCU_BATCH (ncu.csv;
 #      bench/kernel_breakdown.py).
+#   6. (BENCH=gemv) the GEMV's two kernels by x rows (bench/gemv_rows.cu), then dense and quest at
+#      batch 1, 2, 8 and Retro's w = 2 against the previous revision (at batch 8 the FMA kernel
+#      streamed the weights at 2.07 TB/s, 62% of HBM, H100 2026-11-27).
 #   5. (PARTS=prefill) prefill attention, every kernel (prefill.json), and ncu's breakdown of the
 #      8B shape's 32K prefill (ncu-prefill.csv; bench/kernel_breakdown.py --all).
 # Usage (from the repository root, after scripts/device-tree.sh hide, carrying .devdeps and
@@ -105,8 +108,8 @@ tests_pid=$!
 ncu_pid=$!
 # BENCH: which benchmark groups `bench` runs (default all): cs (cs at 5% beside dense and quest,
 # b1), mixed (one batch of 8 mixing policies beside each alone), hostkv (512K over host KV), art
-# (ART over dense, natural and forced stops, e2e).
-BENCH=${BENCH:-cs,mixed,hostkv,art}
+# (ART over dense, natural and forced stops, e2e), gemv (the decode GEMV's two kernels, e2e by batch).
+BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 bench_has() { [[ ",$BENCH," == *",$1,"* ]]; }
 ( if has bench; then
     [ "$G_BENCH" = "$G_TESTS" ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
@@ -145,6 +148,21 @@ bench_has() { [[ ",$BENCH," == *",$1,"* ]]; }
       echo "-- art"
       timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --art --sparse-keep 0 \
         --contexts 32768,131072 --batches 1,8 --json "$OUT/e2e-art.json" | grep -E "8B|rror"
+    fi
+    if bench_has gemv; then
+      # The decode GEMV by x rows, FMA against tensor-core kernel (bench/gemv_rows.cu), then end to
+      # end at batch 1, 2 and 8 and RetroAttention's w = 2 (two rows a sequence), this revision
+      # against the previous one, interleaved.
+      echo "-- gemv"
+      nvcc -O3 -arch=sm_90a -std=c++20 -Isrc bench/gemv_rows.cu -o /tmp/gemv_rows && /tmp/gemv_rows
+      for bin in build-gpu build-gpu-legacy build-gpu; do
+        [ -x $bin/skim ] || continue
+        echo "-- $bin"
+        timeout 200 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$quest" \
+          --contexts 32768 --batches 1,2,8 | grep -E "8B|rror"
+        timeout 200 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy none --retro \
+          --sparse-keep 0.1 --retro-windows 2 --contexts 32768 --batches 1,2 | grep -E "8B|rror"
+      done
     fi
   fi ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!

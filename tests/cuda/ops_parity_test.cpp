@@ -178,6 +178,37 @@ TEST_F(CudaOps, LinearMatchesCpuOnBf16Inputs) {
   }
 }
 
+// Both GEMV kernels (the FMA one and the tensor-core one), every row count, against the CPU:
+// outputs not a multiple of the MMA's 16 rows, inputs not a multiple of its 32-wide steps, a
+// long input (the down projection's split over 8 warps), the x rows past n never read.
+TEST_F(CudaOps, GemvKernelsMatchCpu) {
+  for (auto [out_dim, in_dim] : {std::pair{1001, 520}, {64, 4104}, {17, 14336}, {2048, 256}}) {
+    Matrix W;
+    W.dtype = DType::BF16;
+    W.rows = out_dim;
+    W.cols = in_dim;
+    W.bf16 = bf16_of(test::random_vector(size_t(out_dim) * in_dim, 1.0f / std::sqrt(float(in_dim))));
+    auto dw = to_device(W.bf16);
+    for (int n = 1; n <= cuda::kGemvMaxRows; ++n) {
+      std::vector<float> x = rounded(test::random_vector(size_t(n) * in_dim));
+      std::vector<float> want(size_t(n) * out_dim);
+      cpu::linear(x.data(), W, nullptr, want.data(), n);
+      auto dx = to_device(bf16_of(x));  // exactly n rows: a read past them would be out of bounds
+      for (auto kind : {cuda::GemvKernel::kFma, cuda::GemvKernel::kMma}) {
+        DeviceBuffer<float> y(size_t(n) * out_dim);
+        cuda::check(cudaMemset(y.data(), 0xff, y.bytes()), "cudaMemset");  // NaN: unwritten outputs fail
+        ASSERT_TRUE(cuda::gemv_with(dx.data(), dw.data(), y.data(), n, out_dim, in_dim, kind, nullptr));
+        sync();
+        const std::vector<float> got = to_host(y);
+        EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); }));
+        // fp32 accumulation on both sides, different orders.
+        EXPECT_LT(max_rel_err(got, want, 1e-1), 1e-4)
+            << out_dim << "x" << in_dim << " n " << n << (kind == cuda::GemvKernel::kMma ? " mma" : " fma");
+      }
+    }
+  }
+}
+
 // A paged cache on the host mirroring the device pools, for the QKV and digest kernels.
 struct Pages {
   int num_pages, kv_heads, d, page = 16;

@@ -1,10 +1,12 @@
 // The projections of a decode step (a few rows): y[r] = W . x[r], W bf16 [out][in] streamed
 // once from HBM with 16-byte loads, x rows bf16 (L1-resident, shared by every warp of an SM),
-// fp32 accumulation. A warp takes one output row (one x row) or four (several x rows), rows
-// strided over the grid; loads are unrolled so that enough bytes are in flight for HBM. cuBLAS picks kernels tuned
-// for large products; at one to eight rows this reaches more of the bandwidth.
+// fp32 accumulation. One x row: a warp takes one output row, rows strided over the grid, loads
+// unrolled so that enough bytes are in flight for HBM. Two to eight x rows: the tensor cores
+// (gemv_mma_kernel), the x rows as the MMA's 8 columns. cuBLAS picks kernels tuned for large
+// products; at one to eight rows these reach more of the bandwidth.
 #include <algorithm>
 
+#include "backend/cuda/mma_sync.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -67,6 +69,76 @@ __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ 
   }
 }
 
+// Two to eight x rows on the tensor cores: a CTA takes 16 weight rows (the MMA's m), its warps
+// split the inputs (the k) in 32-element steps by turns, and the x rows are the MMA's 8 columns
+// (those past n are zeros). The FMA kernel above re-read every x row from L1 for each weight
+// chunk: at 8 rows it streamed the 8B shape's weights at 62% of HBM (2.07 TB/s against the
+// attention kernel's 3.01 on an H100, 2026-11-27), where one row reaches 86%.
+// Fragments without shuffles: a sum over k may visit k in any order, so a lane loads 16
+// contiguous bytes of its two weight rows (g, g + 8) and of its x row (g), chunk t of a 32-wide
+// step, and both MMAs of the step take the same k-permutation for A and B: the first MMA's k
+// pairs {2t, 2t+1} and {2t+8, 2t+9} are the chunk's elements 0-1 and 2-3, the second's 4-5 and
+// 6-7. The warps' partial tiles are summed in shared memory in warp order (deterministic).
+constexpr int kMmaWarps = 8;
+constexpr int kMmaUnroll = 4;  // steps in flight per warp (1 KB of weights each)
+
+__device__ __forceinline__ uint4 load_chunk(const uint16_t* p, bool ok, bool stream) {
+  if (!ok) return make_uint4(0, 0, 0, 0);
+  return stream ? __ldcs(reinterpret_cast<const uint4*>(p)) : __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// The 16 x 8 tile's partial sums of every warp, added in warp order; lane (g, t) holds rows g
+// and g + 8, columns 2t and 2t + 1 (mma_m16n8k16's c).
+__device__ __forceinline__ void store_tile(const float (&c)[4], float* y, int n, int out, int row0, int warp,
+                                           int lane) {
+  __shared__ float part[kMmaWarps][4][32];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) part[warp][j][lane] = c[j];
+  __syncthreads();
+  if (warp != 0) return;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float s = part[0][j][lane];
+#pragma unroll
+    for (int w = 1; w < kMmaWarps; ++w) s += part[w][j][lane];
+    const int row = row0 + g + (j >= 2 ? 8 : 0), col = 2 * t + (j & 1);
+    if (col < n && row < out) y[size_t(col) * out + row] = s;
+  }
+}
+
+__global__ void __launch_bounds__(kMmaWarps * 32) gemv_mma_kernel(const uint16_t* __restrict__ x,
+                                                                  const uint16_t* __restrict__ w,
+                                                                  float* __restrict__ y, int n, int out, int in) {
+  detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.x * 16;
+  // Rows past the end re-read the last row and are not written.
+  const uint16_t* wa = w + size_t(min(row0 + g, out - 1)) * in + 8 * t;
+  const uint16_t* wb = w + size_t(min(row0 + g + 8, out - 1)) * in + 8 * t;
+  const uint16_t* xr = x + size_t(min(g, n - 1)) * in + 8 * t;
+  const bool has_x = g < n;
+  const int steps = (in + 31) / 32;
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int s0 = warp; s0 < steps; s0 += kMmaWarps * kMmaUnroll) {
+    uint4 va[kMmaUnroll], vb[kMmaUnroll], vx[kMmaUnroll];
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {  // every load of the round before any MMA
+      const int k = (s0 + u * kMmaWarps) * 32;
+      const bool ok = k + 8 * t < in;  // in % 8 == 0: a chunk is whole or absent
+      va[u] = load_chunk(wa + k, ok, true);
+      vb[u] = load_chunk(wb + k, ok, true);
+      vx[u] = load_chunk(xr + k, ok && has_x, false);
+    }
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u) {
+      detail::mma_m16n8k16(c, {va[u].x, vb[u].x, va[u].y, vb[u].y}, vx[u].x, vx[u].y);
+      detail::mma_m16n8k16(c, {va[u].z, vb[u].z, va[u].w, vb[u].w}, vx[u].z, vx[u].w);
+    }
+  }
+  store_tile(c, y, n, out, row0, warp, lane);
+}
+
 // R per N, measured on the H100 over the 8B shape's projections (bench/gemv_rows.cu,
 // bench/results/2026-11-26-h100-gemv-rows/before.txt): R = 4 for every N > 1 left two x rows at
 // 0.55-0.7 of the one-row bandwidth on the 4096-row projections (a batch-2 step, or
@@ -83,10 +155,23 @@ void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cud
   (void)launch_pdl(gemv_kernel<N, R>, blocks, 256, 0, s, x, w, y, out, in);
 }
 
+void launch_mma(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t s) {
+  (void)launch_pdl(gemv_mma_kernel, (out + 15) / 16, kMmaWarps * 32, 0, s, x, w, y, n, out, in);
+}
+
 }  // namespace
 
 bool gemv(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t s) {
+  return gemv_with(x, w, y, n, out, in, n >= kGemvMmaMinRows ? GemvKernel::kMma : GemvKernel::kFma, s);
+}
+
+bool gemv_with(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, GemvKernel kind,
+               cudaStream_t s) {
   if (n < 1 || n > kGemvMaxRows || in % 8 != 0) return false;
+  if (kind == GemvKernel::kMma) {
+    launch_mma(x, w, y, n, out, in, s);
+    return true;
+  }
   switch (n) {
     case 1: launch<1>(x, w, y, out, in, s); break;
     case 2: launch<2>(x, w, y, out, in, s); break;

@@ -80,6 +80,13 @@ void silu_mul(const float* gate_up, uint16_t* out, int n, int I, cudaStream_t st
 // `in` not a multiple of 8): the caller uses cuBLAS then.
 constexpr int kGemvMaxRows = 8;
 bool gemv(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t stream);
+// gemv's two kernels, for tests and benchmarks: kFma, fp32 FMAs with a warp per weight row (or
+// two or four); kMma, the tensor cores with the x rows as the MMA's 8 columns. gemv runs kMma
+// from kGemvMmaMinRows x rows (bench/gemv_rows.cu).
+enum class GemvKernel { kFma, kMma };
+constexpr int kGemvMmaMinRows = 2;
+bool gemv_with(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, GemvKernel kind,
+               cudaStream_t stream);
 
 void to_bf16(const float* in, uint16_t* out, size_t count, cudaStream_t stream);
 

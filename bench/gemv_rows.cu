@@ -23,6 +23,24 @@ float time_us(GemvKernel kind, const uint16_t* x, const uint16_t* w, float* y, i
   return ms * 1000 / reps;
 }
 
+// The tensor-core kernel's shapes other than gemv's (warps per CTA x steps in flight per warp).
+template <int WARPS, int UNROLL>
+float time_mma_us(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  const int blocks = (out + 15) / 16;
+  for (int i = 0; i < 5; ++i) gemv_mma_kernel<WARPS, UNROLL><<<blocks, WARPS * 32>>>(x, w, y, n, out, in);
+  cudaEventRecord(a);
+  const int reps = 50;
+  for (int i = 0; i < reps; ++i) gemv_mma_kernel<WARPS, UNROLL><<<blocks, WARPS * 32>>>(x, w, y, n, out, in);
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  return ms * 1000 / reps;
+}
+
 int main() {
   const int shapes[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
   size_t maxw = 0;
@@ -42,5 +60,15 @@ int main() {
       const float m = time_us(GemvKernel::kMma, x, w, y, n, s[0], s[1]);
       printf("| %d | %d | %d | %.1f | %.0f | %.1f | %.0f |\n", s[0], s[1], n, f, mb * 1e3 / f, m, mb * 1e3 / m);
     }
+  printf("\ntensor-core kernel shapes at 8 rows, GB/s\n| out | in | 4x4 | 4x8 | 8x2 | 8x4 | 8x8 | 16x2 | 16x4 |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (auto& s : shapes) {
+    const double mb = double(s[0]) * s[1] * 2 / 1e6;
+    auto gbs = [&](float us) { return mb * 1e3 / us; };
+    printf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", s[0], s[1],
+           gbs(time_mma_us<4, 4>(x, w, y, 8, s[0], s[1])), gbs(time_mma_us<4, 8>(x, w, y, 8, s[0], s[1])),
+           gbs(time_mma_us<8, 2>(x, w, y, 8, s[0], s[1])), gbs(time_mma_us<8, 4>(x, w, y, 8, s[0], s[1])),
+           gbs(time_mma_us<8, 8>(x, w, y, 8, s[0], s[1])), gbs(time_mma_us<16, 2>(x, w, y, 8, s[0], s[1])),
+           gbs(time_mma_us<16, 4>(x, w, y, 8, s[0], s[1])));
+  }
   return 0;
 }

@@ -79,8 +79,10 @@ __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ 
 // step, and both MMAs of the step take the same k-permutation for A and B: the first MMA's k
 // pairs {2t, 2t+1} and {2t+8, 2t+9} are the chunk's elements 0-1 and 2-3, the second's 4-5 and
 // 6-7. The warps' partial tiles are summed in shared memory in warp order (deterministic).
+// WARPS per CTA, UNROLL steps in flight per warp (1 KB of weights each); gemv runs kMmaWarps x
+// kMmaUnroll (bench/gemv_rows.cu sweeps the others).
 constexpr int kMmaWarps = 8;
-constexpr int kMmaUnroll = 4;  // steps in flight per warp (1 KB of weights each)
+constexpr int kMmaUnroll = 4;
 
 __device__ __forceinline__ uint4 load_chunk(const uint16_t* p, bool ok, bool stream) {
   if (!ok) return make_uint4(0, 0, 0, 0);
@@ -89,9 +91,10 @@ __device__ __forceinline__ uint4 load_chunk(const uint16_t* p, bool ok, bool str
 
 // The 16 x 8 tile's partial sums of every warp, added in warp order; lane (g, t) holds rows g
 // and g + 8, columns 2t and 2t + 1 (mma_m16n8k16's c).
+template <int WARPS>
 __device__ __forceinline__ void store_tile(const float (&c)[4], float* y, int n, int out, int row0, int warp,
                                            int lane) {
-  __shared__ float part[kMmaWarps][4][32];
+  __shared__ float part[WARPS][4][32];
 #pragma unroll
   for (int j = 0; j < 4; ++j) part[warp][j][lane] = c[j];
   __syncthreads();
@@ -101,15 +104,16 @@ __device__ __forceinline__ void store_tile(const float (&c)[4], float* y, int n,
   for (int j = 0; j < 4; ++j) {
     float s = part[0][j][lane];
 #pragma unroll
-    for (int w = 1; w < kMmaWarps; ++w) s += part[w][j][lane];
+    for (int w = 1; w < WARPS; ++w) s += part[w][j][lane];
     const int row = row0 + g + (j >= 2 ? 8 : 0), col = 2 * t + (j & 1);
     if (col < n && row < out) y[size_t(col) * out + row] = s;
   }
 }
 
-__global__ void __launch_bounds__(kMmaWarps * 32) gemv_mma_kernel(const uint16_t* __restrict__ x,
-                                                                  const uint16_t* __restrict__ w,
-                                                                  float* __restrict__ y, int n, int out, int in) {
+template <int WARPS, int UNROLL>
+__global__ void __launch_bounds__(WARPS * 32) gemv_mma_kernel(const uint16_t* __restrict__ x,
+                                                              const uint16_t* __restrict__ w,
+                                                              float* __restrict__ y, int n, int out, int in) {
   detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * 16;
@@ -120,23 +124,23 @@ __global__ void __launch_bounds__(kMmaWarps * 32) gemv_mma_kernel(const uint16_t
   const bool has_x = g < n;
   const int steps = (in + 31) / 32;
   float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int s0 = warp; s0 < steps; s0 += kMmaWarps * kMmaUnroll) {
-    uint4 va[kMmaUnroll], vb[kMmaUnroll], vx[kMmaUnroll];
+  for (int s0 = warp; s0 < steps; s0 += WARPS * UNROLL) {
+    uint4 va[UNROLL], vb[UNROLL], vx[UNROLL];
 #pragma unroll
-    for (int u = 0; u < kMmaUnroll; ++u) {  // every load of the round before any MMA
-      const int k = (s0 + u * kMmaWarps) * 32;
+    for (int u = 0; u < UNROLL; ++u) {  // every load of the round before any MMA
+      const int k = (s0 + u * WARPS) * 32;
       const bool ok = k + 8 * t < in;  // in % 8 == 0: a chunk is whole or absent
       va[u] = load_chunk(wa + k, ok, true);
       vb[u] = load_chunk(wb + k, ok, true);
       vx[u] = load_chunk(xr + k, ok && has_x, false);
     }
 #pragma unroll
-    for (int u = 0; u < kMmaUnroll; ++u) {
+    for (int u = 0; u < UNROLL; ++u) {
       detail::mma_m16n8k16(c, {va[u].x, vb[u].x, va[u].y, vb[u].y}, vx[u].x, vx[u].y);
       detail::mma_m16n8k16(c, {va[u].z, vb[u].z, va[u].w, vb[u].w}, vx[u].z, vx[u].w);
     }
   }
-  store_tile(c, y, n, out, row0, warp, lane);
+  store_tile<WARPS>(c, y, n, out, row0, warp, lane);
 }
 
 // R per N, measured on the H100 over the 8B shape's projections (bench/gemv_rows.cu,
@@ -156,7 +160,8 @@ void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cud
 }
 
 void launch_mma(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t s) {
-  (void)launch_pdl(gemv_mma_kernel, (out + 15) / 16, kMmaWarps * 32, 0, s, x, w, y, n, out, in);
+  (void)launch_pdl(gemv_mma_kernel<kMmaWarps, kMmaUnroll>, (out + 15) / 16, kMmaWarps * 32, 0, s, x, w, y, n, out,
+                   in);
 }
 
 }  // namespace

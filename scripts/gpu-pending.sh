@@ -110,10 +110,12 @@ ncu_pid=$!
 # b1), mixed (one batch of 8 mixing policies beside each alone), hostkv (512K over host KV), art
 # (ART over dense, natural and forced stops, e2e), gemv (the decode GEMV's two kernels, e2e by batch).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
-bench_has() { [[ ",$BENCH," == *",$1,"* ]]; }
-( if has bench; then
-    [ "$G_BENCH" = "$G_TESTS" ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
-    export CUDA_VISIBLE_DEVICES=$G_BENCH
+# BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
+bench_groups() {  # GROUPS GPU
+  local groups=$1
+  bench_has() { [[ ",$groups," == *",$1,"* ]]; }
+  [ "$2" = "$G_TESTS" ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
+  export CUDA_VISIBLE_DEVICES=$2
     # Lists of 5% and 4096 k-means points keep cs's tables near 1 GB at 32K (list=0.2 would hold
     # 2.6 GB a sequence at 32K, 10 GB at 128K).
     cs='cs:keep=0.05,list=0.05,points=4096'
@@ -164,10 +166,13 @@ bench_has() { [[ ",$BENCH," == *",$1,"* ]]; }
           --sparse-keep 0.1 --retro-windows 2 --contexts 32768 --batches 1,2 | grep -E "8B|rror"
       done
     fi
-  fi ) > $LOGS/decode.log 2>&1 &
+}
+( has bench && bench_groups "$BENCH" $G_BENCH ) > $LOGS/decode.log 2>&1 &
 decode_pid=$!
+( has bench && [ -n "${BENCH2:-}" ] && bench_groups "$BENCH2" $G_NCU ) > $LOGS/decode2.log 2>&1 &
+decode2_pid=$!
 
-wait $decode_pid $tests_pid $ncu_pid
+wait $decode_pid $decode2_pid $tests_pid $ncu_pid
 rc=$(cat $LOGS/test_cuda.rc 2>/dev/null || echo "not run")
 echo "test_cuda rc $rc (124: timed out)"
 grep -vE '^\[ +(RUN|OK) +\]' $LOGS/test_cuda.log | grep -E "FAILED|PASSED|\[ (mac|retro|sparse|golden|greedy)" | head -40
@@ -175,7 +180,7 @@ if [ "$rc" != 0 ] && [ "$rc" != "not run" ]; then
   status=1
   grep -B2 -A8 -E "Failure|exception" $LOGS/test_cuda.log | head -80
 fi
-cat $LOGS/decode.log; tail -3 $LOGS/ncu.err 2>/dev/null; [ -s $LOGS/ncu.csv ] && python3 bench/kernel_breakdown.py $LOGS/ncu.csv | tail -25
+cat $LOGS/decode.log $LOGS/decode2.log; tail -3 $LOGS/ncu.err 2>/dev/null; [ -s $LOGS/ncu.csv ] && python3 bench/kernel_breakdown.py $LOGS/ncu.csv | tail -25
 [ -s $LOGS/prefill.log ] && cat $LOGS/prefill.log
 [ -s $LOGS/ncu-prefill.csv ] && python3 bench/kernel_breakdown.py --all $LOGS/ncu-prefill.csv | head -30
 rm -rf "$LOGS/build"  # the build's own outputs: not needed back

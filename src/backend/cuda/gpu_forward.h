@@ -219,6 +219,7 @@ class GpuForward final : public Forward, private Backend {
   void build_cs_tables(std::span<PageTable* const> tables, std::span<const int32_t> positions,
                        std::span<const int32_t> policies, int steps = 1);
   void attend_cs(int layer, int n, const PagedDecodeArgs& base, cudaStream_t stream);
+  void attend_pages(int layer, int n, const DevicePlan& plan, PagedDecodeArgs a, cudaStream_t stream);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
   void require_host_kv_policy(int index, const std::string& policy) const;
   void check_host_kv();
@@ -254,6 +255,10 @@ class GpuForward final : public Forward, private Backend {
   GpuForwardOptions opt_;
   Gemm gemm_;
   cudaStream_t stream_ = nullptr;
+  // A branch of a decode step beside stream_ (cs's rows beside the page plan's), forked and
+  // joined by the two events within the step.
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   Pass pass_;
   bool mac_index_made_ = false;  // this pass's MAC plans made the page index map (MacPagePlanArgs::index_ready)
 

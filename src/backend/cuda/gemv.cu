@@ -80,8 +80,11 @@ __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ 
 // pairs {2t, 2t+1} and {2t+8, 2t+9} are the chunk's elements 0-1 and 2-3, the second's 4-5 and
 // 6-7. The warps' partial tiles are summed in shared memory in warp order (deterministic).
 // WARPS per CTA, UNROLL steps in flight per warp (1 KB of weights each); gemv runs kMmaWarps x
-// kMmaUnroll (bench/gemv_rows.cu sweeps the others).
-constexpr int kMmaWarps = 8;
+// kMmaUnroll. At eight rows on an H100 (bench/gemv_rows.cu, 2026-11-27) 16 x 4 against 8 x 4:
+// 3398 against 2679 GB/s on the 4096 x 4096 projection, 2676 against 2311 on 4096 x 14336,
+// 2839 against 2807 on 28672 x 4096, 2318 against 2372 on 6144 x 4096: a layer's four
+// projections 158 us against 168. Four warps ran at 1572-2877.
+constexpr int kMmaWarps = 16;
 constexpr int kMmaUnroll = 4;
 
 __device__ __forceinline__ uint4 load_chunk(const uint16_t* p, bool ok, bool stream) {

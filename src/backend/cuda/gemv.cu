@@ -1,8 +1,9 @@
 // The projections of a decode step (a few rows): y[r] = W . x[r], W bf16 [out][in] streamed
 // once from HBM with 16-byte loads, x rows bf16 (L1-resident, shared by every warp of an SM),
-// fp32 accumulation. One x row: a warp takes one output row, rows strided over the grid, loads
-// unrolled so that enough bytes are in flight for HBM. Two to eight x rows: the tensor cores
-// (gemv_mma_kernel), the x rows as the MMA's 8 columns. cuBLAS picks kernels tuned for large
+// fp32 accumulation. Fewer than kGemvMmaMinRows x rows: fp32 FMAs, a warp takes one output row
+// (two for several x rows), rows strided over the grid, loads unrolled so that enough bytes are
+// in flight for HBM. From kGemvMmaMinRows x rows: the tensor
+// cores (gemv_mma_kernel), the x rows as the MMA's 8 columns. cuBLAS picks kernels tuned for large
 // products; at one to eight rows these reach more of the bandwidth.
 #include <algorithm>
 
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ 
   }
 }
 
-// Two to eight x rows on the tensor cores: a CTA takes 16 weight rows (the MMA's m), its warps
+// Up to eight x rows on the tensor cores: a CTA takes 16 weight rows (the MMA's m), its warps
 // split the inputs (the k) in 32-element steps by turns, and the x rows are the MMA's 8 columns
 // (those past n are zeros). The FMA kernel above re-read every x row from L1 for each weight
 // chunk: at 8 rows it streamed the 8B shape's weights at 62% of HBM (2.07 TB/s against the

@@ -5,11 +5,12 @@
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
 #   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Pending (written 2026-11-27):
-#      the decode GEMV on the tensor cores from two x rows (gemv.cu gemv_mma_kernel; mma_sync.cuh
-#      now holds mma_m16n8k16 for the attention kernels too): CudaOps.GemvKernelsMatchCpu,
-#      CudaOps.LinearMatchesCpuOnBf16Inputs, then the whole test_cuda (every batch of 2-8 rows
-#      runs it). Everything else passed on 4 x H100 at 73ffc81
-#      (bench/results/2026-11-27-h100-mixed-split/).
+#      the page kernel's chunks capped at kMaxWaves waves when planned for fewer rows than the
+#      batch (paged_decode_attention_impl.cuh max_chunks_for; bounds the workspace):
+#      CudaPagedDecodeAttention.* (the _split cases). gemv's tensor cores from four rows
+#      (kGemvMmaMinRows 4, chosen from bench/gemv_rows.cu; batch 4 end to end not yet timed).
+#      Everything else passed on 4 x H100 at 14b015a and a56e4a3
+#      (bench/results/2026-11-27-h100-gemv-16warps/).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).

@@ -648,9 +648,16 @@ inline int split_rows(const PagedDecodeArgs& a) {
   return a.split_rows > 0 ? std::min(a.split_rows, a.batch) : a.batch;
 }
 
+// Planned for fewer rows than the batch, the grid holds more CTAs than the machine's slots: at
+// most kMaxWaves waves of them, which also bounds the workspace's partial states (planned for one
+// row of a 512-row batch, the 8B shape's would have taken 134 MB).
+constexpr long kMaxWaves = 4;
+
 inline int max_chunks_for(const PagedDecodeArgs& a, int capacity, int sub_groups) {
   const long units = long(split_rows(a)) * a.num_kv_heads * sub_groups;
-  const long mc = units > 0 ? std::max<long>(1, capacity / units) : 1;
+  long mc = units > 0 ? std::max<long>(1, capacity / units) : 1;
+  const long all = long(a.batch) * a.num_kv_heads * sub_groups;
+  if (all > units) mc = std::min(mc, std::max<long>(1, kMaxWaves * capacity / all));
   return int(std::min<long>(mc, kMaxChunks));
 }
 

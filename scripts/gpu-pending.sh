@@ -14,7 +14,7 @@
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
-#   4. ncu's per-kernel breakdown of NCU_POLICY beside dense at NCU_CONTEXT, NCU_BATCH (ncu.csv;
+#   4. ncu's per-kernel breakdown of NCU_POLICY ('|' between several) beside dense at NCU_CONTEXT, NCU_BATCH (ncu.csv;
 #      bench/kernel_breakdown.py).
 #   6. (BENCH=gemv) the GEMV's two kernels by x rows (bench/gemv_rows.cu), then dense and quest at
 #      batch 1, 2, 8 and Retro's w = 2 against the previous revision (at batch 8 the FMA kernel
@@ -27,7 +27,14 @@
 #     tools bench/cs_recall.cpp bench/attend_scatter.cpp | tar -x -C build-legacy/tree
 #   bash scripts/gpu-pending.sh $OUT
 # On 4 x H200 (2026-11-27) PARTS=tests,prefill,bench TEST_SHARDS=2 took 245 s with the build
-# (the whole test_cuda alone ran past 420 s on 4 x H100; two shards of half the cores each).
+# (the whole test_cuda alone ran past 420 s on 4 x H100; two shards of half the cores each); on
+# 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
+# The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
+# (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
+# Next (written 2026-11-27): PARTS=tests,bench,ncu BENCH=gemv TEST_SHARDS=2 NCU_BATCH=1
+#   NCU_POLICY='cs:keep=0.05,list=0.05,points=4096|mac@hits=0|quest:budget=0.1,min=0,dense_layers=0'
+#   (item 1's tests; batch 4 with the tensor-core GEMV against the previous revision; where cs's,
+#   MAC's and quest's batch-1 steps go now, for issues 17, 18 and 20).
 set -uo pipefail
 OUT=${1:?usage: gpu-pending.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -91,9 +98,10 @@ NGPU=$(nvidia-smi -L | wc -l)
 tests_pid=$!
 ( if has ncu; then
     [ "$G_NCU" = 0 ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done  # 2 GPUs: after the tests
+    IFS='|' read -ra ncu_policies <<< "${NCU_POLICY:-cs:keep=0.05,list=0.05,points=4096}"  # '|' between policies
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 240 ncu --csv --metrics gpu__time_duration.sum --cache-control none \
       --clock-control none build-gpu/skim bench --e2e-only --no-prefill --8b-only --no-dense-fallback --sparse-keep 0.1 \
-      --contexts ${NCU_CONTEXT:-32768} --batches ${NCU_BATCH:-1} --steps 1 --e2e-policy dense "${NCU_POLICY:-cs:keep=0.05,list=0.05,points=4096}" \
+      --contexts ${NCU_CONTEXT:-32768} --batches ${NCU_BATCH:-1} --steps 1 --e2e-policy dense "${ncu_policies[@]}" \
       > $LOGS/ncu.csv 2> $LOGS/ncu.err
     echo "ncu rc $?" >> $LOGS/ncu.err
   fi
@@ -162,7 +170,7 @@ bench_groups() {  # GROUPS GPU
         [ -x $bin/skim ] || continue
         echo "-- $bin"
         timeout 200 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$quest" \
-          --contexts 32768 --batches 1,2,8 | grep -E "8B|rror"
+          --contexts 32768 --batches 1,2,4,8 | grep -E "8B|rror"
         timeout 200 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy none --retro \
           --sparse-keep 0.1 --retro-windows 2 --contexts 32768 --batches 1,2 | grep -E "8B|rror"
       done

@@ -8,7 +8,11 @@
 #      the page kernel's chunks capped at kMaxWaves waves when planned for fewer rows than the
 #      batch (paged_decode_attention_impl.cuh max_chunks_for; bounds the workspace):
 #      CudaPagedDecodeAttention.* (the _split cases). gemv's tensor cores from four rows
-#      (kGemvMmaMinRows 4, chosen from bench/gemv_rows.cu; batch 4 end to end not yet timed).
+#      (kGemvMmaMinRows 4, chosen from bench/gemv_rows.cu; batch 4 end to end not yet timed),
+#      and below four rows where its CTAs fit one wave (gemv.cu mma_fits_one_wave: the 8B
+#      shape's o and down projections at batch 1, 2.4 us a layer faster in bench/gemv_rows.cu):
+#      the golden and greedy tests now run it at batch 1; time dense b1 against the previous
+#      revision (BENCH=gemv).
 #      Everything else passed on 4 x H100 at 14b015a and a56e4a3
 #      (bench/results/2026-11-27-h100-gemv-16warps/).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K

@@ -427,8 +427,8 @@ TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
     }
   }
   EXPECT_EQ(mixed.rectified_tokens(), uint64_t(steps)) << "only the resa row rectifies";
-  // The batch of five runs its projections on the tensor-core GEMV, each sequence alone on the
-  // FMA one (ops.cuh kGemvMmaMinRows): another summation order, which can flip a near-tied page
+  // The batch of five runs its projections on the tensor-core GEMV, each sequence alone some of
+  // them on the FMA one (ops.cuh kGemvMmaMinRows): another summation order, which can flip a near-tied page
   // of quest's union (counted on the device). 8192 bytes of 401.7 MB differed on an H100
   // (2026-11-27): one page's K and V of one KV head in one layer.
   EXPECT_NEAR(mixed.decode_kv_bytes_read(), alone_bytes, 1e-4 * alone_bytes);

@@ -12,7 +12,11 @@
 #      and below four rows where its CTAs fit one wave (gemv.cu mma_fits_one_wave: the 8B
 #      shape's o and down projections at batch 1, 2.4 us a layer faster in bench/gemv_rows.cu):
 #      the golden and greedy tests now run it at batch 1; time dense b1 against the previous
-#      revision (BENCH=gemv).
+#      revision (BENCH=gemv). MAC's parts below and above the prefix end in one attention call
+#      of 2n rows (PagedDecodeArgs::q_rows: rows [n, 2n) on rows [0, n)'s queries; MacState::
+#      packed_scratch): CudaPagedDecodeAttention.* (the _qrows cases), CudaMac*, GpuEngine.Mac*,
+#      the mac policy tests against the CPU; then mac@hits=0 against dense, b1 and b8 32K
+#      (skim bench --mac; a miss cost +8.2% at b1 32K on 2026-11-26, issue 17 asks about +2%).
 #      Everything else passed on 4 x H100 at 14b015a and a56e4a3
 #      (bench/results/2026-11-27-h100-gemv-16warps/).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K

@@ -64,6 +64,10 @@ struct PagedDecodeArgsOf {
   // long rows had the CTAs of a uniform batch: at batch 8 with 3 dense rows beside 5 sparse,
   // 48 of 132 SMs read and the step took as long as 8 dense rows (H200, 2026-11-27).
   int split_rows = 0;
+  // Rows of q (0: batch): row b attends with query row b % q_rows, so one call can attend two
+  // list sets of the same queries (MAC's keys below and above a row's prefix end, as rows
+  // [0, n) and [n, 2n)). Not with the fp32 form or rows().
+  int q_rows = 0;
 
   const Elem* q = nullptr;
   const Elem* k_pool = nullptr;
@@ -115,6 +119,8 @@ struct PagedDecodeArgsOf {
     a.head_masks = at(head_masks, lists * max_pages_per_seq);
     return a;
   }
+  // The query row of sequence b (q_rows).
+  size_t q_row(int b) const { return q_rows > 0 ? size_t(b % q_rows) : size_t(b); }
   // Index of the page list (row of page_table, entry of seq_lens) of sequence b, KV head h.
   size_t table_index(int b, int h) const {
     return tables_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);

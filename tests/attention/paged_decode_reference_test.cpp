@@ -2,7 +2,8 @@
 // over the tokens each query head may see, for every form of its arguments: the default pool
 // layout, a head-major pool (explicit page and head strides), and a page list per (sequence,
 // KV head) (a random subset of the sequence's pages, the last one always kept), and such lists
-// with a random page mask per query head; and the call split into two by rows(). The fp32
+// with a random page mask per query head; the call split into two by rows(); every row on row 0's
+// queries (q_rows). The fp32
 // kernel the CPU engine runs (same name, PagedDecodeArgsF32) is held to the reference on the
 // same bf16-exact inputs, with lists long enough to be split across threads.
 #include <gtest/gtest.h>
@@ -172,6 +173,22 @@ TEST_P(PagedDecodeReference, MatchesBruteForce) {
     cpu::paged_decode_attention(parts.rows(2, batch));
     for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(o2[i], o[i]) << "rows(), o[" << i << "]";
     for (size_t i = 0; i < lse.size(); ++i) ASSERT_EQ(lse2[i], lse[i]) << "rows(), lse[" << i << "]";
+  }
+  {  // q_rows = 1: every row attends with row 0's queries, as a call given row 0's queries in every row
+    const size_t row = size_t(heads) * d;
+    std::vector<uint16_t> q0(q.size());
+    for (int b = 0; b < batch; ++b) std::copy_n(q.begin(), row, q0.begin() + b * row);
+    std::vector<float> o_shared(o.size(), NAN), lse_shared(lse.size(), NAN), o_copied(o.size(), NAN),
+        lse_copied(lse.size(), NAN);
+    PagedDecodeArgs shared = a, copied = a;
+    shared.q_rows = 1;
+    shared.o = o_shared.data(), shared.lse = lse_shared.data();
+    copied.q = q0.data();
+    copied.o = o_copied.data(), copied.lse = lse_copied.data();
+    cpu::paged_decode_attention(shared);
+    cpu::paged_decode_attention(copied);
+    for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(o_shared[i], o_copied[i]) << "q_rows, o[" << i << "]";
+    for (size_t i = 0; i < lse.size(); ++i) ASSERT_EQ(lse_shared[i], lse_copied[i]) << "q_rows, lse[" << i << "]";
   }
 
   // Brute force: o = softmax(scale q.k) v over the tokens seen, in double.

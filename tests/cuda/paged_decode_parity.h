@@ -42,6 +42,7 @@ struct ParityCase {
   bool per_head_lists = false;  // each (sequence, KV head) a random subset of its pages
   bool head_masks = false;      // with per_head_lists: a random page mask per query head
   int split_rows = 0;           // PagedDecodeArgs::split_rows
+  int q_rows = 0;               // PagedDecodeArgs::q_rows
 
   std::string name() const {
     char buf[64];
@@ -59,6 +60,7 @@ struct ParityCase {
     if (per_head_lists) s += "_perhead";
     if (head_masks) s += "_masks";
     if (split_rows) s += "_split" + std::to_string(split_rows);
+    if (q_rows) s += "_qrows" + std::to_string(q_rows);
     return s;
   }
 };
@@ -135,6 +137,16 @@ inline std::vector<ParityCase> default_parity_cases(bool quick = false) {
     cases.push_back(c);
     ParityCase d{64, 4, 3, {9000, 16, 1}, 4.0f};
     d.split_rows = 1;
+    cases.push_back(d);
+  }
+  // Two list sets of the same queries in one call (PagedDecodeArgs::q_rows: MAC's keys below
+  // a row's prefix end as rows [0, n), those above as rows [n, 2n)), split for the long ones.
+  {
+    ParityCase c{128, 4, 8, {30000, 2000, 9001, 300, 17, 700}, 2.0f, true, false, true, true};
+    c.q_rows = 3, c.split_rows = 3;
+    cases.push_back(c);
+    ParityCase d{64, 4, 3, {5000, 1, 260, 33}, 4.0f};
+    d.q_rows = 2;
     cases.push_back(d);
   }
   // Dynamic page distribution (PagedDecodeArgs::deterministic = false).
@@ -238,6 +250,7 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
   a.scale = 1.0f / std::sqrt(float(d));
   a.deterministic = pc.deterministic;
   a.split_rows = pc.split_rows;
+  a.q_rows = pc.q_rows;
   a.tables_per_kv_head = pc.per_head_lists;
   if (pc.head_major) {
     a.page_stride = size_t(ps) * d;

@@ -50,8 +50,8 @@ std::vector<KeyRange> masked_ranges(const uint32_t* mask, int len, int page_size
 
 void paged_decode_attention(const PagedDecodeArgsF32& a) {
   check_shapes(a);
-  if (a.page_stride != 0 || a.head_stride != 0)
-    throw std::invalid_argument("paged_decode_attention (fp32): only the default pool layout");
+  if (a.page_stride != 0 || a.head_stride != 0 || (a.q_rows > 0 && a.q_rows != a.batch))
+    throw std::invalid_argument("paged_decode_attention (fp32): only the default pool layout, a query per row");
   const int group = a.group_size();
   const AttendRows rows{.num_heads = a.num_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
                         .scale = a.scale,
@@ -111,7 +111,7 @@ void paged_decode_attention(const PagedDecodeArgs& a) {
       auto row = [&](const uint16_t* pool, int t) {
         return pool + size_t(table[t / ps]) * page_stride + h * head_stride + size_t(t % ps) * d;
       };
-      const uint16_t* qb = a.q + (size_t(b) * a.num_heads + hq) * d;
+      const uint16_t* qb = a.q + (a.q_row(b) * a.num_heads + hq) * d;
       for (int i = 0; i < d; ++i) q[i] = bf16_to_f32(qb[i]);
       float* o = a.o + (size_t(b) * a.num_heads + hq) * d;
       float& lse = a.lse[size_t(b) * a.num_heads + hq];

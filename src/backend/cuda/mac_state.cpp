@@ -94,6 +94,19 @@ MacRingsView MacState::rings(int layer) {
           .lse = lse_.data() + l * S * K * H, .pos = pos_.data() + l * S * K, .fill = fill_.data() + l * S * 2};
 }
 
+MacState::Scratch MacState::packed_scratch(int rows) {
+  SKIM_REQUIRE(rows >= 0 && rows <= s_.max_rows, "mac: {} rows, at most {}", rows, s_.max_rows);
+  const size_t n = size_t(rows), H = size_t(s_.num_heads), d = size_t(s_.head_dim), kvh = size_t(s_.num_kv_heads),
+               P = size_t(s_.max_pages_per_seq);
+  Scratch x = scratch();  // each part holds max_rows rows: below's and above's regions are adjacent
+  x.above_table = x.below_table + n * kvh * P;
+  x.above_lens = x.below_lens + n * kvh;
+  x.above_masks = x.below_masks + n * kvh * P;
+  x.above_o = x.below_o + n * H * d;
+  x.above_lse = x.below_lse + n * H;
+  return x;
+}
+
 MacState::Scratch MacState::scratch() {
   const size_t R = size_t(s_.max_rows), H = size_t(s_.num_heads), d = size_t(s_.head_dim),
                kvh = size_t(s_.num_kv_heads), P = size_t(s_.max_pages_per_seq);

@@ -54,6 +54,9 @@ class MacState {
     unsigned long long* bytes;   // [2]: K/V tokens the cut lists hold, and ring bytes
   };
   Scratch scratch();
+  // The same with `rows` rows' `above` parts right after their `below` parts (lists, lengths,
+  // masks, states), so that one attention call of 2 x rows rows attends both.
+  Scratch packed_scratch(int rows);
   // K/V and ring bytes MAC rows read so far (reads the device counters: waits for `stream`).
   double bytes_read(cudaStream_t stream) const;
 

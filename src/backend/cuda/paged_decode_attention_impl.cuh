@@ -123,6 +123,7 @@ struct SplitParams {
   int max_pages_per_seq;
   size_t page_stride, head_stride;  // elements (PagedDecodeArgs::page_stride_elems etc.)
   float scale_log2;  // scale * log2(e): scores live in the exp2 domain
+  int q_rows = 0;    // PagedDecodeArgs::q_rows (0: row b's own query)
 };
 
 // Pages a warp takes at a time from its unit's pool.
@@ -160,7 +161,8 @@ struct SplitConfig {
 template <int D>
 __device__ __forceinline__ void load_q_fragments(const SplitParams& p, int b, int hq0, int rows, int row, int quad,
                                                  uint32_t (&qf)[D / 16][2]) {
-  const uint16_t* qrow = p.q + (size_t(b) * p.num_heads + hq0 + row) * D + 2 * quad;
+  const int qb = p.q_rows > 0 ? b % p.q_rows : b;
+  const uint16_t* qrow = p.q + (size_t(qb) * p.num_heads + hq0 + row) * D + 2 * quad;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     qf[kk][0] = row < rows ? __ldg(reinterpret_cast<const unsigned int*>(qrow + 16 * kk)) : 0u;
@@ -789,7 +791,8 @@ struct Variant {
                          .dynamic = !plan.direct && !a.deterministic, .num_heads = a.num_heads,
                          .num_kv_heads = a.num_kv_heads, .group = a.group_size(), .sub_groups = plan.sub_groups,
                          .max_pages_per_seq = a.max_pages_per_seq, .page_stride = a.page_stride_elems(),
-                         .head_stride = a.head_stride_elems(), .scale_log2 = a.scale * 1.4426950408889634f};
+                         .head_stride = a.head_stride_elems(), .scale_log2 = a.scale * 1.4426950408889634f,
+                         .q_rows = a.q_rows};
 
     const dim3 grid(plan.num_chunks, a.num_kv_heads * plan.sub_groups, a.batch);
     // A programmatic dependent of the step's previous kernel: it waits for its inputs first.

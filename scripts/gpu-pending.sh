@@ -17,6 +17,9 @@
 #      packed_scratch): CudaPagedDecodeAttention.* (the _qrows cases), CudaMac*, GpuEngine.Mac*,
 #      the mac policy tests against the CPU; then mac@hits=0 against dense, b1 and b8 32K
 #      (skim bench --mac; a miss cost +8.2% at b1 32K on 2026-11-26, issue 17 asks about +2%).
+#      RetroAttention's past rows count nothing in split_rows() and its call takes the hint, so a
+#      newest row keeps the CTAs it has alone (at w = 2, batch 1, it had half): GpuEngine.Retro*,
+#      the retro policy tests; then Retro w = 2 against quest (BENCH=gemv runs it; 1.12x at b1).
 #      Everything else passed on 4 x H100 at 14b015a and a56e4a3
 #      (bench/results/2026-11-27-h100-gemv-16warps/).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K

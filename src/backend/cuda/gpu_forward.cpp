@@ -547,11 +547,14 @@ uint32_t GpuForward::dense_policies(std::span<const int32_t> policies, std::span
 
 // The rows a decode step's page kernel plans its split for (Pass::split_rows): the lists of rows
 // [first, n) summed in units of the longest, rounded up (0: as many as the rows: the lists are
-// alike, as in a batch of one policy at one length).
-int GpuForward::split_rows(std::span<const int32_t> policies, std::span<const int32_t> positions, int first,
-                           uint32_t dense) const {
+// alike, as in a batch of one policy at one length). A RetroAttention past row (followed by a row
+// of its sequence) reads only its supplement, a few pages: it counts nothing, so the newest rows
+// keep the CTAs they would have alone (at w = 2 and batch 1 the newest row had half of them).
+int GpuForward::split_rows(std::span<PageTable* const> tables, std::span<const int32_t> policies,
+                           std::span<const int32_t> positions, int first, uint32_t dense) const {
   long sum = 0, longest = 0;
   for (size_t r = size_t(first); r < positions.size(); ++r) {
+    if (r + 1 < tables.size() && tables[r + 1] == tables[r]) continue;  // a past row
     const int index = policies.empty() ? 0 : policies[r], length = positions[r] + 1;
     const long t = dense >> index & 1u ? length : planner_->list_tokens(index, length);
     sum += t;
@@ -635,7 +638,7 @@ int GpuForward::launch(const ForwardBatch& given) {
     chunk = batch.policy.empty() || !planner_->mac_rule(batch.policy[size_t(r)]);
   if (batch.decode) {  // one graph per step, the logits rows (all, or the newest of each sequence) as data
     build_cs_tables(batch.tables, batch.positions, batch.policy);  // a cs sequence's first step: its tables, outside the graph
-    const int split = split_rows(batch.policy, batch.positions, cs_rows, dense);
+    const int split = split_rows(batch.tables, batch.policy, batch.positions, cs_rows, dense);
     check(cudaGraphLaunch(graph(n, max_len, false, policies, dense, all_rows ? -1 : nl, cs_rows, split), stream_),
           "cudaGraphLaunch");
     return nl;
@@ -798,7 +801,7 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> given_tables, st
   const uint32_t dense = dense_policies(policies, positions);
   for (int s = 0; s < steps; ++s) count_decode_bytes(tables, policies, positions, s, dense);
   cudaGraphExec_t exec =
-      graph(n, max_len, true, present, dense, -1, cs_rows, split_rows(policies, positions, cs_rows, dense));
+      graph(n, max_len, true, present, dense, -1, cs_rows, split_rows(tables, policies, positions, cs_rows, dense));
 
   const double ms = gpu_time_ms(stream_, [&] {
     for (int s = 0; s < steps; ++s) {

@@ -230,8 +230,8 @@ class GpuForward final : public Forward, private Backend {
                         int logits_n, int cs_rows, int split);
   void count_decode_bytes(std::span<PageTable* const> tables, std::span<const int32_t> policies,
                           std::span<const int32_t> positions, int ahead, uint32_t dense);
-  int split_rows(std::span<const int32_t> policies, std::span<const int32_t> positions, int first,
-                 uint32_t dense) const;
+  int split_rows(std::span<PageTable* const> tables, std::span<const int32_t> policies,
+                 std::span<const int32_t> positions, int first, uint32_t dense) const;
   // A decode step's rows that run cs; when they are not its first rows, `ordered` receives the
   // batch with them first (in their order, the others after in theirs) and its logits rows
   // following their rows, and `reordered` is set.

@@ -44,11 +44,13 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
   // Every list is within the plan's bound: a newest row's (and another policy's row's) is its
   // base list, a past row's a subset of its newest row's. The pass's context bound instead
   // sized the kernel's chunks for the whole context, idling most CTAs on a sparse base's lists.
-  const PagedDecodeArgs a = base.with_lists(plan.max_seq_len, x.table, x.lens, x.masks, x.o, x.lse);
-  if (plan.art_rules)  // ART rows pass through whole, in their visiting order
+  PagedDecodeArgs a = base.with_lists(plan.max_seq_len, x.table, x.lens, x.masks, x.o, x.lse);
+  if (plan.art_rules) {  // ART rows pass through whole, in their visiting order
     run_art(a, plan, s);
-  else
+  } else {
+    a.split_rows = pass_.split_rows;  // the newest rows' (past rows count nothing: split_rows())
     check(paged_decode_attention(a, s), "paged_decode_attention (retro)");
+  }
   check(retro_merge({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .o = x.o, .lse = x.lse,
                      .out = o_.data(), .out_lse = lse_.data(), .row_slot = row_slot, .retro_step = steps,
                      .newest_row = newest, .rules = plan.retro_rules, .row_policy = row_policy,

@@ -20,7 +20,7 @@
 #      RetroAttention's past rows count nothing in split_rows() and its call takes the hint, so a
 #      newest row keeps the CTAs it has alone (at w = 2, batch 1, it had half): GpuEngine.Retro*,
 #      the retro policy tests; then Retro w = 2 against quest (BENCH=gemv runs it; 1.12x at b1).
-#      Everything else passed on 4 x H100 at 14b015a and a56e4a3
+#      Everything else passed on 4 x H100 at 14b015a and 8626142
 #      (bench/results/2026-11-27-h100-gemv-16warps/).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
@@ -42,10 +42,13 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (written 2026-11-27): PARTS=tests,bench,ncu BENCH=gemv TEST_SHARDS=2 NCU_BATCH=1
-#   NCU_POLICY='cs:keep=0.05,list=0.05,points=4096|mac@hits=0|quest:budget=0.1,min=0,dense_layers=0'
-#   (item 1's tests; batch 4 with the tensor-core GEMV against the previous revision; where cs's,
-#   MAC's and quest's batch-1 steps go now, for issues 17, 18 and 20).
+# Next (written 2026-11-27), the previous revision 27a108b (the last whose code ran, but for
+# kGemvMmaMinRows 4) carried as build-legacy/tree.tar.xz:
+#   call 1: PARTS=tests,bench BENCH=gemv BENCH2=mac TEST_SHARDS=2 (both benchmark groups run both
+#     revisions, about 4 minutes each beside the tests; the builds take about 3);
+#   call 2, on the warm machine: PARTS=ncu NCU_BATCH=1
+#     NCU_POLICY='cs:keep=0.05,list=0.05,points=4096|mac@hits=0|quest:budget=0.1,min=0,dense_layers=0'
+#     (where cs's, MAC's and quest's batch-1 steps go now, for issues 17, 18 and 20).
 set -uo pipefail
 OUT=${1:?usage: gpu-pending.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -128,7 +131,8 @@ tests_pid=$!
 ncu_pid=$!
 # BENCH: which benchmark groups `bench` runs (default all): cs (cs at 5% beside dense and quest,
 # b1), mixed (one batch of 8 mixing policies beside each alone), hostkv (512K over host KV), art
-# (ART over dense, natural and forced stops, e2e), gemv (the decode GEMV's two kernels, e2e by batch).
+# (ART over dense, natural and forced stops, e2e), gemv (the decode GEMV's two kernels, e2e by batch),
+# mac (MAC at forced hit rates against dense, both revisions).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -170,6 +174,16 @@ bench_groups() {  # GROUPS GPU
       echo "-- art"
       timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --art --sparse-keep 0 \
         --contexts 32768,131072 --batches 1,8 --json "$OUT/e2e-art.json" | grep -E "8B|rror"
+    fi
+    if bench_has mac; then
+      # MAC over dense at forced hit rates against dense (issue 17: a miss may cost no more than
+      # dense + the match), this revision against the previous one.
+      for bin in build-gpu build-gpu-legacy build-gpu; do
+        [ -x $bin/skim ] || continue
+        echo "-- mac, $bin"
+        timeout 200 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --mac --sparse-keep 0 \
+          --contexts 32768 --batches 1,8 | grep -E "8B|rror"
+      done
     fi
     if bench_has gemv; then
       # The decode GEMV by x rows, FMA against tensor-core kernel (bench/gemv_rows.cu), then end to

@@ -46,7 +46,7 @@
 # kGemvMmaMinRows 4) carried as build-legacy/tree.tar.xz:
 #   call 1: PARTS=tests,bench BENCH=gemv BENCH2=mac TEST_SHARDS=2 (both benchmark groups run both
 #     revisions, about 4 minutes each beside the tests; the builds take about 3);
-#   call 2, on the warm machine: PARTS=ncu NCU_BATCH=1
+#   call 2, on the warm machine: PARTS=bench,ncu BENCH=art NCU_BATCH=1
 #     NCU_POLICY='cs:keep=0.05,list=0.05,points=4096|mac@hits=0|quest:budget=0.1,min=0,dense_layers=0'
 #     (where cs's, MAC's and quest's batch-1 steps go now, for issues 17, 18 and 20).
 set -uo pipefail
@@ -174,6 +174,12 @@ bench_groups() {  # GROUPS GPU
       echo "-- art"
       timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --art --sparse-keep 0 \
         --contexts 32768,131072 --batches 1,8 --json "$OUT/e2e-art.json" | grep -E "8B|rror"
+      # Batch 1 with fewer warps a list (art:warps): a smaller wave overshoots an early stop less
+      # (at the decode split's 128 warps a list, stops forced after round 2 read 47% of 32K and ran
+      # slower than dense, H100 2026-11-27).
+      forced='art:order=group,stop=group,test=probe,round=16,patience=2,eps_scale=1000,eps_dir=2'
+      timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$forced" \
+        "$forced,warps=32" "$forced,warps=16" --contexts 32768,131072 --batches 1 | grep -E "8B|rror"
     fi
     if bench_has mac; then
       # MAC over dense at forced hit rates against dense (issue 17: a miss may cost no more than

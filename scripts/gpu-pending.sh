@@ -12,7 +12,10 @@
 #      and below four rows where its CTAs fit one wave (gemv.cu mma_fits_one_wave: the 8B
 #      shape's o and down projections at batch 1, 2.4 us a layer faster in bench/gemv_rows.cu):
 #      the golden and greedy tests now run it at batch 1; time dense b1 against the previous
-#      revision (BENCH=gemv). MAC's parts below and above the prefix end in one attention call
+#      revision (BENCH=gemv). cs's dense fallback (decode_planner.cpp kCsDenseBelow; a sequence
+#      with tables stays on cs): DecodePlanner.DenseFallback*, GpuEngine.DenseFallback* (now with
+#      cs), Cs/*, GpuEngine.Mixed*; then cs at b1 32K with the fallback (dense's time expected).
+#      MAC's parts below and above the prefix end in one attention call
 #      of 2n rows (PagedDecodeArgs::q_rows: rows [n, 2n) on rows [0, n)'s queries; MacState::
 #      packed_scratch): CudaPagedDecodeAttention.* (the _qrows cases), CudaMac*, GpuEngine.Mac*,
 #      the mac policy tests against the CPU; then mac@hits=0 against dense, b1 and b8 32K
@@ -145,14 +148,14 @@ bench_groups() {  # GROUPS GPU
     cs='cs:keep=0.05,list=0.05,points=4096'
     quest='quest:budget=0.05,min=0,dense_layers=0'
     if bench_has cs; then  # cs on the GPU: beside dense and quest at 5%, 8B shape, b1
-      timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" "$cs,step=4" \
+      timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --no-dense-fallback --e2e-policy dense "$cs" "$cs,step=4" \
         "$quest" --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
     fi
     if bench_has mixed; then
       # One batch of 8 mixing policies (issue 16) beside each policy's batch of 8 alone: the page
       # kernel's split planned for the rows' lists (PagedDecodeArgs::split_rows, 2026-11-27).
       echo "-- mixed"
-      mixed=(--e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" "$quest" "$cs;dense;$quest" \
+      mixed=(--e2e-only --no-prefill --8b-only --steps 16 --no-dense-fallback --e2e-policy dense "$cs" "$quest" "$cs;dense;$quest" \
         "dense;$quest" "dense;$quest;$quest;$quest" --contexts 32768 --batches 8)
       timeout 300 build-gpu/skim bench "${mixed[@]}" --json "$OUT/e2e-mixed.json" | grep -E "8B|rror"
       if [ -x build-gpu-legacy/skim ]; then  # the previous revision, same GPU, right after

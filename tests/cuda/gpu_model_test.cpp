@@ -435,9 +435,9 @@ TEST(GpuEngine, MixedPolicyBatchMatchesEachPolicyAlone) {
 }
 
 // The dense fallback (EngineOptions::dense_fallback, on by default): at the demo prompt's length a
-// selection leaves too few tokens unread to pay for its kernels, so gbsa's and quest's steps
-// attend every key: the same logits as dense's, bit for bit, and dense's bytes; with the fallback
-// off they select (the logits move).
+// selection leaves too few tokens unread to pay for its kernels, so gbsa's, quest's and cs's steps
+// attend every key: the same logits as dense's, bit for bit, and dense's bytes (cs builds no
+// tables); with the fallback off they select (the logits move).
 TEST(GpuEngine, DenseFallbackAttendsEveryKeyWhereSelectionCannotPay) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const test::DemoLong d;
@@ -461,7 +461,8 @@ TEST(GpuEngine, DenseFallbackAttendsEveryKeyWhereSelectionCannotPay) {
     return r;
   };
   const Run dense = run("dense", true);
-  for (const std::string policy : {"gbsa:keep=0.1,n_min=16", "quest:budget=0.1,min=0"}) {
+  for (const std::string policy : {"gbsa:keep=0.1,n_min=16", "quest:budget=0.1,min=0",
+                                   "cs:centroids=1,backoff_top=1,iters=2,points=65536,keep=0.2,list=0.5,window=64"}) {
     const Run fell_back = run(policy, true), selected = run(policy, false);
     EXPECT_EQ(fell_back.logits, dense.logits) << policy;
     EXPECT_DOUBLE_EQ(fell_back.bytes, dense.bytes) << policy;

@@ -28,6 +28,17 @@ double kv_bytes_per_token(const PlannerShape& s) { return 2.0 * s.num_kv_heads *
 
 PlanRows rows_of(const PlanInput& in, uint32_t rows) { return {in.row_policy, rows}; }
 
+// The dense fallback's thresholds for cs (RowPlanner::dense_below; gbsa's and quest's below), in
+// tokens left unread per step summed over the policy's rows, measured on the H100 with the 8B
+// shape at keep and list 0.05 (bench/results/2026-11-27-h100-pending/, -gemv-mma-cs-branch/): a
+// search every step (about 79 us a layer of search and streaming insert at batch 1) lost 13% to
+// dense at 32K batch 1 (31K tokens unread), won 5.5% at 128K (124K) and 32% at batch 8 and 32K
+// (250K); a search every 4 steps lost 5% at 32K and won 19% at 128K. Interpolated, the two cross
+// dense near 96K and 50K tokens. A sequence whose tables exist stays on cs
+// (GpuForward::dense_policies).
+constexpr int kCsDenseBelow = 98304;
+constexpr int kCsStep4DenseBelow = 49152;
+
 // CSAttention: its dense layers attend every key; the others attend the token plan the forward's
 // CsState makes (DevicePlan::cs), so nothing is planned here. Its bytes: the keys it keeps
 // (keep x length, at least the window) and the list entries a search reads (M subspaces' lists
@@ -39,9 +50,10 @@ class CsRows final : public RowPlanner {
   void select(const PlanInput&, uint32_t, const Out&, cudaStream_t) override {}
   double bytes_read(int layer, int length) const override {
     if (dense_in(layer)) return length * kv_bytes_per_token(s_);
-    const int kept = std::min(length, std::max({1, int(std::ceil(p_.keep * length)), std::min(length, p_.window)}));
-    return kept * kv_bytes_per_token(s_) + metadata_bytes(layer, length);
+    return kept(length) * kv_bytes_per_token(s_) + metadata_bytes(layer, length);
   }
+  int skipped_tokens(int length) const override { return length - kept(length); }
+  int dense_below() const override { return p_.step >= 4 ? kCsStep4DenseBelow : kCsDenseBelow; }
   double metadata_bytes(int layer, int length) const override {
     if (dense_in(layer)) return 0;
     const double entries = p_.list <= 1.0 ? std::ceil(p_.list * length) : p_.list;
@@ -52,6 +64,9 @@ class CsRows final : public RowPlanner {
   const CsParams* cs_params() const override { return &p_; }
 
  private:
+  int kept(int length) const {
+    return std::min(length, std::max({1, int(std::ceil(p_.keep * length)), std::min(length, p_.window)}));
+  }
   PlannerShape s_;
   CsParams p_;
 };

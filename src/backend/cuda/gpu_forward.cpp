@@ -533,13 +533,23 @@ int GpuForward::bucket(int max_seq_len) const {
   return std::min(b, cap);
 }
 
-uint32_t GpuForward::dense_policies(std::span<const int32_t> policies, std::span<const int32_t> positions) {
+uint32_t GpuForward::dense_policies(std::span<PageTable* const> tables, std::span<const int32_t> policies,
+                                    std::span<const int32_t> positions) {
   // Over host KV dense rows read the host pools whole: the fallback would cost, never save.
   if (!opt_.dense_fallback || host_kv_) return 0;
   std::vector<int32_t>& lengths = fallback_lengths_;  // reused: no allocation per step
   lengths.assign(positions.begin(), positions.end());
   for (int32_t& l : lengths) l += 1;
-  const uint32_t dense = planner_->dense_fallback(policies, lengths);
+  uint32_t dense = planner_->dense_fallback(policies, lengths);
+  // cs keeps its tables current by inserting each step's keys: a policy with a sequence whose
+  // tables exist stays on cs. A sequence that falls back has none yet; its first cs step builds
+  // them from every key so far (build_cs_tables).
+  for (size_t r = 0; dense && cs_ && r < tables.size(); ++r) {
+    const int index = policies.empty() ? 0 : policies[r];
+    if (!(dense >> index & 1u) || !planner_->cs_params(index)) continue;
+    const int slot = cs_->slot_of(tables[r]);
+    if (slot >= 0 && cs_->built(slot)) dense &= ~(1u << index);
+  }
   for (size_t r = 0; dense && r < lengths.size(); ++r)
     dense_fallback_rows_ += dense >> (policies.empty() ? 0 : policies[r]) & 1u;
   return dense;
@@ -602,9 +612,13 @@ void GpuForward::require_rows(const ForwardBatch& batch) const {
     SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
 }
 
-int GpuForward::cs_rows_first(const ForwardBatch& batch, ForwardBatch& ordered, bool& reordered) const {
+int GpuForward::cs_rows_first(const ForwardBatch& batch, uint32_t dense, ForwardBatch& ordered,
+                              bool& reordered) const {
   std::vector<bool> cs(batch.tokens.size());
-  for (size_t r = 0; r < cs.size(); ++r) cs[r] = planner_->cs_params(batch.policy.empty() ? 0 : batch.policy[r]) != nullptr;
+  for (size_t r = 0; r < cs.size(); ++r) {
+    const int index = batch.policy.empty() ? 0 : batch.policy[r];
+    cs[r] = planner_->cs_params(index) != nullptr && !(dense >> index & 1u);  // not falling back to dense
+  }
   return rows_first(batch, cs, ordered, reordered);
 }
 
@@ -613,15 +627,15 @@ int GpuForward::launch(const ForwardBatch& given) {
   require_rows(given);
   // A decode step's cs rows go first (its cs kernels and the others' plan then take row ranges);
   // its logits rows follow their rows, so the logits come back in the order asked.
+  const uint32_t dense = given.decode ? dense_policies(given.tables, given.policy, given.positions) : 0;
   ForwardBatch ordered;
   bool reordered = false;
-  const int cs_rows = given.decode && cs_ ? cs_rows_first(given, ordered, reordered) : 0;
+  const int cs_rows = given.decode && cs_ ? cs_rows_first(given, dense, ordered, reordered) : 0;
   const ForwardBatch& batch = reordered ? ordered : given;
   const uint32_t policies =
       stage(batch.tables, batch.tokens, batch.positions, batch.logits_rows, batch.policy, batch.retro_step);
 
   const int max_len = 1 + *std::max_element(batch.positions.begin(), batch.positions.end());
-  const uint32_t dense = batch.decode ? dense_policies(batch.policy, batch.positions) : 0;
   if (batch.decode) count_decode_bytes(batch.tables, batch.policy, batch.positions, 0, dense);
   const int nl = int(batch.logits_rows.size());
   bool all_rows = nl == n;
@@ -637,7 +651,7 @@ int GpuForward::launch(const ForwardBatch& given) {
   for (int r = 0; chunk && staged_runs_ > 1 && r < n; ++r)
     chunk = batch.policy.empty() || !planner_->mac_rule(batch.policy[size_t(r)]);
   if (batch.decode) {  // one graph per step, the logits rows (all, or the newest of each sequence) as data
-    build_cs_tables(batch.tables, batch.positions, batch.policy);  // a cs sequence's first step: its tables, outside the graph
+    build_cs_tables(batch.tables, batch.positions, batch.policy, dense);  // a cs sequence's first step: its tables, outside the graph
     const int split = split_rows(batch.tables, batch.policy, batch.positions, cs_rows, dense);
     check(cudaGraphLaunch(graph(n, max_len, false, policies, dense, all_rows ? -1 : nl, cs_rows, split), stream_),
           "cudaGraphLaunch");
@@ -768,11 +782,16 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> given_tables, st
                    (given_policies.empty() || given_policies.size() == size_t(n)),
                "decode_greedy: {} sequences, {} first tokens, {} policies, {} steps", n, given_first.size(),
                given_policies.size(), steps);
+  std::vector<int32_t> given_positions;
+  for (PageTable* t : given_tables) given_positions.push_back(t->length);
+  const uint32_t dense = dense_policies(given_tables, given_policies, given_positions);
   // The cs rows first (the step's cs kernels take rows [0, cs_rows)), each group in its order;
   // the tokens come back in the order given.
   std::vector<bool> cs(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    cs[size_t(r)] = cs_ && planner_->cs_params(given_policies.empty() ? 0 : given_policies[size_t(r)]);
+  for (int r = 0; r < n; ++r) {
+    const int index = given_policies.empty() ? 0 : given_policies[size_t(r)];
+    cs[size_t(r)] = cs_ && planner_->cs_params(index) && !(dense >> index & 1u);
+  }
   const std::vector<int> order = marked_first(cs);
   const int cs_rows = int(std::count(cs.begin(), cs.end(), true));
   std::vector<PageTable*> tables;
@@ -797,8 +816,7 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> given_tables, st
     next_host_steps_ = size_t(steps);
   }
   const uint32_t present = stage(tables, first, positions, {}, policies);
-  build_cs_tables(tables, positions, policies, steps);
-  const uint32_t dense = dense_policies(policies, positions);
+  build_cs_tables(tables, positions, policies, dense, steps);
   for (int s = 0; s < steps; ++s) count_decode_bytes(tables, policies, positions, s, dense);
   cudaGraphExec_t exec =
       graph(n, max_len, true, present, dense, -1, cs_rows, split_rows(tables, policies, positions, cs_rows, dense));

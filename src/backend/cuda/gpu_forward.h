@@ -216,8 +216,9 @@ class GpuForward final : public Forward, private Backend {
   // step's layer as a token plan over the rows' own pages.
   void reserve_cs(int index, bool& moved);
   void begin_cs_chunk(const ForwardBatch& batch, Pass& pass);
+  // Rows of policies in `dense` fall back to dense (dense_policies): no tables built.
   void build_cs_tables(std::span<PageTable* const> tables, std::span<const int32_t> positions,
-                       std::span<const int32_t> policies, int steps = 1);
+                       std::span<const int32_t> policies, uint32_t dense, int steps = 1);
   void attend_cs(int layer, int n, const PagedDecodeArgs& base, cudaStream_t stream);
   void attend_pages(int layer, int n, const DevicePlan& plan, PagedDecodeArgs a, cudaStream_t stream);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
@@ -235,9 +236,11 @@ class GpuForward final : public Forward, private Backend {
   // A decode step's rows that run cs; when they are not its first rows, `ordered` receives the
   // batch with them first (in their order, the others after in theirs) and its logits rows
   // following their rows, and `reordered` is set.
-  int cs_rows_first(const ForwardBatch& batch, ForwardBatch& ordered, bool& reordered) const;
+  // Rows of policies in `dense` (the dense fallback) run no cs.
+  int cs_rows_first(const ForwardBatch& batch, uint32_t dense, ForwardBatch& ordered, bool& reordered) const;
   // The step's policies attending every key (Pass::dense_policies): none unless dense_fallback.
-  uint32_t dense_policies(std::span<const int32_t> policies, std::span<const int32_t> positions);
+  uint32_t dense_policies(std::span<PageTable* const> tables, std::span<const int32_t> policies,
+                          std::span<const int32_t> positions);
   void enqueue_logprobs(int nl, std::span<const int32_t> top_n);
   std::vector<TokenLogprob> collect_logprobs(std::span<const int32_t> tokens, std::span<const int32_t> top_n) const;
   void drop_graphs();

@@ -59,10 +59,11 @@ void GpuForward::begin_cs_chunk(const ForwardBatch& batch, Pass& pass) {
 // gets them, from the keys before its position (the CPU builds at the first decode step too);
 // the keys the steps insert are counted as indexed.
 void GpuForward::build_cs_tables(std::span<PageTable* const> tables, std::span<const int32_t> positions,
-                                 std::span<const int32_t> policies, int steps) {
+                                 std::span<const int32_t> policies, uint32_t dense, int steps) {
   if (!cs_) return;
   for (size_t r = 0; r < tables.size(); ++r) {
-    if (!planner_->cs_params(policies.empty() ? 0 : policies[r])) continue;
+    const int index = policies.empty() ? 0 : policies[r];
+    if (!planner_->cs_params(index) || dense >> index & 1u) continue;
     const int slot = cs_->slot_of(tables[r]);
     SKIM_REQUIRE(slot >= 0, "policy cs: a sequence reached decoding without a prompt run under cs on the GPU");
     if (!cs_->built(slot)) {

@@ -28,8 +28,10 @@
 // C++ (the CPU kernels, tests, the engine) can include it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace skim {
 
@@ -129,5 +131,16 @@ struct PagedDecodeArgsOf {
 
 using PagedDecodeArgs = PagedDecodeArgsOf<uint16_t>;  // bf16 bits: the GPU cache
 using PagedDecodeArgsF32 = PagedDecodeArgsOf<float>;  // the CPU cache
+
+// The split_rows of a call whose rows' lists hold these many tokens at most: their sum in units of
+// the longest, rounded up; 0 (plan for the batch) when that is every row, as when the lists are
+// alike. A row that reads next to nothing (a RetroAttention past row's supplement) counts 0.
+inline int split_rows_for(std::span<const int64_t> list_tokens) {
+  int64_t sum = 0, longest = 0;
+  for (int64_t t : list_tokens) sum += t, longest = std::max(longest, t);
+  const int rows = int(list_tokens.size());
+  const int split = longest > 0 ? int((sum + longest - 1) / longest) : rows;
+  return split >= rows ? 0 : split;
+}
 
 }  // namespace skim

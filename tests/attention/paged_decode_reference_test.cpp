@@ -265,5 +265,20 @@ TEST(PagedDecodeF32Kernel, SplitListsMatchTheReference) {
   expect_f32_kernel_matches(a, q, kp, vp, o, lse, 8);
 }
 
+// split_rows_for (host code, the GPU forward's split hint): alike lists plan for the batch (0);
+// long rows beside short ones count the short ones as fractions of the longest; rows that read
+// nothing (Retro's past rows) count nothing.
+TEST(SplitRowsFor, CountsTheListsInUnitsOfTheLongest) {
+  using V = std::vector<int64_t>;
+  auto split = [](const V& t) { return split_rows_for(t); };
+  EXPECT_EQ(split({32768, 32768, 32768}), 0);
+  EXPECT_EQ(split({}), 0);
+  EXPECT_EQ(split({0, 0}), 0);
+  EXPECT_EQ(split({32768, 1700, 1700, 1700, 1700, 1700, 1700, 32768}), 3);  // 2 dense + 6 quest at 5%
+  EXPECT_EQ(split({32768, 32768, 32768, 1700, 1700}), 4);
+  EXPECT_EQ(split({32768, 0}), 1);         // Retro at w = 2: the newest row alone
+  EXPECT_EQ(split({1000, 32768, 1000}), 2);
+}
+
 }  // namespace
 }  // namespace skim

@@ -561,18 +561,15 @@ uint32_t GpuForward::dense_policies(std::span<PageTable* const> tables, std::spa
 // of its sequence) reads only its supplement, a few pages: it counts nothing, so the newest rows
 // keep the CTAs they would have alone (at w = 2 and batch 1 the newest row had half of them).
 int GpuForward::split_rows(std::span<PageTable* const> tables, std::span<const int32_t> policies,
-                           std::span<const int32_t> positions, int first, uint32_t dense) const {
-  long sum = 0, longest = 0;
+                           std::span<const int32_t> positions, int first, uint32_t dense) {
+  std::vector<int64_t>& tokens = split_tokens_;  // reused: no allocation per step
+  tokens.clear();
   for (size_t r = size_t(first); r < positions.size(); ++r) {
-    if (r + 1 < tables.size() && tables[r + 1] == tables[r]) continue;  // a past row
     const int index = policies.empty() ? 0 : policies[r], length = positions[r] + 1;
-    const long t = dense >> index & 1u ? length : planner_->list_tokens(index, length);
-    sum += t;
-    longest = std::max(longest, t);
+    const bool past = r + 1 < tables.size() && tables[r + 1] == tables[r];
+    tokens.push_back(past ? 0 : dense >> index & 1u ? length : planner_->list_tokens(index, length));
   }
-  const int rows = int(positions.size()) - first;
-  const int split = longest > 0 ? int((sum + longest - 1) / longest) : rows;
-  return split >= rows ? 0 : split;
+  return split_rows_for(tokens);
 }
 
 cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t policies, uint32_t dense_policies,

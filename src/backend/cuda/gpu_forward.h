@@ -232,7 +232,7 @@ class GpuForward final : public Forward, private Backend {
   void count_decode_bytes(std::span<PageTable* const> tables, std::span<const int32_t> policies,
                           std::span<const int32_t> positions, int ahead, uint32_t dense);
   int split_rows(std::span<PageTable* const> tables, std::span<const int32_t> policies,
-                 std::span<const int32_t> positions, int first, uint32_t dense) const;
+                 std::span<const int32_t> positions, int first, uint32_t dense);
   // A decode step's rows that run cs; when they are not its first rows, `ordered` receives the
   // batch with them first (in their order, the others after in theirs) and its logits rows
   // following their rows, and `reordered` is set.
@@ -336,6 +336,7 @@ class GpuForward final : public Forward, private Backend {
   std::map<std::tuple<int, int, bool, uint32_t, uint32_t, int, int, int>, cudaGraphExec_t> graphs_;
   uint64_t dense_fallback_rows_ = 0;
   std::vector<int32_t> fallback_lengths_;  // dense_policies' scratch
+  std::vector<int64_t> split_tokens_;      // split_rows' scratch
 };
 
 }  // namespace skim::cuda

@@ -546,12 +546,14 @@ uint32_t GpuForward::dense_policies(std::span<PageTable* const> tables, std::spa
   // them from every key so far (build_cs_tables).
   for (size_t r = 0; dense && cs_ && r < tables.size(); ++r) {
     const int index = policies.empty() ? 0 : policies[r];
-    if (!(dense >> index & 1u) || !planner_->cs_params(index)) continue;
+    if (!planner_->cs_params(index) || !(dense >> index & 1u)) continue;  // cs_params: null for index < 0
     const int slot = cs_->slot_of(tables[r]);
     if (slot >= 0 && cs_->built(slot)) dense &= ~(1u << index);
   }
-  for (size_t r = 0; dense && r < lengths.size(); ++r)
-    dense_fallback_rows_ += dense >> (policies.empty() ? 0 : policies[r]) & 1u;
+  for (size_t r = 0; dense && r < lengths.size(); ++r) {
+    const int index = policies.empty() ? 0 : policies[r];
+    dense_fallback_rows_ += index >= 0 && (dense >> index & 1u);  // a negative index: no policy's row
+  }
   return dense;
 }
 
@@ -567,7 +569,7 @@ int GpuForward::split_rows(std::span<PageTable* const> tables, std::span<const i
   for (size_t r = size_t(first); r < positions.size(); ++r) {
     const int index = policies.empty() ? 0 : policies[r], length = positions[r] + 1;
     const bool past = r + 1 < tables.size() && tables[r + 1] == tables[r];
-    tokens.push_back(past ? 0 : dense >> index & 1u ? length : planner_->list_tokens(index, length));
+    tokens.push_back(past || index < 0 ? 0 : dense >> index & 1u ? length : planner_->list_tokens(index, length));
   }
   return split_rows_for(tokens);
 }

@@ -63,8 +63,8 @@ struct PagedDecodeArgsOf {
   // among short ones) plans as many CTAs per (row, KV unit) as `split_rows` rows of the longest
   // list would need to fill the machine: the long rows then fill it alone, and the CTAs of the
   // short ones find little or nothing to read and leave early. Planned for the whole batch, the
-  // long rows had the CTAs of a uniform batch: at batch 8 with 3 dense rows beside 5 sparse,
-  // 48 of 132 SMs read and the step took as long as 8 dense rows (H200, 2026-11-27).
+  // long rows had the CTAs of a uniform batch: at batch 8 with 2 dense rows beside 6 quest rows
+  // the step took 11% longer (H100, 2026-11-27; with 3 or 4 dense rows the two plans ran alike).
   int split_rows = 0;
   // Rows of q (0: batch): row b attends with query row b % q_rows, so one call can attend two
   // list sets of the same queries (MAC's keys below and above a row's prefix end, as rows

@@ -611,14 +611,18 @@ void GpuForward::require_rows(const ForwardBatch& batch) const {
     SKIM_REQUIRE(r >= 0 && r < n, "forward: logits row {} outside the batch of {}", r, n);
 }
 
-int GpuForward::cs_rows_first(const ForwardBatch& batch, uint32_t dense, ForwardBatch& ordered,
-                              bool& reordered) const {
-  std::vector<bool> cs(batch.tokens.size());
-  for (size_t r = 0; r < cs.size(); ++r) {
-    const int index = batch.policy.empty() ? 0 : batch.policy[r];
+std::vector<bool> GpuForward::cs_marks(std::span<const int32_t> policies, size_t n, uint32_t dense) const {
+  std::vector<bool> cs(n);
+  for (size_t r = 0; cs_ && r < n; ++r) {
+    const int index = policies.empty() ? 0 : policies[r];
     cs[r] = planner_->cs_params(index) != nullptr && !(dense >> index & 1u);  // not falling back to dense
   }
-  return rows_first(batch, cs, ordered, reordered);
+  return cs;
+}
+
+int GpuForward::cs_rows_first(const ForwardBatch& batch, uint32_t dense, ForwardBatch& ordered,
+                              bool& reordered) const {
+  return rows_first(batch, cs_marks(batch.policy, batch.tokens.size(), dense), ordered, reordered);
 }
 
 int GpuForward::launch(const ForwardBatch& given) {
@@ -786,11 +790,7 @@ DecodeRun GpuForward::decode_greedy(std::span<PageTable* const> given_tables, st
   const uint32_t dense = dense_policies(given_tables, given_policies, given_positions);
   // The cs rows first (the step's cs kernels take rows [0, cs_rows)), each group in its order;
   // the tokens come back in the order given.
-  std::vector<bool> cs(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    const int index = given_policies.empty() ? 0 : given_policies[size_t(r)];
-    cs[size_t(r)] = cs_ && planner_->cs_params(index) && !(dense >> index & 1u);
-  }
+  const std::vector<bool> cs = cs_marks(given_policies, size_t(n), dense);
   const std::vector<int> order = marked_first(cs);
   const int cs_rows = int(std::count(cs.begin(), cs.end(), true));
   std::vector<PageTable*> tables;

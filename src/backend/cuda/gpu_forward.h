@@ -233,10 +233,11 @@ class GpuForward final : public Forward, private Backend {
                           std::span<const int32_t> positions, int ahead, uint32_t dense);
   int split_rows(std::span<PageTable* const> tables, std::span<const int32_t> policies,
                  std::span<const int32_t> positions, int first, uint32_t dense);
-  // A decode step's rows that run cs; when they are not its first rows, `ordered` receives the
-  // batch with them first (in their order, the others after in theirs) and its logits rows
-  // following their rows, and `reordered` is set.
-  // Rows of policies in `dense` (the dense fallback) run no cs.
+  // Which of n rows run cs: their policy's, unless it falls back to dense (in `dense`).
+  std::vector<bool> cs_marks(std::span<const int32_t> policies, size_t n, uint32_t dense) const;
+  // A decode step's rows that run cs (cs_marks); when they are not its first rows, `ordered`
+  // receives the batch with them first (in their order, the others after in theirs) and its
+  // logits rows following their rows, and `reordered` is set.
   int cs_rows_first(const ForwardBatch& batch, uint32_t dense, ForwardBatch& ordered, bool& reordered) const;
   // The step's policies attending every key (Pass::dense_policies): none unless dense_fallback.
   uint32_t dense_policies(std::span<PageTable* const> tables, std::span<const int32_t> policies,

@@ -7,7 +7,6 @@
 // products; at one to eight rows these reach more of the bandwidth.
 #include <algorithm>
 
-#include "backend/cuda/device_info.h"
 #include "backend/cuda/mma_sync.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -164,28 +163,6 @@ void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cud
   (void)launch_pdl(gemv_kernel<N, R>, blocks, 256, 0, s, x, w, y, out, in);
 }
 
-// Whether the tensor-core kernel's CTAs for `out` weight rows fit one wave of the device's
-// resident slots. There it beat the FMA kernel at one to three x rows too: the 8B shape's o and
-// down projections (4096 rows, 256 CTAs on 264 slots) took 13.7 against 14.0 us and 42.7
-// against 44.8 at one row; where more waves leave a tail, the FMA kernel won (QKV's 6144 rows:
-// 18.7 against 20.3; H100, bench/results/2026-11-27-h100-gemv-16warps/).
-bool mma_fits_one_wave(int out) {
-  constexpr int kMaxDevices = 64;
-  static int slots[kMaxDevices] = {};  // benign race: every writer stores the same value
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev >= kMaxDevices) return false;
-  if (slots[dev] == 0) {
-    detail::DeviceInfo info;
-    int per_sm = 0;
-    if (detail::device_info(info) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_mma_kernel<kMmaWarps, kMmaUnroll>,
-                                                      kMmaWarps * 32, 0) != cudaSuccess)
-      return false;
-    slots[dev] = std::max(1, info.sms * per_sm);
-  }
-  return (out + 15) / 16 <= slots[dev];
-}
-
 void launch_mma(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t s) {
   (void)launch_pdl(gemv_mma_kernel<kMmaWarps, kMmaUnroll>, (out + 15) / 16, kMmaWarps * 32, 0, s, x, w, y, n, out,
                    in);
@@ -194,8 +171,12 @@ void launch_mma(const uint16_t* x, const uint16_t* w, float* y, int n, int out, 
 }  // namespace
 
 bool gemv(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t s) {
-  const bool mma = n >= kGemvMmaMinRows || mma_fits_one_wave(out);
-  return gemv_with(x, w, y, n, out, in, mma ? GemvKernel::kMma : GemvKernel::kFma, s);
+  // Below kGemvMmaMinRows rows the FMA kernel, even where the tensor-core kernel's CTAs fit one
+  // wave and beat it in isolation (the 8B shape's o and down projections at one row: 13.7
+  // against 13.9 us, 42.7 against 44.8): with those two on the tensor cores dense decoding at
+  // batch 1, 32K ran 1% slower end to end (7.26 against 7.19-7.22 ms, H100 2026-11-27,
+  // bench/results/2026-11-27-h100-s23-pending/).
+  return gemv_with(x, w, y, n, out, in, n >= kGemvMmaMinRows ? GemvKernel::kMma : GemvKernel::kFma, s);
 }
 
 bool gemv_with(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, GemvKernel kind,

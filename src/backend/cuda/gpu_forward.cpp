@@ -86,6 +86,12 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   size_t ws = 1;
   a.split_rows = 1;
   for (a.batch = 1; a.batch <= o.max_rows; ++a.batch) ws = std::max(ws, paged_decode_workspace_size(a));
+  // MAC's one call of 2n rows, split as its n rows (gpu_forward_mac.cpp).
+  for (int n = 1; n <= o.max_rows; ++n) {
+    a.batch = 2 * n;
+    a.split_rows = a.q_rows = n;
+    ws = std::max(ws, paged_decode_workspace_size(a));
+  }
   attn_workspace_.resize(ws);
   check(cudaMemset(attn_workspace_.data(), 0, attn_workspace_.bytes()), "cudaMemset");
   // Prefill chunks too short to fill the GPU (rectification) split their keys over CTAs.

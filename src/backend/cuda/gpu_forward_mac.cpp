@@ -40,9 +40,8 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
   const int32_t* row_policy = inputs_.data() + in.policy;
   const int32_t* row_slot = inputs_.data() + in.mac_slot;
   // Without ART the parts below and above the prefix end run as one call of 2n rows (above's
-  // lists and states packed right after below's), which the attention workspace holds up to
-  // max_rows rows.
-  const bool one_call = !plan.art_rules && 2 * n <= opt_.max_rows;
+  // lists and states packed right after below's; the attention workspace is sized for it).
+  const bool one_call = !plan.art_rules;
   const MacState::Scratch x = one_call ? mac_.packed_scratch(n) : mac_.scratch();
   const MacRingsView rings = mac_.rings(l);
   check(mac_match({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .page_size = ps,

@@ -135,7 +135,8 @@ ncu_pid=$!
 # BENCH: which benchmark groups `bench` runs (default all): cs (cs at 5% beside dense and quest,
 # b1), mixed (one batch of 8 mixing policies beside each alone), hostkv (512K over host KV), art
 # (ART over dense, natural and forced stops, e2e), gemv (the decode GEMV's two kernels, e2e by batch),
-# mac (MAC at forced hit rates against dense, both revisions).
+# mac (MAC at forced hit rates against dense, both revisions), csfallback (cs with the engine's
+# dense fallback, b1 32K and 128K).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -150,6 +151,11 @@ bench_groups() {  # GROUPS GPU
     if bench_has cs; then  # cs on the GPU: beside dense and quest at 5%, 8B shape, b1
       timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --no-dense-fallback --e2e-policy dense "$cs" "$cs,step=4" \
         "$quest" --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
+    fi
+    if bench_has csfallback; then  # cs with the engine's dense fallback (issue 20): dense's time at b1 32K
+      echo "-- cs, dense fallback"
+      timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$cs" \
+        "$cs,step=4" --contexts 32768,131072 --batches 1 | grep -E "8B|rror"
     fi
     if bench_has mixed; then
       # One batch of 8 mixing policies (issue 16) beside each policy's batch of 8 alone: the page

@@ -104,16 +104,19 @@ TEST(DecodePlanner, DenseFallbackWhereSelectionCannotPay) {
   EXPECT_EQ(fallback({}, {100}), 0u);  // every row index 0 (dense)
   EXPECT_EQ(planner.dense_bytes(1000), 1000 * 2.0 * shape().num_kv_heads * shape().head_dim * 2);
   // cs: its search costs more (96K tokens unread a step at a search every step, 48K every 4).
-  // A planner of its own: cs does not share a GPU batch's policies with ART yet.
-  cuda::DecodePlanner cs_planner("dense", shape());
-  const int cs = cs_planner.acquire("cs:keep=0.05,list=0.05", moved);
-  const int cs4 = cs_planner.acquire("cs:keep=0.05,list=0.05,step=4", moved);
-  const auto cs_fallback = [&](const V& policy, const V& lengths) { return cs_planner.dense_fallback(policy, lengths); };
-  EXPECT_EQ(cs_fallback({cs}, {32768}), 1u << cs);     // 31.1K unread
-  EXPECT_EQ(cs_fallback({cs}, {131072}), 0u);          // 124.5K
-  EXPECT_EQ(cs_fallback({cs, cs, cs, cs}, {32768, 32768, 32768, 32768}), 0u);  // 124.5K together
-  EXPECT_EQ(cs_fallback({cs4}, {32768}), 1u << cs4);
-  EXPECT_EQ(cs_fallback({cs4}, {65536}), 0u);          // 62.3K
+  // A planner each: a GPU batch holds one cs policy, and none beside ART.
+  for (const bool every_step : {true, false}) {
+    cuda::DecodePlanner cs_planner("dense", shape());
+    const int cs = cs_planner.acquire(every_step ? "cs:keep=0.05,list=0.05" : "cs:keep=0.05,list=0.05,step=4", moved);
+    const auto cs_fallback = [&](const V& policy, const V& lengths) { return cs_planner.dense_fallback(policy, lengths); };
+    EXPECT_EQ(cs_fallback({cs}, {32768}), 1u << cs);  // 31.1K unread
+    if (every_step) {
+      EXPECT_EQ(cs_fallback({cs}, {131072}), 0u);                                // 124.5K
+      EXPECT_EQ(cs_fallback({cs, cs, cs, cs}, {32768, 32768, 32768, 32768}), 0u);  // 124.5K together
+    } else {
+      EXPECT_EQ(cs_fallback({cs}, {65536}), 0u);  // 62.3K
+    }
+  }
 }
 
 // ART's GPU rule (host code: runs without a device, in CI too): the defaults over dense, gbsa,

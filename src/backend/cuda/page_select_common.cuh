@@ -1,6 +1,7 @@
 // Device pieces shared by the page selection kernels (group_page_select.cu, quest_page_select.cu):
 // order-preserving keys of the page bounds, and one CTA's top-n of a sequence's page keys by a
-// 4-pass radix select (8 bits a pass, histograms in shared memory) with a walk over the kept
+// radix select of up to 4 passes (8 bits a pass, histograms in shared memory; it stops once a
+// pass's bin holds exactly the keys still needed) with a walk over the kept
 // pages in position order (ties at the threshold go to the lower page index, as on the CPU).
 #pragma once
 
@@ -208,9 +209,15 @@ __device__ void select_top_pages_of(SelectScratch& sm, Key key, int m, int n, Ke
     prefix |= uint32_t(sm.bin) << shift;
     mask |= 255u << shift;
     need -= sm.above;
+    // The bin holds exactly the keys still needed: every key whose resolved bits equal the
+    // prefix is kept, whatever its lower bits, so the passes left cannot change the set (the
+    // same top n, ties included). Random scores mostly resolve after two passes of four.
+    const bool whole_bin = sm.hist[sm.bin] == need;
     __syncthreads();  // hist and bin are rewritten next pass
+    if (whole_bin) break;
   }
-  const uint32_t threshold = prefix;  // the n-th largest key; `need` of its equals are kept
+  // The n-th largest key's resolved bits (`mask`); `need` of the keys that share them are kept.
+  const uint32_t threshold = prefix;
 
   // Each thread owns kItems consecutive pages of a tile, so thread order is position order.
   int eq_before = 0, written = 0;
@@ -220,7 +227,7 @@ __device__ void select_top_pages_of(SelectScratch& sm, Key key, int m, int n, Ke
     int eq = 0;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      k[i] = p0 + i < m ? key(p0 + i) : 0u;
+      k[i] = p0 + i < m ? key(p0 + i) & mask : 0u;
       eq += p0 + i < m && k[i] == threshold;
     }
     int eq_rank, eq_total;

@@ -136,7 +136,7 @@ ncu_pid=$!
 # b1), mixed (one batch of 8 mixing policies beside each alone), hostkv (512K over host KV), art
 # (ART over dense, natural and forced stops, e2e), gemv (the decode GEMV's two kernels, e2e by batch),
 # mac (MAC at forced hit rates against dense, both revisions), csfallback (cs with the engine's
-# dense fallback, b1 32K and 128K).
+# dense fallback, b1 32K and 128K), select (quest, gbsa and cs at b1 and b8, both revisions).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -151,6 +151,16 @@ bench_groups() {  # GROUPS GPU
     if bench_has cs; then  # cs on the GPU: beside dense and quest at 5%, 8B shape, b1
       timeout 300 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --no-dense-fallback --e2e-policy dense "$cs" "$cs,step=4" \
         "$quest" --contexts 32768,131072 --batches 1 --json "$OUT/e2e-cs.json" | grep -E "8B|rror"
+    fi
+    if bench_has select; then
+      # The selection's radix select stopping early (page_select_common.cuh): quest, gbsa and cs
+      # at b1 and b8 32K, this revision against the previous one, interleaved.
+      for bin in build-gpu build-gpu-legacy build-gpu; do
+        [ -x $bin/skim ] || continue
+        echo "-- select, $bin"
+        timeout 200 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --no-dense-fallback --e2e-policy dense \
+          'quest:budget=0.1,min=0,dense_layers=0' 'gbsa:keep=0.1,n_min=16' "$cs" --contexts 32768 --batches 1,8 | grep -E "8B|rror"
+      done
     fi
     if bench_has csfallback; then  # cs with the engine's dense fallback (issue 20): dense's time at b1 32K
       echo "-- cs, dense fallback"

@@ -4,27 +4,8 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Pending (written 2026-11-27):
-#      the page kernel's chunks capped at kMaxWaves waves when planned for fewer rows than the
-#      batch (paged_decode_attention_impl.cuh max_chunks_for; bounds the workspace):
-#      CudaPagedDecodeAttention.* (the _split cases). gemv's tensor cores from four rows
-#      (kGemvMmaMinRows 4, chosen from bench/gemv_rows.cu; batch 4 end to end not yet timed),
-#      and below four rows where its CTAs fit one wave (gemv.cu mma_fits_one_wave: the 8B
-#      shape's o and down projections at batch 1, 2.4 us a layer faster in bench/gemv_rows.cu):
-#      the golden and greedy tests now run it at batch 1; time dense b1 against the previous
-#      revision (BENCH=gemv). cs's dense fallback (decode_planner.cpp kCsDenseBelow; a sequence
-#      with tables stays on cs): DecodePlanner.DenseFallback*, GpuEngine.DenseFallback* (now with
-#      cs), Cs/*, GpuEngine.Mixed*; then cs at b1 32K with the fallback (dense's time expected).
-#      MAC's parts below and above the prefix end in one attention call
-#      of 2n rows (PagedDecodeArgs::q_rows: rows [n, 2n) on rows [0, n)'s queries; MacState::
-#      packed_scratch): CudaPagedDecodeAttention.* (the _qrows cases), CudaMac*, GpuEngine.Mac*,
-#      the mac policy tests against the CPU; then mac@hits=0 against dense, b1 and b8 32K
-#      (skim bench --mac; a miss cost +8.2% at b1 32K on 2026-11-26, issue 17 asks about +2%).
-#      RetroAttention's past rows count nothing in split_rows() and its call takes the hint, so a
-#      newest row keeps the CTAs it has alone (at w = 2, batch 1, it had half): GpuEngine.Retro*,
-#      the retro policy tests; then Retro w = 2 against quest (BENCH=gemv runs it; 1.12x at b1).
-#      Everything else passed on 4 x H100 at 14b015a and 8626142
-#      (bench/results/2026-11-27-h100-gemv-16warps/).
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Nothing is pending: the whole
+#      binary passed on 4 x H100 at 0eed309 (bench/results/2026-11-27-h100-s23-pending/).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
@@ -45,13 +26,12 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (written 2026-11-27), the previous revision 27a108b (the last whose code ran, but for
-# kGemvMmaMinRows 4) carried as build-legacy/tree.tar.xz:
-#   call 1: PARTS=tests,bench BENCH=gemv BENCH2=mac TEST_SHARDS=2 (both benchmark groups run both
-#     revisions, about 4 minutes each beside the tests; the builds take about 3);
-#   call 2, on the warm machine: PARTS=bench,ncu BENCH=art NCU_BATCH=1
-#     NCU_POLICY='cs:keep=0.05,list=0.05,points=4096|mac@hits=0|quest:budget=0.1,min=0,dense_layers=0'
-#     (where cs's, MAC's and quest's batch-1 steps go now, for issues 17, 18 and 20).
+# Next: nothing written without a device is waiting. A new change: carry the revision before it
+# as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it affects
+# (session 23 ran four calls of about 310 s each, both builds included, 4 x H100). A call returns
+# at most 8 files from OUT: with TEST_SHARDS=2 append to the command
+#   ; cp $OUT/logs/test_cuda.log $OUT/; rm -f $OUT/logs/test_cuda.*.log $OUT/logs/*.rc $OUT/logs/tests.done
+# so that the concatenated test log comes back whole.
 set -uo pipefail
 OUT=${1:?usage: gpu-pending.sh OUT_DIR}
 mkdir -p "$OUT"

@@ -41,9 +41,6 @@ inline bool pdl_supported() {
   return device_info(info) == cudaSuccess && info.cc_major >= 9;
 }
 
-// Whether the current device launches thread block clusters (compute capability 9+).
-inline bool clusters_supported() { return pdl_supported(); }
-
 }  // namespace detail
 
 // kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the stream's
@@ -61,27 +58,6 @@ cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = detail::pdl_supported() ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
-}
-
-// The same in clusters of `cluster` CTAs (the grid a multiple of it; where
-// detail::clusters_supported()), static shared memory only.
-template <class... Params, class... Args>
-cudaError_t launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, cudaStream_t stream,
-                               Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster.x;
-  attr[0].val.clusterDim.y = cluster.y;
-  attr[0].val.clusterDim.z = cluster.z;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 2;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
 }
 

@@ -1,7 +1,6 @@
 // Quest's page selection kernels (see quest_page_select.cuh).
 #include "backend/cuda/quest_page_select.cuh"
 
-#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
@@ -115,7 +114,11 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
 }
 
 // One CTA per (query head, sequence): its n best pages flagged 1, the others 0.
-__device__ __forceinline__ void select_head(const QuestPageSelectArgs& a, SelectSmem& sm, int b, int hq) {
+__global__ void __launch_bounds__(kThreads) select_kernel(const QuestPageSelectArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
+  __shared__ SelectSmem sm;
+  const int hq = blockIdx.x, b = blockIdx.y;
+  if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
   const int n = min(m, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size));
   uint8_t* flags = flags_of(a, b, hq);
@@ -124,14 +127,6 @@ __device__ __forceinline__ void select_head(const QuestPageSelectArgs& a, Select
     return;
   }
   select_top_pages(sm, keys_of(a, b, hq), m, n, [&](int p, int) { flags[p] = 1; }, [&](int p) { flags[p] = 0; });
-}
-
-__global__ void __launch_bounds__(kThreads) select_kernel(const QuestPageSelectArgs a) {
-  detail::pdl_enter();  // launched by launch_pdl
-  __shared__ SelectSmem sm;
-  const int hq = blockIdx.x, b = blockIdx.y;
-  if (!a.rows.has(b)) return;
-  select_head(a, sm, b, hq);
 }
 
 // The union of one (sequence, KV head): per page the mask of the group's heads that keep it (the
@@ -197,36 +192,15 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
 }
 
 // One CTA per (KV head, sequence): the union of its group's flags (write_union).
-__device__ __forceinline__ void union_list(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh) {
-  const int group = a.group_size();
+__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
+  detail::pdl_enter();  // launched by launch_pdl
+  const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
   const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
   if (a.by_score && threadIdx.x == 0) bs.begin[list_index] = bs.end[list_index] = int(list);  // unplanned rows: nothing to sort
   if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
   write_union(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
-}
-
-__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
-  detail::pdl_enter();  // launched by launch_pdl
-  union_list(a, bs, blockIdx.y, blockIdx.x);  // grid (KV heads, sequences)
-}
-
-// select and union in one launch (sm_90): a cluster of `group` CTAs per (KV head, sequence),
-// one per query head; once every head's flags are out (the cluster barrier's release and
-// acquire order the CTAs' writes before the reads), the cluster's first CTA writes the union.
-// One launch and one wait a layer fewer than select_kernel then union_kernel.
-__global__ void __launch_bounds__(kThreads) select_union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
-  detail::pdl_enter();  // launched by launch_pdl_cluster
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  __shared__ SelectSmem sm;
-  const int hq = blockIdx.x, b = blockIdx.y, group = a.group_size();
-  if (a.rows.has(b)) select_head(a, sm, b, hq);  // the same for the whole cluster: every CTA reaches the barrier
-  cooperative_groups::this_cluster().sync();
-  if (hq % group == 0) union_list(a, bs, b, hq / group);
-#else
-  __trap();  // launched where detail::clusters_supported() only
-#endif
 }
 
 // by_score: each list's pages and masks in their sorted order.
@@ -239,10 +213,6 @@ __global__ void permute_kernel(const QuestPageSelectArgs a, const ByScore bs) {
     a.out_masks[i] = bs.masks[from];
   }
 }
-
-// Query heads per KV head up to which select and union run as one launch of clusters (8: the
-// portable cluster size).
-constexpr int kMaxClusterHeads = 8;
 
 bool supported(const QuestPageSelectArgs& a) {
   return a.batch >= 0 && a.num_heads > 0 && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
@@ -265,18 +235,12 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   if (a.batch == 0) return cudaSuccess;
   cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
+  (void)launch_pdl(select_kernel, dim3(a.num_heads, a.batch), kThreads, 0, stream, a);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
   ByScore bs;
   if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);
-  if (a.group_size() <= kMaxClusterHeads && detail::clusters_supported()) {
-    e = launch_pdl_cluster(select_union_kernel, dim3(a.num_heads, a.batch), dim3(a.group_size()), kThreads, stream,
-                           a, bs);
-  } else {
-    (void)launch_pdl(select_kernel, dim3(a.num_heads, a.batch), kThreads, 0, stream, a);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    (void)launch_pdl(union_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, bs);
-    e = cudaGetLastError();
-  }
-  if (e != cudaSuccess || !a.by_score) return e;
+  (void)launch_pdl(union_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, bs);
+  if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score) return e;
   // Descending key; the radix sort is stable, so ties stay in position order, as on the CPU.
   const int lists = a.batch * a.num_kv_heads;
   size_t scratch = bs.scratch_bytes;

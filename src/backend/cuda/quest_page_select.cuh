@@ -1,14 +1,12 @@
 // Quest's page selection on the GPU (contract and layouts in attention/quest_page_select_args.h;
 // CPU reference skim::cpu::quest_page_select, same name and arguments).
 //
-// Three kernels (two on sm_90), no host synchronisation (captures into a CUDA graph). score: one warp per
+// Three kernels, no host synchronisation (captures into a CUDA graph). score: one warp per
 // page and query head writes the bound's order-preserving key (the newest page highest).
 // select: one CTA per (sequence, query head) finds its n best pages by the radix select of
 // page_select_common.cuh and flags them. union: one CTA per (sequence, KV head) ORs its
 // group's flags into a mask per page and writes the listed pages in position order with a
-// block-wide scan. On sm_90 (groups of at most 8 heads) select and union are one launch: a
-// cluster of the group's select CTAs, whose first CTA writes the union after the cluster
-// barrier. (A fused kernel doing all three per (sequence, KV head) in shared memory
+// block-wide scan. (A fused kernel doing all three per (sequence, KV head) in shared memory
 // was measured 1.7-2.9x slower at 8K-32K on the H100: too few CTAs; removed, see
 // bench/results/2026-11-26-h100-pending/.) This header holds no device code.
 #pragma once

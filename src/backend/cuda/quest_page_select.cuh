@@ -8,7 +8,11 @@
 // group's flags into a mask per page and writes the listed pages in position order with a
 // block-wide scan. (A fused kernel doing all three per (sequence, KV head) in shared memory
 // was measured 1.7-2.9x slower at 8K-32K on the H100: too few CTAs; removed, see
-// bench/results/2026-11-26-h100-pending/.) This header holds no device code.
+// bench/results/2026-11-26-h100-pending/. Also tried: select and union as one launch on sm_90,
+// a cluster of the group's select CTAs whose first CTA wrote the union after the cluster
+// barrier: 598 against 638 us a step in ncu at b1 32K, but end to end +0.3% at b1 and +3.7% at
+// b8 (11.47 against 11.06 ms), bench/results/2026-11-27-h100-s23-pending/; reverted.) This
+// header holds no device code.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -26,7 +26,9 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next: nothing written without a device is waiting. A new change: carry the revision before it
+# Next: nothing written without a device is waiting. Two measurements settle open questions
+# (no build of a previous revision needed): PARTS=bench BENCH=artlag BENCH2=hostkvslots (about
+# 4 minutes with the build). A new change: carry the revision before it
 # as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it affects
 # (session 23 ran four calls of about 310 s each, both builds included, 4 x H100). A call returns
 # at most 8 files from OUT: with TEST_SHARDS=2 append to the command
@@ -116,7 +118,9 @@ ncu_pid=$!
 # b1), mixed (one batch of 8 mixing policies beside each alone), hostkv (512K over host KV), art
 # (ART over dense, natural and forced stops, e2e), gemv (the decode GEMV's two kernels, e2e by batch),
 # mac (MAC at forced hit rates against dense, both revisions), csfallback (cs with the engine's
-# dense fallback, b1 32K and 128K), select (quest, gbsa and cs at b1 and b8, both revisions).
+# dense fallback, b1 32K and 128K), select (quest, gbsa and cs at b1 and b8, both revisions),
+# artlag (ART's natural stops at b1 by lag and round), hostkvslots (quest 5% at 512K over host KV
+# by device cache size).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -179,6 +183,29 @@ bench_groups() {  # GROUPS GPU
       forced='art:order=group,stop=group,test=probe,round=16,patience=2,eps_scale=1000,eps_dir=2'
       timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$forced" \
         "$forced,warps=32" "$forced,warps=16" --contexts 32768,131072 --batches 1 | grep -E "8B|rror"
+    fi
+    if bench_has artlag; then
+      # Is ART's cost at b1 its verdicts' latency? On random K/V it never stops, yet costs about
+      # 200 us a layer over dense at 32K, 730 at 128K (H100 2026-11-27): in proportion to its
+      # rounds. If the gates wait on verdicts, a longer lag (more rounds of slack) or longer
+      # rounds (fewer verdicts) should take most of it away; if not, the cost is elsewhere (the
+      # per-block probe states and fences).
+      echo "-- art lag and round, b1"
+      natural='art:order=group,stop=group,test=probe'
+      timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense \
+        "$natural,round=16" "$natural,round=16,lag=20" "$natural,round=16,lag=40" "$natural,round=32" \
+        "$natural,round=32,lag=20" --contexts 32768,131072 --batches 1 | grep -E "8B|rror"
+    fi
+    if bench_has hostkvslots; then
+      # quest 5% over host KV at 512K ran at 8.4 tokens/s with 8192 slots (53.5% hits, 5.2 GB a
+      # step over PCIe; issue 18 asks 10): the device cache holds 16 GB of the H100's 80 there, and
+      # the bytes copied fall with every slot more.
+      echo "-- host KV, larger device caches"
+      for slots in 8192 16384 24576; do
+        timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 \
+          --e2e-policy 'quest:budget=0.05,min=0,dense_layers=0' --contexts 524288 --batches 1 \
+          --host-kv-slots $slots | grep -E "8B|rror"
+      done
     fi
     if bench_has mac; then
       # MAC over dense at forced hit rates against dense (issue 17: a miss may cost no more than

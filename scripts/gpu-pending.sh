@@ -27,8 +27,8 @@
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
 # Next: nothing written without a device is waiting. Two measurements settle open questions
-# (no build of a previous revision needed): PARTS=bench BENCH=artlag BENCH2=hostkvslots (about
-# 4 minutes with the build). A new change: carry the revision before it
+# (no build of a previous revision needed): PARTS=bench BENCH=artlag,attn BENCH2=hostkvslots
+# (about 5 minutes with the build). A new change: carry the revision before it
 # as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it affects
 # (session 23 ran four calls of about 310 s each, both builds included, 4 x H100). A call returns
 # at most 8 files from OUT: with TEST_SHARDS=2 append to the command
@@ -119,7 +119,8 @@ ncu_pid=$!
 # (ART over dense, natural and forced stops, e2e), gemv (the decode GEMV's two kernels, e2e by batch),
 # mac (MAC at forced hit rates against dense, both revisions), csfallback (cs with the engine's
 # dense fallback, b1 32K and 128K), select (quest, gbsa and cs at b1 and b8, both revisions),
-# artlag (ART's natural stops at b1 by lag and round), hostkvslots (quest 5% at 512K over host KV
+# attn (every policy's attention step at b1 and b8, 32K and 128K, against its floor; issue 16's
+# table), artlag (ART's natural stops at b1 by lag and round), hostkvslots (quest 5% at 512K over host KV
 # by device cache size).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
@@ -183,6 +184,14 @@ bench_groups() {  # GROUPS GPU
       forced='art:order=group,stop=group,test=probe,round=16,patience=2,eps_scale=1000,eps_dir=2'
       timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense "$forced" \
         "$forced,warps=32" "$forced,warps=16" --contexts 32768,131072 --batches 1 | grep -E "8B|rror"
+    fi
+    if bench_has attn; then
+      # Issue 16's attention-step table: each policy's selection + attention + merge at b1 and b8,
+      # 32K and 128K, against its bytes floor, dense in the same run (gbsa, quest with random and
+      # agreeing heads, cs's tokens, ART's forced stops).
+      echo "-- attention steps"
+      timeout 300 build-gpu/skim bench --attention-only --sparse-keep 0.1 --art --attention-contexts 32768,131072 \
+        --attention-batches 1,8 --json "$OUT/attention-steps.json" | grep -vE "^$"
     fi
     if bench_has artlag; then
       # Is ART's cost at b1 its verdicts' latency? On random K/V it never stops, yet costs about

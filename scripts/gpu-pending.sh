@@ -4,8 +4,14 @@
 # the tests and the benchmarks run side by side on separate GPUs). Each item names what it
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
-#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). Nothing is pending: the whole
-#      binary passed on 4 x H100 at 0eed309 (bench/results/2026-11-27-h100-s23-pending/).
+#   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). The whole binary passed on 4 x
+#      H100 at 0eed309 (bench/results/2026-11-27-h100-s23-pending/). Pending (written
+#      2026-11-27 after that run): quest's score warps load the group's queries before the
+#      digests (quest_page_select.cu score_warp_pages; 97 -> 128 registers, still 2 CTAs an SM):
+#      the quest tests against the CPU (CudaQuestPageSelect*, GpuSparsePolicy*), then BENCH=select
+#      (quest 0.1 at b1 and b8 32K against the previous revision; its score kernel read the digests
+#      at ~72% of the bandwidth) and the attn group (quest at b8 128K: 4.55x dense with agreeing
+#      heads on 2026-11-26, issue 16 asks 5x).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
@@ -26,9 +32,10 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next: nothing written without a device is waiting. Two measurements settle open questions
-# (no build of a previous revision needed): PARTS=bench BENCH=artlag,attn BENCH2=hostkvslots
-# (about 5 minutes with the build). A new change: carry the revision before it
+# Next (written 2026-11-27): the previous revision is e0f5a81 (carried as build-legacy/tree.tar.xz).
+#   call 1: PARTS=tests,bench BENCH=select,attn BENCH2=artlag,hostkvslots TEST_SHARDS=2
+#     TEST_TIMEOUT=380 (item 1's check and measurements; ART's lag and the host-KV cache sizes
+#     settle open questions of issues 16 and 18). A new change: carry the revision before it
 # as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it affects
 # (session 23 ran four calls of about 310 s each, both builds included, 4 x H100). A call returns
 # at most 8 files from OUT: with TEST_SHARDS=2 append to the command

@@ -7,7 +7,9 @@
 #   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). The whole binary passed on 4 x
 #      H100 at 0eed309 (bench/results/2026-11-27-h100-s23-pending/). Pending (written
 #      2026-11-27 after that run): quest's score warps load the group's queries before the
-#      digests (quest_page_select.cu score_warp_pages; 97 -> 128 registers, still 2 CTAs an SM):
+#      digests (quest_page_select.cu score_warp_pages; 97 -> 128 registers, still 2 CTAs an SM),
+#      and its union loads a run's page ids with the heads' flags, all heads' flags at once
+#      (write_union; 77 -> 128 registers, 1 CTA an SM as before: 512 threads):
 #      the quest tests against the CPU (CudaQuestPageSelect*, GpuSparsePolicy*), then BENCH=select
 #      (quest 0.1 at b1 and b8 32K against the previous revision; its score kernel read the digests
 #      at ~72% of the bandwidth) and the attn group (quest at b8 128K: 4.55x dense with agreeing

@@ -169,21 +169,35 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
   for (int base = 0; base < m; base += kThreads * kItems) {
     const int p0 = base + t * kItems;
     uint32_t mask[kItems], key[kItems];
+    int32_t ids[kItems];
     int listed = 0;
+    // The run's page ids and (up to kPreloadHeads) heads' flags load together, one round trip:
+    // the ids loaded after the scan, and the heads' flags one by one, were a round trip each.
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) mask[i] = key[i] = 0u;
+    for (int i = 0; i < kItems; ++i) {
+      mask[i] = key[i] = 0u;
+      ids[i] = p0 + i < m ? table[p0 + i] : 0;
+    }
     static_assert(kItems == 16, "a thread's run of one head's flags is one 16-byte load");
-    if (p0 < m)
-      for (int g = 0; g < group; ++g) {
-        const uint4 run = *reinterpret_cast<const uint4*>(flags_of_head(g) + p0);
-        const uint8_t* f = reinterpret_cast<const uint8_t*>(&run);
+    const auto add_head = [&](int g, const uint4& run) {
+      const uint8_t* f = reinterpret_cast<const uint8_t*>(&run);
 #pragma unroll
-        for (int i = 0; i < kItems; ++i)
-          if (p0 + i < m && f[i]) {
-            mask[i] |= 1u << g;
-            if (a.by_score) key[i] = max(key[i], keys_of(a, b, kvh * group + g)[p0 + i]);
-          }
-      }
+      for (int i = 0; i < kItems; ++i)
+        if (p0 + i < m && f[i]) {
+          mask[i] |= 1u << g;
+          if (a.by_score) key[i] = max(key[i], keys_of(a, b, kvh * group + g)[p0 + i]);
+        }
+    };
+    if (p0 < m) {
+      uint4 runs[kPreloadHeads];
+#pragma unroll
+      for (int g = 0; g < kPreloadHeads; ++g)
+        if (g < group) runs[g] = *reinterpret_cast<const uint4*>(flags_of_head(g) + p0);
+#pragma unroll
+      for (int g = 0; g < kPreloadHeads; ++g)
+        if (g < group) add_head(g, runs[g]);
+      for (int g = kPreloadHeads; g < group; ++g) add_head(g, *reinterpret_cast<const uint4*>(flags_of_head(g) + p0));
+    }
 #pragma unroll
     for (int i = 0; i < kItems; ++i) listed += mask[i] != 0u;
     int pos, total;
@@ -193,7 +207,7 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
     for (int i = 0; i < kItems; ++i)
       if (mask[i]) {
         const size_t slot = list + written + pos;
-        out_table[slot] = table[p0 + i];
+        out_table[slot] = ids[i];
         out_masks[slot] = mask[i];
         if (a.by_score) {
           bs.keys[slot] = key[i];

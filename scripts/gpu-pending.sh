@@ -9,9 +9,12 @@
 #      2026-11-27 after that run): quest's score warps load the group's queries before the
 #      digests (quest_page_select.cu score_warp_pages; 97 -> 128 registers, still 2 CTAs an SM),
 #      and its union loads a run's page ids with the heads' flags, all heads' flags at once
-#      (write_union; 77 -> 128 registers, 1 CTA an SM as before: 512 threads):
-#      the quest tests against the CPU (CudaQuestPageSelect*, GpuSparsePolicy*), then BENCH=select
-#      (quest 0.1 at b1 and b8 32K against the previous revision; its score kernel read the digests
+#      (write_union; 77 -> 128 registers, 1 CTA an SM as before: 512 threads), and the score
+#      kernels' pooled query (gbsa's group of 4, page_select_common.cuh load_query) loads its
+#      heads together (77 -> 80 registers, 3 CTAs an SM as before):
+#      the quest and gbsa tests against the CPU (CudaQuestPageSelect*, CudaGroupPageSelect*,
+#      GpuSparsePolicy*), then BENCH=select (quest and gbsa 0.1 at b1 and b8 32K against the
+#      previous revision; their score kernels read the digests
 #      at ~72% of the bandwidth) and the attn group (quest at b8 128K: 4.55x dense with agreeing
 #      heads on 2026-11-26, issue 16 asks 5x).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K

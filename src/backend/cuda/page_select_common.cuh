@@ -34,19 +34,36 @@ constexpr int kWarpPages = 16;
 constexpr int kScoreWarps = 8;
 constexpr int kPagesPerScoreCta = kScoreWarps * kWarpPages;
 
+// Heads of a pooled query whose elements a score warp loads before summing any (one round trip).
+constexpr int kQueryLoadsAhead = 4;
+
 // The query of a score warp: lane l holds dims [l*V, l*V+V) of the mean of `count`
 // consecutive query heads from `q` (bf16 rows of D), summed in the order the CPU reference
-// sums them (so bit-equal); one head (count 1) is its own query exactly.
+// sums them (so bit-equal); one head (count 1) is its own query exactly. The first
+// kQueryLoadsAhead heads' elements load together, one 4- or 8-byte load a head, then are summed
+// in order: loaded head by head inside the sum, each head was a round trip of its own (gbsa's
+// query pools a group of 4) before the digests could load.
 template <int D>
 __device__ __forceinline__ void load_query(const uint16_t* q, int count, int lane, float (&qv)[D / 32]) {
   constexpr int V = D / 32;
+  static_assert(V == 2 || V == 4, "head_dim 64 or 128");
+  using Raw = std::conditional_t<V == 4, uint2, unsigned>;
+  const auto raw_of = [&](int g) { return *reinterpret_cast<const Raw*>(q + size_t(g) * D + lane * V); };
+  const auto add = [&](const Raw& r) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(&r);
+#pragma unroll
+    for (int i = 0; i < V; ++i) qv[i] += __uint_as_float(uint32_t(h[i]) << 16) / float(count);  // bf16 -> float
+  };
+  Raw ahead[kQueryLoadsAhead];
+#pragma unroll
+  for (int g = 0; g < kQueryLoadsAhead; ++g)
+    if (g < count) ahead[g] = raw_of(g);
 #pragma unroll
   for (int i = 0; i < V; ++i) qv[i] = 0.0f;
-  for (int g = 0; g < count; ++g) {
-    const __nv_bfloat16* qh = reinterpret_cast<const __nv_bfloat16*>(q) + size_t(g) * D + lane * V;
 #pragma unroll
-    for (int i = 0; i < V; ++i) qv[i] += __bfloat162float(qh[i]) / float(count);
-  }
+  for (int g = 0; g < kQueryLoadsAhead; ++g)
+    if (g < count) add(ahead[g]);
+  for (int g = kQueryLoadsAhead; g < count; ++g) add(raw_of(g));
 }
 
 // The digests of pages p0 .. p0 + kWarpPages - 1 (those < m) of one sequence (their ids from

@@ -13,7 +13,8 @@
 #      kernels' pooled query (gbsa's group of 4, page_select_common.cuh load_query) loads its
 #      heads together (77 -> 80 registers, 3 CTAs an SM as before):
 #      the quest and gbsa tests against the CPU (CudaQuestPageSelect*, CudaGroupPageSelect*,
-#      GpuSparsePolicy*), then BENCH=select (quest and gbsa 0.1 at b1 and b8 32K against the
+#      GpuSparsePolicy*), GpuHostKv.AutoSlots* (`--host-kv-slots auto`: the cache sized from the
+#      free memory), then BENCH=select (quest and gbsa 0.1 at b1 and b8 32K against the
 #      previous revision; their score kernels read the digests
 #      at ~72% of the bandwidth) and the attn group (quest at b8 128K: 4.55x dense with agreeing
 #      heads on 2026-11-26, issue 16 asks 5x).

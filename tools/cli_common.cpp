@@ -99,7 +99,9 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
       ->capture_default_str();
   app.add_option("--host-kv-slots", o.host_kv_slots,
                  "GPU: keep the KV cache in pinned host memory, each decode step's selected pages read through a "
-                 "device cache of N pages per layer and KV head (0: the KV cache on the GPU)")
+                 "device cache of N pages per layer and KV head (auto: as many as the GPU's free memory holds, "
+                 "less a reserve; 0: the KV cache on the GPU)")
+      ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", kHostKvSlotsAuto}}))
       ->capture_default_str();
   app.add_flag_callback(
       "--no-dense-fallback", [&o] { o.dense_fallback = false; },

@@ -57,7 +57,9 @@ struct EngineOptions {
   // step's selected pages through a device cache of this many pages per layer and KV head (about
   // twice a step's selected pages per KV head). dense, streaming, quest, gbsa and resa; rows that
   // attend every key (dense, dense layers, prefill) read the host memory directly, over PCIe.
-  // 0: the KV cache on the GPU.
+  // 0: the KV cache on the GPU. -1 (`--host-kv-slots auto`): as many slots as the GPU's memory
+  // holds beside the weights and the engine's buffers, less a reserve of a tenth of the GPU (at
+  // least 2 GiB) for what policies allocate later.
   int host_kv_slots = 0;
 };
 

@@ -188,7 +188,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
   }
 #endif
   if (!m.gpu) check_kv_memory(c, o, 4, physical_memory_bytes(), "this machine's memory");
-  if (m.gpu && o.host_kv_slots > 0) check_kv_memory(c, o, 2, physical_memory_bytes(), "this machine's memory (pinned)");
+  if (m.gpu && o.host_kv_slots != 0) check_kv_memory(c, o, 2, physical_memory_bytes(), "this machine's memory (pinned)");
   KVCacheShape shape;
   shape.num_layers = c.num_layers;
   shape.num_kv_heads = c.num_kv_heads;

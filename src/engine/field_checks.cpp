@@ -66,9 +66,9 @@ void check_engine_options(const EngineOptions& o) {
   if (o.device != "cpu" && o.device != "cuda")
     throw FieldError("device", fmt::format("must be cpu or cuda, got '{}'", o.device));
   check_int(fields::kHostKvSlots, o.host_kv_slots);
-  if (o.host_kv_slots > 0 && o.device != "cuda")
+  if (o.host_kv_slots != 0 && o.device != "cuda")
     throw FieldError("host_kv_slots", "keeps a GPU's KV cache in host memory: needs device cuda");
-  if (o.host_kv_slots > 0 && o.tensor_parallel > 1)
+  if (o.host_kv_slots != 0 && o.tensor_parallel > 1)
     throw FieldError("host_kv_slots", "not with tensor parallelism (yet)");
 }
 

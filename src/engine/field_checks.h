@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "kv/host_kv_budget.h"
 
 namespace skim {
 
@@ -56,7 +57,7 @@ inline constexpr IntField kMaxContext{"max_context", 1, int64_t(1) << 24};
 inline constexpr IntField kMaxSequences{"max_sequences", 1, 4096};
 inline constexpr IntField kPrefillChunk{"prefill_chunk", 0, 65536};  // 0: the device default
 inline constexpr IntField kTensorParallel{"tensor_parallel", 1, 64};
-inline constexpr IntField kHostKvSlots{"host_kv_slots", 0, 1 << 20};
+inline constexpr IntField kHostKvSlots{"host_kv_slots", kHostKvSlotsAuto, kHostKvMaxSlots};  // -1: auto
 }  // namespace fields
 
 // `value` when it lies in the field's range; otherwise FieldError naming the range.

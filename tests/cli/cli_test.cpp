@@ -129,9 +129,11 @@ TEST(Cli, BadDeviceFlags) {
   expect_user_error("generate -p x --device tpu", "--device");
   // Built with CUDA: sparse policies are CPU-only; without: the build has no GPU path.
   expect_user_error("generate -p x --device cuda --policy quest", "--device cuda");
-  // KV beyond GPU memory: a GPU's option, and a count of slots.
+  // KV beyond GPU memory: a GPU's option (auto too), and a count of slots or auto.
   expect_user_error("generate -p x --host-kv-slots 64", "--host-kv-slots");
-  expect_user_error("generate -p x --device cuda --host-kv-slots -1", "--host-kv-slots");
+  expect_user_error("generate -p x --host-kv-slots auto", "--host-kv-slots");
+  expect_user_error("generate -p x --device cuda --host-kv-slots -2", "--host-kv-slots");
+  expect_user_error("generate -p x --device cuda --host-kv-slots many", "--host-kv-slots");
 }
 
 TEST(Cli, ServeRefusesBadFlagsAndAddresses) {

@@ -68,6 +68,20 @@ TEST(GpuHostKv, DecodesAsTheKvCacheOnTheGpu) {
   }
 }
 
+// `--host-kv-slots auto` (-1): the cache sized from the GPU's free memory, at most every page of
+// the engine's sequences (the demo prompt's few hundred); quest's logits as with the KV cache on
+// the GPU, bit for bit. Written 2026-11-27, not yet run on a device.
+TEST(GpuHostKv, AutoSlotsDecodeAsTheKvCacheOnTheGpu) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const test::DemoLong d;
+  const int context = int(d.prompt.size()) + 64, steps = 6;
+  const std::string policy = "quest:budget=0.1,min=0,dense_layers=1";
+  Engine on_gpu(options(policy, context, 0)), on_host(options(policy, context, -1));
+  const auto want = decode(on_gpu, d, steps, -1), got = decode(on_host, d, steps, -1);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i;
+}
+
 // A prompt over host KV runs layer by layer (GpuForward::run_by_layer: each layer's K/V in a
 // device pool while every chunk runs it, then written to the host once): the logits of rows in
 // its first, a middle and its last chunk equal those of the prompt run chunk by chunk with the KV

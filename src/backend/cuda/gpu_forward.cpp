@@ -9,13 +9,14 @@
 #include "backend/cuda/gpu_inputs.h"
 #include "backend/cuda/paged_prefill_attention.cuh"
 #include "backend/cuda/token_logprobs.cuh"
+#include "kv/host_kv_budget.h"
 #include "model/llama_forward.h"
 
 namespace skim::cuda {
 
 GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheShape& shape,
                        const GpuForwardOptions& o)
-    : weights_(std::move(weights)), w_(*weights_), cache_(shape, o.host_kv_slots > 0), opt_(o),
+    : weights_(std::move(weights)), w_(*weights_), cache_(shape, o.host_kv_slots != 0), opt_(o),
       mac_(MacShape{w_.config.num_layers, w_.config.num_heads, w_.config.num_kv_heads, w_.config.head_dim, o.max_rows,
                     o.max_pages_per_seq, shape.num_pages}),
       retro_(RetroShape{w_.config.num_layers, w_.config.num_heads, w_.config.num_kv_heads, w_.config.head_dim,
@@ -100,10 +101,13 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   planner_ = std::make_unique<DecodePlanner>(o.policy, PlannerShape{c.num_layers, c.num_heads, c.num_kv_heads,
                                                                      c.head_dim, shape.page_size, o.max_rows,
                                                                      o.max_pages_per_seq});
-  SKIM_REQUIRE(o.host_kv_slots >= 0, "GPU forward: host_kv_slots {} < 0", o.host_kv_slots);
-  if (o.host_kv_slots > 0) {
+  SKIM_REQUIRE(o.host_kv_slots >= kHostKvSlotsAuto, "GPU forward: host_kv_slots {} < {} (auto)", o.host_kv_slots,
+               kHostKvSlotsAuto);
+  if (o.host_kv_slots != 0) {
     SKIM_REQUIRE(!o.shard, "KV beyond GPU memory: not with tensor parallelism");
-    host_kv_ = std::make_unique<HostKVSlots>(shape, o.host_kv_slots, sequence_rows(), o.max_pages_per_seq);
+    const int slots = o.host_kv_slots > 0 ? o.host_kv_slots
+                                          : HostKVSlots::most_that_fit(shape, sequence_rows(), o.max_pages_per_seq);
+    host_kv_ = std::make_unique<HostKVSlots>(shape, slots, sequence_rows(), o.max_pages_per_seq);
     require_host_kv_policy(0, o.policy);
   }
   bool moved = false;

@@ -56,6 +56,8 @@ struct GpuForwardOptions {
   // KV head (a selection's distinct pages per KV head in a step must fit: 2x them hits well).
   // Rows attending every key read the host pools directly (over PCIe: slow). Prefill reads them
   // directly too. Not with mac, retro or art (refused). 0: every pool on the device.
+  // kHostKvSlotsAuto (-1): as many slots as the device's memory holds once this forward's other
+  // buffers are allocated, less a reserve (HostKVSlots::most_that_fit).
   int host_kv_slots = 0;
   // Tensor parallelism (gpu_tensor_parallel.h): this rank's shard (its weights are
   // shard_model's) and its NCCL communicator; none: the whole model on this GPU.

@@ -1,29 +1,65 @@
 #include "backend/cuda/host_kv_slots.h"
 
+#include <algorithm>
+
 #include "backend/cuda/page_cache.cuh"
 #include "core/error.h"
+#include "kv/host_kv_budget.h"
 
 namespace skim::cuda {
+
+HostKVSlots::Sizes HostKVSlots::sizes(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq) {
+  const size_t caches = size_t(s.num_layers) * s.num_kv_heads;
+  return Sizes{.pool = caches * slots * s.page_size * s.head_dim,  // K, and V the same
+               .slot_of_page = caches * s.num_pages,
+               .per_slot = caches * slots,  // page_in_slot, last_used
+               .table = size_t(max_rows) * s.num_kv_heads * max_pages_per_seq,
+               .copies = size_t(s.num_kv_heads) * slots,  // a layer's heads at once
+               .workspace_bytes = page_cache_workspace_size(s.num_pages, slots, s.num_kv_heads)};
+}
+
+size_t HostKVSlots::device_bytes(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq) {
+  const Sizes z = sizes(s, slots, max_rows, max_pages_per_seq);
+  return 2 * z.pool * sizeof(uint16_t) + z.slot_of_page * sizeof(int32_t) +
+         z.per_slot * (sizeof(int32_t) + sizeof(int64_t)) + z.table * sizeof(int32_t) + 2 * z.copies * sizeof(int32_t) +
+         z.workspace_bytes;
+}
+
+int HostKVSlots::most_that_fit(const KVCacheShape& s, int max_rows, int max_pages_per_seq) {
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  const int64_t budget = host_kv_cache_budget(int64_t(free), int64_t(total));
+  const int64_t most = std::min<int64_t>(s.num_pages, kHostKvMaxSlots);
+  const int64_t slots = most_slots_within(budget, most, [&](int64_t n) {
+    return int64_t(device_bytes(s, int(n), max_rows, max_pages_per_seq));
+  });
+  SKIM_REQUIRE(slots > 0,
+               "host_kv_slots auto: {:.2f} GiB of the GPU's memory free beside the weights, less a reserve of "
+               "{:.2f} GiB, hold no cache slot ({:.2f} MiB a slot per layer and KV head); give --host-kv-slots N",
+               free / 1073741824.0, (int64_t(free) - budget) / 1073741824.0,
+               device_bytes(s, 1, max_rows, max_pages_per_seq) / 1048576.0);
+  return int(slots);
+}
 
 HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq)
     : s_(s), slots_(slots), max_rows_(max_rows), max_pages_(max_pages_per_seq) {
   SKIM_REQUIRE(slots > 0 && max_rows > 0 && max_pages_per_seq > 0, "host KV: {} slots, {} rows, {} pages a sequence",
                slots, max_rows, max_pages_per_seq);
-  const size_t caches = size_t(s.num_layers) * s.num_kv_heads;
-  k_.resize(size_t(s.num_layers) * layer_elems());
-  v_.resize(k_.size());
-  slot_of_page_.resize(caches * s.num_pages);
-  page_in_slot_.resize(caches * slots);
-  last_used_.resize(caches * slots);
-  table_.resize(size_t(max_rows) * s.num_kv_heads * max_pages_per_seq);
-  copy_page_.resize(size_t(s.num_kv_heads) * slots);  // a layer's heads at once
-  copy_slot_.resize(size_t(s.num_kv_heads) * slots);
+  const Sizes z = sizes(s, slots, max_rows, max_pages_per_seq);
+  k_.resize(z.pool);
+  v_.resize(z.pool);
+  slot_of_page_.resize(z.slot_of_page);
+  page_in_slot_.resize(z.per_slot);
+  last_used_.resize(z.per_slot);
+  table_.resize(z.table);
+  copy_page_.resize(z.copies);
+  copy_slot_.resize(z.copies);
   counts_.resize(size_t(s.num_kv_heads) * 3);
   written_.resize(size_t(max_rows));
   refused_.resize(1);
   step_.resize(1);
   totals_.resize(2);
-  workspace_.resize(page_cache_workspace_size(s.num_pages, slots, s.num_kv_heads));
+  workspace_.resize(z.workspace_bytes);
   check(cudaMemset(workspace_.data(), 0, workspace_.bytes()), "cudaMemset (page cache workspace)");
   check(cudaMemset(refused_.data(), 0, refused_.bytes()), "cudaMemset");
   *refused_host_.host() = 0;

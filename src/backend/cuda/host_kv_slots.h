@@ -25,6 +25,12 @@ class HostKVSlots {
   // max_rows: a decode step's rows (one per sequence: the maps serve decode steps only).
   HostKVSlots(const KVCacheShape& shape, int slots, int max_rows, int max_pages_per_seq);
 
+  // The device bytes of a cache of `slots` slots (what the constructor allocates).
+  static size_t device_bytes(const KVCacheShape& shape, int slots, int max_rows, int max_pages_per_seq);
+  // `--host-kv-slots auto`: the most slots (at most the shape's pages) whose device bytes fit the
+  // GPU's free memory less a reserve (kv/host_kv_budget.h). Error when not one fits.
+  static int most_that_fit(const KVCacheShape& shape, int max_rows, int max_pages_per_seq);
+
   int slots() const { return slots_; }
 
   // The step's counter and each row's written page (positions, page_table: the staged inputs).
@@ -64,6 +70,12 @@ class HostKVSlots {
   Totals totals(cudaStream_t stream) const;
 
  private:
+  // Element counts of the buffers that grow with the slots, the shape or the rows: one place
+  // for the constructor and device_bytes.
+  struct Sizes {
+    size_t pool, slot_of_page, per_slot, table, copies, workspace_bytes;
+  };
+  static Sizes sizes(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq);
   size_t layer_elems() const { return size_t(s_.num_kv_heads) * head_stride(); }
   size_t cache_index(int layer, int head) const { return size_t(layer) * s_.num_kv_heads + head; }
 

@@ -214,7 +214,7 @@ uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const i
     staging_[in.tokens + r] = tokens[r];
     staging_[in.positions + r] = positions[r];
     staging_[in.seq_lens + r] = positions[r] + 1;
-    const int32_t policy = policies.empty() ? 0 : policies[size_t(r)];
+    const int32_t policy = row_policy_of(policies, size_t(r));
     SKIM_REQUIRE(policy >= 0 && policy < DecodePlanner::kMaxPolicies, "GPU forward: policy index {}", policy);
     staging_[in.policy + r] = policy;
     present |= 1u << policy;
@@ -222,7 +222,7 @@ uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const i
     staging_[in.mac_slot + r] = planner_->mac_rule(policy) ? mac_.slot_for(&t, policy, moved, stream_) : -1;
     // RetroAttention: the rows of a sequence come together, its newest (largest step) last.
     const bool retro = planner_->retro_rule(policy) && !retro_steps.empty();
-    const bool newest = r + 1 == n || tables[size_t(r + 1)] != tables[size_t(r)];
+    const bool newest = !retro_past_row(tables, size_t(r));
     staging_[in.retro_slot + r] = retro ? retro_.slot_for(&t, policy, moved, stream_) : -1;
     staging_[in.retro_step + r] = retro_steps.empty() ? 0 : retro_steps[size_t(r)];
     staging_[in.plan_policy + r] = retro && !newest ? InputLayout::kNoPlan : policy;  // a past row: its newest's plan
@@ -232,7 +232,7 @@ uint32_t GpuForward::stage(std::span<PageTable* const> tables, std::span<const i
   }
   for (int r = n - 1; r >= 0; --r)  // each row's sequence's last row
     staging_[in.newest_row + r] =
-        r + 1 < n && tables[size_t(r + 1)] == tables[size_t(r)] ? staging_[in.newest_row + r + 1] : r;
+        retro_past_row(tables, size_t(r)) ? staging_[in.newest_row + r + 1] : r;
   for (size_t i = 0; i < logits_rows.size(); ++i) staging_[in.rows + i] = logits_rows[i];
   staged_runs_ = 0;  // the runs of rows of one sequence
   for (int r = 0; r < n; ++r)
@@ -529,8 +529,8 @@ void GpuForward::count_decode_bytes(std::span<PageTable* const> tables, std::spa
   for (size_t r = 0; r < n; ++r) {
     // A RetroAttention past row reads among its newest row's pages (counted there) and its
     // supplements (counted on the device).
-    if (r + 1 < n && tables[r + 1] == tables[r]) continue;
-    const int index = policies.empty() ? 0 : policies[r], length = positions[r] + ahead + 1;
+    if (retro_past_row(tables, r)) continue;
+    const int index = row_policy_of(policies, r), length = positions[r] + ahead + 1;
     for (int l = 0; l < w_.config.num_layers; ++l)
       decode_bytes_total_ += dense >> index & 1u ? planner_->dense_bytes(length) : planner_->host_bytes(index, l, length);
   }
@@ -555,13 +555,13 @@ uint32_t GpuForward::dense_policies(std::span<PageTable* const> tables, std::spa
   // tables exist stays on cs. A sequence that falls back has none yet; its first cs step builds
   // them from every key so far (build_cs_tables).
   for (size_t r = 0; dense && cs_ && r < tables.size(); ++r) {
-    const int index = policies.empty() ? 0 : policies[r];
+    const int index = row_policy_of(policies, r);
     if (!planner_->cs_params(index) || !(dense >> index & 1u)) continue;  // cs_params: null for index < 0
     const int slot = cs_->slot_of(tables[r]);
     if (slot >= 0 && cs_->built(slot)) dense &= ~(1u << index);
   }
   for (size_t r = 0; dense && r < lengths.size(); ++r) {
-    const int index = policies.empty() ? 0 : policies[r];
+    const int index = row_policy_of(policies, r);
     dense_fallback_rows_ += index >= 0 && (dense >> index & 1u);  // a negative index: no policy's row
   }
   return dense;
@@ -577,8 +577,8 @@ int GpuForward::split_rows(std::span<PageTable* const> tables, std::span<const i
   std::vector<int64_t>& tokens = split_tokens_;  // reused: no allocation per step
   tokens.clear();
   for (size_t r = size_t(first); r < positions.size(); ++r) {
-    const int index = policies.empty() ? 0 : policies[r], length = positions[r] + 1;
-    const bool past = r + 1 < tables.size() && tables[r + 1] == tables[r];
+    const int index = row_policy_of(policies, r), length = positions[r] + 1;
+    const bool past = retro_past_row(tables, r);
     tokens.push_back(past || index < 0 ? 0 : dense >> index & 1u ? length : planner_->list_tokens(index, length));
   }
   return split_rows_for(tokens);
@@ -624,7 +624,7 @@ void GpuForward::require_rows(const ForwardBatch& batch) const {
 std::vector<bool> GpuForward::cs_marks(std::span<const int32_t> policies, size_t n, uint32_t dense) const {
   std::vector<bool> cs(n);
   for (size_t r = 0; cs_ && r < n; ++r) {
-    const int index = policies.empty() ? 0 : policies[r];
+    const int index = row_policy_of(policies, r);
     cs[r] = planner_->cs_params(index) != nullptr && !(dense >> index & 1u);  // not falling back to dense
   }
   return cs;

@@ -73,6 +73,13 @@ struct DecodeRun {
   double seconds = 0;           // GPU time of all steps (events around them)
 };
 
+// Row r's policy index in a batch's per-row indices (none given: every row the engine's, 0).
+inline int row_policy_of(std::span<const int32_t> policies, size_t r) { return policies.empty() ? 0 : policies[r]; }
+// Whether row r of a decode batch is a RetroAttention past row: the next row is its sequence's.
+inline bool retro_past_row(std::span<PageTable* const> tables, size_t r) {
+  return r + 1 < tables.size() && tables[r + 1] == tables[r];
+}
+
 class GpuForward final : public Forward, private Backend {
  public:
   GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheShape& cache_shape,

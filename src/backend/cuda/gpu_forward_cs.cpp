@@ -62,7 +62,7 @@ void GpuForward::build_cs_tables(std::span<PageTable* const> tables, std::span<c
                                  std::span<const int32_t> policies, uint32_t dense, int steps) {
   if (!cs_) return;
   for (size_t r = 0; r < tables.size(); ++r) {
-    const int index = policies.empty() ? 0 : policies[r];
+    const int index = row_policy_of(policies, r);
     if (!planner_->cs_params(index) || dense >> index & 1u) continue;
     const int slot = cs_->slot_of(tables[r]);
     SKIM_REQUIRE(slot >= 0, "policy cs: a sequence reached decoding without a prompt run under cs on the GPU");
@@ -77,7 +77,7 @@ void GpuForward::build_cs_tables(std::span<PageTable* const> tables, std::span<c
 
 void GpuForward::bench_prompts(std::span<PageTable* const> tables, std::span<const int32_t> policies) {
   for (size_t i = 0; i < tables.size(); ++i) {
-    const int policy = policies.empty() ? 0 : policies[i];
+    const int policy = row_policy_of(policies, i);
     if (!cs_ || !planner_->cs_params(policy)) continue;
     bool moved = false;
     const int slot = cs_->slot_for(tables[i], policy, moved, stream_);

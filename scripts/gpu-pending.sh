@@ -134,7 +134,7 @@ ncu_pid=$!
 # dense fallback, b1 32K and 128K), select (quest, gbsa and cs at b1 and b8, both revisions),
 # attn (every policy's attention step at b1 and b8, 32K and 128K, against its floor; issue 16's
 # table), artlag (ART's natural stops at b1 by lag and round), hostkvslots (quest 5% at 512K over host KV
-# by device cache size).
+# by device cache size), hostkvauto (every selector and MAC, ART, Retro at 512K over host KV, auto slots).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -228,6 +228,20 @@ bench_groups() {  # GROUPS GPU
           --e2e-policy 'quest:budget=0.05,min=0,dense_layers=0' --contexts 524288 --batches 1 \
           --host-kv-slots $slots | grep -E "8B|rror"
       done
+    fi
+    if bench_has hostkvauto; then
+      # Issue 18's 512K target (10 tokens/s at batch 1) with `--host-kv-slots auto` (the cache as
+      # large as the GPU holds: 24576 slots took quest 5% from 8.4 to 24.9 tokens/s on an H200,
+      # 2026-11-27), every page selector at 2% and 5%, and the stages that map lists of their own
+      # over host KV since 2026-11-27: MAC over quest (forced 90% hits), ART over gbsa, Retro w=2.
+      echo "-- host KV, auto slots, 512K"
+      timeout 420 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy \
+        'quest:budget=0.05,min=0,dense_layers=0' 'quest:budget=0.02,min=0,dense_layers=0' 'gbsa:keep=0.05,n_min=16' \
+        'gbsa:keep=0.02,n_min=16' 'quest:budget=0.05,min=0,dense_layers=0+mac:min_context=0@hits=900' \
+        'gbsa:keep=0.05,n_min=16+art:stop=group,test=probe' --contexts 524288 --batches 1 --host-kv-slots auto \
+        --json "$OUT/e2e-hostkv-auto.json" | grep -E "8B|rror"
+      timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy none --retro --retro-windows 2 \
+        --sparse-keep 0.05 --contexts 524288 --batches 1 --host-kv-slots auto | grep -E "^\| random|rror"
     fi
     if bench_has mac; then
       # MAC over dense at forced hit rates against dense (issue 17: a miss may cost no more than

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "cli_common.h"
@@ -14,6 +15,7 @@
 #ifdef SKIM_HAVE_CUDA
 #include "backend/cuda/decode_bench.h"
 #include "backend/cuda/tensor_parallel_bench.h"
+#include "kv/host_kv_budget.h"
 #include "model/model.h"
 #endif
 
@@ -360,11 +362,11 @@ void run_bench(const BenchArgs& a) {
                                             a.host_kv_slots);
             std::string shown = p.dense_fallback_rows > 0 ? policy + " (dense fallback)" : policy;
             // cs maps no pages: its kernel reads the picked rows from the host pools in place.
-            if (a.host_kv_slots > 0 && policy.rfind("cs", 0) == 0)
+            if (a.host_kv_slots != 0 && policy.rfind("cs", 0) == 0)
               shown += " (host KV: the picked rows read over PCIe in place)";
-            else if (a.host_kv_slots > 0)
-              shown += fmt::format(" (host KV: {:.1f} MB copied a step, {:.1f}% hits)", p.host_copy_bytes_per_step / 1e6,
-                                   100.0 * p.host_hit_rate);
+            else if (a.host_kv_slots != 0)
+              shown += fmt::format(" (host KV, {} slots: {:.1f} MB copied a step, {:.1f}% hits)", p.host_slots,
+                                   p.host_copy_bytes_per_step / 1e6, 100.0 * p.host_hit_rate);
             std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), shown.c_str(), b,
                         ctx, p.ms_per_step, p.weight_bytes / 1e6, p.kv_bytes / 1e6, p.floor_ms,
                         p.ms_per_step / p.floor_ms);
@@ -374,7 +376,7 @@ void run_bench(const BenchArgs& a) {
                                          {"weight_bytes", p.weight_bytes}, {"kv_bytes", p.kv_bytes},
                                          {"floor_ms", p.floor_ms}, {"ratio_to_floor", p.ms_per_step / p.floor_ms},
                                          {"dense_fallback_rows", p.dense_fallback_rows},
-                                         {"host_kv_slots", a.host_kv_slots},
+                                         {"host_kv_slots", a.host_kv_slots}, {"host_slots", p.host_slots},
                                          {"host_copy_bytes_per_step", p.host_copy_bytes_per_step},
                                          {"host_hit_rate", p.host_hit_rate}});
             if (p.rectify_f > 0) {
@@ -388,19 +390,20 @@ void run_bench(const BenchArgs& a) {
           }
   }
   if (!a.attention_only && a.retro) {
-    std::printf("\nRetroAttention over quest (budget %g, every layer): ms per decode step, host-timed run() steps\n",
-                a.sparse_keep);
+    std::printf("\nRetroAttention over quest (budget %g, every layer): ms per decode step, host-timed run() steps%s\n",
+                a.sparse_keep, a.host_kv_slots != 0 ? ", the K/V in host memory (--host-kv-slots)" : "");
     std::printf("| model | batch | context | quest | w, ms (x quest) ... |\n|---|---|---|---|---|\n");
     out["retro"] = nlohmann::json::array();
     const std::string quest = fmt::format("quest:budget={},min=0,dense_layers=0", a.sparse_keep);
     for (auto& [name, w] : models)
       for (int b : int_list(a.batches, "--batches"))
         for (int ctx : int_list(a.contexts, "--contexts")) {
-          const double base = cuda::bench_retro_steps(w, b, ctx, a.steps, quest, 1);
+          const double base = cuda::bench_retro_steps(w, b, ctx, a.steps, quest, 1, a.host_kv_slots);
           std::printf("| %s | %d | %d | %.3f |", name.c_str(), b, ctx, base);
-          out["retro"].push_back({{"model", name}, {"batch", b}, {"context", ctx}, {"base", quest}, {"ms_base", base}});
+          out["retro"].push_back({{"model", name}, {"batch", b}, {"context", ctx}, {"base", quest}, {"ms_base", base},
+                                  {"host_kv_slots", a.host_kv_slots}});
           for (int win : int_list(a.retro_windows, "--retro-windows")) {
-            const double ms = cuda::bench_retro_steps(w, b, ctx, a.steps, quest, win);
+            const double ms = cuda::bench_retro_steps(w, b, ctx, a.steps, quest, win, a.host_kv_slots);
             std::printf(" w=%d %.3f (%.2fx) |", win, ms, ms / base);
             out["retro"].back()[fmt::format("ms_w{}", win)] = ms;
           }
@@ -467,8 +470,10 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_option("--retro-windows", a.retro_windows, "--retro's windows w")->capture_default_str();
   app->add_option("--host-kv-slots", a.host_kv_slots,
                   "end to end: the K/V pools in pinned host memory, each step's selected pages read through a device "
-                  "cache of N pages per layer and KV head (KV beyond GPU memory; 0: on the GPU)")
-      ->check(CLI::Range(0, 1 << 20));
+                  "cache of N pages per layer and KV head (KV beyond GPU memory; auto: as many as the GPU's free "
+                  "memory holds, less a reserve; 0: on the GPU)")
+      ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", kHostKvSlotsAuto}}))
+      ->check(CLI::Range(kHostKvSlotsAuto, int(kHostKvMaxSlots)));
   app->add_flag("--no-dense-fallback", a.no_dense_fallback,
                 "end to end: sparse policies select at every step, even where attending every key is faster "
                 "(the engine's default falls back to dense there)");

@@ -439,7 +439,8 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   p.batch = batch;
   p.context = context;
   p.steps = steps;
-  if (host_kv_slots > 0) {  // a copy is one KV head's piece of a page, K and V
+  if (host_kv_slots != 0) {  // a copy is one KV head's piece of a page, K and V
+    p.host_slots = fwd.host_kv_slot_count();
     const double copies = double(host1.copies - host0.copies), hits = double(host1.hits - host0.hits);
     p.host_copy_bytes_per_step = copies * 2.0 * shape.page_size * c.head_dim * sizeof(uint16_t) / steps;
     p.host_hit_rate = copies + hits > 0 ? hits / (copies + hits) : 0.0;
@@ -489,7 +490,7 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
 }
 
 double bench_retro_steps(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps,
-                         const std::string& base, int w) {
+                         const std::string& base, int w, int host_kv_slots) {
   const ModelConfig& c = weights->config;
   const int warm = 4, page = 16;
   const int pages_per_seq = (context + warm + steps + page - 1) / page;
@@ -499,6 +500,7 @@ double bench_retro_steps(std::shared_ptr<const GpuWeights> weights, int batch, i
   o.max_rows = batch * w;
   o.max_pages_per_seq = pages_per_seq;
   o.policy = w > 1 ? fmt::format("{}+retro:w={}", base, w) : base;
+  o.host_kv_slots = host_kv_slots;
   GpuForward fwd(weights, shape, o);
   fwd.cache().fill_random(7, fwd.stream());
   std::vector<PageTable> tables(static_cast<size_t>(batch));

@@ -133,6 +133,7 @@ struct EndToEndPoint {
   // KV beyond GPU memory (host_kv_slots > 0): bytes copied into the device cache per timed step,
   // and the share of listed (page, KV head) pieces it already held.
   double host_copy_bytes_per_step = 0, host_hit_rate = 0;
+  int host_slots = 0;  // the device cache's slots (what `auto` chose)
   // Sparse runs: one ReSA rectification of the batch (each sequence's last rectify_f tokens
   // re-run as a dense prefill over its context), and that time spread over the f steps it
   // covers: what `resa` adds per token to gbsa's step.
@@ -156,9 +157,10 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
 // RetroAttention's decode steps against its base's, the same way: per step a forward pass of
 // each sequence's newest token after its last w-1 tokens (w = 1: the base alone), as the engine
 // batches them (one CUDA graph, the newest rows' logits gathered), timed on the host around
-// run() (which waits for the logits), after 4 warm-up steps: ms per step.
+// run() (which waits for the logits), after 4 warm-up steps: ms per step. host_kv_slots:
+// GpuForwardOptions::host_kv_slots.
 double bench_retro_steps(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps,
-                         const std::string& base, int w);
+                         const std::string& base, int w, int host_kv_slots = 0);
 
 // Prefill of `context` tokens (pseudo-random ids) in chunks of `chunk`, logits of the last
 // row only, timed on the host around the whole prompt: tokens per second.

@@ -108,7 +108,6 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
     const int slots = o.host_kv_slots > 0 ? o.host_kv_slots
                                           : HostKVSlots::most_that_fit(shape, sequence_rows(), o.max_pages_per_seq);
     host_kv_ = std::make_unique<HostKVSlots>(shape, slots, sequence_rows(), o.max_pages_per_seq);
-    require_host_kv_policy(0, o.policy);
   }
   bool moved = false;
   reserve_art(moved);
@@ -141,14 +140,6 @@ int GpuForward::acquire_policy(const std::string& policy) {
   check(cudaStreamSynchronize(stream_), "forward pass");
   bool moved = false;
   const int index = planner_->acquire(policy, moved);
-  if (host_kv_) {
-    try {
-      require_host_kv_policy(index, policy);
-    } catch (...) {
-      planner_->release(index);
-      throw;
-    }
-  }
   reserve_art(moved);
   reserve_mac(moved);
   reserve_retro(moved);
@@ -249,14 +240,6 @@ double GpuForward::decode_bytes_read(int length, int index) const {
   double bytes = 0;
   for (int l = 0; l < w_.config.num_layers; ++l) bytes += planner_->bytes_read(index, l, length);
   return bytes;
-}
-
-// KV beyond GPU memory maps plans of page selectors (and dense rows) and cs's token plans (as
-// page plans, attend_cs) only: MAC's and Retro's stages and ART's kernel read lists of their own.
-void GpuForward::require_host_kv_policy(int index, const std::string& policy) const {
-  SKIM_REQUIRE(!planner_->mac_rule(index) && !planner_->retro_rule(index) && !planner_->art_rule(index),
-               "policy {}: KV beyond GPU memory runs dense, streaming, quest, gbsa, resa and cs (not mac, retro or art)",
-               policy);
 }
 
 void GpuForward::enqueue(int n, int logits_n, const Pass& pass, bool advance) {
@@ -487,11 +470,8 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
 }
 
 // The page plan's rows: through the device page cache over host KV, then by the plan's kernels.
+// MAC's and Retro's stages map the lists they make from the plan (its host page ids) themselves.
 void GpuForward::attend_pages(int l, int n, const DevicePlan& plan, PagedDecodeArgs a, cudaStream_t s) {
-  if (host_kv_ && plan.per_kv_head) {  // the selected pages through the device cache (rows' own tables: the host pools)
-    host_kv_->map_layer(l, n, a.page_table, a.seq_lens, cache_, s);
-    host_kv_->read_slots(l, a);
-  }
   if (plan.mac_rules) {  // some row runs MAC: its lists cut at its prefix end, merged with its rings
     attend_mac(l, n, plan, a, s);
     return;
@@ -500,12 +480,22 @@ void GpuForward::attend_pages(int l, int n, const DevicePlan& plan, PagedDecodeA
     attend_retro(l, n, plan, a, s);
     return;
   }
+  read_through_cache(l, n, plan, a, s);
   if (!plan.art_rules) {
     a.split_rows = pass_.split_rows;
     check(paged_decode_attention(a, s), "paged_decode_attention");
     return;
   }
-  run_art(a, plan, s);
+  run_art(a, plan, s);  // ART over host KV reads its lists' pages through the cache too: all copied first
+}
+
+// Over host KV, lists per (row, KV head) of a selecting plan (rows' own tables, a dense layer's
+// plan, read the host pools directly): mapped onto the device cache, the misses copied, `a`
+// reading the slots.
+void GpuForward::read_through_cache(int l, int n, const DevicePlan& plan, PagedDecodeArgs& a, cudaStream_t s) {
+  if (!host_kv_ || !plan.per_kv_head) return;
+  host_kv_->map_layer(l, n, a.page_table, a.seq_lens, cache_, s);
+  host_kv_->read_slots(l, a);
 }
 
 // Some row runs ART: every row goes through its kernel, each by its policy's rule (a row

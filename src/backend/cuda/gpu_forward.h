@@ -55,7 +55,8 @@ struct GpuForwardOptions {
   // reads a decode step's selected pages through a device cache of this many pages per layer and
   // KV head (a selection's distinct pages per KV head in a step must fit: 2x them hits well).
   // Rows attending every key read the host pools directly (over PCIe: slow). Prefill reads them
-  // directly too. Not with mac, retro or art (refused). 0: every pool on the device.
+  // directly too. MAC, Retro and ART map the lists they read (ART copies its whole lists before
+  // its traversal may stop). 0: every pool on the device.
   // kHostKvSlotsAuto (-1): as many slots as the device's memory holds once this forward's other
   // buffers are allocated, less a reserve (HostKVSlots::most_that_fit).
   int host_kv_slots = 0;
@@ -150,6 +151,7 @@ class GpuForward final : public Forward, private Backend {
   // KV beyond GPU memory: the device cache's pages copied and hits so far (waits for the
   // stream); zeros without it.
   HostKVSlots::Totals host_kv_totals() const { return host_kv_ ? host_kv_->totals(stream_) : HostKVSlots::Totals{}; }
+  int host_kv_slot_count() const { return host_kv_ ? host_kv_->slots() : 0; }  // auto's choice too
   // Decode rows so far whose policy fell back to dense (GpuForwardOptions::dense_fallback).
   uint64_t dense_fallback_rows() const { return dense_fallback_rows_; }
   // ART's counters since the forward began (the device's: waits for the stream).
@@ -231,7 +233,8 @@ class GpuForward final : public Forward, private Backend {
   void attend_cs(int layer, int n, const PagedDecodeArgs& base, cudaStream_t stream);
   void attend_pages(int layer, int n, const DevicePlan& plan, PagedDecodeArgs a, cudaStream_t stream);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
-  void require_host_kv_policy(int index, const std::string& policy) const;
+  // Over host KV: a selecting plan's lists through the device page cache (gpu_forward.cpp).
+  void read_through_cache(int layer, int n, const DevicePlan& plan, PagedDecodeArgs& a, cudaStream_t stream);
   void check_host_kv();
   void reserve_mac(bool& moved);
   // The decode step's graph; logits_n >= 0: the logits of that many staged rows (gathered),

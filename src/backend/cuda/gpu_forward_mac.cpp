@@ -26,6 +26,7 @@ void GpuForward::reserve_mac(bool& moved) {
   const int capacity = planner_->mac_capacity();
   if (capacity == 0) return;
   mac_.reserve(capacity, moved);
+  if (host_kv_) host_kv_->reserve_lists(2 * sequence_rows(), moved);  // lists below and above each row's prefix end
   if (q_pre_.size() == 0) {  // qkv_rope_append writes it from now on: graphs captured before do not
     q_pre_.resize(size_t(opt_.max_rows) * w_.config.q_dim());
     if (replicated()) q_pre_own_.resize(size_t(opt_.max_rows) * opt_.shard->q_heads * w_.config.head_dim);
@@ -40,9 +41,10 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
   const int32_t* row_policy = inputs_.data() + in.policy;
   const int32_t* row_slot = inputs_.data() + in.mac_slot;
   // Without ART the parts below and above the prefix end run as one call of 2n rows (above's
-  // lists and states packed right after below's; the attention workspace is sized for it).
+  // lists and states packed right after below's; the attention workspace is sized for it). Over
+  // host KV they are packed either way: one map reads both parts' lists.
   const bool one_call = !plan.art_rules;
-  const MacState::Scratch x = one_call ? mac_.packed_scratch(n) : mac_.scratch();
+  const MacState::Scratch x = one_call || host_kv_ ? mac_.packed_scratch(n) : mac_.scratch();
   const MacRingsView rings = mac_.rings(l);
   check(mac_match({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .page_size = ps,
                    .q_pre = q_pre_.data(), .positions = inputs_.data() + in.positions, .row_slot = row_slot, .row_policy = row_policy, .rules = plan.mac_rules,
@@ -70,10 +72,17 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
 
   // Both parts: every list of the row's keys, whatever its base's bound (a hit's band reaches
   // past a streaming window), so the pass's context bound.
-  const PagedDecodeArgs below =
+  PagedDecodeArgs below =
       base.with_lists(pass_.max_seq_len, x.below_table, x.below_lens, x.below_masks, x.below_o, x.below_lse);
-  const PagedDecodeArgs above =
+  PagedDecodeArgs above =
       base.with_lists(pass_.max_seq_len, x.above_table, x.above_lens, x.above_masks, x.above_o, x.above_lse);
+  if (host_kv_ && plan.per_kv_head) {
+    // Over host KV a selecting base's lists map after the cut (which reads its host page ids):
+    // both parts in one map (packed: above's lists right after below's).
+    host_kv_->map_layer(l, 2 * n, x.below_table, x.below_lens, cache_, s);
+    host_kv_->read_slots(l, below);
+    host_kv_->read_slots(l, above, n);
+  }
   if (one_call) {
     // Rows [0, n) below, [n, 2n) above with the same queries, the keys split as the n rows'
     // alone (split_rows): each part's states as two calls made them, one split and one merge

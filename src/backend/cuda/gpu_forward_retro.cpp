@@ -8,6 +8,8 @@
 // The planner plans the newest rows only (a past row's plan index is InputLayout::kNoPlan).
 #include "backend/cuda/gpu_forward.h"
 
+#include <algorithm>
+
 #include "backend/cuda/gpu_inputs.h"
 #include "backend/cuda/paged_decode_attention.cuh"
 #include "backend/cuda/retro_decode.cuh"
@@ -16,7 +18,10 @@ namespace skim::cuda {
 
 void GpuForward::reserve_retro(bool& moved) {
   const int entries = planner_->retro_entries();
-  if (entries > 0) retro_.reserve(entries, moved);
+  if (entries == 0) return;
+  retro_.reserve(entries, moved);
+  // Over host KV a step maps every row's list: w rows a sequence (entries: the largest w).
+  if (host_kv_) host_kv_->reserve_lists(std::min(opt_.max_rows, entries * sequence_rows()), moved);
 }
 
 void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t s) {
@@ -45,6 +50,9 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
   // base list, a past row's a subset of its newest row's. The pass's context bound instead
   // sized the kernel's chunks for the whole context, idling most CTAs on a sparse base's lists.
   PagedDecodeArgs a = base.with_lists(plan.max_seq_len, x.table, x.lens, x.masks, x.o, x.lse);
+  // Over host KV the lists map after the plan, which reads the base's host page ids; past rows
+  // rewrote their pages in this layer, so the map copies those again (HostKVSlots::begin_step).
+  read_through_cache(l, n, plan, a, s);
   if (plan.art_rules) {  // ART rows pass through whole, in their visiting order
     run_art(a, plan, s);
   } else {

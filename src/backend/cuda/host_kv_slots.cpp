@@ -69,14 +69,24 @@ HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max
   check(cudaDeviceSynchronize(), "host KV slots");
 }
 
+void HostKVSlots::reserve_lists(int lists, bool& moved) {
+  if (lists <= max_rows_) return;
+  max_rows_ = lists;
+  table_.resize(sizes(s_, slots_, lists, max_pages_).table);
+  written_.resize(size_t(lists));
+  moved = true;
+}
+
 void HostKVSlots::begin_step(int n, const int32_t* positions, const int32_t* page_table, cudaStream_t stream) {
   SKIM_REQUIRE(n <= max_rows_, "host KV: {} rows, at most {}", n, max_rows_);
+  step_rows_ = n;
   check(page_cache_begin_step(step_.data(), positions, page_table, n, max_pages_, s_.page_size, written_.data(), stream),
         "page_cache_begin_step");
 }
 
 void HostKVSlots::map_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
                             cudaStream_t stream) {
+  SKIM_REQUIRE(n <= max_rows_, "host KV: {} lists, room for {}", n, max_rows_);
   const int kv = s_.num_kv_heads;
   const size_t piece = page_stride(), c = cache_index(layer, 0);
   // The layer's KV heads in one map launch (a CTA each) and one gather: head h's lists are
@@ -86,7 +96,7 @@ void HostKVSlots::map_layer(int layer, int n, const int32_t* plan_table, const i
                         .lens_stride = kv, .page_size = s_.page_size, .slots = slots_, .num_host_pages = s_.num_pages,
                         .slot_of_page = slot_of_page_.data() + c * s_.num_pages,
                         .page_in_slot = page_in_slot_.data() + c * slots_, .last_used = last_used_.data() + c * slots_,
-                        .step_counter = step_.data(), .written = written_.data(), .num_written = n,
+                        .step_counter = step_.data(), .written = written_.data(), .num_written = step_rows_,
                         .copy_page = copy_page_.data(), .copy_slot = copy_slot_.data(), .counts = counts_.data(),
                         .refused_flag = refused_.data(), .totals = totals_.data()};
   const PageCacheBatch heads{.caches = kv, .table = size_t(max_pages_), .slot_table = size_t(max_pages_), .lens = 1};

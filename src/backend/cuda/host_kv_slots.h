@@ -22,7 +22,8 @@ namespace skim::cuda {
 
 class HostKVSlots {
  public:
-  // max_rows: a decode step's rows (one per sequence: the maps serve decode steps only).
+  // max_rows: a decode step's lists (one per sequence: the maps serve decode steps only; see
+  // reserve_lists for the stages that list more).
   HostKVSlots(const KVCacheShape& shape, int slots, int max_rows, int max_pages_per_seq);
 
   // The device bytes of a cache of `slots` slots (what the constructor allocates).
@@ -32,11 +33,17 @@ class HostKVSlots {
   static int most_that_fit(const KVCacheShape& shape, int max_rows, int max_pages_per_seq);
 
   int slots() const { return slots_; }
+  // Room for `lists` lists a step (RetroAttention's past rows are rows of the step; MAC maps its
+  // lists below and above each row's prefix end): grows the slot table and the written pages
+  // (moved: the graphs point at the old ones). Between steps only.
+  void reserve_lists(int lists, bool& moved);
 
   // The step's counter and each row's written page (positions, page_table: the staged inputs).
   void begin_step(int n, const int32_t* positions, const int32_t* page_table, cudaStream_t stream);
   // Layer l of the step: plan lists per (row, KV head) of host page ids (table [n][kv][max_pages],
-  // lens [n][kv] tokens) mapped onto the slots, the misses copied from `cache`'s host pools.
+  // lens [n][kv] tokens) mapped onto the slots, the misses copied from `cache`'s host pools. One
+  // map a layer and step: a second would drop the written pages again, freeing slots the first's
+  // lists read.
   void map_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
                  cudaStream_t stream);
   // What the decode kernel reads after map_layer: the slot pools (head 0's base of the layer),
@@ -45,15 +52,15 @@ class HostKVSlots {
   uint16_t* v(int layer) { return v_.data() + size_t(layer) * layer_elems(); }
   size_t page_stride() const { return size_t(s_.page_size) * s_.head_dim; }
   size_t head_stride() const { return size_t(slots_) * page_stride(); }
-  const int32_t* table() const { return table_.data(); }
-  // `a` reading layer l's slots after map_layer: the pools, their strides and the slot table,
-  // one page list per (row, KV head).
-  void read_slots(int layer, PagedDecodeArgs& a) {
+  const int32_t* table(int first = 0) const { return table_.data() + size_t(first) * s_.num_kv_heads * max_pages_; }
+  // `a` reading layer l's slots after map_layer: the pools, their strides and the slot table
+  // from list `first` on, one page list per (row, KV head).
+  void read_slots(int layer, PagedDecodeArgs& a, int first = 0) {
     a.k_pool = k(layer);
     a.v_pool = v(layer);
     a.page_stride = page_stride();
     a.head_stride = head_stride();
-    a.page_table = table();
+    a.page_table = table(first);
     a.tables_per_kv_head = true;
   }
 
@@ -81,6 +88,7 @@ class HostKVSlots {
 
   KVCacheShape s_;
   int slots_ = 0, max_rows_ = 0, max_pages_ = 0;
+  int step_rows_ = 0;                     // begin_step's rows: the written pages every map drops
   DeviceBuffer<uint16_t> k_, v_;          // [layers][kv][slots][page_size][head_dim]
   DeviceBuffer<int32_t> slot_of_page_;    // [layers][kv][num_pages]
   DeviceBuffer<int32_t> page_in_slot_;    // [layers][kv][slots]

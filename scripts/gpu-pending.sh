@@ -111,10 +111,12 @@ tests_pid=$!
 ( if has ncu; then
     [ "$G_NCU" = 0 ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done  # 2 GPUs: after the tests
     IFS='|' read -ra ncu_policies <<< "${NCU_POLICY:-cs:keep=0.05,list=0.05,points=4096}"  # '|' between policies
+    # NCU_ARGS: skim bench's arguments instead (e.g. the --retro steps' breakdown).
+    if [ -n "${NCU_ARGS:-}" ]; then read -ra bench_args <<< "$NCU_ARGS"; else
+      bench_args=(--e2e-only --no-prefill --8b-only --no-dense-fallback --sparse-keep 0.1 --contexts ${NCU_CONTEXT:-32768}
+        --batches ${NCU_BATCH:-1} --steps 1 --e2e-policy dense "${ncu_policies[@]}"); fi
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 240 ncu --csv --metrics gpu__time_duration.sum --cache-control none \
-      --clock-control none build-gpu/skim bench --e2e-only --no-prefill --8b-only --no-dense-fallback --sparse-keep 0.1 \
-      --contexts ${NCU_CONTEXT:-32768} --batches ${NCU_BATCH:-1} --steps 1 --e2e-policy dense "${ncu_policies[@]}" \
-      > $LOGS/ncu.csv 2> $LOGS/ncu.err
+      --clock-control none build-gpu/skim bench "${bench_args[@]}" > $LOGS/ncu.csv 2> $LOGS/ncu.err
     echo "ncu rc $?" >> $LOGS/ncu.err
   fi
   if has prefill; then
@@ -134,7 +136,8 @@ ncu_pid=$!
 # dense fallback, b1 32K and 128K), select (quest, gbsa and cs at b1 and b8, both revisions),
 # attn (every policy's attention step at b1 and b8, 32K and 128K, against its floor; issue 16's
 # table), artlag (ART's natural stops at b1 by lag and round), hostkvslots (quest 5% at 512K over host KV
-# by device cache size), hostkvauto (every selector and MAC, ART, Retro at 512K over host KV, auto slots).
+# by device cache size), hostkvauto (every selector and MAC, ART, Retro at 512K over host KV, auto slots),
+# retro (Retro w = 2, 4, 8 against quest at b1 and b8 32K, both revisions).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -242,6 +245,16 @@ bench_groups() {  # GROUPS GPU
         --json "$OUT/e2e-hostkv-auto.json" | grep -E "8B|rror"
       timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy none --retro --retro-windows 2 \
         --sparse-keep 0.05 --contexts 524288 --batches 1 --host-kv-slots auto | grep -E "^\| random|rror"
+    fi
+    if bench_has retro; then
+      # RetroAttention over quest 0.1 (issue 17: w = 2 within 10% of quest; 1.12x at b1 32K,
+      # H100 and H200 2026-11-27), this revision against the previous one.
+      for bin in build-gpu build-gpu-legacy build-gpu; do
+        [ -x $bin/skim ] || continue
+        echo "-- retro, $bin"
+        timeout 200 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy none --retro \
+          --sparse-keep 0.1 --retro-windows 2,4,8 --contexts 32768 --batches 1,8 | grep -E "8B|rror"
+      done
     fi
     if bench_has mac; then
       # MAC over dense at forced hit rates against dense (issue 17: a miss may cost no more than

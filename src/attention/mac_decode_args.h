@@ -165,6 +165,7 @@ SKIM_HOST_DEVICE inline int mac_forced_hit(int row, int head, int position) {
 struct MacMergePushArgs {
   MacMergeArgs merge;
   float* out_lse = nullptr;              // [batch][num_heads] the output's lse (optional)
+  uint16_t* out_bf16 = nullptr;          // GPU only, optional: merge.out as bf16 here instead
   const int32_t* hit_entry = nullptr;    // match's
   const int32_t* row_slot = nullptr;
   const int32_t* positions = nullptr;    // [batch]

@@ -80,6 +80,9 @@ struct PagedDecodeArgsOf {
 
   float* o = nullptr;
   float* lse = nullptr;
+  // GPU only, optional: the output rounded to bf16 (round to nearest even) here instead of o,
+  // which is then left untouched: the o projection's input, with no conversion pass after.
+  uint16_t* o_bf16 = nullptr;
 
   // GPU only: scratch for the partial states of the split-KV chunks, at least
   // cuda::paged_decode_workspace_size(*this) bytes, zero-filled once after allocation (the
@@ -104,6 +107,7 @@ struct PagedDecodeArgsOf {
     a.head_masks = masks;
     a.o = out_o;
     a.lse = out_lse;
+    a.o_bf16 = nullptr;  // a stage's states, fp32
     return a;
   }
   // The same call over sequences [begin, end): their queries, lists and outputs (a decode
@@ -115,6 +119,7 @@ struct PagedDecodeArgsOf {
     a.batch = end - begin;
     a.q = at(q, heads * head_dim);
     a.o = at(o, heads * head_dim);
+    a.o_bf16 = at(o_bf16, heads * head_dim);
     a.lse = at(lse, heads);
     a.page_table = at(page_table, lists * max_pages_per_seq);
     a.seq_lens = at(seq_lens, lists);

@@ -118,6 +118,7 @@ struct RetroMergeArgs {
   int batch = 0, num_heads = 0, head_dim = 0;
   const float *o = nullptr, *lse = nullptr;  // the kernel's states [batch][num_heads][head_dim], [batch][num_heads]
   float* out = nullptr;                      // [batch][num_heads][head_dim]
+  uint16_t* out_bf16 = nullptr;              // GPU only, optional: out as bf16 here instead
   float* out_lse = nullptr;                  // [batch][num_heads] (optional)
   const int32_t *row_slot = nullptr, *retro_step = nullptr, *newest_row = nullptr;
   // A row's cache has `window` entries of the cache.entries it holds when rules are given (with

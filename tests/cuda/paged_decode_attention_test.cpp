@@ -22,6 +22,7 @@ TEST(CudaPagedDecodeAttention, MatchesCpuReference) {
     EXPECT_TRUE(r.all_finite);
     EXPECT_TRUE(r.empty_ok);
     EXPECT_TRUE(r.deterministic);
+    EXPECT_TRUE(r.bf16_ok) << "o_bf16: not the fp32 output rounded, or o written";
     EXPECT_LT(r.o_rel_err, 2e-3);
     EXPECT_LT(r.lse_abs_err, 1e-3);
   }

@@ -74,10 +74,13 @@ struct ParityResult {
   // Deterministic mode: the second run is bitwise equal to the first. Dynamic mode: the
   // two runs agree to 1e-5 of max |o| and 1e-5 in lse (page order differs, rounding too).
   bool deterministic = true;
+  // Deterministic mode: a run with o_bf16 writes the first run's o rounded to bf16, bit for bit,
+  // and leaves o untouched.
+  bool bf16_ok = true;
   size_t workspace_bytes = 0;
 
   bool pass(double o_tol = 2e-3, double lse_tol = 1e-3) const {
-    return error.empty() && all_finite && empty_ok && deterministic && o_rel_err < o_tol &&
+    return error.empty() && all_finite && empty_ok && deterministic && bf16_ok && o_rel_err < o_tol &&
            lse_abs_err < lse_tol;
   }
 };
@@ -334,6 +337,21 @@ inline ParityResult run_parity_case(const ParityCase& pc, uint64_t seed) {
         cudaMemcpy(o_gpu[run].data(), dout, o_ref.size() * 4, cudaMemcpyDeviceToHost));
     SKIM_PARITY_CHECK(
         cudaMemcpy(lse_gpu[run].data(), dlse, lse_ref.size() * 4, cudaMemcpyDeviceToHost));
+  }
+  if (pc.deterministic) {  // the output as bf16 (the o projection's input) instead of o
+    uint16_t* dout16 = nullptr;
+    SKIM_PARITY_CHECK(alloc(&dout16, o_ref.size() * 2));
+    SKIM_PARITY_CHECK(cudaMemset(dout, 0xff, o_ref.size() * 4));
+    PagedDecodeArgs b16 = a;
+    b16.o_bf16 = dout16;
+    SKIM_PARITY_CHECK(cuda::paged_decode_attention(b16, nullptr));
+    SKIM_PARITY_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> o16(o_ref.size());
+    std::vector<float> o_after(o_ref.size());
+    SKIM_PARITY_CHECK(cudaMemcpy(o16.data(), dout16, o16.size() * 2, cudaMemcpyDeviceToHost));
+    SKIM_PARITY_CHECK(cudaMemcpy(o_after.data(), dout, o_after.size() * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < o16.size(); ++i)
+      if (o16[i] != f32_to_bf16(o_gpu[0][i]) || !std::isnan(o_after[i])) r.bf16_ok = false;
   }
   if (pc.deterministic) {
     r.deterministic = o_gpu[0] == o_gpu[1] &&

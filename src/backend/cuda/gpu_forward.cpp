@@ -390,9 +390,11 @@ void GpuForward::attention(int n, int layer) {
                           .max_pages_per_seq = opt_.max_pages_per_seq, .row_slot = inputs_.data() + in.cs_slot},
                          stream_);
   } else {
+    o_in_bf16_ = false;
     attend_decode(layer, n, pass_.max_seq_len, table, inputs_.data() + in.seq_lens, stream_);
   }
-  to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), stream_);  // attn: the o projection's input
+  // The o projection's input, unless the step's last attention kernel wrote it (o_in_bf16_).
+  if (pass_.chunk || !o_in_bf16_) to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), stream_);
   if (replicated()) {  // the group's heads were attended: its own are the o projection's input
     const size_t own = size_t(opt_.shard->q_heads) * c.head_dim;
     check(cudaMemcpy2DAsync(o16_own_.data(), own * sizeof(uint16_t),
@@ -483,6 +485,7 @@ void GpuForward::attend_pages(int l, int n, const DevicePlan& plan, PagedDecodeA
   read_through_cache(l, n, plan, a, s);
   if (!plan.art_rules) {
     a.split_rows = pass_.split_rows;
+    if (a.o == o_.data()) a.o_bf16 = o16_from_attention();  // every row's output: straight to bf16
     check(paged_decode_attention(a, s), "paged_decode_attention");
     return;
   }

@@ -233,6 +233,13 @@ class GpuForward final : public Forward, private Backend {
   void attend_cs(int layer, int n, const PagedDecodeArgs& base, cudaStream_t stream);
   void attend_pages(int layer, int n, const DevicePlan& plan, PagedDecodeArgs a, cudaStream_t stream);
   void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
+  // The o projection's bf16 input, for a layer's last attention kernel that writes every row's
+  // output: attention() then skips its conversion of o_ (a launch a layer less).
+  uint16_t* o16_from_attention() {
+    o_in_bf16_ = true;
+    return o16_.data();
+  }
+  bool o_in_bf16_ = false;  // this layer's decode attention wrote o16_ itself
   // Over host KV: a selecting plan's lists through the device page cache (gpu_forward.cpp).
   void read_through_cache(int layer, int n, const DevicePlan& plan, PagedDecodeArgs& a, cudaStream_t stream);
   void check_host_kv();

@@ -103,8 +103,8 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
   check(mac_merge_push({.merge = {.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim,
                                   .below_o = x.below_o, .below_lse = x.below_lse, .above_o = x.above_o,
                                   .above_lse = x.above_lse, .out = o_.data()},
-                        .out_lse = lse_.data(), .hit_entry = x.hit_entry, .row_slot = row_slot,
-                        .positions = inputs_.data() + in.positions, .q_pre = q_pre_.data(),
+                        .out_lse = lse_.data(), .out_bf16 = o16_from_attention(), .hit_entry = x.hit_entry,
+                        .row_slot = row_slot, .positions = inputs_.data() + in.positions, .q_pre = q_pre_.data(),
                         .row_policy = row_policy, .rules = plan.mac_rules, .rings = rings},
                        s),
         "mac_merge_push");

@@ -60,9 +60,9 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
     check(paged_decode_attention(a, s), "paged_decode_attention (retro)");
   }
   check(retro_merge({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .o = x.o, .lse = x.lse,
-                     .out = o_.data(), .out_lse = lse_.data(), .row_slot = row_slot, .retro_step = steps,
-                     .newest_row = newest, .rules = plan.retro_rules, .row_policy = row_policy,
-                     .cache = retro_.cache(l)},
+                     .out = o_.data(), .out_bf16 = o16_from_attention(), .out_lse = lse_.data(),
+                     .row_slot = row_slot, .retro_step = steps, .newest_row = newest,
+                     .rules = plan.retro_rules, .row_policy = row_policy, .cache = retro_.cache(l)},
                     s),
         "retro_merge");
 }

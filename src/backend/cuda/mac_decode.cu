@@ -280,10 +280,13 @@ __global__ void merge_push_kernel(const MacMergePushArgs a) {
   }
   __syncthreads();  // every thread has read the hit entry before thread 0 may overwrite its lse
   merge_into(c, lse, mg.below_o[i * d + t], mg.below_lse[i]);
-  if (mg.out) {
+  if (mg.out || a.out_bf16) {
     float o = c, l = lse;
     if (mg.above_o) merge_into(o, l, mg.above_o[i * d + t], mg.above_lse[i]);
-    mg.out[i * d + t] = o;
+    if (a.out_bf16)  // the o projection's input, with no conversion pass after
+      a.out_bf16[i * d + t] = __bfloat16_as_ushort(__float2bfloat16(o));
+    else
+      mg.out[i * d + t] = o;
     if (a.out_lse && t == 0) a.out_lse[i] = l;
   }
   if (mg.cache_o) mg.cache_o[i * d + t] = c;

@@ -115,6 +115,7 @@ struct SplitParams {
   float* out_o;
   float* out_lse;
   int o_head_stride, lse_head_stride;
+  uint16_t* out_o_bf16 = nullptr;  // final outputs only (PagedDecodeArgs::o_bf16): bf16 there instead of out_o
   // Dynamic mode: per (sequence, KV unit) two ints {pages handed out, warps done}, zero
   // between calls (the last warp of a unit resets them).
   int* counters;
@@ -409,7 +410,11 @@ __device__ __forceinline__ void merge_warp_states(const unsigned char* smem, con
       O += wt * all[w * kWarpFloats + h * D + d];
     }
     const size_t head = size_t(b) * p.num_heads + hq0 + h;
-    p.out_o[head * p.o_head_stride + size_t(chunk) * D + d] = L > 0.0f ? O / L : 0.0f;
+    const float out = L > 0.0f ? O / L : 0.0f;
+    if (p.out_o_bf16)  // a single chunk: the final output
+      p.out_o_bf16[head * D + d] = __bfloat16_as_ushort(__float2bfloat16(out));
+    else
+      p.out_o[head * p.o_head_stride + size_t(chunk) * D + d] = out;
     if (d == 0)
       p.out_lse[head * p.lse_head_stride + chunk] = L > 0.0f ? (M + log2f(L)) * 0.69314718055994531f : -INFINITY;
   }
@@ -521,6 +526,7 @@ struct MergeParams {
   const float* part_lse;  // [batch][num_heads][num_chunks]
   float* o;
   float* lse;
+  uint16_t* o_bf16 = nullptr;  // PagedDecodeArgs::o_bf16: the output as bf16 here instead of o
   int num_heads, num_chunks;
 };
 
@@ -589,8 +595,14 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
     for (int j = 1; j < kGroups; ++j)
       sum.x += part[j][t].x, sum.y += part[j][t].y, sum.z += part[j][t].z, sum.w += part[j][t].w;
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    reinterpret_cast<float4*>(p.o + size_t(bh) * D)[t] =
-        make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
+    const float4 out = make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
+    if (p.o_bf16) {  // four bf16 in one 8-byte store, each rounded to nearest even
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(out.x, out.y), hi = __floats2bfloat162_rn(out.z, out.w);
+      reinterpret_cast<uint2*>(p.o_bf16 + size_t(bh) * D)[t] =
+          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    } else {
+      reinterpret_cast<float4*>(p.o + size_t(bh) * D)[t] = out;
+    }
   }
   if (t == 0) p.lse[bh] = L > 0.0f ? M + logf(L) : -INFINITY;
 }
@@ -787,7 +799,8 @@ struct Variant {
                          .tables_per_seq = a.tables_per_kv_head ? a.num_kv_heads : 1,
                          .out_o = plan.direct ? a.o : part_o, .out_lse = plan.direct ? a.lse : part_lse,
                          .o_head_stride = plan.direct ? D : plan.num_chunks * D,
-                         .lse_head_stride = plan.direct ? 1 : plan.num_chunks, .counters = counters,
+                         .lse_head_stride = plan.direct ? 1 : plan.num_chunks,
+                         .out_o_bf16 = plan.direct ? a.o_bf16 : nullptr, .counters = counters,
                          .dynamic = !plan.direct && !a.deterministic, .num_heads = a.num_heads,
                          .num_kv_heads = a.num_kv_heads, .group = a.group_size(), .sub_groups = plan.sub_groups,
                          .max_pages_per_seq = a.max_pages_per_seq, .page_stride = a.page_stride_elems(),
@@ -806,6 +819,7 @@ struct Variant {
     mp.part_lse = part_lse;
     mp.o = a.o;
     mp.lse = a.lse;
+    mp.o_bf16 = a.o_bf16;
     mp.num_heads = a.num_heads;
     mp.num_chunks = plan.num_chunks;
 

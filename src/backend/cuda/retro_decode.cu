@@ -2,6 +2,7 @@
 #include "backend/cuda/retro_decode.cuh"
 
 #include <cub/block/block_scan.cuh>
+#include <cuda_bf16.h>
 
 #include "backend/cuda/page_index_map.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -114,6 +115,14 @@ __global__ void __launch_bounds__(kThreads) past_kernel(const RetroPagePlanArgs 
   }
 }
 
+// The output element at `at`: fp32, or bf16 for the o projection (RetroMergeArgs::out_bf16).
+__device__ __forceinline__ void write_out(const RetroMergeArgs& a, size_t at, float x) {
+  if (a.out_bf16)
+    a.out_bf16[at] = __bfloat16_as_ushort(__float2bfloat16(x));
+  else
+    a.out[at] = x;
+}
+
 // One CTA of head_dim threads per (row, query head). A rule's cache has w entries, so the entry
 // a newest row writes is none its past rows read: every row merges in one launch.
 __global__ void merge_kernel(const RetroMergeArgs a) {
@@ -125,7 +134,7 @@ __global__ void merge_kernel(const RetroMergeArgs a) {
   const int w1 = slot < 0 ? 0 : a.entries_of(b), step = a.retro_step ? a.retro_step[b] : 0;
   const size_t entry = slot < 0 || w1 <= 0 ? 0 : size_t(slot) * a.cache.entries + size_t(step % w1);
   if (!past) {
-    a.out[i * d + t] = a.o[i * d + t];
+    write_out(a, i * d + t, a.o[i * d + t]);
     if (t == 0 && a.out_lse) a.out_lse[i] = a.lse[i];
     if (slot < 0 || w1 <= 0) return;
     a.cache.o[(entry * H + h) * d + t] = a.o[i * d + t];
@@ -148,7 +157,7 @@ __global__ void merge_kernel(const RetroMergeArgs a) {
       lse = m + logf(wa + wb);
     }
   }
-  a.out[i * d + t] = c;
+  write_out(a, i * d + t, c);
   if (t == 0 && a.out_lse) a.out_lse[i] = lse;
   __syncthreads();  // every thread has read lse before thread 0 writes it
   a.cache.o[(entry * H + h) * d + t] = c;

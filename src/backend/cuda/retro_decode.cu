@@ -14,6 +14,9 @@ namespace skim::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+// past_kernel's CTA: a newest row's list in one pass up to 1024 pages (quest 0.1's union at 32K
+// is about 620 pages a KV head: three dependent passes of 256, each a load, a scan and a store).
+constexpr int kPastThreads = 1024;
 
 __device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
 
@@ -83,9 +86,9 @@ __global__ void __launch_bounds__(kThreads) newest_kernel(const RetroPagePlanArg
 
 // One CTA per (KV head, past row): its newest row's pages with an old value below its step, per
 // head, in that list's order.
-__global__ void __launch_bounds__(kThreads) past_kernel(const RetroPagePlanArgs a) {
+__global__ void __launch_bounds__(kPastThreads) past_kernel(const RetroPagePlanArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
-  using Scan = cub::BlockScan<int, kThreads>;
+  using Scan = cub::BlockScan<int, kPastThreads>;
   __shared__ typename Scan::TempStorage scan;
   const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
   const int slot = a.row_slot[b];
@@ -95,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) past_kernel(const RetroPagePlanArgs 
   const size_t newest = (size_t(nr) * a.num_kv_heads + h) * a.max_pages_per_seq;
   const int n = pages_of(a.out_lens[size_t(nr) * a.num_kv_heads + h], ps);
   int written = 0;
-  for (int k0 = 0; k0 < n; k0 += kThreads) {
+  for (int k0 = 0; k0 < n; k0 += kPastThreads) {
     const int k = k0 + t;
     uint32_t mask = 0;
     if (k < n)
@@ -183,7 +186,7 @@ cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
                    static_cast<int32_t*>(a.workspace), stream);
   const unsigned chunks = unsigned((a.max_pages_per_seq + kThreads - 1) / kThreads);
   (void)launch_pdl(newest_kernel, dim3(a.num_kv_heads, a.batch, chunks), kThreads, 0, stream, a);
-  (void)launch_pdl(past_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a);
+  (void)launch_pdl(past_kernel, dim3(a.num_kv_heads, a.batch), kPastThreads, 0, stream, a);
   return cudaGetLastError();
 }
 

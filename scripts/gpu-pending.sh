@@ -5,19 +5,7 @@
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
 #   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). The whole binary passed on 4 x
-#      H100 at 0eed309 (bench/results/2026-11-27-h100-s23-pending/). Pending (written
-#      2026-11-27 after that run): quest's score warps load the group's queries before the
-#      digests (quest_page_select.cu score_warp_pages; 97 -> 128 registers, still 2 CTAs an SM),
-#      and its union loads a run's page ids with the heads' flags, all heads' flags at once
-#      (write_union; 77 -> 128 registers, 1 CTA an SM as before: 512 threads), and the score
-#      kernels' pooled query (gbsa's group of 4, page_select_common.cuh load_query) loads its
-#      heads together (77 -> 80 registers, 3 CTAs an SM as before):
-#      the quest and gbsa tests against the CPU (CudaQuestPageSelect*, CudaGroupPageSelect*,
-#      GpuSparsePolicy*), GpuHostKv.AutoSlots* (`--host-kv-slots auto`: the cache sized from the
-#      free memory), then BENCH=select (quest and gbsa 0.1 at b1 and b8 32K against the
-#      previous revision; their score kernels read the digests
-#      at ~72% of the bandwidth) and the attn group (quest at b8 128K: 4.55x dense with agreeing
-#      heads on 2026-11-26, issue 16 asks 5x).
+#      H200 at 6b8d77e (bench/results/2026-11-27-s24-host-kv-auto/): nothing is pending.
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
@@ -38,13 +26,11 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (written 2026-11-27): the previous revision is e0f5a81 (carried as build-legacy/tree.tar.xz).
-#   call 1: PARTS=tests,bench BENCH=select,attn BENCH2=artlag,hostkvslots TEST_SHARDS=2
-#     TEST_TIMEOUT=380 (item 1's check and measurements; ART's lag and the host-KV cache sizes
-#     settle open questions of issues 16 and 18). A new change: carry the revision before it
-# as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it affects
-# (session 23 ran four calls of about 310 s each, both builds included, 4 x H100). A call returns
-# at most 8 files from OUT: with TEST_SHARDS=2 append to the command
+# Next: nothing written is pending (2026-11-27, session 24). A new change: carry the revision
+# before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
+# affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
+# counts half its held time and builds in about a minute, but runs tests and benchmarks one after
+# the other). A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
 #   ; cp $OUT/logs/test_cuda.log $OUT/; rm -f $OUT/logs/test_cuda.*.log $OUT/logs/*.rc $OUT/logs/tests.done
 # so that the concatenated test log comes back whole.
 set -uo pipefail

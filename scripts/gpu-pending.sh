@@ -5,7 +5,11 @@
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
 #   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). The whole binary passed on 4 x
-#      H200 at 6b8d77e (bench/results/2026-11-27-s24-host-kv-auto/): nothing is pending.
+#      H200 at 6b8d77e (bench/results/2026-11-27-s24-host-kv-auto/). Pending (written after it,
+#      2026-11-27): page_cache_map's hits pass takes 8 consecutive pages a thread (page_cache.cu;
+#      the map cost 110 us a layer for quest 5% at 512K on an H100): CudaPageCache* and
+#      GpuHostKv.* against the CPU and the KV cache on the GPU, then BENCH=hostkvauto against the
+#      previous revision (quest 5% 43.65 ms a token with auto slots on one H100, call 3 there).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
@@ -26,7 +30,9 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next: nothing written is pending (2026-11-27, session 24). A new change: carry the revision
+# Next (2026-11-27, session 24): item 1's map change against c1ecc67 (the revision before it):
+#   PARTS=tests,bench BENCH=hostkvauto TESTS='*PageCache*:GpuHostKv.*' (4 GPUs), or the whole
+#   test_cuda with TEST_SHARDS=2. A new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
 # affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
 # counts half its held time and builds in about a minute, but runs tests and benchmarks one after

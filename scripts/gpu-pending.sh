@@ -35,7 +35,7 @@
 #   test_cuda with TEST_SHARDS=2. A new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
 # affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
-# counts half its held time and builds in about a minute, but runs tests and benchmarks one after
+# at times counts half its held time (not always), builds in about a minute, but runs tests and benchmarks one after
 # the other). A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
 #   ; cp $OUT/logs/test_cuda.log $OUT/; rm -f $OUT/logs/test_cuda.*.log $OUT/logs/*.rc $OUT/logs/tests.done
 # so that the concatenated test log comes back whole.

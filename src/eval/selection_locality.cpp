@@ -12,6 +12,9 @@ void LocalityStats::merge(const LocalityStats& o) {
                                    &LocalityStats::overlap})
     this->*f += o.*f;
   for (size_t i = 0; i < hits.size(); ++i) hits[i] += o.hits[i], lookups[i] += o.lookups[i];
+  ahead_lists += o.ahead_lists;
+  ahead_misses += o.ahead_misses;
+  for (size_t g = 0; g < ahead_copied.size(); ++g) ahead_copied[g] += o.ahead_copied[g], ahead_useful[g] += o.ahead_useful[g];
 }
 
 bool SelectionLocalityMeter::Cache::touch(int page, uint64_t step) {
@@ -65,6 +68,9 @@ void SelectionLocalityMeter::on_selection(const AttentionBatch& b, int row, int 
     stats_.repeats += 1;
     stats_.overlap += double(common.size()) / double(pages.size());
   }
+  std::vector<int> same, any;
+  if (l.steps > 0 && guesses_from_layer_before(b.tables[row], b.layer, kv_head, b.num_kv_heads, l, same, any))
+    count_ahead(l, pages, same, any);
   for (size_t i = 0; i < l.caches.size(); ++i)
     for (int p : pages) {
       const bool hit = l.caches[i].touch(p, l.steps);
@@ -75,6 +81,42 @@ void SelectionLocalityMeter::on_selection(const AttentionBatch& b, int row, int 
     }
   l.pages = std::move(pages);
   l.steps += 1;
+}
+
+bool SelectionLocalityMeter::guesses_from_layer_before(const PageTable* table, int layer, int kv_head,
+                                                       int num_kv_heads, const List& l, std::vector<int>& same,
+                                                       std::vector<int>& any) const {
+  // The layer before chose in this step when its count is one ahead of this list's (counts
+  // advance after each choice).
+  const auto chose_now = [&](int head) -> const List* {
+    const auto it = lists_.find({table, layer - 1, head});
+    return it != lists_.end() && it->second.steps == l.steps + 1 ? &it->second : nullptr;
+  };
+  const List* before = chose_now(kv_head);
+  if (layer == 0 || !before) return false;
+  same = before->pages;
+  for (int h = 0; h < std::max(num_kv_heads, kv_head + 1); ++h)
+    if (const List* other = chose_now(h)) {
+      std::vector<int> merged;
+      std::set_union(any.begin(), any.end(), other->pages.begin(), other->pages.end(), std::back_inserter(merged));
+      any = std::move(merged);
+    }
+  return true;
+}
+
+void SelectionLocalityMeter::count_ahead(const List& l, const std::vector<int>& pages, const std::vector<int>& same,
+                                         const std::vector<int>& any) {
+  const Cache& cache = l.caches.back();  // the largest: what a host-KV cache would be sized
+  const auto resident = [&](int p) { return cache.last_use.count(p) > 0; };
+  stats_.ahead_lists += 1;
+  for (int p : pages) stats_.ahead_misses += resident(p) ? 0.0 : 1.0;
+  const std::array<const std::vector<int>*, 2> guesses = {&same, &any};
+  for (size_t g = 0; g < guesses.size(); ++g)
+    for (int p : *guesses[g]) {
+      if (resident(p)) continue;  // already here: nothing to copy
+      stats_.ahead_copied[g] += 1;
+      if (std::binary_search(pages.begin(), pages.end(), p)) stats_.ahead_useful[g] += 1;
+    }
 }
 
 }  // namespace skim::eval

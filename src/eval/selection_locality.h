@@ -7,7 +7,12 @@
 //  - the pages chosen at step t that step t-1 chose too is how much a GPU page cache of the
 //    last step's pages would hold already, and an LRU cache of 1x, 1.5x or 2x a step's pages
 //    (per list, sized at its first step) gives the hit rate, hence the pages a host-memory KV
-//    would copy each step.
+//    would copy each step;
+//  - of the pages a list misses in its largest cache, how many the layer before chose in the
+//    same step (that KV head's list, or any KV head's): what a copy of layer l's choice for
+//    layer l + 1, made while layer l computes, would have brought ahead (issue 18's overlap of
+//    the copies with compute), and how many of the pages such a copy brings layer l + 1 then
+//    reads. Prefetched pages are not added to the cache (a first-order count).
 // Layers a selector keeps dense are not observed (they choose nothing).
 #pragma once
 
@@ -32,6 +37,12 @@ struct LocalityStats {
   double repeats = 0;        // observations with a previous step
   double overlap = 0;        // sum over those of |pages_t & pages_t-1| / |pages_t|
   std::array<double, kLocalityCacheSizes.size()> hits{}, lookups{};
+  // Prefetch from the layer before, over the lists whose previous layer chose in the same step
+  // (past the first step), against the largest cache: its misses, and per guess (0: the layer
+  // before's list of the same KV head, 1: the union of its KV heads' lists) the guessed pages
+  // the cache lacked (what a prefetch copies) and those of them the list chose (misses hidden).
+  double ahead_lists = 0, ahead_misses = 0;
+  std::array<double, 2> ahead_copied{}, ahead_useful{};
 
   void merge(const LocalityStats& o);
 };
@@ -55,6 +66,12 @@ class SelectionLocalityMeter {
     std::array<Cache, kLocalityCacheSizes.size()> caches;
     uint64_t steps = 0;
   };
+  // The layer before's choices in this step, as guesses for `l` (LocalityStats::ahead_*): the
+  // same KV head's pages and every KV head's; false when that layer did not choose this step.
+  bool guesses_from_layer_before(const PageTable* table, int layer, int kv_head, int num_kv_heads, const List& l,
+                                 std::vector<int>& same, std::vector<int>& any) const;
+  void count_ahead(const List& l, const std::vector<int>& pages, const std::vector<int>& same,
+                   const std::vector<int>& any);
   std::map<std::tuple<const PageTable*, int, int>, List> lists_;  // (sequence, layer, KV head)
   LocalityStats stats_;
 };

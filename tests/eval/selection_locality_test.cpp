@@ -65,6 +65,42 @@ TEST(SelectionLocality, LruEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(m.stats().hits[0], 1.0);
 }
 
+// Prefetch from the layer before: layer 1's misses in its largest cache against layer 0's
+// pages of the same step, its same KV head's and both KV heads'.
+TEST(SelectionLocality, CountsWhatTheLayerBeforeWouldHaveCopiedAhead) {
+  Row row;
+  SelectionLocalityMeter m;
+  const auto batch = [&](int position, int layer) {
+    AttentionBatch b = row.batch(position, layer);
+    b.num_kv_heads = 2;
+    return b;
+  };
+  // Step 1: layer 0 chooses pages {0, 1} (head 0) and {7} (head 1); layer 1's head 0 {0, 2},
+  // its first step: its 2x cache (4 pages) now holds 0 and 2, nothing counted.
+  m.on_selection(batch(199, 0), 0, 0, {{{0, 32}}});
+  m.on_selection(batch(199, 0), 0, 1, {{{112, 128}}});
+  m.on_selection(batch(199, 1), 0, 0, {{{0, 16}, {32, 48}}});
+  EXPECT_EQ(m.stats().ahead_lists, 0.0);
+  // Step 2: layer 0 chooses {1, 3, 4} and {5}; layer 1's head 0 {0, 3, 5}: it misses 3 and 5.
+  // The same head's guess copies 1, 3, 4 (none resident) of which 3 is read; both heads' copy
+  // 1, 3, 4, 5 of which 3 and 5 are read.
+  m.on_selection(batch(200, 0), 0, 0, {{{16, 32}, {48, 80}}});
+  m.on_selection(batch(200, 0), 0, 1, {{{80, 96}}});
+  m.on_selection(batch(200, 1), 0, 0, {{{0, 16}, {48, 64}, {80, 96}}});
+  const LocalityStats& s = m.stats();
+  EXPECT_EQ(s.ahead_lists, 1.0);
+  EXPECT_EQ(s.ahead_misses, 2.0);
+  EXPECT_EQ(s.ahead_copied[0], 3.0);
+  EXPECT_EQ(s.ahead_useful[0], 1.0);
+  EXPECT_EQ(s.ahead_copied[1], 4.0);
+  EXPECT_EQ(s.ahead_useful[1], 2.0);
+  // Merging adds the counts.
+  LocalityStats merged;
+  merged.merge(s);
+  merged.merge(s);
+  EXPECT_EQ(merged.ahead_useful[1], 4.0);
+}
+
 // Streaming's window slides one key a step: consecutive steps choose the same pages but where
 // the window crosses a page boundary.
 TEST(SelectionLocality, StreamingsWindowOverlapsNearlyWhole) {

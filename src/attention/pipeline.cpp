@@ -140,6 +140,16 @@ std::map<std::string, double> PipelinePolicy::counters() const {
   return c;
 }
 
+// A page selector's plan over the guessed queries, as the selection observer would see it.
+void PipelinePolicy::speculate(const AttentionBatch& b) {
+  if (!b.decode || !config_.selector || b.layer < config_.dense_layers) return;
+  PagePlan plan;
+  if (!config_.selector->plan(b, plan)) return;  // a per-token selector: no page plan to guess
+  for_each_plan_selection(b, plan, [&](int r, int h, const std::vector<std::vector<KeyRange>>& heads) {
+    notify_speculation(b, r, h, heads);
+  });
+}
+
 void PipelinePolicy::attend(const AttentionBatch& b) {
   if (config_.selector) config_.selector->observe(b);
   if (!b.decode) {  // prefill is dense for every policy

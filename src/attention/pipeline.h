@@ -56,6 +56,7 @@ class PipelinePolicy : public AttentionPolicy {
   std::string spec() const override { return config_.spec; }
   EngineCorrections corrections() const override { return config_.corrections; }
   void attend(const AttentionBatch& batch) override;
+  void speculate(const AttentionBatch& guess) override;
   void forget(const PageTable* table) override;
   void fork(const PageTable* from, const PageTable* to) override {
     if (config_.selector) config_.selector->fork(from, to);

@@ -104,6 +104,14 @@ class AttentionPolicy {
   using SelectionObserver =
       std::function<void(const AttentionBatch&, int row, int kv_head, const std::vector<std::vector<KeyRange>>&)>;
   void set_selection_observer(SelectionObserver o) { selection_observer_ = std::move(o); }
+  // Sees a page selector's choice over guessed queries of a later layer in a decode step
+  // (evaluation: skim eval --locality scores copying that layer's KV ahead of its query). The
+  // forward asks for guesses only while an observer is set (wants_speculation), and speculate()
+  // reports the choice over `guess` (its layer, KV view and queries) without attending or
+  // counting anything. Per-token selectors (cs) and dense layers report nothing.
+  void set_speculation_observer(SelectionObserver o) { speculation_observer_ = std::move(o); }
+  bool wants_speculation() const { return bool(speculation_observer_); }
+  virtual void speculate(const AttentionBatch& /*guess*/) {}
 
  protected:
   void notify(const AttentionBatch& b) const {
@@ -114,9 +122,13 @@ class AttentionPolicy {
                         const std::vector<std::vector<KeyRange>>& heads) const {
     if (selection_observer_) selection_observer_(b, row, kv_head, heads);
   }
+  void notify_speculation(const AttentionBatch& b, int row, int kv_head,
+                          const std::vector<std::vector<KeyRange>>& heads) const {
+    if (speculation_observer_) speculation_observer_(b, row, kv_head, heads);
+  }
   AttentionStats stats_;
   Observer observer_;
-  SelectionObserver selection_observer_;
+  SelectionObserver selection_observer_, speculation_observer_;
 };
 
 // Dense attention of every row of `batch` over all its visible keys, into `out`

@@ -49,17 +49,18 @@ std::string accuracy_row(const RetrievalTally& t, int key, const std::vector<int
   return fmt::format("{}", fmt::join(acc, "/"));
 }
 
-// Copying layer l's choice for layer l + 1 ahead (LocalityStats::ahead_*): per guess the share of
-// the misses it hides (recall) and of its copies that are read (precision), and its copies per
-// miss.
+// Copies ahead of a layer's query (LocalityStats::ahead_*), per guess: the lists it was made
+// for, their misses per list, the share of the misses it hides (recall) and of its copies that
+// are read (precision), and its copies per miss.
 nlohmann::json prefetch_json(const LocalityStats& s) {
   const auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  nlohmann::json j = {{"lists", s.ahead_lists}, {"misses_per_list", ratio(s.ahead_misses, s.ahead_lists)}};
-  const std::array<const char*, 2> names = {"same_kv_head", "any_kv_head"};
-  for (size_t g = 0; g < names.size(); ++g)
-    j[names[g]] = {{"recall", ratio(s.ahead_useful[g], s.ahead_misses)},
-                   {"precision", ratio(s.ahead_useful[g], s.ahead_copied[g])},
-                   {"copies_per_miss", ratio(s.ahead_copied[g], s.ahead_misses)}};
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t g = 0; g < kAheadGuesses.size(); ++g)
+    j[kAheadGuesses[g]] = {{"lists", s.ahead_lists[g]},
+                           {"misses_per_list", ratio(s.ahead_misses[g], s.ahead_lists[g])},
+                           {"recall", ratio(s.ahead_useful[g], s.ahead_misses[g])},
+                           {"precision", ratio(s.ahead_useful[g], s.ahead_copied[g])},
+                           {"copies_per_miss", ratio(s.ahead_copied[g], s.ahead_misses[g])}};
   return j;
 }
 
@@ -77,7 +78,7 @@ nlohmann::json locality_json(const LocalityStats& s) {
           {"page_keys_over_chosen_keys", s.keys > 0 ? s.page_keys / s.keys : 0.0},
           {"step_page_overlap", s.repeats > 0 ? s.overlap / s.repeats : 0.0},
           {"lru_hit_rate", hit},
-          {"prefetch_from_layer_before", prefetch_json(s)}};
+          {"copies_ahead", prefetch_json(s)}};
 }
 
 // Per layer means of a needle coverage meter.

@@ -12,9 +12,12 @@ void LocalityStats::merge(const LocalityStats& o) {
                                    &LocalityStats::overlap})
     this->*f += o.*f;
   for (size_t i = 0; i < hits.size(); ++i) hits[i] += o.hits[i], lookups[i] += o.lookups[i];
-  ahead_lists += o.ahead_lists;
-  ahead_misses += o.ahead_misses;
-  for (size_t g = 0; g < ahead_copied.size(); ++g) ahead_copied[g] += o.ahead_copied[g], ahead_useful[g] += o.ahead_useful[g];
+  for (size_t g = 0; g < ahead_lists.size(); ++g) {
+    ahead_lists[g] += o.ahead_lists[g];
+    ahead_misses[g] += o.ahead_misses[g];
+    ahead_copied[g] += o.ahead_copied[g];
+    ahead_useful[g] += o.ahead_useful[g];
+  }
 }
 
 bool SelectionLocalityMeter::Cache::touch(int page, uint64_t step) {
@@ -37,22 +40,48 @@ void SelectionLocalityMeter::attach(AttentionPolicy& policy) {
                                        const std::vector<std::vector<KeyRange>>& heads) {
     on_selection(b, row, kv_head, heads);
   });
+  policy.set_speculation_observer([this](const AttentionBatch& b, int row, int kv_head,
+                                         const std::vector<std::vector<KeyRange>>& heads) {
+    on_speculation(b, row, kv_head, heads);
+  });
 }
 
-void SelectionLocalityMeter::detach(AttentionPolicy& policy) { policy.set_selection_observer({}); }
+void SelectionLocalityMeter::detach(AttentionPolicy& policy) {
+  policy.set_selection_observer({});
+  policy.set_speculation_observer({});
+}
 
-void SelectionLocalityMeter::on_selection(const AttentionBatch& b, int row, int kv_head,
-                                          const std::vector<std::vector<KeyRange>>& heads) {
-  const int ps = b.kv.page_size, context = b.positions[row] + 1;
+namespace {
+
+// The pages holding the union of the units' keys, ascending; `keys` gets the union's size.
+std::vector<int> pages_of(const std::vector<std::vector<KeyRange>>& heads, int ps, uint64_t& keys) {
   std::vector<KeyRange> all;
   for (const auto& h : heads) all.insert(all.end(), h.begin(), h.end());
   std::vector<int> pages;
-  uint64_t keys = 0;
+  keys = 0;
   for (KeyRange r : coalesce_ranges(std::move(all))) {
     keys += uint64_t(r.end - r.begin);
     for (int p = r.begin / ps; p * ps < r.end; ++p)
       if (pages.empty() || pages.back() != p) pages.push_back(p);
   }
+  return pages;
+}
+
+}  // namespace
+
+void SelectionLocalityMeter::on_speculation(const AttentionBatch& b, int row, int kv_head,
+                                            const std::vector<std::vector<KeyRange>>& heads) {
+  uint64_t keys = 0;
+  const auto key = std::make_tuple(b.tables[row], b.layer, kv_head);
+  const auto list = lists_.find(key);
+  guesses_[key] = Guess{pages_of(heads, b.kv.page_size, keys), list == lists_.end() ? 0 : list->second.steps};
+}
+
+void SelectionLocalityMeter::on_selection(const AttentionBatch& b, int row, int kv_head,
+                                          const std::vector<std::vector<KeyRange>>& heads) {
+  const int ps = b.kv.page_size, context = b.positions[row] + 1;
+  uint64_t keys = 0;
+  std::vector<int> pages = pages_of(heads, ps, keys);
   List& l = lists_[{b.tables[row], b.layer, kv_head}];
   stats_.lists += 1;
   stats_.keys += double(keys);
@@ -69,8 +98,12 @@ void SelectionLocalityMeter::on_selection(const AttentionBatch& b, int row, int 
     stats_.overlap += double(common.size()) / double(pages.size());
   }
   std::vector<int> same, any;
-  if (l.steps > 0 && guesses_from_layer_before(b.tables[row], b.layer, kv_head, b.num_kv_heads, l, same, any))
-    count_ahead(l, pages, same, any);
+  if (l.steps > 0 && guesses_from_layer_before(b.tables[row], b.layer, kv_head, b.num_kv_heads, l, same, any)) {
+    count_ahead(l, pages, 0, same);
+    count_ahead(l, pages, 1, any);
+  }
+  const auto guess = guesses_.find({b.tables[row], b.layer, kv_head});
+  if (l.steps > 0 && guess != guesses_.end() && guess->second.step == l.steps) count_ahead(l, pages, 2, guess->second.pages);
   for (size_t i = 0; i < l.caches.size(); ++i)
     for (int p : pages) {
       const bool hit = l.caches[i].touch(p, l.steps);
@@ -104,19 +137,17 @@ bool SelectionLocalityMeter::guesses_from_layer_before(const PageTable* table, i
   return true;
 }
 
-void SelectionLocalityMeter::count_ahead(const List& l, const std::vector<int>& pages, const std::vector<int>& same,
-                                         const std::vector<int>& any) {
+void SelectionLocalityMeter::count_ahead(const List& l, const std::vector<int>& pages, size_t guess,
+                                         const std::vector<int>& guessed) {
   const Cache& cache = l.caches.back();  // the largest: what a host-KV cache would be sized
   const auto resident = [&](int p) { return cache.last_use.count(p) > 0; };
-  stats_.ahead_lists += 1;
-  for (int p : pages) stats_.ahead_misses += resident(p) ? 0.0 : 1.0;
-  const std::array<const std::vector<int>*, 2> guesses = {&same, &any};
-  for (size_t g = 0; g < guesses.size(); ++g)
-    for (int p : *guesses[g]) {
-      if (resident(p)) continue;  // already here: nothing to copy
-      stats_.ahead_copied[g] += 1;
-      if (std::binary_search(pages.begin(), pages.end(), p)) stats_.ahead_useful[g] += 1;
-    }
+  stats_.ahead_lists[guess] += 1;
+  for (int p : pages) stats_.ahead_misses[guess] += resident(p) ? 0.0 : 1.0;
+  for (int p : guessed) {
+    if (resident(p)) continue;  // already here: nothing to copy
+    stats_.ahead_copied[guess] += 1;
+    if (std::binary_search(pages.begin(), pages.end(), p)) stats_.ahead_useful[guess] += 1;
+  }
 }
 
 }  // namespace skim::eval

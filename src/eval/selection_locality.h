@@ -8,11 +8,13 @@
 //    last step's pages would hold already, and an LRU cache of 1x, 1.5x or 2x a step's pages
 //    (per list, sized at its first step) gives the hit rate, hence the pages a host-memory KV
 //    would copy each step;
-//  - of the pages a list misses in its largest cache, how many the layer before chose in the
-//    same step (that KV head's list, or any KV head's): what a copy of layer l's choice for
-//    layer l + 1, made while layer l computes, would have brought ahead (issue 18's overlap of
-//    the copies with compute), and how many of the pages such a copy brings layer l + 1 then
-//    reads. Prefetched pages are not added to the cache (a first-order count).
+//  - of the pages a list misses in its largest cache, how many a guess made before its query
+//    exists would have copied ahead (issue 18's overlap of the copies with compute), and how
+//    many of the pages such a copy brings the list then reads. Guesses: the pages the layer
+//    before chose in the same step (that KV head's list, or any KV head's), and the selector's
+//    choice over the layer's queries guessed from the layer before's input (InfiniGen's:
+//    AttentionPolicy::speculate). Prefetched pages are not added to the cache (a first-order
+//    count).
 // Layers a selector keeps dense are not observed (they choose nothing).
 #pragma once
 
@@ -27,6 +29,9 @@
 namespace skim::eval {
 
 inline constexpr std::array<double, 3> kLocalityCacheSizes = {1.0, 1.5, 2.0};  // x a step's pages
+// The guesses of a list's pages before its query exists (LocalityStats::ahead_*): the layer
+// before's pages of the same KV head, of all its KV heads, and the choice over guessed queries.
+inline constexpr std::array<const char*, 3> kAheadGuesses = {"same_kv_head", "any_kv_head", "query_guess"};
 
 // Sums (counts too, as doubles: exact far beyond any run), so that merging is one loop.
 struct LocalityStats {
@@ -37,12 +42,10 @@ struct LocalityStats {
   double repeats = 0;        // observations with a previous step
   double overlap = 0;        // sum over those of |pages_t & pages_t-1| / |pages_t|
   std::array<double, kLocalityCacheSizes.size()> hits{}, lookups{};
-  // Prefetch from the layer before, over the lists whose previous layer chose in the same step
-  // (past the first step), against the largest cache: its misses, and per guess (0: the layer
-  // before's list of the same KV head, 1: the union of its KV heads' lists) the guessed pages
-  // the cache lacked (what a prefetch copies) and those of them the list chose (misses hidden).
-  double ahead_lists = 0, ahead_misses = 0;
-  std::array<double, 2> ahead_copied{}, ahead_useful{};
+  // Copies ahead, per guess (kAheadGuesses), over the lists (past the first step) for which
+  // the guess exists, against the largest cache: the lists, their misses, the guessed pages the
+  // cache lacked (what a prefetch copies) and those of them the list chose (misses hidden).
+  std::array<double, 3> ahead_lists{}, ahead_misses{}, ahead_copied{}, ahead_useful{};
 
   void merge(const LocalityStats& o);
 };
@@ -52,6 +55,8 @@ class SelectionLocalityMeter {
   void attach(AttentionPolicy& policy);
   static void detach(AttentionPolicy& policy);
   void on_selection(const AttentionBatch& b, int row, int kv_head, const std::vector<std::vector<KeyRange>>& heads);
+  // A choice over guessed queries of b.layer (AttentionPolicy::speculate), made before its own.
+  void on_speculation(const AttentionBatch& b, int row, int kv_head, const std::vector<std::vector<KeyRange>>& heads);
   const LocalityStats& stats() const { return stats_; }
 
  private:
@@ -70,9 +75,13 @@ class SelectionLocalityMeter {
   // same KV head's pages and every KV head's; false when that layer did not choose this step.
   bool guesses_from_layer_before(const PageTable* table, int layer, int kv_head, int num_kv_heads, const List& l,
                                  std::vector<int>& same, std::vector<int>& any) const;
-  void count_ahead(const List& l, const std::vector<int>& pages, const std::vector<int>& same,
-                   const std::vector<int>& any);
+  void count_ahead(const List& l, const std::vector<int>& pages, size_t guess, const std::vector<int>& guessed);
+  struct Guess {
+    std::vector<int> pages;
+    uint64_t step = 0;  // the list's step it guesses
+  };
   std::map<std::tuple<const PageTable*, int, int>, List> lists_;  // (sequence, layer, KV head)
+  std::map<std::tuple<const PageTable*, int, int>, Guess> guesses_;  // on_speculation's, same keys
   LocalityStats stats_;
 };
 

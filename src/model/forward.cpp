@@ -214,11 +214,32 @@ void CpuForward::attention(int n, int layer) {
                     .q_pre = group ? group_q_pre_.data() : q_pre_.data(),
                     .out = group ? group_attn_.data() : attn_.data(),
                     .retro_step = b.retro_step.empty() ? nullptr : b.retro_step.data()};
+  if (b.decode && !rank_ && layer + 1 < c.num_layers && policy_->wants_speculation())
+    speculate_next_layer(n, layer, ab);  // before attend: x_ is still this layer's input
   policy_->attend(ab);
   if (!group) return;
   const size_t own = size_t(own_heads_) * c.head_dim, offset = size_t(rank_->shard.own_head_offset()) * c.head_dim;
   for (int r = 0; r < n; ++r)
     std::copy_n(group_attn_.data() + size_t(r) * c.q_dim() + offset, own, attn_.data() + size_t(r) * own);
+}
+
+void CpuForward::speculate_next_layer(int n, int layer, const AttentionBatch& at_layer) {
+  const ModelConfig& c = model_.config;
+  const LayerWeights& next = model_.weights.layers[size_t(layer) + 1];
+  const int d = c.head_dim;
+  guess_h_.resize(size_t(n) * c.hidden_size);
+  guess_q_.resize(size_t(n) * c.q_dim());
+  cpu::rmsnorm(x_.data(), next.attn_norm.data(), guess_h_.data(), n, c.hidden_size, c.rms_norm_eps);
+  cpu::linear(guess_h_.data(), next.wq, bias(next.bq), guess_q_.data(), n);
+  if (c.qk_norm) cpu::rmsnorm(guess_q_.data(), next.q_norm.data(), guess_q_.data(), n * c.num_heads, d, c.rms_norm_eps);
+  cpu::rope(guess_q_.data(), batch_->positions.data(), model_.rope_inv_freq.data(), n, c.num_heads, d);
+  AttentionBatch guess = at_layer;
+  guess.layer = layer + 1;
+  guess.kv = cache_.layer(layer + 1);  // its newest key not yet written: a guess made ahead of it
+  guess.q = guess_q_.data();
+  guess.q_pre = nullptr;
+  guess.out = nullptr;
+  policy_->speculate(guess);
 }
 
 void CpuForward::silu_mul(int n) {

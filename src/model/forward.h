@@ -128,6 +128,10 @@ class CpuForward final : public Forward, private Backend {
   void logits(int n_logits) override;
 
   void ensure_capacity(int rows);
+  // The policy's choice for layer + 1 over a guess of its queries (AttentionPolicy::speculate):
+  // layer's residual input through layer + 1's input norm, query projection and RoPE
+  // (InfiniGen's speculation). Only while the policy wants guesses (evaluation).
+  void speculate_next_layer(int n, int layer, const AttentionBatch& at_layer);
   // Tensor parallelism: the group's queries from the ranks sharing this rank's KV head.
   void gather_group_queries(int n);
   void gather_logits(int n_logits);
@@ -146,6 +150,7 @@ class CpuForward final : public Forward, private Backend {
   // A replicated KV head's rank: q, q_pre and attention of its whole group, a gather's scratch,
   // and its vocabulary slice's logits.
   std::vector<float> group_q_, group_q_pre_, group_attn_, gathered_, slice_logits_;
+  std::vector<float> guess_h_, guess_q_;  // speculate_next_layer's normed input and queries
 };
 
 }  // namespace skim

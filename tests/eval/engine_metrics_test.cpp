@@ -11,6 +11,7 @@
 #include "eval/output_error.h"
 #include "eval/perplexity.h"
 #include "eval/report.h"
+#include "eval/selection_locality.h"
 #include "model/config.h"
 #include "skim/engine.h"
 
@@ -177,6 +178,36 @@ TEST(EngineMetrics, WholeEvaluationOnTheDemoModel) {
   EXPECT_TRUE(j["policies"][1]["passkey"]["4"]["200"].contains("accuracy"));
   std::string table = format_table(r);
   EXPECT_NE(table.find("resa:keep=0.25,n_min=2,f=8"), std::string::npos) << table;
+}
+
+// The locality meter's guessed queries on the CPU forward (AttentionPolicy::speculate): layer 1's
+// choice over queries guessed from layer 0's input is reported before layer 1's own, once per KV
+// head and step (layer 0 has no layer before: no guess), and the guesses change no logit.
+TEST(EngineMetrics, GuessedQueriesAreReportedAndChangeNothing) {
+  const std::string policy = "quest:budget=0.25,min=0,dense_layers=0";
+  const std::vector<int> text = ids(206, 256, 3);
+  const int steps = 6;
+  std::vector<std::vector<float>> logits[2];
+  LocalityStats stats;
+  for (int watched = 0; watched < 2; ++watched) {
+    auto e = tiny_engine(256);
+    e->set_policy(policy);
+    SelectionLocalityMeter meter;
+    if (watched) meter.attach(e->policy());
+    const int seq = e->open_sequence();
+    e->append(seq, std::span<const int>(text.data(), 200), {});
+    for (int i = 0; i < steps; ++i) {
+      const int t = text[size_t(200 + i)];
+      logits[watched].push_back(e->decode(std::span<const int>(&seq, 1), std::span<const int>(&t, 1)));
+    }
+    SelectionLocalityMeter::detach(e->policy());
+    if (watched) stats = meter.stats();
+  }
+  EXPECT_EQ(logits[1], logits[0]);
+  const int kv_heads = 2;
+  EXPECT_EQ(stats.ahead_lists[2], double((steps - 1) * kv_heads));  // the first step only fills the caches
+  EXPECT_LE(stats.ahead_useful[2], stats.ahead_misses[2]);
+  EXPECT_LE(stats.ahead_useful[2], stats.ahead_copied[2]);
 }
 
 TEST(EngineMetrics, TheRetrievalQuestionIsPrefilledOrDecodedAsAsked) {

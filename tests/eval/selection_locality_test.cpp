@@ -80,7 +80,7 @@ TEST(SelectionLocality, CountsWhatTheLayerBeforeWouldHaveCopiedAhead) {
   m.on_selection(batch(199, 0), 0, 0, {{{0, 32}}});
   m.on_selection(batch(199, 0), 0, 1, {{{112, 128}}});
   m.on_selection(batch(199, 1), 0, 0, {{{0, 16}, {32, 48}}});
-  EXPECT_EQ(m.stats().ahead_lists, 0.0);
+  EXPECT_EQ(m.stats().ahead_lists[0], 0.0);
   // Step 2: layer 0 chooses {1, 3, 4} and {5}; layer 1's head 0 {0, 3, 5}: it misses 3 and 5.
   // The same head's guess copies 1, 3, 4 (none resident) of which 3 is read; both heads' copy
   // 1, 3, 4, 5 of which 3 and 5 are read.
@@ -88,8 +88,11 @@ TEST(SelectionLocality, CountsWhatTheLayerBeforeWouldHaveCopiedAhead) {
   m.on_selection(batch(200, 0), 0, 1, {{{80, 96}}});
   m.on_selection(batch(200, 1), 0, 0, {{{0, 16}, {48, 64}, {80, 96}}});
   const LocalityStats& s = m.stats();
-  EXPECT_EQ(s.ahead_lists, 1.0);
-  EXPECT_EQ(s.ahead_misses, 2.0);
+  EXPECT_EQ(s.ahead_lists[0], 1.0);
+  EXPECT_EQ(s.ahead_misses[0], 2.0);
+  EXPECT_EQ(s.ahead_lists[1], 1.0);
+  EXPECT_EQ(s.ahead_misses[1], 2.0);
+  EXPECT_EQ(s.ahead_lists[2], 0.0);  // no guessed queries
   EXPECT_EQ(s.ahead_copied[0], 3.0);
   EXPECT_EQ(s.ahead_useful[0], 1.0);
   EXPECT_EQ(s.ahead_copied[1], 4.0);
@@ -99,6 +102,26 @@ TEST(SelectionLocality, CountsWhatTheLayerBeforeWouldHaveCopiedAhead) {
   merged.merge(s);
   merged.merge(s);
   EXPECT_EQ(merged.ahead_useful[1], 4.0);
+}
+
+// A choice over guessed queries counts for the list of its layer and KV head in the same step
+// only: layer 0's second step guesses pages {2, 3}; its 2x cache (2 pages) holds 0 and 1 from
+// the first, the step chooses {1, 2}: one miss (2), hidden; 3 copied for nothing. A guess left
+// from an earlier step is not counted.
+TEST(SelectionLocality, CountsWhatAChoiceOverGuessedQueriesWouldHaveCopiedAhead) {
+  Row row;
+  SelectionLocalityMeter m;
+  m.on_speculation(row.batch(99, 0), 0, 0, {{{0, 16}}});  // before the first step: not counted
+  m.on_selection(row.batch(99, 0), 0, 0, {{{0, 16}}, {{16, 20}}});  // pages 0, 1; capacity 2x2 = 4
+  m.on_speculation(row.batch(100, 0), 0, 0, {{{32, 64}}});
+  m.on_selection(row.batch(100, 0), 0, 0, {{{16, 48}}});
+  const LocalityStats& s = m.stats();
+  EXPECT_EQ(s.ahead_lists[2], 1.0);
+  EXPECT_EQ(s.ahead_misses[2], 1.0);
+  EXPECT_EQ(s.ahead_copied[2], 2.0);
+  EXPECT_EQ(s.ahead_useful[2], 1.0);
+  m.on_selection(row.batch(101, 0), 0, 0, {{{48, 64}}});  // the step-2 guess is stale now
+  EXPECT_EQ(m.stats().ahead_lists[2], 1.0);
 }
 
 // Streaming's window slides one key a step: consecutive steps choose the same pages but where

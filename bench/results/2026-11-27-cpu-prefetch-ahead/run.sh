@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Would copying layer l's chosen pages for layer l + 1, while layer l computes, hide layer
-# l + 1's host-KV misses (issue 18's overlap)? skim eval --locality's prefetch_from_layer_before on
+# Which guess of layer l + 1's pages, copied while layer l computes, hides its host-KV misses
+# (issue 18's overlap)? skim eval --locality's copies_ahead (layer l's pages, or the selector over
+# queries guessed from layer l's input) on
 # SmolLM2 at 8K (its trained length), 2 windows x 256 teacher-forced steps of held-out Python.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."

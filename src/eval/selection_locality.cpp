@@ -74,7 +74,10 @@ void SelectionLocalityMeter::on_speculation(const AttentionBatch& b, int row, in
   uint64_t keys = 0;
   const auto key = std::make_tuple(b.tables[row], b.layer, kv_head);
   const auto list = lists_.find(key);
-  guesses_[key] = Guess{pages_of(heads, b.kv.page_size, keys), list == lists_.end() ? 0 : list->second.steps};
+  const uint64_t step = list == lists_.end() ? 0 : list->second.steps;
+  Guess& g = guesses_[key];
+  if (g.step != step) g = Guess{{}, step};  // an earlier step's guesses are stale
+  g.pages.push_back(pages_of(heads, b.kv.page_size, keys));
 }
 
 void SelectionLocalityMeter::on_selection(const AttentionBatch& b, int row, int kv_head,
@@ -103,7 +106,9 @@ void SelectionLocalityMeter::on_selection(const AttentionBatch& b, int row, int 
     count_ahead(l, pages, 1, any);
   }
   const auto guess = guesses_.find({b.tables[row], b.layer, kv_head});
-  if (l.steps > 0 && guess != guesses_.end() && guess->second.step == l.steps) count_ahead(l, pages, 2, guess->second.pages);
+  if (l.steps > 0 && guess != guesses_.end() && guess->second.step == l.steps)
+    for (size_t k = 0; k < guess->second.pages.size() && 2 + k < kAheadGuesses.size(); ++k)
+      count_ahead(l, pages, 2 + k, guess->second.pages[k]);
   for (size_t i = 0; i < l.caches.size(); ++i)
     for (int p : pages) {
       const bool hit = l.caches[i].touch(p, l.steps);

@@ -30,8 +30,11 @@ namespace skim::eval {
 
 inline constexpr std::array<double, 3> kLocalityCacheSizes = {1.0, 1.5, 2.0};  // x a step's pages
 // The guesses of a list's pages before its query exists (LocalityStats::ahead_*): the layer
-// before's pages of the same KV head, of all its KV heads, and the choice over guessed queries.
-inline constexpr std::array<const char*, 3> kAheadGuesses = {"same_kv_head", "any_kv_head", "query_guess"};
+// before's pages of the same KV head, of all its KV heads, and the choice over queries guessed
+// from the layer before's input, then from its input with its attention added (the CPU
+// forward's two guesses of a step, in that order).
+inline constexpr std::array<const char*, 4> kAheadGuesses = {"same_kv_head", "any_kv_head", "query_guess",
+                                                             "query_guess_after_attention"};
 
 // Sums (counts too, as doubles: exact far beyond any run), so that merging is one loop.
 struct LocalityStats {
@@ -45,7 +48,7 @@ struct LocalityStats {
   // Copies ahead, per guess (kAheadGuesses), over the lists (past the first step) for which
   // the guess exists, against the largest cache: the lists, their misses, the guessed pages the
   // cache lacked (what a prefetch copies) and those of them the list chose (misses hidden).
-  std::array<double, 3> ahead_lists{}, ahead_misses{}, ahead_copied{}, ahead_useful{};
+  std::array<double, kAheadGuesses.size()> ahead_lists{}, ahead_misses{}, ahead_copied{}, ahead_useful{};
 
   void merge(const LocalityStats& o);
 };
@@ -77,8 +80,8 @@ class SelectionLocalityMeter {
                                  std::vector<int>& same, std::vector<int>& any) const;
   void count_ahead(const List& l, const std::vector<int>& pages, size_t guess, const std::vector<int>& guessed);
   struct Guess {
-    std::vector<int> pages;
-    uint64_t step = 0;  // the list's step it guesses
+    std::vector<std::vector<int>> pages;  // the step's guesses in the order made
+    uint64_t step = 0;                    // the list's step they guess
   };
   std::map<std::tuple<const PageTable*, int, int>, List> lists_;  // (sequence, layer, KV head)
   std::map<std::tuple<const PageTable*, int, int>, Guess> guesses_;  // on_speculation's, same keys

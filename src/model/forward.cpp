@@ -137,6 +137,11 @@ void CpuForward::add_rmsnorm(int n, int layer, NormWeight weight, bool residual)
   const ModelConfig& c = model_.config;
   const int H = c.hidden_size;
   if (residual) cpu::add_inplace(x_.data(), y_.data(), int64_t(n) * H);
+  // A second, later guess of layer + 1's queries: from x with this layer's attention added
+  // (what a copy overlapping this layer's MLP alone could use).
+  if (weight == NormWeight::mlp && batch_->decode && !rank_ && layer + 1 < c.num_layers &&
+      policy_->wants_speculation())
+    speculate_next_layer(n, layer);
   const std::vector<float>& w = weight == NormWeight::final ? model_.weights.final_norm
                                 : weight == NormWeight::attn ? model_.weights.layers[size_t(layer)].attn_norm
                                                              : model_.weights.layers[size_t(layer)].mlp_norm;
@@ -196,26 +201,33 @@ void CpuForward::gather_group_queries(int n) {
   gather(q_pre_, group_q_pre_);
 }
 
-void CpuForward::attention(int n, int layer) {
+AttentionBatch CpuForward::attention_batch(int n, int layer) {
   const ModelConfig& c = model_.config;
   const ForwardBatch& b = *batch_;
   const bool group = rank_ && rank_->shard.replicated();  // attends the group, keeps its heads
-  AttentionBatch ab{.layer = layer,
-                    .num_rows = n,
-                    .num_heads = c.num_heads,
-                    .num_kv_heads = c.num_kv_heads,
-                    .head_dim = c.head_dim,
-                    .scale = 1.0f / std::sqrt(float(c.head_dim)),
-                    .decode = b.decode,
-                    .kv = cache_.layer(layer),
-                    .positions = b.positions.data(),
-                    .tables = b.tables.data(),
-                    .q = group ? group_q_.data() : q_.data(),
-                    .q_pre = group ? group_q_pre_.data() : q_pre_.data(),
-                    .out = group ? group_attn_.data() : attn_.data(),
-                    .retro_step = b.retro_step.empty() ? nullptr : b.retro_step.data()};
+  return AttentionBatch{.layer = layer,
+                        .num_rows = n,
+                        .num_heads = c.num_heads,
+                        .num_kv_heads = c.num_kv_heads,
+                        .head_dim = c.head_dim,
+                        .scale = 1.0f / std::sqrt(float(c.head_dim)),
+                        .decode = b.decode,
+                        .kv = cache_.layer(layer),
+                        .positions = b.positions.data(),
+                        .tables = b.tables.data(),
+                        .q = group ? group_q_.data() : q_.data(),
+                        .q_pre = group ? group_q_pre_.data() : q_pre_.data(),
+                        .out = group ? group_attn_.data() : attn_.data(),
+                        .retro_step = b.retro_step.empty() ? nullptr : b.retro_step.data()};
+}
+
+void CpuForward::attention(int n, int layer) {
+  const ModelConfig& c = model_.config;
+  const ForwardBatch& b = *batch_;
+  const bool group = rank_ && rank_->shard.replicated();
+  const AttentionBatch ab = attention_batch(n, layer);
   if (b.decode && !rank_ && layer + 1 < c.num_layers && policy_->wants_speculation())
-    speculate_next_layer(n, layer, ab);  // before attend: x_ is still this layer's input
+    speculate_next_layer(n, layer);  // before attend: x_ is still this layer's input
   policy_->attend(ab);
   if (!group) return;
   const size_t own = size_t(own_heads_) * c.head_dim, offset = size_t(rank_->shard.own_head_offset()) * c.head_dim;
@@ -223,7 +235,7 @@ void CpuForward::attention(int n, int layer) {
     std::copy_n(group_attn_.data() + size_t(r) * c.q_dim() + offset, own, attn_.data() + size_t(r) * own);
 }
 
-void CpuForward::speculate_next_layer(int n, int layer, const AttentionBatch& at_layer) {
+void CpuForward::speculate_next_layer(int n, int layer) {
   const ModelConfig& c = model_.config;
   const LayerWeights& next = model_.weights.layers[size_t(layer) + 1];
   const int d = c.head_dim;
@@ -233,7 +245,7 @@ void CpuForward::speculate_next_layer(int n, int layer, const AttentionBatch& at
   cpu::linear(guess_h_.data(), next.wq, bias(next.bq), guess_q_.data(), n);
   if (c.qk_norm) cpu::rmsnorm(guess_q_.data(), next.q_norm.data(), guess_q_.data(), n * c.num_heads, d, c.rms_norm_eps);
   cpu::rope(guess_q_.data(), batch_->positions.data(), model_.rope_inv_freq.data(), n, c.num_heads, d);
-  AttentionBatch guess = at_layer;
+  AttentionBatch guess = attention_batch(n, layer);
   guess.layer = layer + 1;
   guess.kv = cache_.layer(layer + 1);  // its newest key not yet written: a guess made ahead of it
   guess.q = guess_q_.data();

@@ -128,10 +128,14 @@ class CpuForward final : public Forward, private Backend {
   void logits(int n_logits) override;
 
   void ensure_capacity(int rows);
+  // The attention batch of layer's step over the rows' queries and outputs.
+  AttentionBatch attention_batch(int n, int layer);
   // The policy's choice for layer + 1 over a guess of its queries (AttentionPolicy::speculate):
-  // layer's residual input through layer + 1's input norm, query projection and RoPE
-  // (InfiniGen's speculation). Only while the policy wants guesses (evaluation).
-  void speculate_next_layer(int n, int layer, const AttentionBatch& at_layer);
+  // x (the residual: layer's input at its attention, with its attention added at its MLP norm)
+  // through layer + 1's input norm, query projection and RoPE (InfiniGen's speculation). Only
+  // while the policy wants guesses (evaluation), twice a layer: at its attention, then at its
+  // MLP norm.
+  void speculate_next_layer(int n, int layer);
   // Tensor parallelism: the group's queries from the ranks sharing this rank's KV head.
   void gather_group_queries(int n);
   void gather_logits(int n_logits);

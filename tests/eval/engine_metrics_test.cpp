@@ -181,8 +181,9 @@ TEST(EngineMetrics, WholeEvaluationOnTheDemoModel) {
 }
 
 // The locality meter's guessed queries on the CPU forward (AttentionPolicy::speculate): layer 1's
-// choice over queries guessed from layer 0's input is reported before layer 1's own, once per KV
-// head and step (layer 0 has no layer before: no guess), and the guesses change no logit.
+// choices over queries guessed from layer 0's input, then from it with layer 0's attention added,
+// are reported before layer 1's own, once each per KV head and step (layer 0 has no layer
+// before: no guess), and the guesses change no logit.
 TEST(EngineMetrics, GuessedQueriesAreReportedAndChangeNothing) {
   const std::string policy = "quest:budget=0.25,min=0,dense_layers=0";
   const std::vector<int> text = ids(206, 256, 3);
@@ -205,9 +206,11 @@ TEST(EngineMetrics, GuessedQueriesAreReportedAndChangeNothing) {
   }
   EXPECT_EQ(logits[1], logits[0]);
   const int kv_heads = 2;
-  EXPECT_EQ(stats.ahead_lists[2], double((steps - 1) * kv_heads));  // the first step only fills the caches
-  EXPECT_LE(stats.ahead_useful[2], stats.ahead_misses[2]);
-  EXPECT_LE(stats.ahead_useful[2], stats.ahead_copied[2]);
+  for (size_t g : {size_t(2), size_t(3)}) {  // at layer 0's attention, then at its MLP norm
+    EXPECT_EQ(stats.ahead_lists[g], double((steps - 1) * kv_heads));  // the first step only fills the caches
+    EXPECT_LE(stats.ahead_useful[g], stats.ahead_misses[g]);
+    EXPECT_LE(stats.ahead_useful[g], stats.ahead_copied[g]);
+  }
 }
 
 TEST(EngineMetrics, TheRetrievalQuestionIsPrefilledOrDecodedAsAsked) {

@@ -122,6 +122,13 @@ TEST(SelectionLocality, CountsWhatAChoiceOverGuessedQueriesWouldHaveCopiedAhead)
   EXPECT_EQ(s.ahead_useful[2], 1.0);
   m.on_selection(row.batch(101, 0), 0, 0, {{{48, 64}}});  // the step-2 guess is stale now
   EXPECT_EQ(m.stats().ahead_lists[2], 1.0);
+  // Two guesses in a step count as the first and the second: {3} then {4}, the step chooses 4.
+  m.on_speculation(row.batch(102, 0), 0, 0, {{{48, 64}}});
+  m.on_speculation(row.batch(102, 0), 0, 0, {{{64, 80}}});
+  m.on_selection(row.batch(102, 0), 0, 0, {{{64, 80}}});
+  EXPECT_EQ(m.stats().ahead_lists[2], 2.0);
+  EXPECT_EQ(m.stats().ahead_lists[3], 1.0);
+  EXPECT_EQ(m.stats().ahead_useful[3], 1.0);
 }
 
 // Streaming's window slides one key a step: consecutive steps choose the same pages but where

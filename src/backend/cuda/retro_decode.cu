@@ -13,10 +13,10 @@ namespace skim::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-// past_kernel's CTA: a newest row's list in one pass up to 1024 pages (quest 0.1's union at 32K
-// is about 620 pages a KV head: three dependent passes of 256, each a load, a scan and a store).
-constexpr int kPastThreads = 1024;
+// plan_kernel's CTA: a list in one pass up to 1024 pages (quest 0.1's union at 32K is about 620
+// pages a KV head).
+constexpr int kPlanThreads = 1024;
+using PlanScan = cub::BlockScan<int, kPlanThreads>;
 
 __device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
 
@@ -42,69 +42,57 @@ __device__ __forceinline__ void update_page(const RetroPagePlanArgs& a, int b, i
     }
 }
 
-// Grid (KV head, row, chunk of kThreads list entries): a row that is not a past one gets its
-// base list; a newest row in a sparse layer then records each listed page's old value per head
-// and loads its units' masks (update_page), a thread per listed page. Pages of one list are
-// distinct, so no two threads touch one position's A.
-__global__ void __launch_bounds__(kThreads) newest_kernel(const RetroPagePlanArgs a) {
-  detail::pdl_enter();  // launched by launch_pdl
-  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, ps = a.page_size;
-  const int k = blockIdx.z * kThreads + t;  // this thread's list entry
-  const bool lead = blockIdx.z == 0 && t == 0;
+// A newest row's list (kPlanThreads entries a pass): its base list, and in a sparse layer each
+// listed page's old value per head recorded and its units' masks loaded (update_page). Pages of
+// one list are distinct, so no two threads touch one position's A.
+__device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, int slot) {
+  const int t = threadIdx.x, ps = a.page_size;
   const size_t list = size_t(b) * a.num_kv_heads + h, at = list * a.max_pages_per_seq;
-  const int slot = a.row_slot[b];
-  const bool past = slot >= 0 && a.newest_row[b] != b;
-  if (past) {  // its list comes from its newest row's, later; nothing in a dense layer
-    if (lead) a.out_lens[list] = 0;
-    return;
-  }
   const size_t base = a.base_list(b, h);
   const int n = pages_of(a.base_lens[base], ps);
-  const int32_t page = k < n ? a.base_table[base * a.max_pages_per_seq + k] : -1;
-  const uint32_t mask = k < n ? (a.base_masks ? a.base_masks[base * a.max_pages_per_seq + k] : ~0u) : 0u;
-  if (k < n) {
+  const bool sparse = slot >= 0 && a.sparse_of(b);
+  const int step = sparse ? a.retro_step[b] : 0, current = (a.seq_lens[b] - 1) / ps;
+  const int32_t* inv = static_cast<const int32_t*>(a.workspace);
+  for (int k = t; k < n; k += kPlanThreads) {
+    const int32_t page = a.base_table[base * a.max_pages_per_seq + k];
+    const uint32_t mask = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + k] : ~0u;
     a.out_table[at + k] = page;
     a.out_masks[at + k] = mask;
+    if (sparse) update_page(a, b, h, slot, step, current, inv[page], mask, a.age + (at + k) * a.group_size());
   }
-  if (lead) {
-    a.out_lens[list] = a.base_lens[base];
-    if (a.listed_tokens && slot >= 0) atomicAdd(a.listed_tokens, (unsigned long long)a.base_lens[base]);
-  }
-  if (slot < 0 || !a.sparse_of(b)) return;
-  const int step = a.retro_step[b], current = (a.seq_lens[b] - 1) / ps;
-  const int32_t* inv = static_cast<const int32_t*>(a.workspace);
-  if (k < n) update_page(a, b, h, slot, step, current, inv[page], mask, a.age + (at + k) * a.group_size());
-  if (lead) {  // the current page unlisted (the bases always keep it: a guard): step - 1 for every unit
-    const int32_t cur = a.page_table[size_t(b) * a.max_pages_per_seq + current];
-    const bool listed = n > 0 && (a.base_table[base * a.max_pages_per_seq] == cur ||
-                                  a.base_table[base * a.max_pages_per_seq + n - 1] == cur);
-    if (!listed)
-      for (int g = 0; g < a.group_size(); ++g)
-        if (a.per_head_of(b) || g == 0) a.masks.of(slot, a.unit_of(b, h, g))[current] = step - 1;
-  }
+  if (t != 0) return;
+  a.out_lens[list] = a.base_lens[base];
+  if (a.listed_tokens && slot >= 0) atomicAdd(a.listed_tokens, (unsigned long long)a.base_lens[base]);
+  if (!sparse) return;
+  // The current page unlisted (the bases always keep it: a guard): step - 1 for every unit.
+  const int32_t cur = a.page_table[size_t(b) * a.max_pages_per_seq + current];
+  const bool listed = n > 0 && (a.base_table[base * a.max_pages_per_seq] == cur ||
+                                a.base_table[base * a.max_pages_per_seq + n - 1] == cur);
+  if (!listed)
+    for (int g = 0; g < a.group_size(); ++g)
+      if (a.per_head_of(b) || g == 0) a.masks.of(slot, a.unit_of(b, h, g))[current] = step - 1;
 }
 
-// One CTA per (KV head, past row): its newest row's pages with an old value below its step, per
-// head, in that list's order.
-__global__ void __launch_bounds__(kPastThreads) past_kernel(const RetroPagePlanArgs a) {
-  detail::pdl_enter();  // launched by launch_pdl
-  using Scan = cub::BlockScan<int, kPastThreads>;
-  __shared__ typename Scan::TempStorage scan;
-  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
-  const int slot = a.row_slot[b];
-  if (slot < 0 || a.newest_row[b] == b || !a.sparse_of(b)) return;
-  const int nr = a.newest_row[b], behind = a.retro_step[nr] - a.retro_step[b];
+// Past row b's list: its newest row nr's pages with an old value below its step, per head, in
+// that list's order (nothing in a dense layer).
+__device__ void plan_past(const RetroPagePlanArgs& a, int b, int nr, int h, PlanScan::TempStorage& scan) {
+  const int t = threadIdx.x, group = a.group_size(), ps = a.page_size;
   const size_t list = size_t(b) * a.num_kv_heads + h, at = list * a.max_pages_per_seq;
+  if (!a.sparse_of(b)) {
+    if (t == 0) a.out_lens[list] = 0;
+    return;
+  }
+  const int behind = a.retro_step[nr] - a.retro_step[b];
   const size_t newest = (size_t(nr) * a.num_kv_heads + h) * a.max_pages_per_seq;
   const int n = pages_of(a.out_lens[size_t(nr) * a.num_kv_heads + h], ps);
   int written = 0;
-  for (int k0 = 0; k0 < n; k0 += kPastThreads) {
+  for (int k0 = 0; k0 < n; k0 += kPlanThreads) {
     const int k = k0 + t;
     uint32_t mask = 0;
     if (k < n)
       for (int g = 0; g < group; ++g) mask |= uint32_t(a.age[(newest + k) * group + g] > behind) << g;
     int pos, total;
-    Scan(scan).ExclusiveSum(mask ? 1 : 0, pos, total);
+    PlanScan(scan).ExclusiveSum(mask ? 1 : 0, pos, total);
     __syncthreads();
     if (mask) {
       a.out_table[at + written + pos] = a.out_table[newest + k];
@@ -116,6 +104,22 @@ __global__ void __launch_bounds__(kPastThreads) past_kernel(const RetroPagePlanA
     a.out_lens[list] = written * ps;  // whole pages: the current page is never unseen
     if (a.supplement_tokens) atomicAdd(a.supplement_tokens, (unsigned long long)(written * ps));
   }
+}
+
+// One CTA per (KV head, row that is not a past one): its list (plan_newest), then, once the
+// CTA's writes are visible to it (the barrier), the lists of its sequence's past rows (the rows
+// just before it naming it their newest, plan_past). One launch where the newest rows' chunks
+// and the past rows were two (the second waited for every CTA of the first).
+__global__ void __launch_bounds__(kPlanThreads) plan_kernel(const RetroPagePlanArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
+  __shared__ PlanScan::TempStorage scan;
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int slot = a.row_slot[b];
+  if (slot >= 0 && a.newest_row[b] != b) return;  // a past row: its newest row's CTA plans it
+  plan_newest(a, b, h, slot);
+  if (slot < 0) return;
+  __syncthreads();
+  for (int pb = b - 1; pb >= 0 && a.row_slot[pb] == slot && a.newest_row[pb] == b; --pb) plan_past(a, pb, b, h, scan);
 }
 
 // The output element at `at`: fp32, or bf16 for the o projection (RetroMergeArgs::out_bf16).
@@ -184,9 +188,7 @@ cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
   if (!a.index_ready)
     page_index_map(a.page_table, a.seq_lens, a.batch, a.max_pages_per_seq, a.page_size,
                    static_cast<int32_t*>(a.workspace), stream);
-  const unsigned chunks = unsigned((a.max_pages_per_seq + kThreads - 1) / kThreads);
-  (void)launch_pdl(newest_kernel, dim3(a.num_kv_heads, a.batch, chunks), kThreads, 0, stream, a);
-  (void)launch_pdl(past_kernel, dim3(a.num_kv_heads, a.batch), kPastThreads, 0, stream, a);
+  (void)launch_pdl(plan_kernel, dim3(a.num_kv_heads, a.batch), kPlanThreads, 0, stream, a);
   return cudaGetLastError();
 }
 

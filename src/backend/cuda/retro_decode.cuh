@@ -2,11 +2,11 @@
 // attention/retro_decode_args.h; CPU references skim::cpu::retro_page_plan and retro_merge,
 // same names and arguments). Around paged_decode_attention, inside the decode step's graph.
 //
-//   retro_page_plan: an inverse map of the rows' pages (once per step: index_ready); a thread per
-//     (row, KV head, list entry): every row not a past one copies its base list; a newest row in
-//     a sparse layer then updates its units' masks (the current page's old value t-1, each
-//     listed page's old value recorded and A = t); then one CTA per (past row, KV head) lists,
-//     with a block-wide scan, its newest row's pages whose old value is below its step, per head.
+//   retro_page_plan: an inverse map of the rows' pages (once per step: index_ready); then one CTA
+//     per (row not a past one, KV head): it copies its base list; a newest row in a sparse layer
+//     updates its units' masks (the current page's old value t-1, each listed page's old value
+//     recorded and A = t); then the same CTA lists, for each past row of its sequence, with a
+//     block-wide scan, its pages whose old value is below the past row's step, per head.
 //   retro_merge: one launch, every row (a rule's w entries keep the newest rows' entries apart
 //     from their past rows'; the call requires rules): past rows merge their cached state with
 //     the new one, newest rows cache theirs.

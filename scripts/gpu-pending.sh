@@ -9,7 +9,10 @@
 #      2026-11-27): page_cache_map's hits pass takes 8 consecutive pages a thread (page_cache.cu;
 #      the map cost 110 us a layer for quest 5% at 512K on an H100): CudaPageCache* and
 #      GpuHostKv.* against the CPU and the KV cache on the GPU, then BENCH=hostkvauto against the
-#      previous revision (quest 5% 43.65 ms a token with auto slots on one H100, call 3 there).
+#      previous revision (quest 5% 43.65 ms a token with auto slots on one H100, call 3 there);
+#      and Retro's page plan in one launch (retro_decode.cu plan_kernel, 58 registers, 1024
+#      threads): CudaRetroPagePlan*, the retro GpuSparsePolicy cases and GpuHostKv.Retro*, then
+#      BENCH=retro against the previous revision (w=2 1.16-1.17x quest at b1 32K on an H100).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
@@ -30,9 +33,9 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (2026-11-27, session 24): item 1's map change against c1ecc67 (the revision before it):
-#   PARTS=tests,bench BENCH=hostkvauto TESTS='*PageCache*:GpuHostKv.*' (4 GPUs), or the whole
-#   test_cuda with TEST_SHARDS=2. A new change: carry the revision
+# Next (2026-11-27, session 24): item 1's two changes against c1ecc67 (the revision before
+#   both): PARTS=tests,bench BENCH=retro BENCH2=hostkvauto TEST_SHARDS=2 TEST_TIMEOUT=380 on 4
+#   GPUs (the whole test_cuda). A new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
 # affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
 # at times counts half its held time (not always), builds in about a minute, but runs tests and benchmarks one after

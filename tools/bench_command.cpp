@@ -6,7 +6,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include "cli_common.h"
@@ -468,11 +467,10 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
                   "end to end: this policy's row instead of the default ones (repeatable; POLICY@hits=N forces MAC's "
                   "hit rate; policies joined by ';' mix in one batch; none: no row, e.g. for --retro alone)");
   app->add_option("--retro-windows", a.retro_windows, "--retro's windows w")->capture_default_str();
-  app->add_option("--host-kv-slots", a.host_kv_slots,
-                  "end to end: the K/V pools in pinned host memory, each step's selected pages read through a device "
-                  "cache of N pages per layer and KV head (KV beyond GPU memory; auto: as many as the GPU's free "
-                  "memory holds, less a reserve; 0: on the GPU)")
-      ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", kHostKvSlotsAuto}}))
+  add_host_kv_slots_flag(*app, a.host_kv_slots,
+                         "end to end: the K/V pools in pinned host memory, each step's selected pages read through "
+                         "a device cache of N pages per layer and KV head (KV beyond GPU memory; auto: as many as "
+                         "the GPU's free memory holds, less a reserve; 0: on the GPU)")
       ->check(CLI::Range(kHostKvSlotsAuto, int(kHostKvMaxSlots)));
   app->add_flag("--no-dense-fallback", a.no_dense_fallback,
                 "end to end: sparse policies select at every step, even where attending every key is faster "

@@ -97,11 +97,10 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
                  "tensor parallelism: ranks to split the model's heads, MLP and vocabulary over (CPU: one thread "
                  "each, sharing --threads)")
       ->capture_default_str();
-  app.add_option("--host-kv-slots", o.host_kv_slots,
-                 "GPU: keep the KV cache in pinned host memory, each decode step's selected pages read through a "
-                 "device cache of N pages per layer and KV head (auto: as many as the GPU's free memory holds, "
-                 "less a reserve; 0: the KV cache on the GPU)")
-      ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", kHostKvSlotsAuto}}))
+  add_host_kv_slots_flag(app, o.host_kv_slots,
+                         "GPU: keep the KV cache in pinned host memory, each decode step's selected pages read "
+                         "through a device cache of N pages per layer and KV head (auto: as many as the GPU's free "
+                         "memory holds, less a reserve; 0: the KV cache on the GPU)")
       ->capture_default_str();
   app.add_flag_callback(
       "--no-dense-fallback", [&o] { o.dense_fallback = false; },
@@ -125,6 +124,11 @@ void add_seed_flag(CLI::App& app, uint64_t& seed, const std::string& help) {
   app.add_option_function<int64_t>(
          "--seed", [&seed, value](const int64_t& v) { seed = uint64_t(check_int(fields::kSeed, v)); }, help)
       ->default_str(std::to_string(seed));
+}
+
+CLI::Option* add_host_kv_slots_flag(CLI::App& app, int& slots, const std::string& help) {
+  return app.add_option("--host-kv-slots", slots, help)
+      ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", kHostKvSlotsAuto}}));
 }
 
 }  // namespace skim::cli

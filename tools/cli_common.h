@@ -39,4 +39,7 @@ std::string flag_of_field(const std::string& field);
 // --seed as a signed integer (so that -1 is refused, not wrapped) into `seed`.
 void add_seed_flag(CLI::App& app, uint64_t& seed, const std::string& help);
 
+// --host-kv-slots N or auto (kHostKvSlotsAuto) into `slots`.
+CLI::Option* add_host_kv_slots_flag(CLI::App& app, int& slots, const std::string& help);
+
 }  // namespace skim::cli

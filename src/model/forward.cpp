@@ -139,9 +139,7 @@ void CpuForward::add_rmsnorm(int n, int layer, NormWeight weight, bool residual)
   if (residual) cpu::add_inplace(x_.data(), y_.data(), int64_t(n) * H);
   // A second, later guess of layer + 1's queries: from x with this layer's attention added
   // (what a copy overlapping this layer's MLP alone could use).
-  if (weight == NormWeight::mlp && batch_->decode && !rank_ && layer + 1 < c.num_layers &&
-      policy_->wants_speculation())
-    speculate_next_layer(n, layer);
+  if (weight == NormWeight::mlp) speculate_next_layer(n, layer);
   const std::vector<float>& w = weight == NormWeight::final ? model_.weights.final_norm
                                 : weight == NormWeight::attn ? model_.weights.layers[size_t(layer)].attn_norm
                                                              : model_.weights.layers[size_t(layer)].mlp_norm;
@@ -223,12 +221,9 @@ AttentionBatch CpuForward::attention_batch(int n, int layer) {
 
 void CpuForward::attention(int n, int layer) {
   const ModelConfig& c = model_.config;
-  const ForwardBatch& b = *batch_;
   const bool group = rank_ && rank_->shard.replicated();
-  const AttentionBatch ab = attention_batch(n, layer);
-  if (b.decode && !rank_ && layer + 1 < c.num_layers && policy_->wants_speculation())
-    speculate_next_layer(n, layer);  // before attend: x_ is still this layer's input
-  policy_->attend(ab);
+  speculate_next_layer(n, layer);  // before attend: x_ is still this layer's input
+  policy_->attend(attention_batch(n, layer));
   if (!group) return;
   const size_t own = size_t(own_heads_) * c.head_dim, offset = size_t(rank_->shard.own_head_offset()) * c.head_dim;
   for (int r = 0; r < n; ++r)
@@ -237,6 +232,7 @@ void CpuForward::attention(int n, int layer) {
 
 void CpuForward::speculate_next_layer(int n, int layer) {
   const ModelConfig& c = model_.config;
+  if (!batch_->decode || rank_ || layer + 1 >= c.num_layers || !policy_->wants_speculation()) return;
   const LayerWeights& next = model_.weights.layers[size_t(layer) + 1];
   const int d = c.head_dim;
   guess_h_.resize(size_t(n) * c.hidden_size);
@@ -245,9 +241,7 @@ void CpuForward::speculate_next_layer(int n, int layer) {
   cpu::linear(guess_h_.data(), next.wq, bias(next.bq), guess_q_.data(), n);
   if (c.qk_norm) cpu::rmsnorm(guess_q_.data(), next.q_norm.data(), guess_q_.data(), n * c.num_heads, d, c.rms_norm_eps);
   cpu::rope(guess_q_.data(), batch_->positions.data(), model_.rope_inv_freq.data(), n, c.num_heads, d);
-  AttentionBatch guess = attention_batch(n, layer);
-  guess.layer = layer + 1;
-  guess.kv = cache_.layer(layer + 1);  // its newest key not yet written: a guess made ahead of it
+  AttentionBatch guess = attention_batch(n, layer + 1);  // its newest key not yet written: a guess ahead of it
   guess.q = guess_q_.data();
   guess.q_pre = nullptr;
   guess.out = nullptr;

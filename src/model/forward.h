@@ -133,8 +133,8 @@ class CpuForward final : public Forward, private Backend {
   // The policy's choice for layer + 1 over a guess of its queries (AttentionPolicy::speculate):
   // x (the residual: layer's input at its attention, with its attention added at its MLP norm)
   // through layer + 1's input norm, query projection and RoPE (InfiniGen's speculation). Only
-  // while the policy wants guesses (evaluation), twice a layer: at its attention, then at its
-  // MLP norm.
+  // in decode steps while the policy wants guesses (evaluation; not with tensor parallelism),
+  // twice a layer: at its attention, then at its MLP norm.
   void speculate_next_layer(int n, int layer);
   // Tensor parallelism: the group's queries from the ranks sharing this rank's KV head.
   void gather_group_queries(int n);

@@ -102,6 +102,9 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
                          "through a device cache of N pages per layer and KV head (auto: as many as the GPU's free "
                          "memory holds, less a reserve; 0: the KV cache on the GPU)")
       ->capture_default_str();
+  app.add_flag("--host-kv-prefetch", o.host_kv_prefetch,
+               "GPU, with --host-kv-slots: copy each layer's pages ahead while the layer before runs, selected by "
+               "a query guessed from its input (outputs unchanged; more bytes cross PCIe where the guess is wrong)");
   app.add_flag_callback(
       "--no-dense-fallback", [&o] { o.dense_fallback = false; },
       "GPU: sparse policies select at every decode step, even where attending every key is faster (the default "
@@ -114,7 +117,8 @@ std::string flag_of_field(const std::string& field) {
       {"threads", "--threads"},       {"device", "--device"},          {"max_tokens", "--max-tokens"},
       {"temperature", "--temperature"}, {"top_k", "--top-k"},         {"top_p", "--top-p"},
       {"seed", "--seed"},             {"logprobs", "--logprobs"},      {"stop", "--stop"},
-      {"tensor_parallel", "--tp"},    {"host_kv_slots", "--host-kv-slots"}};
+      {"tensor_parallel", "--tp"},    {"host_kv_slots", "--host-kv-slots"},
+      {"host_kv_prefetch", "--host-kv-prefetch"}};
   auto it = flags.find(field);
   return it != flags.end() ? it->second : field;
 }

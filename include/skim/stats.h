@@ -14,8 +14,9 @@ struct PolicyStats {
   double decode_kv_bytes_read = 0;
   uint64_t rectified_tokens = 0;  // tokens ReSA's rectification re-encoded
   uint64_t rectification_passes = 0;  // forward passes it ran (sequences rectified together share them)
-  // The policy's counters by name (docs/policies.md lists each method's); empty on the GPU,
-  // whose kernels keep none yet.
+  // The policy's counters by name (docs/policies.md lists each method's); on the GPU, whose
+  // kernels keep none yet, the backend's (KV beyond GPU memory: host_kv.pages_copied,
+  // host_kv.page_hits, host_kv.pages_copied_ahead; pieces of one KV head's page, K and V).
   std::map<std::string, double> counters;
 };
 

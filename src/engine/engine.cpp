@@ -203,6 +203,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
     go.policy = o.policy;
     go.dense_fallback = o.dense_fallback;
     go.host_kv_slots = o.host_kv_slots;
+    go.host_kv_prefetch = o.host_kv_prefetch;
     if (o.tensor_parallel > 1) {
       m.forward = cuda::make_gpu_tensor_parallel(*m.model, o.tensor_parallel, shape, go);
       return;
@@ -338,7 +339,7 @@ PolicyStats Engine::policy_stats() {
   s.decode_kv_bytes_read = decode_kv_bytes_read();
   s.rectified_tokens = rectified_tokens();
   s.rectification_passes = rectification_passes();
-  if (!impl_->gpu) s.counters = impl_->policy->counters();
+  s.counters = impl_->gpu ? impl_->forward->counters() : impl_->policy->counters();
   return s;
 }
 

@@ -14,6 +14,11 @@
 //      (host page -> slot) for the caller's copy kernel, and stamped;
 //   4. the lists are rewritten with slot ids (slot_table), the table the decode kernel reads
 //      from the slot pool.
+// A map made ahead (`prefetch`: the next layer's pages guessed while this layer runs, issue 18's
+// overlap) differs in four ways: it stamps as the step before (step - 1), so the step's own map
+// may still evict what it brought; its misses take only slots older than that (never one the
+// step before used, nor one it stamped), the first in ascending page id as many as there are
+// such slots (the rest are not copied); it writes no slot table; and a refusal sets no flag.
 // A step whose distinct listed pages exceed the slots cannot run: the map refuses it and
 // changes nothing (the caller sizes the cache, e.g. 2x a step's pages, which hit 93-99.8% on
 // SmolLM2 at 8K: bench/results/2026-11-26-cpu-selection-locality/).
@@ -31,7 +36,7 @@ struct PageCacheArgs {
   int lists = 0, max_pages = 0;
   const int32_t* table = nullptr;
   const int32_t* list_pages = nullptr;
-  int32_t* slot_table = nullptr;  // out, [lists][max_pages]: the used entries as slots
+  int32_t* slot_table = nullptr;  // out, [lists][max_pages]: the used entries as slots (not with prefetch)
   // Or a plan as the decode kernel reads it: list i at table + i * list_stride (0: max_pages)
   // and at slot_table + i * slot_stride (0: list_stride; one KV head's lists of a per-(row, KV
   // head) plan: stride kv x max_pages; a per-row plan mapped for one KV head: max_pages in,
@@ -50,6 +55,7 @@ struct PageCacheArgs {
   // GPU only: the step read on the device instead (a counter the decode step's CUDA graph
   // advances: a graph replays its arguments as they were captured).
   const int64_t* step_counter = nullptr;
+  bool prefetch = false;  // a map made ahead of the step's own (above)
 
   const int32_t* written = nullptr;  // [num_written] pages to drop before mapping
   int num_written = 0;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -54,6 +55,9 @@ class Forward {
   // K/V and metadata bytes the decode rows have read so far when the forward counts them
   // itself (the GPU, from its planner); none: the policy's stats count them (the CPU).
   virtual std::optional<double> decode_kv_bytes_read() const { return std::nullopt; }
+  // The backend's own counters by name, since it began (the GPU over KV beyond its memory: the
+  // device cache's pages copied, hits and pages copied ahead); none by default.
+  virtual std::map<std::string, double> counters() const { return {}; }
   // Per-sequence policies, for a backend whose decode batches mix them (the GPU: each row's
   // plan is its policy's; the CPU runs the one policy passed to run()). acquire_policy
   // registers a policy string and returns the index ForwardBatch::policy names (0: the policy

@@ -37,7 +37,7 @@ struct Step {
         counts(3, -1) {}
 };
 
-bool run(Cache& c, Step& st, int64_t step) {
+bool run(Cache& c, Step& st, int64_t step, bool prefetch = false) {
   st.slot_table.assign(st.table.size(), -7);
   st.copy_page.assign(size_t(c.slots), -7);
   st.copy_slot.assign(size_t(c.slots), -7);
@@ -45,7 +45,7 @@ bool run(Cache& c, Step& st, int64_t step) {
                               .list_pages = st.list_pages.data(), .slot_table = st.slot_table.data(),
                               .slots = c.slots, .num_host_pages = c.host_pages, .slot_of_page = c.slot_of_page.data(),
                               .page_in_slot = c.page_in_slot.data(), .last_used = c.last_used.data(), .step = step,
-                              .written = st.written.data(), .num_written = int(st.written.size()),
+                              .prefetch = prefetch, .written = st.written.data(), .num_written = int(st.written.size()),
                               .copy_page = st.copy_page.data(), .copy_slot = st.copy_slot.data(),
                               .counts = st.counts.data()});
 }
@@ -163,6 +163,40 @@ TEST(PageCacheMap, AWrittenPageIsCopiedAgainAndAWarmWindowCopiesOnlyItsNewPages)
   EXPECT_EQ(again.counts[0], 1);
   EXPECT_EQ(again.copy_page[0], 101) << "the written page is not read stale";
   EXPECT_EQ(again.counts[1], 1);
+}
+
+// A prefetch (a map made ahead of the step's own: the next layer's guessed pages) stamps as the
+// step before, takes only slots older than that, copies as many of its misses as those hold and
+// writes no slot table; the step's own map then still evicts what it brought.
+TEST(PageCacheMap, APrefetchStampsAsTheStepBeforeAndTakesOnlyOlderSlots) {
+  Cache c(10, 100);
+  Step first(1, 6, {0, 1, 2, 3, 4, 5}, {6}, {});
+  ASSERT_TRUE(run(c, first, 1));  // slots 0-5, stamped 1
+  Step ahead(1, 6, {3, 10, 11, 12, 13, 14}, {6}, {});
+  ASSERT_TRUE(run(c, ahead, 2, /*prefetch=*/true));
+  EXPECT_EQ(ahead.counts, (std::vector<int32_t>{4, 1, 0})) << "four free slots for five misses: 14 waits";
+  EXPECT_EQ(std::vector<int32_t>(ahead.copy_page.begin(), ahead.copy_page.begin() + 4),
+            (std::vector<int32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(std::vector<int32_t>(ahead.copy_slot.begin(), ahead.copy_slot.begin() + 4),
+            (std::vector<int32_t>{6, 7, 8, 9}));
+  EXPECT_EQ(c.slot_of_page[14], -1);
+  for (int s = 0; s < 10; ++s) EXPECT_EQ(c.last_used[size_t(s)], 1) << "slot " << s << ": stamped as the step before";
+  EXPECT_TRUE(std::all_of(ahead.slot_table.begin(), ahead.slot_table.end(), [](int32_t x) { return x == -7; }))
+      << "a prefetch writes no slot table";
+  // The step's own map: 10 and 0 hit; 14 misses and evicts the least recently used slot not
+  // stamped now (all were stamped 1, ties to the lower slot, 0 now a hit): slot 1.
+  Step own(1, 3, {0, 10, 14}, {3}, {});
+  ASSERT_TRUE(run(c, own, 2));
+  EXPECT_EQ(own.counts, (std::vector<int32_t>{1, 2, 0}));
+  EXPECT_EQ(own.copy_page[0], 14);
+  EXPECT_EQ(own.copy_slot[0], 1);
+  EXPECT_EQ(own.slot_table, (std::vector<int32_t>{0, 6, 1}));
+  // A prefetch larger than the cache is refused, as the step's own, and changes nothing.
+  const Cache before = c;
+  Step big(2, 6, {20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}, {6, 6}, {});
+  EXPECT_FALSE(run(c, big, 3, /*prefetch=*/true));
+  EXPECT_EQ(big.counts[2], 1);
+  EXPECT_EQ(c.last_used, before.last_used);
 }
 
 TEST(PageCacheMap, RefusesAStepLargerThanTheCacheAndPagesOutsideThePool) {

@@ -134,6 +134,9 @@ TEST(Cli, BadDeviceFlags) {
   expect_user_error("generate -p x --host-kv-slots auto", "--host-kv-slots");
   expect_user_error("generate -p x --device cuda --host-kv-slots -2", "--host-kv-slots");
   expect_user_error("generate -p x --device cuda --host-kv-slots many", "--host-kv-slots");
+  // Copies ahead of KV beyond GPU memory: only with it.
+  expect_user_error("generate -p x --device cuda --host-kv-prefetch", "--host-kv-prefetch");
+  expect_user_error("bench --host-kv-prefetch", "--host-kv-prefetch");
 }
 
 TEST(Cli, ServeRefusesBadFlagsAndAddresses) {

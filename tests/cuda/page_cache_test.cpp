@@ -1,7 +1,7 @@
 // cuda::page_cache_map against its CPU reference (cpu::page_cache_map, itself tested against a
 // plain LRU in test_attention) step after step on fresh random plans: overlapping lists,
 // written pages dropped between steps, a step too large for the cache refused; the same counts,
-// copies, slot tables and cache state bit for bit. Then cuda::page_cache_gather copies the
+// copies, slot tables and cache state bit for bit, prefetches (maps made ahead) among them. Then cuda::page_cache_gather copies the
 // missed pages from a pinned host pool into their slots. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -40,16 +40,22 @@ TEST(CudaPageCache, MapMatchesTheCpuReferenceStepAfterStep) {
     SCOPED_TRACE(testing::Message() << "step " << step);
     // Lists drifting over the pool (consecutive steps overlap), a few written pages; every
     // tenth step far too large for the cache.
-    const bool too_large = step % 10 == 9;
+    // Prefetches (maps made ahead: stamped as the step before, only older slots taken) at steps
+    // 5 and 7 of every ten; step 4 fills 600 of the 700 slots, so step 5's prefetch of 256 new
+    // pages finds only 100 it may take.
+    const bool too_large = step % 10 == 9, fills = step % 10 == 4, floods = step % 10 == 5;
+    const bool prefetch = floods || step % 10 == 7;
     const int center = 50 * step % (host_pages - 400);
     std::vector<int32_t> table(size_t(lists) * max_pages, 0), list_pages(static_cast<size_t>(lists));
     // A too large step lists lists x max_pages distinct pages (768 > 700 slots); random draws
     // over the pool repeat too often to be sure of it.
+    const int distinct_pages = too_large ? max_pages : fills ? 75 : floods ? 32 : 0;
     for (int l = 0; l < lists; ++l) {
-      list_pages[size_t(l)] = too_large ? max_pages : test::random_int(1, max_pages / 3);
+      list_pages[size_t(l)] = distinct_pages ? distinct_pages : test::random_int(1, max_pages / 3);
       for (int j = 0; j < list_pages[size_t(l)]; ++j)
-        table[size_t(l) * max_pages + j] = too_large ? (997 * step + l * max_pages + j) % host_pages
-                                                     : center + test::random_int(0, 300) + (l % 2) * 40;
+        table[size_t(l) * max_pages + j] = distinct_pages
+                                               ? (997 * step + (floods ? 1500 : 0) + l * distinct_pages + j) % host_pages
+                                               : center + test::random_int(0, 300) + (l % 2) * 40;
     }
     std::vector<int32_t> written;
     for (int w = test::random_int(0, 6); w > 0; --w) written.push_back(center + test::random_int(0, 340));
@@ -59,7 +65,7 @@ TEST(CudaPageCache, MapMatchesTheCpuReferenceStepAfterStep) {
     PageCacheArgs a{.lists = lists, .max_pages = max_pages, .table = table.data(), .list_pages = list_pages.data(),
                     .slot_table = slot_table.data(), .slots = slots, .num_host_pages = host_pages,
                     .slot_of_page = cpu_state.slot_of_page.data(), .page_in_slot = cpu_state.page_in_slot.data(),
-                    .last_used = cpu_state.last_used.data(), .step = step, .written = written.data(),
+                    .last_used = cpu_state.last_used.data(), .step = step, .prefetch = prefetch, .written = written.data(),
                     .num_written = int(written.size()), .copy_page = copy_page.data(), .copy_slot = copy_slot.data(),
                     .counts = counts.data()};
     const bool ok = cpu::page_cache_map(a);
@@ -96,9 +102,14 @@ TEST(CudaPageCache, MapMatchesTheCpuReferenceStepAfterStep) {
     const std::vector<int32_t> got_counts = to_host(d_counts);
     ASSERT_EQ(got_counts, counts);
     refused += !ok;
-    if (ok) {
+    if (floods) {  // its hits (pages of older steps) are stamped as the step before too: theirs are not free
+      EXPECT_EQ(counts[0] + counts[1], 100) << "a prefetch takes only the slots the step before left";
+    }
+    if (ok && distinct_pages == 0) {  // the drifting steps' hits and copies
       copies_total += counts[0];
       hits_total += counts[1];
+    }
+    if (ok) {
       const std::vector<int32_t> got_page = to_host(d_copy_page), got_slot = to_host(d_copy_slot);
       ASSERT_TRUE(std::equal(copy_page.begin(), copy_page.begin() + counts[0], got_page.begin()));
       ASSERT_TRUE(std::equal(copy_slot.begin(), copy_slot.begin() + counts[0], got_slot.begin()));
@@ -106,6 +117,9 @@ TEST(CudaPageCache, MapMatchesTheCpuReferenceStepAfterStep) {
       for (int l = 0; l < lists; ++l)
         for (int j = 0; j < list_pages[size_t(l)]; ++j)
           ASSERT_EQ(got_table[size_t(l) * max_pages + j], slot_table[size_t(l) * max_pages + j]) << "list " << l;
+      if (prefetch) {
+        EXPECT_EQ(got_table, std::vector<int32_t>(table.size(), -7)) << "a prefetch writes no slot table";
+      }
     }
     ASSERT_EQ(to_host(d_slot_of_page), cpu_state.slot_of_page);
     ASSERT_EQ(to_host(d_page_in_slot), cpu_state.page_in_slot);
@@ -114,7 +128,7 @@ TEST(CudaPageCache, MapMatchesTheCpuReferenceStepAfterStep) {
   EXPECT_EQ(refused, steps / 10);
   // Consecutive steps overlap, but every tenth step floods the cache (measured on an H100: about as
   // many hits as copies); the claim here is only that the cache keeps pages across steps.
-  EXPECT_GT(2 * hits_total, copies_total) << "drifting lists should hit often";
+  EXPECT_GT(2 * hits_total, copies_total) << "drifting lists should hit often";  // (the steps after a flood copy more)
   std::printf("[ page cache ] %d steps: %d refused, %d copies, %d hits\n", steps, refused, copies_total, hits_total);
   // The workspace is zero again (the next call needs no clearing).
   const std::vector<uint8_t> w = to_host(ws);

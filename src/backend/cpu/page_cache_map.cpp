@@ -38,18 +38,21 @@ bool page_cache_map(const PageCacheArgs& a) {
       a.last_used[s] = -1;
     }
   }
-  // 2. Hits are stamped; 3. misses take the least recently used unstamped slots.
+  // 2. Hits are stamped; 3. misses take the least recently used unstamped slots. A prefetch
+  // stamps as the step before, and copies only the misses that slots older than that hold.
+  const int64_t stamp = a.prefetch ? a.step - 1 : a.step;
   std::vector<int32_t> misses;
   for (int32_t p : pages)
     if (const int32_t s = a.slot_of_page[p]; s >= 0) {
-      a.last_used[s] = a.step;
+      a.last_used[s] = stamp;
       a.counts[1] += 1;
     } else {
       misses.push_back(p);
     }
   std::vector<int32_t> victims;
   for (int32_t s = 0; s < a.slots; ++s)
-    if (a.last_used[s] < a.step) victims.push_back(s);
+    if (a.last_used[s] < stamp) victims.push_back(s);
+  if (misses.size() > victims.size()) misses.resize(victims.size());  // a prefetch only: the step's own always fit
   auto older = [&](int32_t x, int32_t y) {  // least recently used first, ties to the lower slot
     return a.last_used[x] < a.last_used[y] || (a.last_used[x] == a.last_used[y] && x < y);
   };
@@ -61,12 +64,13 @@ bool page_cache_map(const PageCacheArgs& a) {
     if (a.page_in_slot[s] >= 0) a.slot_of_page[a.page_in_slot[s]] = -1;
     a.page_in_slot[s] = p;
     a.slot_of_page[p] = s;
-    a.last_used[s] = a.step;
+    a.last_used[s] = stamp;
     a.copy_page[i] = p;
     a.copy_slot[i] = s;
   }
   a.counts[0] = int32_t(misses.size());
   // 4. The lists as slots.
+  if (a.prefetch) return true;
   for (int i = 0; i < a.lists; ++i)
     for (int j = 0; j < a.pages_in(i); ++j) {
       a.slot_table[a.slot_at(i) + size_t(j)] = a.slot_of_page[a.table[a.list_at(i) + size_t(j)]];

@@ -384,7 +384,7 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
 
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
                                const std::string& label, int rectify_f, bool dense_fallback,
-                               int host_kv_slots) {
+                               int host_kv_slots, bool host_kv_prefetch) {
   // "POLICY@hits=N": MAC rows hit N per mille of the time, forced (random weights give no
   // similar queries).
   const size_t at_hits = label.find("@hits=");
@@ -413,6 +413,7 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   o.policy = mix[0];
   o.dense_fallback = dense_fallback;
   o.host_kv_slots = host_kv_slots;
+  o.host_kv_prefetch = host_kv_prefetch;
   GpuForward fwd(weights, shape, o);
   fwd.cache().fill_random(7, fwd.stream());  // K/V and digests
   if (forced_hits >= 0) fwd.force_mac_hits(forced_hits);
@@ -442,7 +443,9 @@ EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int ba
   if (host_kv_slots != 0) {  // a copy is one KV head's piece of a page, K and V
     p.host_slots = fwd.host_kv_slot_count();
     const double copies = double(host1.copies - host0.copies), hits = double(host1.hits - host0.hits);
-    p.host_copy_bytes_per_step = copies * 2.0 * shape.page_size * c.head_dim * sizeof(uint16_t) / steps;
+    const double piece = 2.0 * shape.page_size * c.head_dim * sizeof(uint16_t);
+    p.host_copy_bytes_per_step = copies * piece / steps;
+    p.host_prefetch_bytes_per_step = double(host1.prefetched - host0.prefetched) * piece / steps;
     p.host_hit_rate = copies + hits > 0 ? hits / (copies + hits) : 0.0;
   }
   p.ms_per_step = run.seconds * 1e3 / steps;

@@ -133,6 +133,7 @@ struct EndToEndPoint {
   // KV beyond GPU memory (host_kv_slots > 0): bytes copied into the device cache per timed step,
   // and the share of listed (page, KV head) pieces it already held.
   double host_copy_bytes_per_step = 0, host_hit_rate = 0;
+  double host_prefetch_bytes_per_step = 0;  // with host_kv_prefetch: copied ahead, by guess (beside the above)
   int host_slots = 0;  // the device cache's slots (what `auto` chose)
   // Sparse runs: one ReSA rectification of the batch (each sequence's last rectify_f tokens
   // re-run as a dense prefill over its context), and that time spread over the f steps it
@@ -149,10 +150,11 @@ struct EndToEndPoint {
 // rectification of `rectify_f` tokens. "POLICY@hits=N" forces its MAC rows' hit rate (per
 // mille; the match still scans the ring, a hit's band+tail is read and its prefix reused).
 // dense_fallback: GpuForwardOptions::dense_fallback of the forward (the engine's default: on);
-// host_kv_slots: GpuForwardOptions::host_kv_slots (> 0: the K/V pools in host memory).
+// host_kv_slots: GpuForwardOptions::host_kv_slots (> 0: the K/V pools in host memory), and
+// host_kv_prefetch its copies ahead.
 EndToEndPoint bench_end_to_end(std::shared_ptr<const GpuWeights> weights, int batch, int context, int steps, double copy_bw,
                                const std::string& policy = "dense", int rectify_f = 32,
-                               bool dense_fallback = true, int host_kv_slots = 0);
+                               bool dense_fallback = true, int host_kv_slots = 0, bool host_kv_prefetch = false);
 
 // RetroAttention's decode steps against its base's, the same way: per step a forward pass of
 // each sequence's newest token after its last w-1 tokens (w = 1: the base alone), as the engine

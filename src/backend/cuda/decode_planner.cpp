@@ -481,22 +481,44 @@ void DecodePlanner::reserve(const RowPlanner& p, bool& moved) {
   const bool selects = !p.dense_in(s_.num_layers);  // the last layer selects if any does
   if (!selects) return;
   const size_t lists = size_t(s_.max_rows) * s_.num_kv_heads;
-  if (table_.size() == 0) {
-    table_.resize(lists * s_.max_pages_per_seq);
-    lens_.resize(lists);
+  reserve(step_, p, lists, s_.max_pages_per_seq, moved);
+  if (s_.guesses) reserve(guess_, p, lists, s_.max_pages_per_seq, moved);
+}
+
+void DecodePlanner::reserve(Buffers& b, const RowPlanner& p, size_t lists, int max_pages, bool& moved) {
+  if (b.table.size() == 0) {
+    b.table.resize(lists * size_t(max_pages));
+    b.lens.resize(lists);
     moved = true;
   }
-  if (p.writes_masks() && masks_.size() == 0) {
-    masks_.resize(lists * s_.max_pages_per_seq);
+  if (p.writes_masks() && b.masks.size() == 0) {
+    b.masks.resize(lists * size_t(max_pages));
     moved = true;
   }
-  if (p.workspace_bytes() > workspace_.bytes()) {
-    workspace_.resize(p.workspace_bytes());
+  if (p.workspace_bytes() > b.workspace.bytes()) {
+    b.workspace.resize(p.workspace_bytes());
     moved = true;
   }
 }
 
 DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
+  return plan_into(in, step_, listed_.data(), stream);
+}
+
+DevicePlan DecodePlanner::guess(const PlanInput& in, cudaStream_t stream) {
+  SKIM_REQUIRE(s_.guesses, "planner: guess() on a planner made without guesses");
+  return plan_into(in, guess_, nullptr, stream);
+}
+
+bool DecodePlanner::selects_in(int layer, uint32_t policies, uint32_t dense_policies) const {
+  for (uint32_t m = policies & ~dense_policies; m; m &= m - 1) {
+    const RowPlanner* p = slots_[size_t(std::countr_zero(m))].planner.get();
+    if (p && !p->dense_in(layer) && !p->cs_params()) return true;
+  }
+  return false;
+}
+
+DevicePlan DecodePlanner::plan_into(const PlanInput& in, Buffers& b, unsigned long long* listed, cudaStream_t stream) {
   uint32_t dense = 0, select = 0;
   bool masks = false;
   for (uint32_t m = in.policies; m; m &= m - 1) {
@@ -513,13 +535,13 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
   for (uint32_t m = select; m; m &= m - 1)
     if (slots_[size_t(std::countr_zero(m))].planner->cs_params()) cs |= m & ~(m - 1);
   select &= ~cs;
-  DevicePlan p = plan_pages(in, dense, select, masks, stream);
+  DevicePlan p = plan_pages(in, dense, select, masks, b, listed, stream);
   p.cs = cs != 0;
   return p;
 }
 
-DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32_t select, bool masks,
-                                     cudaStream_t stream) {
+DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32_t select, bool masks, Buffers& b,
+                                     unsigned long long* listed, cudaStream_t stream) {
   uint32_t mac = 0;  // present policies running MAC
   bool retro = false;
   for (uint32_t m = in.policies; m; m &= m - 1) {
@@ -532,8 +554,8 @@ DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32
     if (retro) p.retro_rules = retro_rules_.data();
     return p;
   }
-  const RowPlanner::Out out{table_.data(), lens_.data(), masks ? masks_.data() : nullptr, workspace_.data(),
-                            workspace_.bytes(), listed_.data()};
+  const RowPlanner::Out out{b.table.data(), b.lens.data(), masks ? b.masks.data() : nullptr, b.workspace.data(),
+                            b.workspace.bytes(), listed};
   // One policy and no RetroAttention (whose past rows are not planned): every row is the
   // policy's, so the kernels need not read each row's policy index (a dependent load at the
   // start of every selection kernel, measurable at batch 1). The graph key holds the policies.
@@ -554,7 +576,7 @@ DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32
       if (r->max_warps > 0) art_warps = art_warps ? std::min(art_warps, r->max_warps) : r->max_warps;
     }
   }
-  return {true, table_.data(), lens_.data(), std::min(in.max_seq_len, bound), out.masks,
+  return {true, b.table.data(), b.lens.data(), std::min(in.max_seq_len, bound), out.masks,
           art_round ? rules_.data() : nullptr, art_round, art_warps, mac ? mac_rules_.data() : nullptr, mac,
           retro ? retro_rules_.data() : nullptr};
 }

@@ -79,6 +79,7 @@ struct PlannerShape {
   int page_size = 16;
   int max_rows = 0;           // decode rows of one step
   int max_pages_per_seq = 0;  // page-table row length
+  bool guesses = false;       // room for DecodePlanner::guess (a second set of plan buffers)
 };
 
 // One policy's part of a plan: the rows of its index, written by its kernel.
@@ -148,6 +149,13 @@ class DecodePlanner {
   void release(int index);
 
   DevicePlan plan(const PlanInput& in, cudaStream_t stream);
+  // plan() over a guessed query into buffers of its own (PlannerShape::guesses), counted
+  // nowhere: KV beyond GPU memory copies the next layer's pages ahead by it while this layer's
+  // plan is still read (GpuForward's prefetch).
+  DevicePlan guess(const PlanInput& in, cudaStream_t stream);
+  // Whether plan() of a step with these policies (PlanInput's bits) selects pages in `layer`:
+  // some present policy other than cs attends a part of the keys there.
+  bool selects_in(int layer, uint32_t policies, uint32_t dense_policies) const;
   // Bytes of a decode row under policy `index`: the plan's floor (bytes_read), and the part
   // the host counts (host_bytes); device_bytes adds the K/V of the lists counted on the
   // device so far (waits for `stream`: outside steps only).
@@ -180,7 +188,15 @@ class DecodePlanner {
   void reserve(const RowPlanner& p, bool& moved);
   // plan() for the rows of the policies that attend every key (`dense`) and those that select
   // pages (`select`), writing per-head masks if `masks`.
-  DevicePlan plan_pages(const PlanInput& in, uint32_t dense, uint32_t select, bool masks, cudaStream_t stream);
+  struct Buffers {
+    DeviceBuffer<int32_t> table, lens;
+    DeviceBuffer<uint32_t> masks;
+    DeviceBuffer<uint8_t> workspace;
+  };
+  DevicePlan plan_pages(const PlanInput& in, uint32_t dense, uint32_t select, bool masks, Buffers& b,
+                        unsigned long long* listed, cudaStream_t stream);
+  DevicePlan plan_into(const PlanInput& in, Buffers& b, unsigned long long* listed, cudaStream_t stream);
+  static void reserve(Buffers& b, const RowPlanner& p, size_t lists, int max_pages, bool& moved);
 
   PlannerShape s_;
   struct Slot {
@@ -190,9 +206,8 @@ class DecodePlanner {
   };
   std::vector<Slot> slots_;
   std::unique_ptr<RowPlanner> dense_;  // the dense rows of a plan that selects others
-  DeviceBuffer<int32_t> table_, lens_;
-  DeviceBuffer<uint32_t> masks_;
-  DeviceBuffer<uint8_t> workspace_;
+  Buffers step_;   // the plans the step reads
+  Buffers guess_;  // guess()'s (PlannerShape::guesses)
   DeviceBuffer<unsigned long long> listed_;  // tokens the unions listed, every step and layer
   DeviceBuffer<ArtRowRule> rules_;           // [kMaxPolicies] each index's ART rule (inactive: none)
   DeviceBuffer<MacRowRule> mac_rules_;       // [kMaxPolicies] each index's MAC rule (inactive: none)

@@ -18,7 +18,11 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  void linear(const uint16_t* x, const GpuMatrix& w, float* y, int n, cudaStream_t stream);
+  void linear(const uint16_t* x, const GpuMatrix& w, float* y, int n, cudaStream_t stream) {
+    linear(x, w.data.data(), w.rows, w.cols, y, n, stream);
+  }
+  // W's first `rows` rows of `cols` inputs (a part of a fused projection: its query rows).
+  void linear(const uint16_t* x, const uint16_t* w, int rows, int cols, float* y, int n, cudaStream_t stream);
 
  private:
   cublasHandle_t handle_ = nullptr;

@@ -98,16 +98,19 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
   // Prefill chunks too short to fill the GPU (rectification) split their keys over CTAs.
   prefill_workspace_.resize(std::max<size_t>(1, paged_prefill_workspace_size(o.max_rows, c.num_heads, c.num_kv_heads,
                                                                               c.head_dim, a.max_seq_len - 1)));
+  SKIM_REQUIRE(!o.host_kv_prefetch || o.host_kv_slots != 0, "GPU forward: host_kv_prefetch without host_kv_slots");
   planner_ = std::make_unique<DecodePlanner>(o.policy, PlannerShape{c.num_layers, c.num_heads, c.num_kv_heads,
                                                                      c.head_dim, shape.page_size, o.max_rows,
-                                                                     o.max_pages_per_seq});
+                                                                     o.max_pages_per_seq, o.host_kv_prefetch});
   SKIM_REQUIRE(o.host_kv_slots >= kHostKvSlotsAuto, "GPU forward: host_kv_slots {} < {} (auto)", o.host_kv_slots,
                kHostKvSlotsAuto);
+  reserve_prefetch();
   if (o.host_kv_slots != 0) {
     SKIM_REQUIRE(!o.shard, "KV beyond GPU memory: not with tensor parallelism");
-    const int slots = o.host_kv_slots > 0 ? o.host_kv_slots
-                                          : HostKVSlots::most_that_fit(shape, sequence_rows(), o.max_pages_per_seq);
-    host_kv_ = std::make_unique<HostKVSlots>(shape, slots, sequence_rows(), o.max_pages_per_seq);
+    const int slots = o.host_kv_slots > 0
+                          ? o.host_kv_slots
+                          : HostKVSlots::most_that_fit(shape, sequence_rows(), o.max_pages_per_seq, o.host_kv_prefetch);
+    host_kv_ = std::make_unique<HostKVSlots>(shape, slots, sequence_rows(), o.max_pages_per_seq, o.host_kv_prefetch);
   }
   bool moved = false;
   reserve_art(moved);
@@ -124,6 +127,7 @@ GpuForward::~GpuForward() {
   if (sample_staging_) cudaFreeHost(sample_staging_);
   if (lp_host_ints_) cudaFreeHost(lp_host_ints_);
   if (lp_host_floats_) cudaFreeHost(lp_host_floats_);
+  destroy_prefetch();
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
   if (side_stream_) cudaStreamDestroy(side_stream_);
@@ -244,6 +248,7 @@ double GpuForward::decode_bytes_read(int length, int index) const {
 
 void GpuForward::enqueue(int n, int logits_n, const Pass& pass, bool advance) {
   pass_ = pass;
+  pass_.prefetch = prefetches(pass);
   mac_index_made_ = false;
   if (host_kv_ && pass.decode) {  // the step's counter and written pages, before layer 0
     const InputLayout in(opt_.max_rows);
@@ -295,8 +300,10 @@ void GpuForward::add_rmsnorm(int n, int layer, NormWeight weight, bool residual)
   const auto& w = weight == NormWeight::final ? w_.final_norm
                   : weight == NormWeight::attn ? w_.layers[size_t(layer)].attn_norm
                                                : w_.layers[size_t(layer)].mlp_norm;
+  if (weight == NormWeight::mlp) wait_prefetch_read();  // x changes: the next layer's guess has read it
   cuda::add_rmsnorm(x_.data(), residual ? y_.data() : nullptr, w.data(), h_.data(), n, c.hidden_size,
                     c.rms_norm_eps, stream_);
+  if (weight == NormWeight::attn) fork_prefetch(n, layer);  // x is layer's input: guess the next layer's pages
 }
 
 void GpuForward::linear(int n, int layer, Projection p) {
@@ -392,6 +399,7 @@ void GpuForward::attention(int n, int layer) {
   } else {
     o_in_bf16_ = false;
     attend_decode(layer, n, pass_.max_seq_len, table, inputs_.data() + in.seq_lens, stream_);
+    join_prefetch(layer, stream_);  // a graph's branches all end inside it (read_through_cache joined it already)
   }
   // The o projection's input, unless the step's last attention kernel wrote it (o_in_bf16_).
   if (pass_.chunk || !o_in_bf16_) to_bf16(o_.data(), o16_.data(), size_t(n) * c.q_dim(), stream_);
@@ -497,6 +505,7 @@ void GpuForward::attend_pages(int l, int n, const DevicePlan& plan, PagedDecodeA
 // reading the slots.
 void GpuForward::read_through_cache(int l, int n, const DevicePlan& plan, PagedDecodeArgs& a, cudaStream_t s) {
   if (!host_kv_ || !plan.per_kv_head) return;
+  join_prefetch(l, s);  // the pages copied ahead into this layer's cache, and its state
   host_kv_->map_layer(l, n, a.page_table, a.seq_lens, cache_, s);
   host_kv_->read_slots(l, a);
 }

@@ -60,6 +60,10 @@ struct GpuForwardOptions {
   // kHostKvSlotsAuto (-1): as many slots as the device's memory holds once this forward's other
   // buffers are allocated, less a reserve (HostKVSlots::most_that_fit).
   int host_kv_slots = 0;
+  // With host_kv_slots: each decode step copies layer l + 1's pages ahead, guessed from layer l's
+  // input while layer l runs (gpu_forward_prefetch.cpp). Outputs unchanged; PCIe bytes grow by
+  // the guess's wrong pages. Off: each layer's misses are copied when its selection is known.
+  bool host_kv_prefetch = false;
   // Tensor parallelism (gpu_tensor_parallel.h): this rank's shard (its weights are
   // shard_model's) and its NCCL communicator; none: the whole model on this GPU.
   std::optional<TensorShard> shard;
@@ -152,6 +156,8 @@ class GpuForward final : public Forward, private Backend {
   // stream); zeros without it.
   HostKVSlots::Totals host_kv_totals() const { return host_kv_ ? host_kv_->totals(stream_) : HostKVSlots::Totals{}; }
   int host_kv_slot_count() const { return host_kv_ ? host_kv_->slots() : 0; }  // auto's choice too
+  // Forward: host_kv_totals by name (waits for the stream); none without host KV.
+  std::map<std::string, double> counters() const override;
   // Decode rows so far whose policy fell back to dense (GpuForwardOptions::dense_fallback).
   uint64_t dense_fallback_rows() const { return dense_fallback_rows_; }
   // ART's counters since the forward began (the device's: waits for the stream).
@@ -193,6 +199,7 @@ class GpuForward final : public Forward, private Backend {
     // Every row reads row 0's page table (one sequence's chunk, staged with that table alone:
     // a prompt layer by layer stages each chunk once a layer, and a 512K table is 128 KB a row).
     bool one_table = false;
+    bool prefetch = false;  // over host KV, the next layer's pages copied ahead (prefetches())
   };
   // Enqueues the whole forward pass of n staged rows on the stream, logits of `logits_n` rows;
   // `advance`: then each row's argmax becomes its next input (decode_greedy).
@@ -243,6 +250,23 @@ class GpuForward final : public Forward, private Backend {
   // Over host KV: a selecting plan's lists through the device page cache (gpu_forward.cpp).
   void read_through_cache(int layer, int n, const DevicePlan& plan, PagedDecodeArgs& a, cudaStream_t stream);
   void check_host_kv();
+  // The prefetch over host KV (gpu_forward_prefetch.cpp): its stream, events and buffers when
+  // enabled; whether a pass runs it; the branch forked after layer l's input norm for layer
+  // l + 1; the waits for its read of x (before layer l's MLP norm) and for all of it (before
+  // layer l + 1's map).
+  void reserve_prefetch();
+  void destroy_prefetch();
+  bool prefetches(const Pass& pass) const;
+  void fork_prefetch(int n, int layer);
+  void wait_prefetch_read();
+  void join_prefetch(int layer, cudaStream_t stream);
+  cudaStream_t prefetch_stream_ = nullptr;
+  cudaEvent_t prefetch_fork_ = nullptr, prefetch_read_ = nullptr, prefetch_join_[2] = {nullptr, nullptr};
+  bool read_pending_ = false;
+  int join_pending_[2] = {-1, -1};  // the layer whose branch each join event ends (by parity), or -1
+  std::unique_ptr<Gemm> guess_gemm_;
+  DeviceBuffer<uint16_t> guess_h_, guess_q_;  // the guessed input of the next layer and its query (bf16)
+  DeviceBuffer<float> guess_qkv_;             // its query projection
   void reserve_mac(bool& moved);
   // The decode step's graph; logits_n >= 0: the logits of that many staged rows (gathered),
   // else of every row in order; its first cs_rows rows run cs (Pass::cs_rows).

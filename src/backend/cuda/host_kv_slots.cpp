@@ -18,30 +18,31 @@ HostKVSlots::Sizes HostKVSlots::sizes(const KVCacheShape& s, int slots, int max_
                .workspace_bytes = page_cache_workspace_size(s.num_pages, slots, s.num_kv_heads)};
 }
 
-size_t HostKVSlots::device_bytes(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq) {
+size_t HostKVSlots::device_bytes(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq,
+                                 bool prefetch) {
   const Sizes z = sizes(s, slots, max_rows, max_pages_per_seq);
+  const size_t map = 2 * z.copies * sizeof(int32_t) + z.workspace_bytes;  // a map's copy lists and workspace
   return 2 * z.pool * sizeof(uint16_t) + z.slot_of_page * sizeof(int32_t) +
-         z.per_slot * (sizeof(int32_t) + sizeof(int64_t)) + z.table * sizeof(int32_t) + 2 * z.copies * sizeof(int32_t) +
-         z.workspace_bytes;
+         z.per_slot * (sizeof(int32_t) + sizeof(int64_t)) + z.table * sizeof(int32_t) + (prefetch ? 2 : 1) * map;
 }
 
-int HostKVSlots::most_that_fit(const KVCacheShape& s, int max_rows, int max_pages_per_seq) {
+int HostKVSlots::most_that_fit(const KVCacheShape& s, int max_rows, int max_pages_per_seq, bool prefetch) {
   size_t free = 0, total = 0;
   check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
   const int64_t budget = host_kv_cache_budget(int64_t(free), int64_t(total));
   const int64_t most = std::min<int64_t>(s.num_pages, kHostKvMaxSlots);
   const int64_t slots = most_slots_within(budget, most, [&](int64_t n) {
-    return int64_t(device_bytes(s, int(n), max_rows, max_pages_per_seq));
+    return int64_t(device_bytes(s, int(n), max_rows, max_pages_per_seq, prefetch));
   });
   SKIM_REQUIRE(slots > 0,
                "host_kv_slots auto: {:.2f} GiB of the GPU's memory free beside the weights, less a reserve of "
                "{:.2f} GiB, hold no cache slot ({:.2f} MiB a slot per layer and KV head); give --host-kv-slots N",
                free / 1073741824.0, (int64_t(free) - budget) / 1073741824.0,
-               device_bytes(s, 1, max_rows, max_pages_per_seq) / 1048576.0);
+               device_bytes(s, 1, max_rows, max_pages_per_seq, prefetch) / 1048576.0);
   return int(slots);
 }
 
-HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq)
+HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq, bool prefetch)
     : s_(s), slots_(slots), max_rows_(max_rows), max_pages_(max_pages_per_seq) {
   SKIM_REQUIRE(slots > 0 && max_rows > 0 && max_pages_per_seq > 0, "host KV: {} slots, {} rows, {} pages a sequence",
                slots, max_rows, max_pages_per_seq);
@@ -52,19 +53,19 @@ HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max
   page_in_slot_.resize(z.per_slot);
   last_used_.resize(z.per_slot);
   table_.resize(z.table);
-  copy_page_.resize(z.copies);
-  copy_slot_.resize(z.copies);
-  counts_.resize(size_t(s.num_kv_heads) * 3);
+  own_.resize(z, s.num_kv_heads);
   written_.resize(size_t(max_rows));
   refused_.resize(1);
   step_.resize(1);
-  totals_.resize(2);
-  workspace_.resize(z.workspace_bytes);
-  check(cudaMemset(workspace_.data(), 0, workspace_.bytes()), "cudaMemset (page cache workspace)");
   check(cudaMemset(refused_.data(), 0, refused_.bytes()), "cudaMemset");
   *refused_host_.host() = 0;
   check(cudaMemset(step_.data(), 0, step_.bytes()), "cudaMemset");
-  check(cudaMemset(totals_.data(), 0, totals_.bytes()), "cudaMemset");
+  if (prefetch) ahead_.resize(z, s.num_kv_heads);
+  for (MapBuffers* m : {&own_, &ahead_}) {
+    if (m->totals.size() == 0) continue;
+    check(cudaMemset(m->workspace.data(), 0, m->workspace.bytes()), "cudaMemset (page cache workspace)");
+    check(cudaMemset(m->totals.data(), 0, m->totals.bytes()), "cudaMemset");
+  }
   invalidate(nullptr);
   check(cudaDeviceSynchronize(), "host KV slots");
 }
@@ -86,22 +87,44 @@ void HostKVSlots::begin_step(int n, const int32_t* positions, const int32_t* pag
 
 void HostKVSlots::map_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
                             cudaStream_t stream) {
+  map_and_gather(layer, n, plan_table, plan_lens, cache, own_, /*prefetch=*/false, stream);
+}
+
+void HostKVSlots::prefetch_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens,
+                                 GpuKVCache& cache, cudaStream_t stream) {
+  SKIM_REQUIRE(ahead_.counts.size() > 0, "host KV: prefetch_layer on slots made without prefetch");
+  map_and_gather(layer, n, plan_table, plan_lens, cache, ahead_, /*prefetch=*/true, stream);
+}
+
+void HostKVSlots::MapBuffers::resize(const Sizes& z, int kv) {
+  copy_page.resize(z.copies);
+  copy_slot.resize(z.copies);
+  counts.resize(size_t(kv) * 3);
+  workspace.resize(z.workspace_bytes);
+  totals.resize(2);
+}
+
+void HostKVSlots::map_and_gather(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens,
+                                 GpuKVCache& cache, MapBuffers& m, bool prefetch, cudaStream_t stream) {
   SKIM_REQUIRE(n <= max_rows_, "host KV: {} lists, room for {}", n, max_rows_);
   const int kv = s_.num_kv_heads;
   const size_t piece = page_stride(), c = cache_index(layer, 0);
   // The layer's KV heads in one map launch (a CTA each) and one gather: head h's lists are
-  // plan_table + h x max_pages, its state cache c + h's.
-  const PageCacheArgs a{.lists = n, .max_pages = max_pages_, .table = plan_table, .slot_table = table_.data(),
-                        .list_stride = kv * max_pages_, .slot_stride = kv * max_pages_, .list_lens = plan_lens,
-                        .lens_stride = kv, .page_size = s_.page_size, .slots = slots_, .num_host_pages = s_.num_pages,
+  // plan_table + h x max_pages, its state cache c + h's. A prefetch writes no slot table and
+  // sets no refusal flag (kv/page_cache_args.h).
+  const PageCacheArgs a{.lists = n, .max_pages = max_pages_, .table = plan_table,
+                        .slot_table = prefetch ? nullptr : table_.data(), .list_stride = kv * max_pages_,
+                        .slot_stride = kv * max_pages_, .list_lens = plan_lens, .lens_stride = kv,
+                        .page_size = s_.page_size, .slots = slots_, .num_host_pages = s_.num_pages,
                         .slot_of_page = slot_of_page_.data() + c * s_.num_pages,
                         .page_in_slot = page_in_slot_.data() + c * slots_, .last_used = last_used_.data() + c * slots_,
-                        .step_counter = step_.data(), .written = written_.data(), .num_written = step_rows_,
-                        .copy_page = copy_page_.data(), .copy_slot = copy_slot_.data(), .counts = counts_.data(),
-                        .refused_flag = refused_.data(), .totals = totals_.data()};
+                        .step_counter = step_.data(), .prefetch = prefetch, .written = written_.data(),
+                        .num_written = step_rows_, .copy_page = m.copy_page.data(), .copy_slot = m.copy_slot.data(),
+                        .counts = m.counts.data(), .refused_flag = prefetch ? nullptr : refused_.data(),
+                        .totals = m.totals.data()};
   const PageCacheBatch heads{.caches = kv, .table = size_t(max_pages_), .slot_table = size_t(max_pages_), .lens = 1};
-  check(page_cache_map(a, {workspace_.data(), workspace_.bytes()}, stream, heads), "page_cache_map");
-  check(page_cache_gather({.copy_page = copy_page_.data(), .copy_slot = copy_slot_.data(), .counts = counts_.data(),
+  check(page_cache_map(a, {m.workspace.data(), m.workspace.bytes()}, stream, heads), "page_cache_map");
+  check(page_cache_gather({.copy_page = m.copy_page.data(), .copy_slot = m.copy_slot.data(), .counts = m.counts.data(),
                            .max_copies = slots_, .host_k = cache.k(layer), .host_v = cache.v(layer), .slot_k = k(layer),
                            .slot_v = v(layer), .page_elems = piece, .host_page_stride = size_t(kv) * piece,
                            .caches = kv, .host_cache_stride = piece, .slot_cache_stride = head_stride()},
@@ -128,10 +151,11 @@ bool HostKVSlots::refused(cudaStream_t stream) {
 }
 
 HostKVSlots::Totals HostKVSlots::totals(cudaStream_t stream) const {
-  unsigned long long t[2] = {0, 0};
+  unsigned long long t[2] = {0, 0}, ahead[2] = {0, 0};
   check(cudaStreamSynchronize(stream), "host KV step");
-  check(cudaMemcpy(t, totals_.data(), sizeof t, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  return {t[0], t[1]};
+  check(cudaMemcpy(t, own_.totals.data(), sizeof t, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (ahead_.totals.size() > 0) check(cudaMemcpy(ahead, ahead_.totals.data(), sizeof ahead, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return {t[0], t[1], ahead[0]};
 }
 
 }  // namespace skim::cuda

@@ -23,14 +23,15 @@ namespace skim::cuda {
 class HostKVSlots {
  public:
   // max_rows: a decode step's lists (one per sequence: the maps serve decode steps only; see
-  // reserve_lists for the stages that list more).
-  HostKVSlots(const KVCacheShape& shape, int slots, int max_rows, int max_pages_per_seq);
+  // reserve_lists for the stages that list more). prefetch: room for prefetch_layer too.
+  HostKVSlots(const KVCacheShape& shape, int slots, int max_rows, int max_pages_per_seq, bool prefetch = false);
 
   // The device bytes of a cache of `slots` slots (what the constructor allocates).
-  static size_t device_bytes(const KVCacheShape& shape, int slots, int max_rows, int max_pages_per_seq);
+  static size_t device_bytes(const KVCacheShape& shape, int slots, int max_rows, int max_pages_per_seq,
+                             bool prefetch = false);
   // `--host-kv-slots auto`: the most slots (at most the shape's pages) whose device bytes fit the
   // GPU's free memory less a reserve (kv/host_kv_budget.h). Error when not one fits.
-  static int most_that_fit(const KVCacheShape& shape, int max_rows, int max_pages_per_seq);
+  static int most_that_fit(const KVCacheShape& shape, int max_rows, int max_pages_per_seq, bool prefetch = false);
 
   int slots() const { return slots_; }
   // Room for `lists` lists a step (RetroAttention's past rows are rows of the step; MAC maps its
@@ -46,6 +47,13 @@ class HostKVSlots {
   // lists read.
   void map_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
                  cudaStream_t stream);
+  // A map made ahead of layer l's own (issue 18's overlap: layer l's pages guessed while layer
+  // l - 1 runs, on a second stream): the guessed lists' misses copied into slots the step before
+  // did not use, stamped as the step before's, so layer l's map_layer finds them resident or
+  // may evict them (kv/page_cache_args.h). Its own copy lists, counts and workspace: it runs
+  // beside the previous layer's map_layer. Slots made with prefetch only.
+  void prefetch_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
+                      cudaStream_t stream);
   // What the decode kernel reads after map_layer: the slot pools (head 0's base of the layer),
   // their strides (PagedDecodeArgs::page_stride, head_stride) and the slot table.
   uint16_t* k(int layer) { return k_.data() + size_t(layer) * layer_elems(); }
@@ -72,7 +80,8 @@ class HostKVSlots {
   bool refused(cudaStream_t stream);
   // Pages copied and hits since the start (waits for `stream`).
   struct Totals {
-    uint64_t copies = 0, hits = 0;
+    uint64_t copies = 0, hits = 0;  // of the layers' own maps
+    uint64_t prefetched = 0;        // pages copied ahead (prefetch_layer)
   };
   Totals totals(cudaStream_t stream) const;
 
@@ -83,6 +92,15 @@ class HostKVSlots {
     size_t pool, slot_of_page, per_slot, table, copies, workspace_bytes;
   };
   static Sizes sizes(const KVCacheShape& s, int slots, int max_rows, int max_pages_per_seq);
+  // A map's copy lists, counts, workspace (zero between calls) and totals ([2] copies, hits).
+  struct MapBuffers {
+    DeviceBuffer<int32_t> copy_page, copy_slot, counts;
+    DeviceBuffer<uint8_t> workspace;
+    DeviceBuffer<unsigned long long> totals;
+    void resize(const Sizes& z, int kv);
+  };
+  void map_and_gather(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
+                      MapBuffers& m, bool prefetch, cudaStream_t stream);
   size_t layer_elems() const { return size_t(s_.num_kv_heads) * head_stride(); }
   size_t cache_index(int layer, int head) const { return size_t(layer) * s_.num_kv_heads + head; }
 
@@ -94,11 +112,11 @@ class HostKVSlots {
   DeviceBuffer<int32_t> page_in_slot_;    // [layers][kv][slots]
   DeviceBuffer<int64_t> last_used_;       // [layers][kv][slots]
   DeviceBuffer<int32_t> table_;           // [max_rows][kv][max_pages] slots
-  DeviceBuffer<int32_t> copy_page_, copy_slot_, counts_, written_, refused_;
+  MapBuffers own_;    // the layers' own maps
+  MapBuffers ahead_;  // the prefetches' (empty without prefetch)
+  DeviceBuffer<int32_t> written_, refused_;
   MappedHostBuffer<int32_t> refused_host_{1};  // pinned: the flag's copy
   DeviceBuffer<int64_t> step_;
-  DeviceBuffer<unsigned long long> totals_;  // [2] copies, hits
-  DeviceBuffer<uint8_t> workspace_;          // page_cache_map's, zero between calls
 };
 
 }  // namespace skim::cuda

@@ -144,12 +144,12 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
   detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
   const int half = a.head_dim / 2, sub = threadIdx.x / half, i = threadIdx.x % half, r = blockIdx.x;
   const int head = blockIdx.y * kRopeHeadsPerBlock + sub;
-  const bool active = head < a.num_heads + a.num_kv_heads;
+  const bool active = head < a.num_heads + (a.k_pool ? a.num_kv_heads : 0);  // no pools: q alone
   const bool is_q = head < a.num_heads;
   const int q_dim = a.num_heads * a.head_dim, kv_dim = a.num_kv_heads * a.head_dim;
   const int kvh = is_q ? 0 : head - a.num_heads;
   const int col = is_q ? head * a.head_dim : q_dim + kvh * a.head_dim;
-  const float* row = a.qkv + size_t(r) * (q_dim + 2 * kv_dim);
+  const float* row = a.qkv + size_t(r) * (a.k_pool ? q_dim + 2 * kv_dim : q_dim);
 
   float x0 = active ? row[col + i] : 0.0f, x1 = active ? row[col + i + half] : 0.0f;
   if (a.bias && active) x0 += a.bias[col + i], x1 += a.bias[col + i + half];
@@ -376,7 +376,8 @@ void gather_rows(const uint16_t* in, const int32_t* rows, uint16_t* out, int n, 
 void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t s) {
   if (a.n == 0) return;
   // head_dim / 2 threads, rounded up to whole warps for the block reduction (head_dim 64, 128).
-  const int groups = (a.num_heads + a.num_kv_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock;
+  const int heads = a.num_heads + (a.k_pool ? a.num_kv_heads : 0);
+  const int groups = (heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock;
   (void)launch_pdl(qkv_rope_append_kernel, dim3(a.n, groups), kRopeHeadsPerBlock * a.head_dim / 2, 0, s, a);
 }
 

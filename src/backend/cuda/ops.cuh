@@ -56,8 +56,8 @@ struct QkvRopeAppendArgs {
   int n = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, page_size = 16;
   uint16_t* q = nullptr;       // out: [n][num_heads][head_dim]
   uint16_t* q_pre = nullptr;   // out, optional: q before RoPE (after bias and q_norm), MAC's match
-  uint16_t* k_pool = nullptr;  // [num_pages][num_kv_heads][page_size][head_dim]
-  uint16_t* v_pool = nullptr;
+  uint16_t* k_pool = nullptr;  // [num_pages][num_kv_heads][page_size][head_dim]; null: q alone (a guessed
+  uint16_t* v_pool = nullptr;  // query, host KV's prefetch: qkv then holds q's columns alone, rows q_dim apart)
 };
 void qkv_rope_append(const QkvRopeAppendArgs& args, cudaStream_t stream);
 

@@ -59,6 +59,19 @@ __device__ int compact_marks(const PageCacheArgs& a, const Scratch& x, SelectScr
   return written;
 }
 
+// The slots a prefetch may take: those last used before `step` (free ones too). The step's own
+// map needs no count: its misses always fit beside its hits. Returns it to every thread.
+__device__ int evictable_slots(const PageCacheArgs& a, int64_t step, SelectScratch& sm) {
+  using Scan = SelectScratch::Scan;
+  int mine = 0;
+  for (int s = threadIdx.x; s < a.slots; s += kThreads) mine += a.last_used[s] < step;
+  int pos, total;
+  __syncthreads();  // sm.scan was the hits pass's
+  Scan(sm.scan).ExclusiveSum(mine, pos, total);
+  __syncthreads();
+  return total;
+}
+
 // Cache c's arguments and scratch of a batch (PageCacheBatch): every per-cache array offset.
 __device__ PageCacheArgs cache_args(PageCacheArgs a, const PageCacheBatch& b, int c) {
   a.table += size_t(c) * b.table;
@@ -86,7 +99,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int n_hits, n_misses;
   using Scan = SelectScratch::Scan;
   const int t = threadIdx.x;
-  const int64_t step = a.step_counter ? *a.step_counter : a.step;
+  // A prefetch stamps as the step before (kv/page_cache_args.h).
+  const int64_t step = (a.step_counter ? *a.step_counter : a.step) - (a.prefetch ? 1 : 0);
   // The step's distinct pages.
   for (int i = t; i < a.lists * a.max_pages; i += kThreads) {
     const int list = i / a.max_pages, j = i % a.max_pages;
@@ -97,7 +111,7 @@ __global__ void __launch_bounds__(kThreads)
   if (distinct > a.slots) {  // refused: nothing changes
     if (t == 0) {
       a.counts[0] = a.counts[1] = 0, a.counts[2] = 1;
-      if (a.refused_flag) *a.refused_flag = 1;
+      if (a.refused_flag && !a.prefetch) *a.refused_flag = 1;
     }
     return;
   }
@@ -139,7 +153,7 @@ __global__ void __launch_bounds__(kThreads)
     if (t == 0) n_misses += total, n_hits += min(kThreads * kHitItems, distinct - base) - total;
     __syncthreads();
   }
-  const int k = n_misses;
+  const int k = a.prefetch ? min(n_misses, evictable_slots(a, step, sm)) : n_misses;
   // 3. The k least recently used unstamped slots, in ascending slot order: the largest
   // "steps since last use" (free slots the largest), ties to the lower slot.
   if (k > 0) {
@@ -167,6 +181,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   // 4. The lists as slots.
+  if (a.prefetch) return;
   for (int i = t; i < a.lists * a.max_pages; i += kThreads) {
     const int list = i / a.max_pages, j = i % a.max_pages;
     if (j < a.pages_in(list)) a.slot_table[a.slot_at(list) + j] = a.slot_of_page[a.table[a.list_at(list) + j]];

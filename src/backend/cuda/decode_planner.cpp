@@ -482,7 +482,8 @@ void DecodePlanner::reserve(const RowPlanner& p, bool& moved) {
   if (!selects) return;
   const size_t lists = size_t(s_.max_rows) * s_.num_kv_heads;
   reserve(step_, p, lists, s_.max_pages_per_seq, moved);
-  if (s_.guesses) reserve(guess_, p, lists, s_.max_pages_per_seq, moved);
+  if (s_.guesses)
+    for (Buffers& g : guess_) reserve(g, p, lists, s_.max_pages_per_seq, moved);
 }
 
 void DecodePlanner::reserve(Buffers& b, const RowPlanner& p, size_t lists, int max_pages, bool& moved) {
@@ -505,9 +506,9 @@ DevicePlan DecodePlanner::plan(const PlanInput& in, cudaStream_t stream) {
   return plan_into(in, step_, listed_.data(), stream);
 }
 
-DevicePlan DecodePlanner::guess(const PlanInput& in, cudaStream_t stream) {
-  SKIM_REQUIRE(s_.guesses, "planner: guess() on a planner made without guesses");
-  return plan_into(in, guess_, nullptr, stream);
+DevicePlan DecodePlanner::guess(const PlanInput& in, int set, cudaStream_t stream) {
+  SKIM_REQUIRE(s_.guesses && (set == 0 || set == 1), "planner: guess() on a planner made without guesses");
+  return plan_into(in, guess_[set], nullptr, stream);
 }
 
 bool DecodePlanner::selects_in(int layer, uint32_t policies, uint32_t dense_policies) const {

@@ -79,7 +79,7 @@ struct PlannerShape {
   int page_size = 16;
   int max_rows = 0;           // decode rows of one step
   int max_pages_per_seq = 0;  // page-table row length
-  bool guesses = false;       // room for DecodePlanner::guess (a second set of plan buffers)
+  bool guesses = false;       // room for DecodePlanner::guess (two more sets of plan buffers)
 };
 
 // One policy's part of a plan: the rows of its index, written by its kernel.
@@ -149,10 +149,10 @@ class DecodePlanner {
   void release(int index);
 
   DevicePlan plan(const PlanInput& in, cudaStream_t stream);
-  // plan() over a guessed query into buffers of its own (PlannerShape::guesses), counted
-  // nowhere: KV beyond GPU memory copies the next layer's pages ahead by it while this layer's
-  // plan is still read (GpuForward's prefetch).
-  DevicePlan guess(const PlanInput& in, cudaStream_t stream);
+  // plan() over a guessed query into buffers of its own (PlannerShape::guesses; two sets, by
+  // `set`: two guesses may be in flight), counted nowhere: KV beyond GPU memory copies the next
+  // layer's pages ahead by it while this layer's plan is still read (GpuForward's prefetch).
+  DevicePlan guess(const PlanInput& in, int set, cudaStream_t stream);
   // Whether plan() of a step with these policies (PlanInput's bits) selects pages in `layer`:
   // some present policy other than cs attends a part of the keys there.
   bool selects_in(int layer, uint32_t policies, uint32_t dense_policies) const;
@@ -207,7 +207,7 @@ class DecodePlanner {
   std::vector<Slot> slots_;
   std::unique_ptr<RowPlanner> dense_;  // the dense rows of a plan that selects others
   Buffers step_;   // the plans the step reads
-  Buffers guess_;  // guess()'s (PlannerShape::guesses)
+  Buffers guess_[2];  // guess()'s (PlannerShape::guesses)
   DeviceBuffer<unsigned long long> listed_;  // tokens the unions listed, every step and layer
   DeviceBuffer<ArtRowRule> rules_;           // [kMaxPolicies] each index's ART rule (inactive: none)
   DeviceBuffer<MacRowRule> mac_rules_;       // [kMaxPolicies] each index's MAC rule (inactive: none)

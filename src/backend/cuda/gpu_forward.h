@@ -260,13 +260,16 @@ class GpuForward final : public Forward, private Backend {
   void fork_prefetch(int n, int layer);
   void wait_prefetch_read();
   void join_prefetch(int layer, cudaStream_t stream);
-  cudaStream_t prefetch_stream_ = nullptr;
+  // A branch's stream and buffers by the parity of the layer it copies for: layer l + 2's branch
+  // is forked (after layer l + 1's input norm) before layer l + 1's has ended, and runs its
+  // guess while the other's copies cross PCIe.
+  cudaStream_t prefetch_stream_[2] = {nullptr, nullptr};
   cudaEvent_t prefetch_fork_ = nullptr, prefetch_read_ = nullptr, prefetch_join_[2] = {nullptr, nullptr};
   bool read_pending_ = false;
   int join_pending_[2] = {-1, -1};  // the layer whose branch each join event ends (by parity), or -1
-  std::unique_ptr<Gemm> guess_gemm_;
-  DeviceBuffer<uint16_t> guess_h_, guess_q_;  // the guessed input of the next layer and its query (bf16)
-  DeviceBuffer<float> guess_qkv_;             // its query projection
+  std::unique_ptr<Gemm> guess_gemm_[2];  // their own cuBLAS workspaces: they run beside the step's
+  DeviceBuffer<uint16_t> guess_h_[2], guess_q_[2];  // the guessed input of the layer and its query (bf16)
+  DeviceBuffer<float> guess_qkv_[2];                // its query projection
   void reserve_mac(bool& moved);
   // The decode step's graph; logits_n >= 0: the logits of that many staged rows (gathered),
   // else of every row in order; its first cs_rows rows run cs (Pass::cs_rows).

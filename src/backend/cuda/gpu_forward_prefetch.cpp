@@ -1,7 +1,8 @@
 // KV beyond GPU memory, copied ahead (issue 18's overlap; docs/design.md "KV beyond GPU memory",
 // point 5): in a decode step over host KV, layer l + 1's pages are guessed and copied into its
 // device cache while layer l runs, on a second stream of the step's graph:
-//   fork, after layer l's input norm (x is then layer l's input):
+//   fork, after layer l's input norm (x is then layer l's input), on a stream of two by the
+//   parity of l + 1 (layer l + 2's branch starts while l + 1's copies still cross PCIe):
 //     x through layer l + 1's input norm, its query projection and RoPE (InfiniGen's guess: the
 //     residual changes little across one layer), the step's selection over that query into the
 //     planner's guess buffers (DecodePlanner::guess), and a prefetch map and gather of its lists
@@ -26,13 +27,15 @@ void GpuForward::reserve_prefetch() {
   if (!opt_.host_kv_prefetch) return;
   const ModelConfig& c = w_.config;
   const size_t R = size_t(opt_.max_rows);
-  check(cudaStreamCreateWithFlags(&prefetch_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   for (cudaEvent_t* e : {&prefetch_fork_, &prefetch_read_, &prefetch_join_[0], &prefetch_join_[1]})
     check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
-  guess_gemm_ = std::make_unique<Gemm>();  // its own cuBLAS workspace: it runs beside the step's
-  guess_h_.resize(R * c.hidden_size);
-  guess_qkv_.resize(R * c.q_dim());
-  guess_q_.resize(R * c.q_dim());
+  for (int i = 0; i < 2; ++i) {
+    check(cudaStreamCreateWithFlags(&prefetch_stream_[i], cudaStreamNonBlocking), "cudaStreamCreate");
+    guess_gemm_[i] = std::make_unique<Gemm>();
+    guess_h_[i].resize(R * c.hidden_size);
+    guess_qkv_[i].resize(R * c.q_dim());
+    guess_q_[i].resize(R * c.q_dim());
+  }
 }
 
 bool GpuForward::prefetches(const Pass& p) const {
@@ -52,16 +55,18 @@ void GpuForward::fork_prefetch(int n, int layer) {
   const ModelConfig& c = w_.config;
   const GpuLayer& L = w_.layers[size_t(next)];
   const InputLayout in(opt_.max_rows);
-  cudaStream_t s = prefetch_stream_;
+  const int set = next % 2;  // the branch's stream and buffers (by parity: two may be in flight)
+  cudaStream_t s = prefetch_stream_[set];
+  uint16_t *h = guess_h_[set].data(), *q = guess_q_[set].data();
   check(cudaEventRecord(prefetch_fork_, stream_), "cudaEventRecord");
   check(cudaStreamWaitEvent(s, prefetch_fork_), "cudaStreamWaitEvent");
-  cuda::add_rmsnorm(x_.data(), nullptr, L.attn_norm.data(), guess_h_.data(), n, c.hidden_size, c.rms_norm_eps, s);
+  cuda::add_rmsnorm(x_.data(), nullptr, L.attn_norm.data(), h, n, c.hidden_size, c.rms_norm_eps, s);
   check(cudaEventRecord(prefetch_read_, s), "cudaEventRecord");
   read_pending_ = true;
   // The query rows of the fused projection (its first q_dim rows), then RoPE at each row's position.
-  guess_gemm_->linear(guess_h_.data(), L.wqkv.data.data(), c.q_dim(), c.hidden_size, guess_qkv_.data(), n, s);
+  guess_gemm_[set]->linear(h, L.wqkv.data.data(), c.q_dim(), c.hidden_size, guess_qkv_[set].data(), n, s);
   QkvRopeAppendArgs qa;
-  qa.qkv = guess_qkv_.data();
+  qa.qkv = guess_qkv_[set].data();
   qa.bias = L.qkv_bias.size() ? L.qkv_bias.data() : nullptr;
   qa.q_norm = L.q_norm.size() ? L.q_norm.data() : nullptr;
   qa.eps = c.rms_norm_eps;
@@ -72,19 +77,19 @@ void GpuForward::fork_prefetch(int n, int layer) {
   qa.num_kv_heads = c.num_kv_heads;
   qa.head_dim = c.head_dim;
   qa.page_size = cache_.shape().page_size;
-  qa.q = guess_q_.data();  // no pools: q alone
+  qa.q = q;  // no pools: q alone
   cuda::qkv_rope_append(qa, s);
   const int32_t* table = inputs_.data() + in.table;
   const DevicePlan plan =
-      planner_->guess(PlanInput{next, n, pass_.max_seq_len, guess_q_.data(), cache_.kmin(next), cache_.kmax(next),
-                                table, inputs_.data() + in.seq_lens, inputs_.data() + in.plan_policy, pass_.policies,
+      planner_->guess(PlanInput{next, n, pass_.max_seq_len, q, cache_.kmin(next), cache_.kmax(next), table,
+                                inputs_.data() + in.seq_lens, inputs_.data() + in.plan_policy, pass_.policies,
                                 pass_.dense_policies},
-                      s);
+                      set, s);
   if (plan.per_kv_head) host_kv_->prefetch_layer(next, n, plan.table, plan.lens, cache_, s);
   // Layer l + 1's branch is forked before layer l's is joined (at layer l's map, after its input
-  // norm): an event each, by parity. The side stream runs them in order.
-  check(cudaEventRecord(prefetch_join_[next % 2], s), "cudaEventRecord");
-  join_pending_[next % 2] = next;
+  // norm): a stream, buffers and an event each, by parity.
+  check(cudaEventRecord(prefetch_join_[set], s), "cudaEventRecord");
+  join_pending_[set] = next;
 }
 
 void GpuForward::wait_prefetch_read() {
@@ -110,7 +115,8 @@ std::map<std::string, double> GpuForward::counters() const {
 void GpuForward::destroy_prefetch() {
   for (cudaEvent_t e : {prefetch_fork_, prefetch_read_, prefetch_join_[0], prefetch_join_[1]})
     if (e) cudaEventDestroy(e);
-  if (prefetch_stream_) cudaStreamDestroy(prefetch_stream_);
+  for (cudaStream_t s : prefetch_stream_)
+    if (s) cudaStreamDestroy(s);
 }
 
 }  // namespace skim::cuda

@@ -23,7 +23,7 @@ size_t HostKVSlots::device_bytes(const KVCacheShape& s, int slots, int max_rows,
   const Sizes z = sizes(s, slots, max_rows, max_pages_per_seq);
   const size_t map = 2 * z.copies * sizeof(int32_t) + z.workspace_bytes;  // a map's copy lists and workspace
   return 2 * z.pool * sizeof(uint16_t) + z.slot_of_page * sizeof(int32_t) +
-         z.per_slot * (sizeof(int32_t) + sizeof(int64_t)) + z.table * sizeof(int32_t) + (prefetch ? 2 : 1) * map;
+         z.per_slot * (sizeof(int32_t) + sizeof(int64_t)) + z.table * sizeof(int32_t) + (prefetch ? 3 : 1) * map;
 }
 
 int HostKVSlots::most_that_fit(const KVCacheShape& s, int max_rows, int max_pages_per_seq, bool prefetch) {
@@ -60,8 +60,9 @@ HostKVSlots::HostKVSlots(const KVCacheShape& s, int slots, int max_rows, int max
   check(cudaMemset(refused_.data(), 0, refused_.bytes()), "cudaMemset");
   *refused_host_.host() = 0;
   check(cudaMemset(step_.data(), 0, step_.bytes()), "cudaMemset");
-  if (prefetch) ahead_.resize(z, s.num_kv_heads);
-  for (MapBuffers* m : {&own_, &ahead_}) {
+  if (prefetch)
+    for (MapBuffers& m : ahead_) m.resize(z, s.num_kv_heads);
+  for (MapBuffers* m : {&own_, &ahead_[0], &ahead_[1]}) {
     if (m->totals.size() == 0) continue;
     check(cudaMemset(m->workspace.data(), 0, m->workspace.bytes()), "cudaMemset (page cache workspace)");
     check(cudaMemset(m->totals.data(), 0, m->totals.bytes()), "cudaMemset");
@@ -92,8 +93,9 @@ void HostKVSlots::map_layer(int layer, int n, const int32_t* plan_table, const i
 
 void HostKVSlots::prefetch_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens,
                                  GpuKVCache& cache, cudaStream_t stream) {
-  SKIM_REQUIRE(ahead_.counts.size() > 0, "host KV: prefetch_layer on slots made without prefetch");
-  map_and_gather(layer, n, plan_table, plan_lens, cache, ahead_, /*prefetch=*/true, stream);
+  MapBuffers& m = ahead_[layer % 2];
+  SKIM_REQUIRE(m.counts.size() > 0, "host KV: prefetch_layer on slots made without prefetch");
+  map_and_gather(layer, n, plan_table, plan_lens, cache, m, /*prefetch=*/true, stream);
 }
 
 void HostKVSlots::MapBuffers::resize(const Sizes& z, int kv) {
@@ -151,11 +153,16 @@ bool HostKVSlots::refused(cudaStream_t stream) {
 }
 
 HostKVSlots::Totals HostKVSlots::totals(cudaStream_t stream) const {
-  unsigned long long t[2] = {0, 0}, ahead[2] = {0, 0};
+  unsigned long long t[2] = {0, 0};
   check(cudaStreamSynchronize(stream), "host KV step");
   check(cudaMemcpy(t, own_.totals.data(), sizeof t, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  if (ahead_.totals.size() > 0) check(cudaMemcpy(ahead, ahead_.totals.data(), sizeof ahead, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  return {t[0], t[1], ahead[0]};
+  Totals out{t[0], t[1], 0};
+  for (const MapBuffers& m : ahead_)
+    if (m.totals.size() > 0) {
+      check(cudaMemcpy(t, m.totals.data(), sizeof t, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      out.prefetched += t[0];
+    }
+  return out;
 }
 
 }  // namespace skim::cuda

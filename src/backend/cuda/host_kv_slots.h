@@ -51,7 +51,8 @@ class HostKVSlots {
   // l - 1 runs, on a second stream): the guessed lists' misses copied into slots the step before
   // did not use, stamped as the step before's, so layer l's map_layer finds them resident or
   // may evict them (kv/page_cache_args.h). Its own copy lists, counts and workspace: it runs
-  // beside the previous layer's map_layer. Slots made with prefetch only.
+  // beside the previous layer's map_layer, and two sets (by layer parity: the next layer's
+  // prefetch may start before this one's gather ends). Slots made with prefetch only.
   void prefetch_layer(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens, GpuKVCache& cache,
                       cudaStream_t stream);
   // What the decode kernel reads after map_layer: the slot pools (head 0's base of the layer),
@@ -113,7 +114,7 @@ class HostKVSlots {
   DeviceBuffer<int64_t> last_used_;       // [layers][kv][slots]
   DeviceBuffer<int32_t> table_;           // [max_rows][kv][max_pages] slots
   MapBuffers own_;    // the layers' own maps
-  MapBuffers ahead_;  // the prefetches' (empty without prefetch)
+  MapBuffers ahead_[2];  // the prefetches', by layer parity (empty without prefetch)
   DeviceBuffer<int32_t> written_, refused_;
   MappedHostBuffer<int32_t> refused_host_{1};  // pinned: the flag's copy
   DeviceBuffer<int64_t> step_;

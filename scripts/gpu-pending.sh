@@ -5,14 +5,16 @@
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
 #   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). The whole binary passed on 4 x
-#      H200 at 6b8d77e (bench/results/2026-11-27-s24-host-kv-auto/). Pending (written after it,
-#      2026-11-27): page_cache_map's hits pass takes 8 consecutive pages a thread (page_cache.cu;
-#      the map cost 110 us a layer for quest 5% at 512K on an H100): CudaPageCache* and
-#      GpuHostKv.* against the CPU and the KV cache on the GPU, then BENCH=hostkvauto against the
-#      previous revision (quest 5% 43.65 ms a token with auto slots on one H100, call 3 there);
-#      and Retro's page plan in one launch (retro_decode.cu plan_kernel, 58 registers, 1024
-#      threads): CudaRetroPagePlan*, the retro GpuSparsePolicy cases and GpuHostKv.Retro*, then
-#      BENCH=retro against the previous revision (w=2 1.16-1.17x quest at b1 32K on an H100).
+#      H200 at 6b8d77e (bench/results/2026-11-27-s24-host-kv-auto/); the host KV tests
+#      (CudaPageCache*, GpuHostKv.*) at e17920f on an H100 (bench/results/2026-11-27-s25-host-kv-prefetch/).
+#      Pending (written after it, 2026-11-27): the host KV prefetch's branch streams at the highest
+#      priority and the step's graphs instantiated with node priorities (gpu_forward_prefetch.cpp,
+#      gpu_forward.cpp graph()): GpuHostKv.Prefetch*, then BENCH=hostkvprefetch (quest 5% at 512K
+#      took 43.49 ms without the prefetch and 44.16 with it, gbsa 5% 36.18 and 39.38, one H100).
+#      And the whole test_cuda once at the current revision: session 25 split the planner's plan
+#      buffers into sets (DecodePlanner::Buffers, the guess's beside the step's) and gave
+#      qkv_rope_append a q-only form; of test_cuda only CudaOps.*, *Golden*, CudaPageCache* and
+#      GpuHostKv.* ran after it (passed, H100).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
@@ -33,9 +35,9 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (2026-11-27, session 24): item 1's two changes against c1ecc67 (the revision before
-#   both): PARTS=tests,bench BENCH=retro BENCH2=hostkvauto TEST_SHARDS=2 TEST_TIMEOUT=380 on 4
-#   GPUs (the whole test_cuda). A new change: carry the revision
+# Next (2026-11-27, session 25): item 1's priority change: PARTS=tests
+#   TESTS='CudaPageCache*:GpuHostKv.*' BENCH=hostkvprefetch (one H100 is enough: no previous
+#   revision needed, the bench compares with and without --host-kv-prefetch in one binary). A new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
 # affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
 # at times counts half its held time (not always), builds in about a minute, but runs tests and benchmarks one after
@@ -132,6 +134,7 @@ ncu_pid=$!
 # attn (every policy's attention step at b1 and b8, 32K and 128K, against its floor; issue 16's
 # table), artlag (ART's natural stops at b1 by lag and round), hostkvslots (quest 5% at 512K over host KV
 # by device cache size), hostkvauto (every selector and MAC, ART, Retro at 512K over host KV, auto slots),
+# hostkvprefetch (quest and gbsa at 5%, 512K over host KV, with and without --host-kv-prefetch),
 # retro (Retro w = 2, 4, 8 against quest at b1 and b8 32K, both revisions).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
@@ -240,6 +243,18 @@ bench_groups() {  # GROUPS GPU
         --json "$OUT/e2e-hostkv-auto.json" | grep -E "8B|rror"
       timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy none --retro --retro-windows 2 \
         --sparse-keep 0.05 --contexts 524288 --batches 1 --host-kv-slots auto | grep -E "^\| random|rror"
+    fi
+    if bench_has hostkvprefetch; then
+      # KV beyond GPU memory copied ahead (--host-kv-prefetch, issue 18's overlap) against without,
+      # 512K b1 auto slots: quest 5% 43.49 / 44.16 ms, gbsa 5% 36.18 / 39.38 without / with (one H100,
+      # 2026-11-27, before the branches ran at the highest stream priority).
+      for p in 'quest:budget=0.05,min=0,dense_layers=0' 'gbsa:keep=0.05,n_min=16'; do
+        for pf in "" --host-kv-prefetch; do
+          echo "-- host KV prefetch: $p $pf"
+          timeout 100 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy "$p" \
+            --contexts 524288 --batches 1 --host-kv-slots auto $pf | grep -E "8B|rror"
+        done
+      done
     fi
     if bench_has retro; then
       # RetroAttention over quest 0.1 (issue 17: w = 2 within 10% of quest; 1.12x at b1 32K,

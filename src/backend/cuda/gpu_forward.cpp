@@ -608,7 +608,10 @@ cudaGraphExec_t GpuForward::graph(int n, int max_seq_len, bool advance, uint32_t
   }
   check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
   cudaGraphExec_t exec = nullptr;
-  check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+  // Kernel nodes keep the priority of the stream they were captured on: the host KV prefetch's
+  // branches run at the highest (gpu_forward_prefetch.cpp), the rest at the default.
+  check(cudaGraphInstantiate(&exec, g, opt_.host_kv_prefetch ? cudaGraphInstantiateFlagUseNodePriority : 0),
+        "cudaGraphInstantiate");
   cudaGraphDestroy(g);
   graphs_.emplace(key, exec);
   return exec;

@@ -29,8 +29,14 @@ void GpuForward::reserve_prefetch() {
   const size_t R = size_t(opt_.max_rows);
   for (cudaEvent_t* e : {&prefetch_fork_, &prefetch_read_, &prefetch_join_[0], &prefetch_join_[1]})
     check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+  // The branches at the highest priority: a kernel of the step's own stream fills every SM (the
+  // GEMVs, the page kernel), and a branch's gather, which needs a few CTAs to keep PCIe busy,
+  // would otherwise wait for the SMs to drain (on the bench's 512K steps the branches moved the
+  // copies off the layers' own maps and the step did not get faster: H100, 2026-11-27).
+  int least = 0, greatest = 0;
+  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   for (int i = 0; i < 2; ++i) {
-    check(cudaStreamCreateWithFlags(&prefetch_stream_[i], cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithPriority(&prefetch_stream_[i], cudaStreamNonBlocking, greatest), "cudaStreamCreate");
     guess_gemm_[i] = std::make_unique<Gemm>();
     guess_h_[i].resize(R * c.hidden_size);
     guess_qkv_[i].resize(R * c.q_dim());

@@ -96,7 +96,10 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
                             {"first_step_seconds", s.first_step_seconds},
                             {"prefill_tokens_per_s", prefill_tps},
                             {"decode_tokens_per_s", decode_tps},
-                            {"kv_bytes_per_step", s.kv_bytes_per_step}};
+                            {"kv_bytes_per_step", s.kv_bytes_per_step},
+                            // The policy's counters (CPU), or the backend's (the GPU over host KV:
+                            // pages copied, hits, pages copied ahead), since the engine began.
+                            {"counters", engine.policy_stats().counters}};
         if (a.request.logprobs >= 0) {
           nlohmann::json lps = nlohmann::json::array();
           for (const TokenLogprob& lp : results[0].logprobs) {

@@ -59,6 +59,14 @@ TEST(Cli, GeneratesFromTheDemoModel) {
   EXPECT_EQ(j["finish_reason"], "length");
   EXPECT_GT(j["prompt_tokens"].get<int>(), 3);
   EXPECT_GT(j["kv_bytes_per_step"].get<double>(), 0);
+  EXPECT_TRUE(j["counters"].is_object());
+  // A policy's counters come with the output: ART's visited fraction over its decode steps.
+  Result art = run("generate -p 'def add(a, b):' -n 4 --ignore-eos --json --policy art");
+  ASSERT_EQ(art.status, 0) << art.output;
+  auto ja = nlohmann::json::parse(art.output.substr(art.output.find('{')));
+  const double visited = ja["counters"]["art_visited_fraction"].get<double>();
+  EXPECT_GT(visited, 0);
+  EXPECT_LE(visited, 1);
 }
 
 // skim policies lists the registry: every policy, its keys with defaults and ranges.

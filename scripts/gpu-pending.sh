@@ -35,9 +35,10 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (2026-11-27, session 25): item 1's priority change: PARTS=tests
-#   TESTS='CudaPageCache*:GpuHostKv.*' BENCH=hostkvprefetch (one H100 is enough: no previous
-#   revision needed, the bench compares with and without --host-kv-prefetch in one binary). A new change: carry the revision
+# Next (2026-11-27, session 25): item 1's priority change and the gather's ceiling: PARTS=tests
+#   TESTS='CudaPageCache*:GpuHostKv.*' BENCH=hostgather,hostkvprefetch (one H100 is enough: no
+#   previous revision needed, the bench compares with and without --host-kv-prefetch in one
+#   binary); then the whole test_cuda (item 1). A new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
 # affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
 # at times counts half its held time (not always), builds in about a minute, but runs tests and benchmarks one after
@@ -135,6 +136,7 @@ ncu_pid=$!
 # table), artlag (ART's natural stops at b1 by lag and round), hostkvslots (quest 5% at 512K over host KV
 # by device cache size), hostkvauto (every selector and MAC, ART, Retro at 512K over host KV, auto slots),
 # hostkvprefetch (quest and gbsa at 5%, 512K over host KV, with and without --host-kv-prefetch),
+# hostgather (the host-to-device gather's bandwidth by kernel form, against the copy engines),
 # retro (Retro w = 2, 4, 8 against quest at b1 and b8 32K, both revisions).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
@@ -243,6 +245,14 @@ bench_groups() {  # GROUPS GPU
         --json "$OUT/e2e-hostkv-auto.json" | grep -E "8B|rror"
       timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy none --retro --retro-windows 2 \
         --sparse-keep 0.05 --contexts 524288 --batches 1 --host-kv-slots auto | grep -E "^\| random|rror"
+    fi
+    if bench_has hostgather; then
+      # The PCIe ceiling of a step's misses (bench/host_gather_bw.cu): the copy engines' rate
+      # against skim's gather kernel by CTAs, 8 loads in flight a thread, and cp.async.bulk
+      # (the gather ran at about 28 GB/s under ncu at 512K, H100 2026-11-27).
+      echo "-- host gather bandwidth"
+      nvcc -O3 -arch=sm_90a -std=c++20 -Isrc -Iinclude bench/host_gather_bw.cu -o /tmp/host_gather_bw &&
+        timeout 120 /tmp/host_gather_bw 16
     fi
     if bench_has hostkvprefetch; then
       # KV beyond GPU memory copied ahead (--host-kv-prefetch, issue 18's overlap) against without,

@@ -214,30 +214,22 @@ int main(int argc, char** argv) {
   const double dma_ms = time_ms([&] { cudaMemcpyAsync(dk, hk, dma_bytes, cudaMemcpyHostToDevice); });
   std::printf("| variant | CTAs a KV head | ms | GB/s |\n|---|---|---|---|\n");
   std::printf("| dma (cudaMemcpyAsync, 1 GiB contiguous) | | %.3f | %.1f |\n", dma_ms, dma_bytes / dma_ms / 1e6);
-  for (int ctas : {16, 32, 64, 128, 256}) {
-    clear();
-    const double ms = time_ms([&] {
-      gather_kernel<<<dim3(unsigned(ctas), kKv), 256>>>(a, size_t(kPiece) / 8, size_t(kKv) * kPiece / 8);
-    });
-    check("gather");
-    std::printf("| gather (skim's, 256 threads) | %d | %.3f | %.1f |\n", ctas, ms, bytes / ms / 1e6);
-  }
-  for (int ctas : {32, 64, 128, 256}) {
-    clear();
-    const double ms = time_ms([&] {
-      wide_kernel<<<dim3(unsigned(ctas), kKv), 256>>>(a, size_t(kPiece) / 8, size_t(kKv) * kPiece / 8);
-    });
-    check("wide");
-    std::printf("| wide (8 loads in flight a thread) | %d | %.3f | %.1f |\n", ctas, ms, bytes / ms / 1e6);
-  }
-  for (int ctas : {64, 128, 256, 512}) {
-    clear();
-    const double ms = time_ms([&] {
-      bulk_kernel<<<dim3(unsigned(ctas), kKv), 32>>>(a, size_t(kPiece) / 8, size_t(kKv) * kPiece / 8);
-    });
-    ok(cudaGetLastError(), "bulk");
-    check("bulk");
-    std::printf("| bulk (cp.async.bulk, %d stages) | %d | %.3f | %.1f |\n", kStages, ctas, ms, bytes / ms / 1e6);
-  }
+  // A kernel form at each grid: its time, its bandwidth, its slots checked.
+  const size_t pieces = size_t(kPiece) / 8, host_stride = size_t(kKv) * kPiece / 8;
+  auto variant = [&](const char* name, std::initializer_list<int> grids, auto&& launch) {
+    for (int ctas : grids) {
+      clear();
+      const double ms = time_ms([&] { launch(dim3(unsigned(ctas), kKv)); });
+      ok(cudaGetLastError(), name);
+      check(name);
+      std::printf("| %s | %d | %.3f | %.1f |\n", name, ctas, ms, bytes / ms / 1e6);
+    }
+  };
+  variant("gather (skim's, 256 threads)", {16, 32, 64, 128, 256},
+          [&](dim3 g) { gather_kernel<<<g, 256>>>(a, pieces, host_stride); });
+  variant("wide (8 loads in flight a thread)", {32, 64, 128, 256},
+          [&](dim3 g) { wide_kernel<<<g, 256>>>(a, pieces, host_stride); });
+  variant("bulk (cp.async.bulk, 4 stages)", {64, 128, 256, 512},
+          [&](dim3 g) { bulk_kernel<<<g, 32>>>(a, pieces, host_stride); });
   return 0;
 }

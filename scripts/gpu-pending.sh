@@ -35,7 +35,7 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (2026-11-27, session 25): item 1's priority change and the gather's ceiling: PARTS=tests
+# Next (2026-11-27, session 25): item 1's priority change and the gather's ceiling: PARTS=tests,bench
 #   TESTS='CudaPageCache*:GpuHostKv.*' BENCH=hostgather,hostkvprefetch (one H100 is enough: no
 #   previous revision needed, the bench compares with and without --host-kv-prefetch in one
 #   binary); then the whole test_cuda (item 1). A new change: carry the revision

@@ -251,8 +251,18 @@ bench_groups() {  # GROUPS GPU
       # against skim's gather kernel by CTAs, 8 loads in flight a thread, and cp.async.bulk
       # (the gather ran at about 28 GB/s under ncu at 512K, H100 2026-11-27).
       echo "-- host gather bandwidth"
+      # Where the pinned pool sits may matter (reads from a NUMA node away from the GPU cross the
+      # sockets' link):
+      # the topology first, then the bench on each memory node numactl offers.
+      nvidia-smi topo -m 2>/dev/null | head -6; lscpu | grep -i numa
       nvcc -O3 -arch=sm_90a -std=c++20 -Isrc -Iinclude bench/host_gather_bw.cu -o /tmp/host_gather_bw &&
         timeout 120 /tmp/host_gather_bw 16
+      if command -v numactl > /dev/null && [ "$(lscpu | awk '/^NUMA node\(s\)/ {print $3}')" -gt 1 ] 2>/dev/null; then
+        for node in $(seq 0 $(( $(lscpu | awk '/^NUMA node\(s\)/ {print $3}') - 1 ))); do
+          echo "-- memory on NUMA node $node"
+          timeout 120 numactl --membind=$node /tmp/host_gather_bw 16 | grep -E "dma|gather .* 128 "
+        done
+      fi
     fi
     if bench_has hostkvprefetch; then
       # KV beyond GPU memory copied ahead (--host-kv-prefetch, issue 18's overlap) against without,

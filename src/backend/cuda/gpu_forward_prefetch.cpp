@@ -13,8 +13,10 @@
 //     copied resident: those misses crossed PCIe beside layer l's compute.
 // The outputs are those without it, bit for bit: the step's own map still copies whatever its
 // lists miss. On SmolLM2 at 8K this guess hid 64-67% of the misses at 1.4-2.0 pages copied per
-// miss (bench/results/2026-11-27-cpu-prefetch-ahead/). MAC, Retro and cs rows (their own lists
-// and maps) turn it off for the step.
+// miss (bench/results/2026-11-27-cpu-prefetch-ahead/); on the GPU it took 50-76% of the demo
+// model's own-map copies off them, and on the 8B bench's PCIe-bound 512K steps 72-74% without
+// making them faster (bench/results/2026-11-27-s25-host-kv-prefetch/). MAC, Retro and cs rows
+// (their own lists and maps) turn it off for the step.
 #include "backend/cuda/gpu_forward.h"
 
 #include <bit>
@@ -31,8 +33,9 @@ void GpuForward::reserve_prefetch() {
     check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
   // The branches at the highest priority: a kernel of the step's own stream fills every SM (the
   // GEMVs, the page kernel), and a branch's gather, which needs a few CTAs to keep PCIe busy,
-  // would otherwise wait for the SMs to drain (on the bench's 512K steps the branches moved the
-  // copies off the layers' own maps and the step did not get faster: H100, 2026-11-27).
+  // may otherwise wait for the SMs to drain. A hypothesis, not yet measured: on the bench's
+  // 512K steps the branches moved the copies off the layers' own maps and the step did not get
+  // faster (H100, 2026-11-27, before this).
   int least = 0, greatest = 0;
   check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   for (int i = 0; i < 2; ++i) {

@@ -83,11 +83,6 @@ struct ArtDecodeArgsOf {
   // the CUDA call, host for the CPU one).
   const int32_t* row_policy = nullptr;
   const ArtRowRule* rules = nullptr;
-  // Optional ([batch][num_heads], MAC's band starts): a head whose value is >= 0 is a MAC hit,
-  // which lists no page below its prefix end; ART over MAC's `below` lists (mac+art on the
-  // group rule) counts it stable in every test, so it never holds its group's stop back (an
-  // empty state is never stable otherwise). The CPU kernels only so far (the CUDA one refuses it).
-  const int32_t* reused_heads = nullptr;
   // CPU kernels only, optional: the pages read of each list ([batch][num_kv_heads], host), for
   // the engine's per-list counters. The CUDA kernel counts into `stats` only.
   int32_t* list_pages_read = nullptr;

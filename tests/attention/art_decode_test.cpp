@@ -21,7 +21,7 @@ struct Result {
   ArtDecodeStats stats;
 };
 
-Result run_art(const test::ArtDecodeCase& c, ArtDecodeParams p, const int32_t* reused_heads = nullptr) {
+Result run_art(const test::ArtDecodeCase& c, ArtDecodeParams p) {
   Result r;
   const size_t heads = size_t(c.batch()) * c.kv_heads * c.group;
   r.o.assign(heads * c.head_dim, NAN);
@@ -30,7 +30,6 @@ Result run_art(const test::ArtDecodeCase& c, ArtDecodeParams p, const int32_t* r
                            c.masks.empty() ? nullptr : c.masks.data(), r.o.data(), r.lse.data());
   a.art = p;
   a.stats = &r.stats;
-  a.reused_heads = reused_heads;
   cpu::art_decode_attention(a);
   return r;
 }
@@ -143,8 +142,7 @@ TEST(ArtDecodeReference, RowsFollowTheirPolicysRule) {
 // same pages read, the same stats, o and lse within fp32 of the reference, on the cases above
 // (never stable, stopping at patience plus the lag, masks, rows of other policies).
 Result run_art_f32(const test::ArtDecodeCase& c, ArtDecodeParams p, const int32_t* table = nullptr,
-                   const int32_t* row_policy = nullptr, const ArtRowRule* rules = nullptr,
-                   const int32_t* reused_heads = nullptr) {
+                   const int32_t* row_policy = nullptr, const ArtRowRule* rules = nullptr) {
   auto widen = [](const std::vector<uint16_t>& x) {
     std::vector<float> y(x.size());
     for (size_t i = 0; i < x.size(); ++i) y[i] = bf16_to_f32(x[i]);
@@ -165,7 +163,7 @@ Result run_art_f32(const test::ArtDecodeCase& c, ArtDecodeParams p, const int32_
                               .page_table = b.attn.page_table, .seq_lens = b.attn.seq_lens,
                               .head_masks = b.attn.head_masks, .o = r.o.data(), .lse = r.lse.data()},
                      .art = p, .stats = &r.stats, .row_policy = row_policy, .rules = rules,
-                     .reused_heads = reused_heads, .list_pages_read = reads.data()};
+                     .list_pages_read = reads.data()};
   cpu::art_decode_attention(a);
   unsigned long long read = 0;
   for (int32_t x : reads) read += unsigned(x);
@@ -198,25 +196,6 @@ TEST(ArtDecodeF32, EqualsTheReference) {
                               .eps_dir = 1e30f};
       expect_same_run(run_art_f32(c, p), run_art(c, p));
     }
-}
-
-// ART over MAC's `below` lists (mac+art on the group rule): a MAC hit lists no page there, and
-// an empty state is never stable, so without reused_heads its group never stops; with it the
-// hit heads count stable and the others stop at patience plus the lag, as a group without them
-// would. Both kernels (the bf16 reference and the engine's fp32 one), the same pages read.
-TEST(ArtDecodeF32, ReusedHeadsDoNotHoldTheirGroupsStop) {
-  test::ArtDecodeCase c(64, 2, 4, {4096, 1500}, true);
-  for (uint32_t& m : c.masks) m = (m & ~2u) | 1u;  // head 1 of every group: no page (a hit); head 0 every page
-  std::vector<int32_t> reused(size_t(c.batch()) * c.kv_heads * c.group, -1);
-  for (size_t i = 1; i < reused.size(); i += size_t(c.group)) reused[i] = 0;
-  const ArtDecodeParams p{.round_pages = 8, .lag_rounds = 1, .patience = 2, .eps_scale = 1e30f, .eps_dir = 1e30f};
-  const Result held = run_art(c, p), free = run_art(c, p, reused.data());
-  EXPECT_EQ(held.stats.stopped, 0u) << "an empty head is never stable";
-  EXPECT_EQ(free.stats.stopped, free.stats.lists);
-  EXPECT_EQ(free.stats.pages_read, free.stats.lists * unsigned((p.patience + p.lag_rounds + 1) * p.round_pages));
-  expect_same(free, run_prefix(c, (p.patience + p.lag_rounds + 1) * p.round_pages));
-  expect_same_run(run_art_f32(c, p, nullptr, nullptr, nullptr, reused.data()), free);
-  expect_same_run(run_art_f32(c, p), held);
 }
 
 TEST(ArtDecodeF32, RowsFollowTheirPolicysRule) {

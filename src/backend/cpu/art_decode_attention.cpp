@@ -108,12 +108,6 @@ struct List {
   }
 };
 
-// Whether query head `head` of row b is a MAC hit, stable in every test (reused_heads).
-template <class Args>
-bool reused(const Args& args, int b, int head) {
-  return args.reused_heads && args.reused_heads[size_t(b) * args.attn.num_heads + head] >= 0;
-}
-
 // ART's test of one head between rounds on the probe of its normalised output.
 struct HeadTest {
   std::vector<double> prev;
@@ -174,7 +168,7 @@ void art_decode_attention(const ArtDecodeArgs& args) {
           for (int blk = r * p.round_pages; blk < std::min(n_pages, (r + 1) * p.round_pages); blk += kArtBlockPages)
             run[size_t(g)].merge(l.attend(qs[size_t(g)], g, blk, std::min(n_pages, blk + kArtBlockPages)));
           tests[size_t(g)].test(run[size_t(g)], d, p);
-          all = all && (reused(args, b, h * group + g) || tests[size_t(g)].run >= p.patience);
+          all = all && tests[size_t(g)].run >= p.patience;
         }
         if (all) stop = r;
       }
@@ -249,9 +243,8 @@ void read_pages(const F32List& l, const float* qs, int group, int p0, int p1, fl
 
 // ART over one list: rounds of round_pages in blocks of block_pages, the group's test after
 // every round but the last until it stops, then lag_rounds more. Returns the pages read.
-// reused (optional, the group's heads): a head >= 0 counts stable in every test.
 int traverse(const F32List& l, const float* qs, int group, const ArtDecodeParams& p, bool active, float* os,
-             float* lses, const int32_t* reused) {
+             float* lses) {
   const int d = l.a.head_dim, n = l.n_pages;
   for (int g = 0; g < group; ++g) clear_state(os + size_t(g) * d, lses[g], d);
   std::vector<KeyRange> ranges;
@@ -270,7 +263,7 @@ int traverse(const F32List& l, const float* qs, int group, const ArtDecodeParams
     for (int g = 0; g < group; ++g) {
       const bool st = test.stable(prev.data() + size_t(g) * d, os + size_t(g) * d, p.eps_scale, p.eps_dir);
       run[size_t(g)] = st ? run[size_t(g)] + 1 : 0;
-      all = all && ((reused && reused[g] >= 0) || run[size_t(g)] >= p.patience);
+      all = all && run[size_t(g)] >= p.patience;
     }
     if (all) rounds = std::min(n_rounds, r + 1 + p.lag_rounds);
   }
@@ -306,7 +299,7 @@ void art_decode_attention(const ArtDecodeArgsF32& args) {
                     len - (n - 1) * ps};
     const size_t head = size_t(b) * a.num_heads + size_t(h) * group;
     reads[size_t(i)] = traverse(l, a.q + head * a.head_dim, group, rules[size_t(b)], active, a.o + head * a.head_dim,
-                                lse + head, args.reused_heads ? args.reused_heads + head : nullptr);
+                                lse + head);
   }
   for (int i = 0; i < lists; ++i) {
     const int n = (a.seq_lens[i] + ps - 1) / ps;

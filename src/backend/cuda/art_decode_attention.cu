@@ -750,10 +750,6 @@ int art_decode_lag(const ArtDecodeArgs& args) {
 
 cudaError_t art_decode_attention(const ArtDecodeArgs& args, cudaStream_t stream) {
   if (!art_supported(args)) return cudaErrorInvalidValue;
-  // MAC's hits as stable heads (mac+art on the group rule) are the CPU kernels' only so far: a
-  // verdict test here held in a register took the D = 128 kernels' spills from 16 to 44-64
-  // bytes (ptxas, 2026-11-27); to be placed and measured on a device.
-  if (args.reused_heads) return cudaErrorNotSupported;
   return args.attn.head_dim == 64 ? ArtVariant<64>::launch(args, stream) : ArtVariant<128>::launch(args, stream);
 }
 

@@ -156,8 +156,6 @@ ArtParams art_params(const std::string& text, const PolicyPart& p, const PolicyP
   SKIM_REQUIRE(!a.group_stop || shared,
                "policy '{}': art:stop=group needs one order per GQA group: art:order=group over a dense base, or "
                "gbsa/resa/streaming/quest", text);
-  SKIM_REQUIRE(!a.group_stop || !with_mac,
-               "policy '{}': art:stop=group with mac: a MAC hit gives its head an order of its own", text);
   SKIM_REQUIRE(a.group_stop || !p.has("lag"), "policy '{}': art:lag is the GPU rule's, with art:stop=group", text);
   return a;
 }
@@ -179,7 +177,9 @@ PolicyInfo art_policy_info() {
                               "group: the heads of a GQA group that share an order stop together, once all are "
                               "stable (the GPU kernel's rule; the default where they share one: a dense base in "
                               "order=group, gbsa, resa, streaming, quest); head: each query head stops on its own "
-                              "(the default elsewhere: cs, oracle, mac, order=bound or recent)"),
+                              "(the default elsewhere: cs, oracle, mac, order=bound or recent); with mac, group runs ART "
+                              "over the keys below each row's prefix end (MAC's recomputed prefix for a miss, a "
+                              "hit's band there) and reads the rest whole"),
                    choice_key("test", "probe", {"full", "probe"},
                               "with stop=group: the stability test on the GPU kernel's 32-element probe or on the "
                               "full output vector (stop=head tests the full vector)"),

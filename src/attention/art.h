@@ -64,7 +64,8 @@ struct PolicyPart;
 // `selector` is the base's part (null or dense: a dense base); `with_mac`: mac reuses before it.
 // stop defaults to group wherever the group's heads share one order (a dense base in
 // order=group, gbsa, resa, streaming, quest; not with mac, whose hits give a head an order of
-// its own), and to head elsewhere (cs, oracle, mac, order=bound or recent).
+// its own), and to head elsewhere (cs, oracle, mac, order=bound or recent). With mac,
+// stop=group runs ART over MAC's part below each row's prefix end only (pipeline_mac.cpp).
 ArtParams art_params(const std::string& policy, const PolicyPart& art, const PolicyPart* selector, bool with_mac);
 
 // Blocks of keys in visiting order; a block is up to `block` tokens, possibly from several

@@ -15,7 +15,10 @@
 //     round is stable for a head when |(|o_r| - |o_r-1|)| / |o_r-1| < eps_scale and
 //     1 - cos(o_r, o_r-1) < eps_dir (never after round 0: nothing to compare); a head's count
 //     of consecutive stable rounds resets on an unstable one; the list stops at the first round
-//     s where every head of the group has counted `patience`. The last round is not tested;
+//     s where every head of the group that attends some page of the list has counted
+//     `patience` (a head whose mask bit no page of the list has never gets a key, and an empty
+//     state is never stable: MAC's `below` lists leave such heads, art_heads_listed; the CUDA
+//     kernel does not apply this yet). The last round is not tested;
 //   * the pages read are rounds 0 .. s + lag_rounds (all of them when no round stops): the
 //     GPU's CTAs read ahead while a round is tested, and lag_rounds makes how far a fixed part
 //     of the definition, so the result does not depend on timing (bit-reproducible).
@@ -40,6 +43,16 @@ inline constexpr int kArtMaxGroup = 8;    // query heads per list (one MMA tile)
 // quad e / 8 of the head's MMA row as its (e % 8)-th probe value, dims 8t + 2 * quad with
 // t = (e % 8) * d / 64.
 SKIM_HOST_DEVICE inline int art_probe_dim(int e, int d) { return 8 * ((e % 8) * (d / 64)) + 2 * (e / 8); }
+
+// The heads of a group of `group` (at most 32) that attend some page of a list's n_pages
+// masks (null: every head every page), bit g for head g.
+SKIM_HOST_DEVICE inline uint32_t art_heads_listed(const uint32_t* masks, int n_pages, int group) {
+  const uint32_t all = group >= 32 ? ~0u : (1u << group) - 1;
+  if (!masks) return all;
+  uint32_t listed = 0;
+  for (int i = 0; i < n_pages && listed != all; ++i) listed |= masks[i];
+  return listed & all;
+}
 
 struct ArtDecodeStats {
   unsigned long long lists = 0, stopped = 0, pages_listed = 0, pages_read = 0;

@@ -172,11 +172,19 @@ void PipelinePolicy::attend(const AttentionBatch& b) {
   // ART traverses where the base's own selection applies (or everywhere for a dense base); the
   // layers a sparse selector keeps dense stay exact.
   const bool art = config_.art && (sparse || !config_.selector);
-  if (config_.mac && !art) {  // plan + kernel, as on the GPU
-    if (selector.plan(b, plan_))
+  // mac+art on the group rule (art:stop=group): ART's kernel over MAC's part below each row's
+  // prefix end, in the base's visiting order (pipeline_mac.cpp).
+  const bool art_below = art && config_.mac && config_.art->group_stop;
+  if (config_.mac && (!art || art_below)) {  // plan + kernel, as on the GPU
+    if (art_below) {  // MAC cuts the plan in position order; ART visits `below` in the visiting one
+      SKIM_REQUIRE(selector.plan(b, plan_) && selector.plan_visiting(b, visiting_),
+                   "policy {}: art:stop=group needs an order per GQA group", config_.spec);
+      attend_mac_plan(b, plan_, sparse, &visiting_);
+    } else if (selector.plan(b, plan_)) {
       attend_mac_plan(b, plan_, sparse);
-    else
+    } else {
       attend_mac_tokens(b, selector, sparse);
+    }
     notify(b);
     return;
   }

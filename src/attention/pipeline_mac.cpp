@@ -12,6 +12,7 @@
 
 #include "attention/pipeline.h"
 #include "attention/selectors.h"
+#include "backend/cpu/art_decode_attention.h"
 #include "backend/cpu/attention_state.h"
 #include "backend/cpu/mac_decode.h"
 #include "backend/cpu/paged_decode_attention.h"
@@ -71,7 +72,8 @@ void PipelinePolicy::merge_mac(const AttentionBatch& b) {
     config_.mac->push(b, r, m.cache_o.data() + size_t(r) * H * d, m.cache_lse.data() + size_t(r) * H);
 }
 
-void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& base, bool sparse) {
+void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& base, bool sparse,
+                                     const PagePlan* visiting) {
   MacReuse& mac = *config_.mac;
   const int H = b.num_heads, d = b.head_dim, rows = b.num_rows;
   MacBuffers& m = mac_buffers_;
@@ -100,14 +102,95 @@ void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& ba
   m.above_o.resize(m.below_o.size());
   m.below_lse.resize(size_t(rows) * H);
   m.above_lse.resize(m.below_lse.size());
-  attend_list(b, m.below, m.below_o.data(), m.below_lse.data());
+  uint64_t keys = 0;  // per (row, KV head) the union of its heads' pages: what a GQA kernel loads
+  if (visiting) {
+    keys += attend_below_art(b, *visiting);
+  } else {
+    attend_list(b, m.below, m.below_o.data(), m.below_lse.data());
+    for (int i = 0; i < lists; ++i) keys += uint64_t(m.below.lens[size_t(i)]);
+  }
   attend_list(b, m.above, m.above_o.data(), m.above_lse.data());
   merge_mac(b);
-
-  uint64_t keys = 0;  // per (row, KV head) the union of its heads' pages: what a GQA kernel loads
-  for (int i = 0; i < lists; ++i) keys += uint64_t(m.below.lens[size_t(i)]) + uint64_t(m.above.lens[size_t(i)]);
+  for (int i = 0; i < lists; ++i) keys += uint64_t(m.above.lens[size_t(i)]);
   stats_.add_decode_call(keys, meta, uint64_t(rows), context);
   if (sparse && has_selection_observer()) notify_plan(b, base);
+}
+
+namespace {
+
+// Each `below` list (whole pages) re-ordered for ART: the pages a MAC hit attends first (its
+// band's part below the prefix end, which MAC recomputes: newest first, as the CPU's per-head
+// form reads a hit's band), then the others in the visiting plan's order (base's priority).
+// cpu::mac_page_plan writes position order. band_begin: MAC's per (row, query head), >= 0 a hit.
+void order_for_art(const PagePlan& visiting, const std::vector<int32_t>& band_begin, int rows, int kv_heads,
+                   int group, int page_size, PagePlan& below) {
+  std::vector<std::pair<int32_t, int>> rank;  // (page id, place in the visiting list), by page id
+  std::vector<std::pair<int, int>> order;     // (key, place in below)
+  std::vector<int32_t> pages;
+  std::vector<uint32_t> masks;
+  for (int r = 0; r < rows; ++r)
+    for (int h = 0; h < kv_heads; ++h) {
+      const int vl = visiting.per_kv_head ? r * kv_heads + h : r, list = r * kv_heads + h;
+      const int nv = (visiting.lens[size_t(vl)] + page_size - 1) / page_size;
+      const int n = (below.lens[size_t(list)] + page_size - 1) / page_size;
+      uint32_t hits = 0;
+      for (int g = 0; g < group; ++g)
+        hits |= uint32_t(band_begin[(size_t(r) * kv_heads + h) * group + g] >= 0) << g;
+      rank.clear();
+      for (int j = 0; j < nv; ++j) rank.push_back({visiting.list(vl)[j], j});
+      std::sort(rank.begin(), rank.end());
+      order.clear();
+      int32_t* table = below.table.data() + size_t(list) * below.max_pages;
+      uint32_t* mask = below.head_masks.data() + size_t(list) * below.max_pages;
+      for (int i = 0; i < n; ++i) {
+        const auto it = std::lower_bound(rank.begin(), rank.end(), std::pair<int32_t, int>{table[i], -1});
+        const bool listed = it != rank.end() && it->first == table[i];
+        // A hit's page, or one the visiting plan lacks: before every other, newest first.
+        order.push_back({(mask[i] & hits) || !listed ? -1 - i : it->second, i});
+      }
+      std::sort(order.begin(), order.end());
+      pages.assign(table, table + n);
+      masks.assign(mask, mask + n);
+      for (int i = 0; i < n; ++i) {
+        table[i] = pages[size_t(order[size_t(i)].second)];
+        mask[i] = masks[size_t(order[size_t(i)].second)];
+      }
+    }
+}
+
+}  // namespace
+
+uint64_t PipelinePolicy::attend_below_art(const AttentionBatch& b, const PagePlan& visiting) {
+  MacBuffers& m = mac_buffers_;
+  const ArtParams& p = *config_.art;
+  const int ps = b.kv.page_size, block_pages = std::max(1, p.block / ps), lists = m.below.lists();
+  order_for_art(visiting, m.band_begin, b.num_rows, b.num_kv_heads, b.num_heads / b.num_kv_heads, ps, m.below);
+  art_reads_.assign(size_t(lists), 0);
+  cpu::art_decode_attention(ArtDecodeArgsF32{
+      .attn = {.batch = b.num_rows, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads, .head_dim = b.head_dim,
+               .page_size = ps, .max_pages_per_seq = m.below.max_pages, .scale = b.scale, .tables_per_kv_head = true,
+               .q = b.q, .k_pool = b.kv.k, .v_pool = b.kv.v, .page_table = m.below.table.data(),
+               .seq_lens = m.below.lens.data(), .head_masks = m.below.head_masks.data(), .o = m.below_o.data(),
+               .lse = m.below_lse.data()},
+      .art = {.round_pages = std::max(1, p.round) * block_pages, .lag_rounds = p.lag, .patience = p.patience,
+              .eps_scale = float(p.eps_scale), .eps_dir = float(p.eps_dir), .full_test = !p.probe_test,
+              .block_pages = block_pages},
+      .list_pages_read = art_reads_.data()});
+  // ART's counters per query head, in blocks, as its group rule alone counts them
+  // (pipeline_art.cpp); the keys read: whole pages (below ends at a page boundary).
+  uint64_t keys = 0;
+  const int group = b.num_heads / b.num_kv_heads;
+  for (int i = 0; i < lists; ++i) {
+    const int n = (m.below.lens[size_t(i)] + ps - 1) / ps, read = art_reads_[size_t(i)];
+    keys += uint64_t(read) * ps;
+    ArtResult r;
+    r.blocks = (n + block_pages - 1) / block_pages;
+    r.visited = (read + block_pages - 1) / block_pages;
+    r.stopped = r.visited < r.blocks;
+    r.full_stop = r.stopped ? r.visited - 1 : -1;
+    for (int g = 0; g < group && n > 0; ++g) art_stats_.add(r);
+  }
+  return keys;
 }
 
 }  // namespace skim

@@ -198,6 +198,21 @@ TEST(ArtDecodeF32, EqualsTheReference) {
     }
 }
 
+// A head that attends no page of a list (MAC's `below` lists leave a hit whose band starts at
+// the prefix end so) has an empty state, which is never stable: it counts stable instead, and
+// the group stops at patience plus the lag as without it; both kernels, the same pages read.
+TEST(ArtDecodeF32, AHeadWithoutPagesDoesNotHoldItsGroupsStop) {
+  test::ArtDecodeCase c(64, 2, 4, {4096, 1500}, true);
+  for (uint32_t& m : c.masks) m = (m & ~2u) | 1u;  // head 1 of every group: no page; head 0: every page
+  const ArtDecodeParams p{.round_pages = 8, .lag_rounds = 1, .patience = 2, .eps_scale = 1e30f, .eps_dir = 1e30f};
+  const int read = (p.patience + p.lag_rounds + 1) * p.round_pages;
+  const Result art = run_art(c, p);
+  EXPECT_EQ(art.stats.stopped, art.stats.lists);
+  EXPECT_EQ(art.stats.pages_read, art.stats.lists * unsigned(read));
+  expect_same(art, run_prefix(c, read));
+  expect_same_run(run_art_f32(c, p), art);
+}
+
 TEST(ArtDecodeF32, RowsFollowTheirPolicysRule) {
   const test::ArtDecodeCase c(64, 2, 4, {3000, 1500}, false);
   const std::vector<int32_t> row_policy{1, 0};

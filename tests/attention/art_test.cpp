@@ -175,6 +175,10 @@ TEST(Art, PatienceBeyondBlocksEqualsBasePolicy) {
       {"quest:budget=96,dense_layers=0", "quest:budget=96,dense_layers=0+art:stop=group,test=probe," + huge},
       {"gbsa:keep=0.2,n_min=2", "gbsa:keep=0.2,n_min=2+art:stop=group,test=probe,round=3," + huge},
       {"streaming:sink=4,window=100", "streaming:sink=4,window=100+art:stop=group,test=probe," + huge},
+      // mac+art on the group rule: ART over MAC's part below the prefix end.
+      {"mac:band=32,window=64,min_context=0", "mac:band=32,window=64,min_context=0+art:stop=group,round=2," + huge},
+      {"quest:budget=96,dense_layers=0+mac:band=32,min_context=0",
+       "quest:budget=96,dense_layers=0+mac:band=32,min_context=0+art:stop=group," + huge},
   };
   for (auto& [base_spec, art_spec] : cases) {
     auto base = make_policy(base_spec), art = make_policy(art_spec);
@@ -221,24 +225,47 @@ TEST(Art, ParameterErrors) {
   EXPECT_THROW(make_policy("cs+art:stop=group"), Error);
   EXPECT_THROW(make_policy("art:order=bound,lag=2"), Error);  // stop defaults to head there
   EXPECT_NO_THROW(make_policy("art:lag=2"));
-  EXPECT_THROW(make_policy("art:order=group,stop=group+mac"), Error);
+  EXPECT_NO_THROW(make_policy("art:order=group,stop=group+mac"));  // ART over MAC's below part
+  EXPECT_THROW(make_policy("art:order=bound,stop=group+mac"), Error);
 }
 
-// art's stop defaults to the GPU kernel's rule wherever the group's heads share one order.
-TEST(Art, StopDefaultsToTheGroupWhereTheHeadsShareAnOrder) {
-  auto stop_of = [](const std::string& text) {
-    const PolicySpec spec = parse_policy_spec(text);
-    const PolicyPart* base = nullptr;
-    for (const PolicyPart& p : spec.parts)
-      if (p.name != "art" && p.name != "mac") base = &p;
-    const ArtParams a = art_params(text, *spec.find("art"), base, spec.find("mac") != nullptr);
-    return std::string(a.group_stop ? "group" : "head") + (a.probe_test ? "+probe" : "+full");
-  };
-  for (const char* t : {"art", "dense+art", "gbsa+art", "resa+art", "quest+art", "streaming+art", "art:order=group"})
-    EXPECT_EQ(stop_of(t), "group+probe") << t;
-  for (const char* t : {"cs+art", "oracle+art", "art:order=bound", "art:order=recent", "mac+art", "gbsa+mac+art"})
-    EXPECT_EQ(stop_of(t).substr(0, 4), "head") << t;
-  EXPECT_EQ(stop_of("art:test=full"), "group+full");
+// mac+art on the group rule: ART's kernel over MAC's part below each row's prefix end (in the
+// base's visiting order, a hit's band first), the rest read whole. With stops forced after the
+// first tested round, a step without hits stops early and reads fewer keys than MAC alone; a
+// step where every head hits has only its bands' pages below the prefix end (a round or less,
+// never tested) and gives MAC's output.
+TEST(Art, OverMacsBelowPartStopsThereAndReadsTheRestWhole) {
+  for (const std::string base : {"mac:band=32,window=64,min_context=0", "gbsa:keep=0.5,n_min=2+mac:band=32,min_context=0"}) {
+    auto mac = make_policy(base);
+    auto art = make_policy(base + "+art:stop=group,round=1,patience=1,eps_scale=1000,eps_dir=2");
+    DecodeHarness h(1200, 2, 2, 32);
+    h.prefill(*mac, 1000);
+    {
+      AttentionBatch b = h.batch(0, 1000, false);
+      art->attend(b);
+    }
+    for (int s = 0; s < 6; ++s) {
+      h.add_token();
+      const bool hits = s % 2 == 1;
+      if (hits) h.q_pre.back() = h.q_pre[size_t(980 + s)];  // every head hits
+      const uint64_t mac_keys = mac->stats().decode_keys_read, art_keys = art->stats().decode_keys_read;
+      AttentionBatch b = h.batch(h.table.length - 1, 1, true);
+      mac->attend(b);
+      const std::vector<float> want = h.out;
+      b = h.batch(h.table.length - 1, 1, true);
+      art->attend(b);
+      for (float x : h.out) ASSERT_TRUE(std::isfinite(x)) << base << " step " << s;
+      if (hits) {
+        EXPECT_LT(test::max_abs_diff(want.data(), h.out.data(), want.size()), 1e-5f) << base << " step " << s;
+      } else {
+        EXPECT_LT(art->stats().decode_keys_read - art_keys, (mac->stats().decode_keys_read - mac_keys) / 2)
+            << base << " step " << s << ": a stop after the first tested round";
+      }
+    }
+    auto c = art->counters();
+    EXPECT_EQ(c.at("mac_hit_rate"), 0.5) << base;
+    EXPECT_GE(c.at("art_early_stop_rate"), 0.5) << base;
+  }
 }
 
 }  // namespace

@@ -161,6 +161,7 @@ void art_decode_attention(const ArtDecodeArgs& args) {
       // Heads start empty: zero output, lse -inf (a masked head may see no key for a while).
       std::vector<State> run(static_cast<size_t>(group), State{std::vector<double>(static_cast<size_t>(d), 0.0)});
       std::vector<HeadTest> tests(static_cast<size_t>(group));
+      const uint32_t listed = art_heads_listed(l.masks, n_pages, group);  // heads without a page: stable
       int stop = -1;
       for (int r = 0; active && r + 1 < n_rounds && stop < 0; ++r) {
         bool all = true;
@@ -168,7 +169,7 @@ void art_decode_attention(const ArtDecodeArgs& args) {
           for (int blk = r * p.round_pages; blk < std::min(n_pages, (r + 1) * p.round_pages); blk += kArtBlockPages)
             run[size_t(g)].merge(l.attend(qs[size_t(g)], g, blk, std::min(n_pages, blk + kArtBlockPages)));
           tests[size_t(g)].test(run[size_t(g)], d, p);
-          all = all && tests[size_t(g)].run >= p.patience;
+          all = all && (!(listed >> g & 1u) || tests[size_t(g)].run >= p.patience);
         }
         if (all) stop = r;
       }
@@ -251,6 +252,7 @@ int traverse(const F32List& l, const float* qs, int group, const ArtDecodeParams
   std::vector<float> bo(size_t(group) * d), blse(static_cast<size_t>(group)), prev(size_t(group) * d);
   std::vector<int> run(static_cast<size_t>(group), 0);
   const ArtStability test(d, !p.full_test);
+  const uint32_t listed = art_heads_listed(l.masks, n, group);  // heads without a page: stable
   const int rp = active ? p.round_pages : std::max(n, 1), n_rounds = (n + rp - 1) / rp;
   int rounds = n_rounds;  // to read: all, or up to the stop plus the lag
   for (int r = 0; r < rounds; ++r) {
@@ -263,7 +265,7 @@ int traverse(const F32List& l, const float* qs, int group, const ArtDecodeParams
     for (int g = 0; g < group; ++g) {
       const bool st = test.stable(prev.data() + size_t(g) * d, os + size_t(g) * d, p.eps_scale, p.eps_dir);
       run[size_t(g)] = st ? run[size_t(g)] + 1 : 0;
-      all = all && run[size_t(g)] >= p.patience;
+      all = all && (!(listed >> g & 1u) || run[size_t(g)] >= p.patience);
     }
     if (all) rounds = std::min(n_rounds, r + 1 + p.lag_rounds);
   }

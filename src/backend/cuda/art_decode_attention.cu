@@ -11,7 +11,12 @@
 //    elements, unnormalised) and counts it into its round (the next page's copy already out).
 //  * Verdicts (ListState). The verdict on round r tests the prefix state after it against the
 //    one before, per head; the list stops at the first round where every head has been stable
-//    `patience` times in a row. Round states, prefix checkpoints and verdicts are merges in a
+//    `patience` times in a row (the reference also counts a head that no page of the list
+//    attends as stable; this kernel does not yet: such a head's empty state never is. No plan
+//    the GPU runs lists one, since quest keeps a page per head and mac+art is refused here. A
+//    test in the verdict, or the list's heads held in a register, took the D = 128 kernels'
+//    spills from 16-24 to 44-64 bytes under ptxas, 2026-11-27: to be placed and measured on a
+//    device). Round states, prefix checkpoints and verdicts are merges in a
 //    fixed order, computed by whichever warp first needs them (one warp claims each verdict;
 //    one block per round tries a verdict a wave back as it ends), so every run reads the same
 //    pages whatever the timing.

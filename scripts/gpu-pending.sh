@@ -15,6 +15,11 @@
 #      buffers into sets (DecodePlanner::Buffers, the guess's beside the step's) and gave
 #      qkv_rope_append a q-only form; of test_cuda only CudaOps.*, *Golden*, CudaPageCache* and
 #      GpuHostKv.* ran after it (passed, H100).
+#   1b. Not written yet, for mac+art on the GPU (docs/design.md, MAC): the ART kernel's rule for
+#      a head no page of a list attends (stable, as cpu::art_decode_attention since 2026-11-27);
+#      two placements tried without a device spilled (16-24 -> 44-64 bytes in the D = 128
+#      kernels): write it, check CudaArtDecodeAttention.* and time quest+art (BENCH=attn) against
+#      the revision before.
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).

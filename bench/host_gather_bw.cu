@@ -33,17 +33,31 @@ void ok(cudaError_t e, const char* what) {
   }
 }
 
+// Cache (KV head) c's copies of a gather: their count, lists and the pools as 16-byte pieces.
+struct CacheCopies {
+  int n;
+  const int32_t *page, *slot;
+  const uint4 *hk, *hv;
+  uint4 *sk, *sv;
+};
+__device__ CacheCopies cache_copies(const PageGatherArgs& a, int c) {
+  return {a.counts[size_t(c) * 3],
+          a.copy_page + size_t(c) * a.max_copies,
+          a.copy_slot + size_t(c) * a.max_copies,
+          reinterpret_cast<const uint4*>(a.host_k + size_t(c) * a.host_cache_stride),
+          reinterpret_cast<const uint4*>(a.host_v + size_t(c) * a.host_cache_stride),
+          reinterpret_cast<uint4*>(a.slot_k + size_t(c) * a.slot_cache_stride),
+          reinterpret_cast<uint4*>(a.slot_v + size_t(c) * a.slot_cache_stride)};
+}
+
 // Four pieces a CTA of 256 threads, 64 threads a piece, each thread 4 x 16 B of K and of V in
 // flight before its stores.
 __global__ void __launch_bounds__(256) wide_kernel(const PageGatherArgs a, size_t pieces, size_t host_stride) {
-  const int c = int(blockIdx.y);
-  const int n = a.counts[size_t(c) * 3];
-  const int32_t* copy_page = a.copy_page + size_t(c) * a.max_copies;
-  const int32_t* copy_slot = a.copy_slot + size_t(c) * a.max_copies;
-  const uint4* hk = reinterpret_cast<const uint4*>(a.host_k + size_t(c) * a.host_cache_stride);
-  const uint4* hv = reinterpret_cast<const uint4*>(a.host_v + size_t(c) * a.host_cache_stride);
-  uint4* sk = reinterpret_cast<uint4*>(a.slot_k + size_t(c) * a.slot_cache_stride);
-  uint4* sv = reinterpret_cast<uint4*>(a.slot_v + size_t(c) * a.slot_cache_stride);
+  const CacheCopies x = cache_copies(a, int(blockIdx.y));
+  const int n = x.n;
+  const int32_t *copy_page = x.page, *copy_slot = x.slot;
+  const uint4 *hk = x.hk, *hv = x.hv;
+  uint4 *sk = x.sk, *sv = x.sv;
   const int sub = threadIdx.x / 64, lane = threadIdx.x % 64;
   for (int i = int(blockIdx.x) * 4 + sub; i < n; i += int(gridDim.x) * 4) {
     const size_t from = size_t(copy_page[i]) * host_stride, to = size_t(copy_slot[i]) * pieces;
@@ -89,14 +103,11 @@ __global__ void __launch_bounds__(32) bulk_kernel(const PageGatherArgs a, size_t
   __shared__ alignas(128) uint4 stage[kStages][2][kPiece / 8];
   __shared__ uint64_t bar[kStages];
   if (threadIdx.x != 0) return;
-  const int c = int(blockIdx.y);
-  const int n = a.counts[size_t(c) * 3];
-  const int32_t* copy_page = a.copy_page + size_t(c) * a.max_copies;
-  const int32_t* copy_slot = a.copy_slot + size_t(c) * a.max_copies;
-  const uint4* hk = reinterpret_cast<const uint4*>(a.host_k + size_t(c) * a.host_cache_stride);
-  const uint4* hv = reinterpret_cast<const uint4*>(a.host_v + size_t(c) * a.host_cache_stride);
-  uint4* sk = reinterpret_cast<uint4*>(a.slot_k + size_t(c) * a.slot_cache_stride);
-  uint4* sv = reinterpret_cast<uint4*>(a.slot_v + size_t(c) * a.slot_cache_stride);
+  const CacheCopies x = cache_copies(a, int(blockIdx.y));
+  const int n = x.n;
+  const int32_t *copy_page = x.page, *copy_slot = x.slot;
+  const uint4 *hk = x.hk, *hv = x.hv;
+  uint4 *sk = x.sk, *sv = x.sv;
   for (int s = 0; s < kStages; ++s) bar_init(&bar[s]);
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   const uint32_t bytes = uint32_t(pieces * sizeof(uint4));

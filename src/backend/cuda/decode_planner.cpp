@@ -340,8 +340,10 @@ std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const Pl
     return std::make_unique<RetroRows>(make_selection_planner(policy, spec, shape), rule);
   }
   if (const PolicyPart* mac = spec.find("mac")) {
-    SKIM_REQUIRE(!spec.find("art"), "policy {}: mac with art does not run on the GPU yet (a hit head reads its band "
-                 "most recent first, an order of its own)", policy);
+    SKIM_REQUIRE(!spec.find("art"),
+                 "policy {}: mac with art runs on the CPU only so far (drop --device cuda; its GPU form, "
+                 "mac+art:stop=group, waits for the ART kernel's rule for a head without pages)",
+                 policy);
     const MacParams p = mac_params(*mac);
     SKIM_REQUIRE(p.window <= 4096, "policy {}: mac:window={} exceeds the GPU rings' 4096 entries", policy, p.window);
     return std::make_unique<MacRows>(make_selection_planner(policy, spec, shape), p);

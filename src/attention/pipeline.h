@@ -71,6 +71,9 @@ class PipelinePolicy : public AttentionPolicy {
  private:
   // ART's group rule: the visiting plan and the ART decode kernel (pipeline_art.cpp).
   void attend_art_group(const AttentionBatch& b, Selector& selector, bool sparse);
+  // The ART decode kernel over a plan of one list per (row, KV head) in visiting order, into o
+  // and lse (null: not kept), its counters added; returns the keys read (pipeline_art.cpp).
+  uint64_t run_art_kernel(const AttentionBatch& b, const PagePlan& plan, float* o, float* lse);
   // ART per query head, with MAC before it when the policy has both (pipeline_heads.cpp).
   void attend_heads(const AttentionBatch& b, Selector& selector, bool sparse);
   // Decode through a page plan: the backend's paged decode kernel over the plan's lists.

@@ -12,7 +12,6 @@
 
 #include "attention/pipeline.h"
 #include "attention/selectors.h"
-#include "backend/cpu/art_decode_attention.h"
 #include "backend/cpu/attention_state.h"
 #include "backend/cpu/mac_decode.h"
 #include "backend/cpu/paged_decode_attention.h"
@@ -162,35 +161,9 @@ void order_for_art(const PagePlan& visiting, const std::vector<int32_t>& band_be
 
 uint64_t PipelinePolicy::attend_below_art(const AttentionBatch& b, const PagePlan& visiting) {
   MacBuffers& m = mac_buffers_;
-  const ArtParams& p = *config_.art;
-  const int ps = b.kv.page_size, block_pages = std::max(1, p.block / ps), lists = m.below.lists();
-  order_for_art(visiting, m.band_begin, b.num_rows, b.num_kv_heads, b.num_heads / b.num_kv_heads, ps, m.below);
-  art_reads_.assign(size_t(lists), 0);
-  cpu::art_decode_attention(ArtDecodeArgsF32{
-      .attn = {.batch = b.num_rows, .num_heads = b.num_heads, .num_kv_heads = b.num_kv_heads, .head_dim = b.head_dim,
-               .page_size = ps, .max_pages_per_seq = m.below.max_pages, .scale = b.scale, .tables_per_kv_head = true,
-               .q = b.q, .k_pool = b.kv.k, .v_pool = b.kv.v, .page_table = m.below.table.data(),
-               .seq_lens = m.below.lens.data(), .head_masks = m.below.head_masks.data(), .o = m.below_o.data(),
-               .lse = m.below_lse.data()},
-      .art = {.round_pages = std::max(1, p.round) * block_pages, .lag_rounds = p.lag, .patience = p.patience,
-              .eps_scale = float(p.eps_scale), .eps_dir = float(p.eps_dir), .full_test = !p.probe_test,
-              .block_pages = block_pages},
-      .list_pages_read = art_reads_.data()});
-  // ART's counters per query head, in blocks, as its group rule alone counts them
-  // (pipeline_art.cpp); the keys read: whole pages (below ends at a page boundary).
-  uint64_t keys = 0;
-  const int group = b.num_heads / b.num_kv_heads;
-  for (int i = 0; i < lists; ++i) {
-    const int n = (m.below.lens[size_t(i)] + ps - 1) / ps, read = art_reads_[size_t(i)];
-    keys += uint64_t(read) * ps;
-    ArtResult r;
-    r.blocks = (n + block_pages - 1) / block_pages;
-    r.visited = (read + block_pages - 1) / block_pages;
-    r.stopped = r.visited < r.blocks;
-    r.full_stop = r.stopped ? r.visited - 1 : -1;
-    for (int g = 0; g < group && n > 0; ++g) art_stats_.add(r);
-  }
-  return keys;
+  order_for_art(visiting, m.band_begin, b.num_rows, b.num_kv_heads, b.num_heads / b.num_kv_heads, b.kv.page_size,
+                m.below);
+  return run_art_kernel(b, m.below, m.below_o.data(), m.below_lse.data());
 }
 
 }  // namespace skim

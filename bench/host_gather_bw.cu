@@ -135,6 +135,17 @@ __global__ void __launch_bounds__(32) bulk_kernel(const PageGatherArgs a, size_t
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
+// The compute a prefetch's gather overlaps, reduced to its bytes: every SM streaming a device
+// buffer (as the step's GEMVs stream weights).
+__global__ void __launch_bounds__(256) stream_kernel(const uint4* __restrict__ x, size_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = x[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads
+}
+
 }  // namespace host_gather_bench
 
 using namespace host_gather_bench;
@@ -221,10 +232,41 @@ int main(int argc, char** argv) {
     cudaMemset(dv, 0, slot_elems * 2);
   };
 
-  const size_t dma_bytes = size_t(1) << 30;
-  const double dma_ms = time_ms([&] { cudaMemcpyAsync(dk, hk, dma_bytes, cudaMemcpyHostToDevice); });
+  // The copy engines: one contiguous copy as large as the slots, then the gather's own pieces
+  // through cudaMemcpyBatchAsync (host-known lists: a decode step's lists live on the device, so
+  // this is the engines' rate on 4 KB pieces, not a form the step's graph could use).
+  const size_t dma_bytes = slot_elems * 2;
+  const double dma_ms = time_ms([&] { ok(cudaMemcpyAsync(dk, hk, dma_bytes, cudaMemcpyHostToDevice), "dma"); });
   std::printf("| variant | CTAs a KV head | ms | GB/s |\n|---|---|---|---|\n");
-  std::printf("| dma (cudaMemcpyAsync, 1 GiB contiguous) | | %.3f | %.1f |\n", dma_ms, dma_bytes / dma_ms / 1e6);
+  std::printf("| dma (cudaMemcpyAsync, %.0f MB contiguous) | | %.3f | %.1f |\n", dma_bytes / 1e6, dma_ms,
+              dma_bytes / dma_ms / 1e6);
+  {
+    std::vector<void*> dst;
+    std::vector<const void*> src;
+    for (int c = 0; c < kKv; ++c)
+      for (int i = 0; i < copies; ++i) {
+        const size_t s = size_t(c) * copies + i;
+        const size_t from = size_t(page[s]) * kKv * kPiece + size_t(c) * kPiece;
+        const size_t at = size_t(c) * slots * kPiece + size_t(slot[s]) * kPiece;
+        dst.push_back(dk + at), src.push_back(hk + from);
+        dst.push_back(dv + at), src.push_back(hv + from);
+      }
+    std::vector<size_t> sizes(dst.size(), kPieceBytes);
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t attr_at = 0;
+    cudaStream_t s;
+    ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    clear();
+    const double ms = time_ms([&] {
+      ok(cudaMemcpyBatchAsync(dst.data(), src.data(), sizes.data(), dst.size(), &attr, &attr_at, 1, s), "batch");
+      ok(cudaStreamSynchronize(s), "batch sync");
+    });
+    check("dma batch");
+    std::printf("| dma batch (cudaMemcpyBatchAsync, %zu pieces of 4 KB) | | %.3f | %.1f |\n", dst.size(), ms,
+                bytes / ms / 1e6);
+  }
   // A kernel form at each grid: its time, its bandwidth, its slots checked.
   const size_t pieces = size_t(kPiece) / 8, host_stride = size_t(kKv) * kPiece / 8;
   auto variant = [&](const char* name, std::initializer_list<int> grids, auto&& launch) {
@@ -236,11 +278,48 @@ int main(int argc, char** argv) {
       std::printf("| %s | %d | %.3f | %.1f |\n", name, ctas, ms, bytes / ms / 1e6);
     }
   };
-  variant("gather (skim's, 256 threads)", {16, 32, 64, 128, 256},
+  variant("gather (skim's, 256 threads)", {1, 2, 4, 8, 16, 128},
           [&](dim3 g) { gather_kernel<<<g, 256>>>(a, pieces, host_stride); });
-  variant("wide (8 loads in flight a thread)", {32, 64, 128, 256},
+  variant("wide (8 loads in flight a thread)", {4, 128},
           [&](dim3 g) { wide_kernel<<<g, 256>>>(a, pieces, host_stride); });
-  variant("bulk (cp.async.bulk, 4 stages)", {64, 128, 256, 512},
+  variant("bulk (cp.async.bulk, 4 stages)", {4, 16, 64, 256},
           [&](dim3 g) { bulk_kernel<<<g, 32>>>(a, pieces, host_stride); });
+
+  // Overlap: the gather on a stream of its own beside a device stream that fills every SM, each
+  // alone and both at once. A prefetch pays where both-at-once takes about the longer of the two.
+  {
+    const size_t stream_bytes = size_t(2) << 30;
+    uint4* buf = nullptr;
+    uint32_t* sink = nullptr;
+    ok(cudaMalloc(&buf, stream_bytes), "cudaMalloc");
+    ok(cudaMalloc(&sink, 4), "cudaMalloc");
+    cudaMemset(buf, 1, stream_bytes);
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaStream_t side;
+    ok(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "stream");
+    const int passes = 3;  // about as long as one gather
+    auto compute = [&](cudaStream_t s) {
+      for (int p = 0; p < passes; ++p) stream_kernel<<<sms * 8, 256, 0, s>>>(buf, stream_bytes / 16, sink);
+    };
+    cudaEvent_t joined;
+    cudaEventCreateWithFlags(&joined, cudaEventDisableTiming);
+    const double alone = time_ms([&] { compute(0); });
+    std::printf("\n| overlap: gather CTAs a KV head | gather alone ms | device stream alone ms | both ms |\n"
+                "|---|---|---|---|\n");
+    for (int ctas : {2, 4, 16, 128}) {
+      const dim3 g(unsigned(ctas), kKv);
+      const double gather_ms = time_ms([&] { gather_kernel<<<g, 256>>>(a, pieces, host_stride); });
+      const double both = time_ms([&] {
+        cudaEventRecord(joined, 0);
+        cudaStreamWaitEvent(side, joined);
+        gather_kernel<<<g, 256, 0, side>>>(a, pieces, host_stride);
+        compute(0);
+        cudaEventRecord(joined, side);
+        cudaStreamWaitEvent(0, joined);
+      });
+      std::printf("| %d | %.3f | %.3f | %.3f |\n", ctas, gather_ms, alone, both);
+    }
+  }
   return 0;
 }

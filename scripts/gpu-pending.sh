@@ -270,14 +270,18 @@ bench_groups() {  # GROUPS GPU
       fi
     fi
     if bench_has hostkvprefetch; then
-      # KV beyond GPU memory copied ahead (--host-kv-prefetch, issue 18's overlap) against without,
-      # 512K b1 auto slots: quest 5% 43.49 / 44.16 ms, gbsa 5% 36.18 / 39.38 without / with (one H100,
-      # 2026-11-27, before the branches ran at the highest stream priority).
-      for p in 'quest:budget=0.05,min=0,dense_layers=0' 'gbsa:keep=0.05,n_min=16'; do
-        for pf in "" --host-kv-prefetch; do
-          echo "-- host KV prefetch: $p $pf"
-          timeout 100 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy "$p" \
-            --contexts 524288 --batches 1 --host-kv-slots auto $pf | grep -E "8B|rror"
+      # KV beyond GPU memory copied ahead (--host-kv-prefetch, the default since 2026-11-27, issue
+      # 18's overlap) against without, 512K b1 auto slots: quest 5% 43.25 / 32.17 ms, gbsa 5%
+      # 36.19 / 28.15 without / with (one H100, 2026-11-27, the prefetch's gathers at 4 CTAs a KV head).
+      # PREFETCH_POINTS: context:slots pairs (default 512K with auto slots; at 128K with 4096 slots
+      # the branches at 128 CTAs made quest 5% 19.3 -> 22.8 ms and gbsa 14.6 -> 15.3, H100).
+      for point in ${PREFETCH_POINTS:-524288:auto}; do
+        for p in 'quest:budget=0.05,min=0,dense_layers=0' 'gbsa:keep=0.05,n_min=16'; do
+          for pf in --no-host-kv-prefetch ""; do
+            echo "-- host KV prefetch: ${point%%:*} tokens, ${point##*:} slots, $p $pf"
+            timeout 100 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy "$p" \
+              --contexts ${point%%:*} --batches 1 --host-kv-slots ${point##*:} $pf | grep -E "8B|rror"
+          done
         done
       done
     fi

@@ -45,7 +45,7 @@ struct BenchArgs {
   std::vector<std::string> e2e_policy;  // end to end: these rows instead of the default ones
   bool only_8b = false;                 // end to end: the 8B shape alone (no demo model)
   int host_kv_slots = 0;                // end to end: the K/V pools in host memory, this device cache
-  bool host_kv_prefetch = false;        // ... and each layer's pages copied ahead by a guess
+  bool host_kv_prefetch = true;         // ... and each layer's pages copied ahead by a guess
   std::string retro_windows = "2,4,8";  // --retro's w
   std::string tp;            // tensor-parallel sizes: only the --tp table
   std::string shape = "70b";  // its random-weight model shape: 8b or 70b
@@ -359,7 +359,7 @@ void run_bench(const BenchArgs& a) {
         for (int ctx : int_list(a.contexts, "--contexts"))
           for (const auto& [policy, rectify_f] : e2e_policies(a, ctx, b)) {
             auto p = cuda::bench_end_to_end(w, b, ctx, a.steps, bw, policy, rectify_f, !a.no_dense_fallback,
-                                            a.host_kv_slots, a.host_kv_prefetch);
+                                            a.host_kv_slots, a.host_kv_prefetch && a.host_kv_slots != 0);
             std::string shown = p.dense_fallback_rows > 0 ? policy + " (dense fallback)" : policy;
             // cs maps no pages: its kernel reads the picked rows from the host pools in place.
             if (a.host_kv_slots != 0 && policy.rfind("cs", 0) == 0)
@@ -367,7 +367,7 @@ void run_bench(const BenchArgs& a) {
             else if (a.host_kv_slots != 0)
               shown += fmt::format(" (host KV, {} slots: {:.1f} MB copied a step, {:.1f}% hits{})", p.host_slots,
                                    p.host_copy_bytes_per_step / 1e6, 100.0 * p.host_hit_rate,
-                                   a.host_kv_prefetch
+                                   a.host_kv_prefetch && p.host_prefetch_bytes_per_step > 0
                                        ? fmt::format(", {:.1f} MB copied ahead", p.host_prefetch_bytes_per_step / 1e6)
                                        : "");
             std::printf("| %s | %s | %d | %d | %.3f | %.0f | %.0f | %.3f | %.2f |\n", name.c_str(), shown.c_str(), b,
@@ -381,7 +381,7 @@ void run_bench(const BenchArgs& a) {
                                          {"dense_fallback_rows", p.dense_fallback_rows},
                                          {"host_kv_slots", a.host_kv_slots}, {"host_slots", p.host_slots},
                                          {"host_copy_bytes_per_step", p.host_copy_bytes_per_step},
-                                         {"host_kv_prefetch", a.host_kv_prefetch},
+                                         {"host_kv_prefetch", a.host_kv_prefetch && a.host_kv_slots != 0},
                                          {"host_prefetch_bytes_per_step", p.host_prefetch_bytes_per_step},
                                          {"host_hit_rate", p.host_hit_rate}});
             if (p.rectify_f > 0) {
@@ -473,14 +473,12 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
                   "end to end: this policy's row instead of the default ones (repeatable; POLICY@hits=N forces MAC's "
                   "hit rate; policies joined by ';' mix in one batch; none: no row, e.g. for --retro alone)");
   app->add_option("--retro-windows", a.retro_windows, "--retro's windows w")->capture_default_str();
-  add_host_kv_slots_flag(*app, a.host_kv_slots,
+  CLI::Option* slots = add_host_kv_slots_flag(*app, a.host_kv_slots,
                          "end to end: the K/V pools in pinned host memory, each step's selected pages read through "
                          "a device cache of N pages per layer and KV head (KV beyond GPU memory; auto: as many as "
                          "the GPU's free memory holds, less a reserve; 0: on the GPU)")
       ->check(CLI::Range(kHostKvSlotsAuto, int(kHostKvMaxSlots)));
-  app->add_flag("--host-kv-prefetch", a.host_kv_prefetch,
-                "end to end, with --host-kv-slots: each layer's pages copied ahead while the layer before runs, "
-                "selected by a query guessed from its input");
+  add_host_kv_prefetch_flags(*app, a.host_kv_prefetch, slots);
   app->add_flag("--no-dense-fallback", a.no_dense_fallback,
                 "end to end: sparse policies select at every step, even where attending every key is faster "
                 "(the engine's default falls back to dense there)");
@@ -505,8 +503,6 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
       SKIM_REQUIRE(args->steps > 0, "--steps must be positive");
       SKIM_REQUIRE(args->chunk > 0, "--chunk must be positive");
       SKIM_REQUIRE(args->sparse_keep >= 0 && args->sparse_keep <= 1, "--sparse-keep must be in [0, 1]");
-      SKIM_REQUIRE(!args->host_kv_prefetch || args->host_kv_slots != 0,
-                   "--host-kv-prefetch copies KV beyond GPU memory ahead: give --host-kv-slots too");
 #ifdef SKIM_HAVE_CUDA
       run_bench(*args);
 #else

@@ -97,14 +97,12 @@ void add_engine_flags(CLI::App& app, EngineOptions& o) {
                  "tensor parallelism: ranks to split the model's heads, MLP and vocabulary over (CPU: one thread "
                  "each, sharing --threads)")
       ->capture_default_str();
-  add_host_kv_slots_flag(app, o.host_kv_slots,
+  CLI::Option* slots = add_host_kv_slots_flag(app, o.host_kv_slots,
                          "GPU: keep the KV cache in pinned host memory, each decode step's selected pages read "
                          "through a device cache of N pages per layer and KV head (auto: as many as the GPU's free "
                          "memory holds, less a reserve; 0: the KV cache on the GPU)")
       ->capture_default_str();
-  app.add_flag("--host-kv-prefetch", o.host_kv_prefetch,
-               "GPU, with --host-kv-slots: copy each layer's pages ahead while the layer before runs, selected by "
-               "a query guessed from its input (outputs unchanged; more bytes cross PCIe where the guess is wrong)");
+  add_host_kv_prefetch_flags(app, o.host_kv_prefetch, slots);
   app.add_flag_callback(
       "--no-dense-fallback", [&o] { o.dense_fallback = false; },
       "GPU: sparse policies select at every decode step, even where attending every key is faster (the default "
@@ -128,6 +126,20 @@ void add_seed_flag(CLI::App& app, uint64_t& seed, const std::string& help) {
   app.add_option_function<int64_t>(
          "--seed", [&seed, value](const int64_t& v) { seed = uint64_t(check_int(fields::kSeed, v)); }, help)
       ->default_str(std::to_string(seed));
+}
+
+void add_host_kv_prefetch_flags(CLI::App& app, bool& prefetch, CLI::Option* slots) {
+  CLI::Option* on = app.add_flag_callback(
+                           "--host-kv-prefetch", [&prefetch] { prefetch = true; },
+                           "with --host-kv-slots (the default there): copy each layer's pages ahead while the "
+                           "layer before runs, selected by a query guessed from its input (outputs unchanged; "
+                           "more bytes cross PCIe where the guess is wrong)")
+                        ->needs(slots);
+  app.add_flag_callback(
+         "--no-host-kv-prefetch", [&prefetch] { prefetch = false; },
+         "with --host-kv-slots: copy only what each layer's own selection misses, when it needs it")
+      ->excludes(on)
+      ->needs(slots);
 }
 
 CLI::Option* add_host_kv_slots_flag(CLI::App& app, int& slots, const std::string& help) {

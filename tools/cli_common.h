@@ -41,5 +41,7 @@ void add_seed_flag(CLI::App& app, uint64_t& seed, const std::string& help);
 
 // --host-kv-slots N or auto (kHostKvSlotsAuto) into `slots`.
 CLI::Option* add_host_kv_slots_flag(CLI::App& app, int& slots, const std::string& help);
+// --host-kv-prefetch (the default) and --no-host-kv-prefetch, each only beside `slots`.
+void add_host_kv_prefetch_flags(CLI::App& app, bool& prefetch, CLI::Option* slots);
 
 }  // namespace skim::cli

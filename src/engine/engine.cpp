@@ -203,7 +203,7 @@ Engine::Engine(const EngineOptions& o) : impl_(std::make_unique<Impl>()) {
     go.policy = o.policy;
     go.dense_fallback = o.dense_fallback;
     go.host_kv_slots = o.host_kv_slots;
-    go.host_kv_prefetch = o.host_kv_prefetch;
+    go.host_kv_prefetch = o.host_kv_prefetch && o.host_kv_slots != 0;
     if (o.tensor_parallel > 1) {
       m.forward = cuda::make_gpu_tensor_parallel(*m.model, o.tensor_parallel, shape, go);
       return;

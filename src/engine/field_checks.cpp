@@ -70,8 +70,6 @@ void check_engine_options(const EngineOptions& o) {
     throw FieldError("host_kv_slots", "keeps a GPU's KV cache in host memory: needs device cuda");
   if (o.host_kv_slots != 0 && o.tensor_parallel > 1)
     throw FieldError("host_kv_slots", "not with tensor parallelism (yet)");
-  if (o.host_kv_prefetch && o.host_kv_slots == 0)
-    throw FieldError("host_kv_prefetch", "copies KV beyond GPU memory ahead: needs host_kv_slots");
 }
 
 int64_t kv_cache_bytes(const ModelConfig& c, int64_t context, int64_t sequences, int bytes_per_value) {

@@ -145,6 +145,8 @@ TEST(Cli, BadDeviceFlags) {
   // Copies ahead of KV beyond GPU memory: only with it.
   expect_user_error("generate -p x --device cuda --host-kv-prefetch", "--host-kv-prefetch");
   expect_user_error("bench --host-kv-prefetch", "--host-kv-prefetch");
+  expect_user_error("generate -p x --device cuda --no-host-kv-prefetch", "--no-host-kv-prefetch");
+  expect_user_error("bench --no-host-kv-prefetch", "--no-host-kv-prefetch");
 }
 
 TEST(Cli, ServeRefusesBadFlagsAndAddresses) {

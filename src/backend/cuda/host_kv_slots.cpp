@@ -106,6 +106,13 @@ void HostKVSlots::MapBuffers::resize(const Sizes& z, int kv) {
   totals.resize(2);
 }
 
+// A prefetch's gather runs beside the step's compute: it takes a few CTAs a KV head (32 at the
+// 8B shape's 8), which keep enough 8 KB copies in flight for the PCIe link (bench/
+// host_gather_bw.cu), where the layer's own gather, which nothing else waits beside, takes the
+// whole GPU. At 128 a cache the prefetch's gathers held every SM and the step got no faster
+// (2026-11-27).
+constexpr int kPrefetchGatherCtasPerCache = 4;
+
 void HostKVSlots::map_and_gather(int layer, int n, const int32_t* plan_table, const int32_t* plan_lens,
                                  GpuKVCache& cache, MapBuffers& m, bool prefetch, cudaStream_t stream) {
   SKIM_REQUIRE(n <= max_rows_, "host KV: {} lists, room for {}", n, max_rows_);
@@ -129,7 +136,8 @@ void HostKVSlots::map_and_gather(int layer, int n, const int32_t* plan_table, co
   check(page_cache_gather({.copy_page = m.copy_page.data(), .copy_slot = m.copy_slot.data(), .counts = m.counts.data(),
                            .max_copies = slots_, .host_k = cache.k(layer), .host_v = cache.v(layer), .slot_k = k(layer),
                            .slot_v = v(layer), .page_elems = piece, .host_page_stride = size_t(kv) * piece,
-                           .caches = kv, .host_cache_stride = piece, .slot_cache_stride = head_stride()},
+                           .caches = kv, .host_cache_stride = piece, .slot_cache_stride = head_stride(),
+                           .ctas_per_cache = prefetch ? kPrefetchGatherCtasPerCache : 0},
                           stream),
         "page_cache_gather");
 }

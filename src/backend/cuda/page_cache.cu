@@ -253,11 +253,12 @@ constexpr int kGatherCtasPerCache = 128;
 
 cudaError_t page_cache_gather(const PageGatherArgs& a, cudaStream_t stream) {
   const size_t host_stride = a.host_page_stride == 0 ? a.page_elems : a.host_page_stride;
-  if (a.max_copies < 0 || a.caches <= 0 || a.page_elems % 8 != 0 || host_stride % 8 != 0 ||
+  if (a.max_copies < 0 || a.caches <= 0 || a.ctas_per_cache < 0 || a.page_elems % 8 != 0 || host_stride % 8 != 0 ||
       host_stride < a.page_elems || a.host_cache_stride % 8 != 0 || a.slot_cache_stride % 8 != 0)
     return cudaErrorInvalidValue;
   if (a.max_copies == 0) return cudaSuccess;
-  const dim3 grid(unsigned(std::min(a.max_copies, kGatherCtasPerCache)), unsigned(a.caches));
+  const int ctas = a.ctas_per_cache > 0 ? a.ctas_per_cache : kGatherCtasPerCache;
+  const dim3 grid(unsigned(std::min(a.max_copies, ctas)), unsigned(a.caches));
   gather_kernel<<<grid, 256, 0, stream>>>(a, a.page_elems / 8, host_stride / 8);
   return cudaGetLastError();
 }

@@ -59,6 +59,10 @@ cudaError_t page_cache_begin_step(int64_t* counter, const int32_t* positions, co
 // page_elems = page_size x head_dim, the stride num_kv_heads times that, cache c's host pools at
 // host_k/host_v + c x host_cache_stride (the head's offset in a page) and its slots at
 // slot_k/slot_v + c x slot_cache_stride. `max_copies` bounds counts[0] (the slots).
+// `ctas_per_cache` (0: enough to fill the GPU) caps the CTAs each cache's copies take. The PCIe
+// link is saturated by far fewer CTAs than fill the SMs (bench/host_gather_bw.cu: 16 a cache
+// reach the copy engines' rate), so a gather overlapping the step's compute (the host KV
+// prefetch) takes few, leaving the SMs to the kernels it overlaps.
 struct PageGatherArgs {
   const int32_t* copy_page = nullptr;
   const int32_t* copy_slot = nullptr;
@@ -71,6 +75,7 @@ struct PageGatherArgs {
   size_t page_elems = 0, host_page_stride = 0;
   int caches = 1;
   size_t host_cache_stride = 0, slot_cache_stride = 0;
+  int ctas_per_cache = 0;
 };
 cudaError_t page_cache_gather(const PageGatherArgs& args, cudaStream_t stream);
 

@@ -5,16 +5,9 @@
 # settles; drop an item once its code has passed and its numbers are recorded under
 # bench/results/.
 #   1. test_cuda, whole (GPUs 0-1; TESTS overrides the filter). The whole binary passed on 4 x
-#      H200 at 6b8d77e (bench/results/2026-11-27-s24-host-kv-auto/); the host KV tests
-#      (CudaPageCache*, GpuHostKv.*) at e17920f on an H100 (bench/results/2026-11-27-s25-host-kv-prefetch/).
-#      Pending (written after it, 2026-11-27): the host KV prefetch's branch streams at the highest
-#      priority and the step's graphs instantiated with node priorities (gpu_forward_prefetch.cpp,
-#      gpu_forward.cpp graph()): GpuHostKv.Prefetch*, then BENCH=hostkvprefetch (quest 5% at 512K
-#      took 43.49 ms without the prefetch and 44.16 with it, gbsa 5% 36.18 and 39.38, one H100).
-#      And the whole test_cuda once at the current revision: session 25 split the planner's plan
-#      buffers into sets (DecodePlanner::Buffers, the guess's beside the step's) and gave
-#      qkv_rope_append a q-only form; of test_cuda only CudaOps.*, *Golden*, CudaPageCache* and
-#      GpuHostKv.* ran after it (passed, H100).
+#      H200 at 101d334 but for one flip of GpuTensorParallel's gbsa case (since allowed on 2 of
+#      48 steps), and the host KV tests (CudaPageCache*, GpuHostKv.*) with the prefetch on by
+#      default at c5ea026 on an H100 (bench/results/2026-11-27-s26-host-gather-ctas/).
 #   1b. Not written yet, for mac+art on the GPU (docs/design.md, MAC): the ART kernel's rule for
 #      a head no page of a list attends (stable, as cpu::art_decode_attention since 2026-11-27);
 #      two placements tried without a device spilled (16-24 -> 44-64 bytes in the D = 128
@@ -40,10 +33,7 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (2026-11-27, session 25): item 1's priority change and the gather's ceiling: PARTS=tests,bench
-#   TESTS='CudaPageCache*:GpuHostKv.*' BENCH=hostgather,hostkvprefetch (one H100 is enough: no
-#   previous revision needed, the bench compares with and without --host-kv-prefetch in one
-#   binary); then the whole test_cuda (item 1). A new change: carry the revision
+# Next (2026-11-27, session 26): nothing written without a device is pending. A new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
 # affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
 # at times counts half its held time (not always), builds in about a minute, but runs tests and benchmarks one after

@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "attention/policy_spec.h"
+#include "attention/selectors.h"
 #include "engine/field_checks.h"
 
 namespace skim::cli {
@@ -126,6 +128,29 @@ void add_seed_flag(CLI::App& app, uint64_t& seed, const std::string& help) {
   app.add_option_function<int64_t>(
          "--seed", [&seed, value](const int64_t& v) { seed = uint64_t(check_int(fields::kSeed, v)); }, help)
       ->default_str(std::to_string(seed));
+}
+
+std::string host_kv_dense_note(const EngineOptions& o) {
+  if (o.host_kv_slots == 0) return "";
+  PolicySpec spec;
+  try {
+    spec = parse_policy_spec(o.policy);
+  } catch (const Error&) {
+    return "";  // the engine names what is wrong
+  }
+  const char* tail = "; KV beyond GPU memory is read at PCIe speed (about 50 GB/s)";
+  bool selects = false;
+  for (const PolicyPart& p : spec.parts)
+    for (const char* selector : {"quest", "gbsa", "resa", "streaming", "cs"}) selects |= p.name == selector;
+  if (!selects)
+    return fmt::format("note: --policy {} attends every key, and with --host-kv-slots reads each over PCIe every "
+                       "step{} (a page selector, e.g. quest or gbsa, reads only its pages)",
+                       o.policy, tail);
+  if (const PolicyPart* quest = spec.find("quest"); quest && quest->integer("dense_layers", kQuestDenseLayers) > 0)
+    return fmt::format("note: quest's first {} layers (dense_layers) attend every key, and with --host-kv-slots read "
+                       "each over PCIe every step{} (quest:dense_layers=0 selects in every layer)",
+                       quest->integer("dense_layers", kQuestDenseLayers), tail);
+  return "";
 }
 
 void add_host_kv_prefetch_flags(CLI::App& app, bool& prefetch, CLI::Option* slots) {

@@ -41,6 +41,10 @@ void add_seed_flag(CLI::App& app, uint64_t& seed, const std::string& help);
 
 // --host-kv-slots N or auto (kHostKvSlotsAuto) into `slots`.
 CLI::Option* add_host_kv_slots_flag(CLI::App& app, int& slots, const std::string& help);
+// KV beyond GPU memory: layers that attend every key read it over PCIe each step, which is
+// slow. The note for the policy's such layers (dense; quest's dense_layers), or "" (generate
+// and serve print it on stderr once the engine is up).
+std::string host_kv_dense_note(const EngineOptions& o);
 // --host-kv-prefetch (the default) and --no-host-kv-prefetch, each only beside `slots`.
 void add_host_kv_prefetch_flags(CLI::App& app, bool& prefetch, CLI::Option* slots);
 

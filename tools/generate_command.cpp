@@ -70,6 +70,8 @@ void register_generate(CLI::App& root, std::function<void()>& run) {
       SKIM_REQUIRE(a.chat || a.chat_template.empty(), "--chat-template needs --chat");
       const std::string chat_text = a.chat ? chat_prompt(a) : "";
       Engine engine(a.engine);
+      if (const std::string note = host_kv_dense_note(a.engine); !note.empty())
+        std::fprintf(stderr, "skim: %s\n", note.c_str());
       // Tokenized as transformers' apply_chat_template does: the template writes the BOS, so
       // no post-processor's is added.
       if (a.chat) a.request.prompt_ids = engine.tokenizer().encode(chat_text, true);

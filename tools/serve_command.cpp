@@ -73,6 +73,8 @@ void serve(ServeArgs& a) {
     if (const char* k = std::getenv("SKIM_API_KEY")) a.api_key = k;
   if (a.engine.model_dir.empty()) a.engine.model_dir = default_model_dir();
   Engine engine(a.engine);
+  if (const std::string note = host_kv_dense_note(a.engine); !note.empty())
+    std::fprintf(stderr, "skim serve: %s\n", note.c_str());
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "cli_common.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -147,6 +149,23 @@ TEST(Cli, BadDeviceFlags) {
   expect_user_error("bench --host-kv-prefetch", "--host-kv-prefetch");
   expect_user_error("generate -p x --device cuda --no-host-kv-prefetch", "--no-host-kv-prefetch");
   expect_user_error("bench --no-host-kv-prefetch", "--no-host-kv-prefetch");
+}
+
+// KV beyond GPU memory: the layers of a policy that attend every key read it over PCIe each
+// step, and generate and serve say so (on the GPU, once the engine is up).
+TEST(Cli, HostKvNotesTheLayersThatReadEveryKeyOverPcie) {
+  skim::EngineOptions o;
+  o.policy = "dense";
+  EXPECT_EQ(skim::cli::host_kv_dense_note(o), "") << "no host KV, no note";
+  o.host_kv_slots = 64;
+  EXPECT_NE(skim::cli::host_kv_dense_note(o).find("--policy dense attends every key"), std::string::npos);
+  o.policy = "art:order=group";
+  EXPECT_NE(skim::cli::host_kv_dense_note(o).find("attends every key"), std::string::npos);
+  o.policy = "quest:budget=0.05";  // its first 2 layers dense by default
+  EXPECT_NE(skim::cli::host_kv_dense_note(o).find("quest's first 2 layers"), std::string::npos);
+  for (const char* quiet : {"quest:budget=0.05,dense_layers=0", "gbsa:keep=0.05", "streaming", "cs:keep=0.05",
+                            "gbsa:keep=0.1+art:stop=group", "not-a-policy"})
+    EXPECT_EQ(skim::cli::host_kv_dense_note((o.policy = quiet, o)), "") << quiet;
 }
 
 TEST(Cli, ServeRefusesBadFlagsAndAddresses) {

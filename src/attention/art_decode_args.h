@@ -18,7 +18,8 @@
 //     s where every head of the group that attends some page of the list has counted
 //     `patience` (a head whose mask bit no page of the list has never gets a key, and an empty
 //     state is never stable: MAC's `below` lists leave such heads, art_heads_listed; the CUDA
-//     kernel does not apply this yet). The last round is not tested;
+//     kernel does not scan the masks for them, so it applies this where heads_listed is given).
+//     The last round is not tested;
 //   * the pages read are rounds 0 .. s + lag_rounds (all of them when no round stops): the
 //     GPU's CTAs read ahead while a round is tested, and lag_rounds makes how far a fixed part
 //     of the definition, so the result does not depend on timing (bit-reproducible).
@@ -99,6 +100,12 @@ struct ArtDecodeArgsOf {
   // CPU kernels only, optional: the pages read of each list ([batch][num_kv_heads], host), for
   // the engine's per-list counters. The CUDA kernel counts into `stats` only.
   int32_t* list_pages_read = nullptr;
+  // Optional, [batch][num_kv_heads] (device memory for the CUDA call, host for the CPU one): each
+  // list's art_heads_listed, from a plan that has it at hand (mac+art's `below`: the heads a
+  // hit's band leaves out). The CUDA kernel applies the rule for heads without a page only where
+  // it is given (with head_masks); the CPU forms compute it from the masks either way (the bf16
+  // reference refuses one that differs).
+  const uint32_t* heads_listed = nullptr;
 };
 
 using ArtDecodeArgs = ArtDecodeArgsOf<uint16_t>;

@@ -186,6 +186,91 @@ TEST(CudaArtDecodeAttention, RowsFollowTheirPolicysRule) {
   for (size_t i = 0; i < rl.size(); ++i) EXPECT_NEAR(gl[i], rl[i], 1e-3) << "lse " << i;
 }
 
+// A head no page of a list attends (MAC's `below` lists leave a hit whose band starts at the
+// prefix end so) keeps an empty state, never stable by the test: given each list's heads_listed,
+// the kernel counts it stable as its reference does, and the lists stop at patience plus the lag
+// (forced-stable thresholds). Without heads_listed the kernel, which does not scan the masks,
+// never stops such a list. Written 2026-11-27 without a device (session 26).
+TEST(CudaArtDecodeAttention, AHeadWithoutPagesDoesNotHoldItsGroupsStop) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (const int d : {64, 128}) {
+    test::ArtDecodeCase in(d, 2, 4, {20000, 6000}, true);
+    for (uint32_t& m : in.masks) m = (m & ~2u) | 1u;  // head 1 of every group: no page; head 0: every page
+    std::vector<uint32_t> listed(size_t(in.batch()) * in.kv_heads);
+    for (int b = 0; b < in.batch(); ++b)
+      for (int h = 0; h < in.kv_heads; ++h) {
+        const size_t l = in.list(b, h);
+        const int n = (in.list_lens[l] + 15) / 16;
+        listed[l] = art_heads_listed(in.masks.data() + l * in.pages.stride, n, in.group);
+        ASSERT_EQ(listed[l] & 2u, 0u);
+      }
+    const size_t heads = size_t(in.batch()) * in.kv_heads * in.group;
+    auto dq = test::to_device(in.q), dk = test::to_device(in.k), dv = test::to_device(in.v);
+    auto dt = test::to_device(in.table), dl = test::to_device(in.list_lens);
+    auto dm = test::to_device(in.masks), dh = test::to_device(listed);
+    auto o = test::to_device(std::vector<float>(heads * d, NAN)), lse = test::to_device(std::vector<float>(heads, NAN));
+    cuda::DeviceBuffer<ArtDecodeStats> stats(1);
+    ArtDecodeArgs a = in.args(dq.data(), dk.data(), dv.data(), dt.data(), dl.data(), dm.data(), o.data(), lse.data());
+    a.art = ArtDecodeParams{.round_pages = 16, .patience = 2, .eps_scale = 1e30f, .eps_dir = 1e30f};
+    a.art.lag_rounds = cuda::art_decode_lag(a);
+    a.stats = stats.data();
+    cuda::DeviceBuffer<uint8_t> ws(cuda::art_decode_workspace_size(a));
+    cuda::check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+    a.attn.workspace = ws.data();
+    a.attn.workspace_bytes = ws.bytes();
+    auto run = [&](const uint32_t* heads_listed) {
+      a.heads_listed = heads_listed;
+      cuda::check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
+      EXPECT_EQ(cuda::art_decode_attention(a, nullptr), cudaSuccess);
+      cuda::check(cudaDeviceSynchronize(), "art_decode_attention");
+      ArtDecodeStats s;
+      cuda::check(cudaMemcpy(&s, stats.data(), sizeof s, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      return s;
+    };
+    const ArtDecodeStats without = run(nullptr);
+    EXPECT_EQ(without.stopped, 0u) << "d " << d << ": the empty head holds every stop without heads_listed";
+    const ArtDecodeStats gs = run(dh.data()), again = run(dh.data());
+    const std::vector<float> go = test::to_host(o), gl = test::to_host(lse);
+
+    std::vector<float> ro(heads * d, NAN), rl(heads, NAN);
+    ArtDecodeStats rs;
+    ArtDecodeArgs h = in.args(in.q.data(), in.k.data(), in.v.data(), in.table.data(), in.list_lens.data(),
+                              in.masks.data(), ro.data(), rl.data());
+    h.art = a.art;
+    h.heads_listed = listed.data();
+    h.stats = &rs;
+    cpu::art_decode_attention(h);
+    EXPECT_EQ(gs.stopped, gs.lists) << "d " << d;
+    EXPECT_EQ(gs.stopped, rs.stopped) << "d " << d;
+    EXPECT_EQ(gs.pages_read, rs.pages_read) << "d " << d;
+    EXPECT_EQ(again.pages_read, gs.pages_read) << "d " << d << ": the unlisted heads left behind";
+    double max_o = 0, err = 0;
+    for (size_t i = 0; i < ro.size(); ++i) {
+      if (std::isnan(ro[i])) continue;
+      max_o = std::max(max_o, double(std::fabs(ro[i])));
+      err = std::max(err, double(std::fabs(ro[i] - go[i])));
+    }
+    std::printf("[ art      ] d %d, head 1 without pages: read %llu of %llu pages (ref %llu, %llu without "
+                "heads_listed), %llu of %llu lists stopped; o err %.2e (rel)\n",
+                d, gs.pages_read, gs.pages_listed, rs.pages_read, without.pages_read, gs.stopped, gs.lists,
+                err / std::max(max_o, 1e-30));
+    EXPECT_LT(err / std::max(max_o, 1e-30), 2e-3);
+    for (size_t i = 0; i < rl.size(); ++i)
+      if (std::isfinite(rl[i])) EXPECT_NEAR(gl[i], rl[i], 1e-3) << "lse " << i;
+  }
+}
+
+// heads_listed that the masks contradict is refused by the reference.
+TEST(ArtDecodeReference, RefusesHeadsListedTheMasksContradict) {
+  test::ArtDecodeCase in(64, 1, 4, {3000}, true);
+  std::vector<float> o(4 * 64), lse(4);
+  const std::vector<uint32_t> wrong{0u};
+  ArtDecodeArgs h = in.args(in.q.data(), in.k.data(), in.v.data(), in.table.data(), in.list_lens.data(),
+                            in.masks.data(), o.data(), lse.data());
+  h.heads_listed = wrong.data();
+  EXPECT_THROW(cpu::art_decode_attention(h), std::invalid_argument);
+}
+
 TEST(CudaArtDecodeAttention, RefusesALagBelowItsOwn) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const test::ArtDecodeCase in(128, 8, 4, {33000}, false);

@@ -162,6 +162,8 @@ void art_decode_attention(const ArtDecodeArgs& args) {
       std::vector<State> run(static_cast<size_t>(group), State{std::vector<double>(static_cast<size_t>(d), 0.0)});
       std::vector<HeadTest> tests(static_cast<size_t>(group));
       const uint32_t listed = art_heads_listed(l.masks, n_pages, group);  // heads without a page: stable
+      if (args.heads_listed && args.heads_listed[list] != listed)
+        throw std::invalid_argument("art_decode_attention: heads_listed differs from the list's masks");
       int stop = -1;
       for (int r = 0; active && r + 1 < n_rounds && stop < 0; ++r) {
         bool all = true;

@@ -11,12 +11,13 @@
 //    elements, unnormalised) and counts it into its round (the next page's copy already out).
 //  * Verdicts (ListState). The verdict on round r tests the prefix state after it against the
 //    one before, per head; the list stops at the first round where every head has been stable
-//    `patience` times in a row (the reference also counts a head that no page of the list
-//    attends as stable; this kernel does not yet: such a head's empty state never is. No plan
-//    the GPU runs lists one, since quest keeps a page per head and mac+art is refused here. A
-//    test in the verdict, or the list's heads held in a register, took the D = 128 kernels'
-//    spills from 16-24 to 44-64 bytes under ptxas, 2026-11-27: to be placed and measured on a
-//    device). Round states, prefix checkpoints and verdicts are merges in a
+//    `patience` times in a row. A head no page of the list attends counts stable, as in the
+//    reference, where the plan gives ArtDecodeArgs::heads_listed (the kernel does not scan the
+//    masks; mac+art's `below` lists have such heads): every warp of the list writes the list's
+//    unlisted heads into its ints first. The test sits in the masked kernels only, and costs
+//    them no spills under ptxas (D = 128: 4 bytes against 16 before; the unmasked ones stay at
+//    24: a form in both took them to 40-64), 2026-11-27. Round states, prefix checkpoints and
+//    verdicts are merges in a
 //    fixed order, computed by whichever warp first needs them (one warp claims each verdict;
 //    one block per round tries a verdict a wave back as it ends), so every run reads the same
 //    pages whatever the timing.
@@ -63,6 +64,7 @@ struct ArtKernelParams {
   float* rounds;       // [lists][max_rounds][kArtMaxGroup][kStateFloats]
   float* checkpoints;  // [lists][max_checkpoints][kArtMaxGroup][kStateFloats]
   ArtDecodeStats* stats;
+  const uint32_t* heads_listed;  // ArtDecodeArgs::heads_listed (masked lists only)
 };
 
 __device__ __forceinline__ int ld_acquire(const int* p) {
@@ -187,6 +189,8 @@ __device__ __forceinline__ void wait_count(const int* counter, int n) {
 // round r is defined as one merge of the checkpoint C_k (k = r / 8, the prefix before round 8k)
 // and the round states 8k .. r; C_k is the same merge over C_k-1 and its eight rounds. Prefixes
 // are never chained round by round (one L2 round trip per round would cap the kernel's speed).
+// MASKED: the list's pages carry per-head masks, so a head may have no page in it (unlisted_heads).
+template <bool MASKED>
 struct ListState {
   const ArtKernelParams* p;
   size_t list;
@@ -203,6 +207,9 @@ struct ListState {
   __device__ int* verdict() const { return has_round() + p->max_rounds; }
   __device__ int* claim() const { return verdict() + p->max_rounds; }
   __device__ int* has_checkpoint() const { return claim() + p->max_rounds; }
+  // Bit g: no page of the list attends head g (written before the call by a plan that makes such
+  // lists, e.g. mac+art's `below`; 0 otherwise, as the last warp's reset leaves it).
+  __device__ int* unlisted_heads() const { return has_checkpoint() + p->max_checkpoints; }
   __device__ __forceinline__ float* block(int b, int g) const {
     return p->blocks + ((list * p->max_blocks + b) * kArtMaxGroup + g) * kStateFloats;
   }
@@ -296,6 +303,10 @@ struct ListState {
     const int k = r / kCheckpointRounds, in_k = r - k * kCheckpointRounds;
     if (k > 0) ensure_checkpoint(k, lane);
     ensure_rounds(k * kCheckpointRounds, in_k + 1, lane);
+    // A head no page of the list attends keeps an empty state, never stable by the test: it
+    // counts stable (as in cpu::art_decode_attention, art_heads_listed). Only masked lists have
+    // such heads; the test stays out of the unmasked kernels (it cost them 16 bytes of spills).
+    const unsigned unlisted = MASKED ? unsigned(ld_relaxed(unlisted_heads())) : 0u;
     bool all = true;
     for (int g = 0; g < rows; ++g) {
       HeadState cur, prev;
@@ -303,8 +314,9 @@ struct ListState {
       const float4 c = cur.normalised(), q = prev.normalised();
       const float norm = sqrtf(chunk_sum(dot4(c, c))), prev_norm = sqrtf(chunk_sum(dot4(q, q)));
       const float dot = chunk_sum(dot4(q, c));
-      all = all && prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < eps_scale &&
-            1.0f - dot / (norm * prev_norm) < eps_dir;
+      all = all && (((unlisted >> g) & 1u) != 0u ||
+                    (prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < eps_scale &&
+                     1.0f - dot / (norm * prev_norm) < eps_dir));
       if (in_k == kCheckpointRounds - 1) store_state(checkpoint(k + 1, g), cur, lane);  // C_k+1 = this prefix
     }
     if (in_k == kCheckpointRounds - 1) publish(has_checkpoint() + k + 1, 1, lane);
@@ -362,7 +374,8 @@ struct ListState {
 // up to r - lag - 1 stopped the list (rounds are scanned once, in order, as the warp needs them).
 struct WarpGate {
   int scanned = 0, run = 0, stop = -1;
-  __device__ __forceinline__ bool may_read(const ListState& ls, int r, int lane) {
+  template <bool MASKED>
+  __device__ __forceinline__ bool may_read(const ListState<MASKED>& ls, int r, int lane) {
     if (!ls.active) return true;
     const int decided = r - ls.lag - 1;
     if (stop < 0 && decided >= scanned) {
@@ -430,7 +443,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
   const int len = min(max(sp.seq_lens[list], 0), sp.max_pages_per_seq * kPageSize);
   uint32_t qf[D / 16][2];
   detail::load_q_fragments<D>(sp, b, hq0, rows, row, quad, qf);
-  ListState ls{&p, list, (len + kPageSize - 1) / kPageSize, 0, 0, rows,
+  ListState<MASKED> ls{&p, list, (len + kPageSize - 1) / kPageSize, 0, 0, rows,
                true, p.round_blocks, p.lag, p.patience, p.eps_scale, p.eps_dir};
   if (p.rules) {
     const ArtRowRule r = p.rules[p.row_policy[b]];
@@ -443,6 +456,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
   }
   ls.n_blocks = (ls.n_pages + kArtBlockPages - 1) / kArtBlockPages;
   ls.n_rounds = (ls.n_blocks + ls.round_blocks - 1) / ls.round_blocks;
+  // Every warp of the list writes its unlisted heads before anything else (the same bits each), so
+  // whichever warp computes a verdict has them; the last warp's reset clears them.
+  if (MASKED && p.heads_listed && lane == 0)
+    *ls.unlisted_heads() = int(~p.heads_listed[list] & ((rows >= 32 ? 0u : 1u << rows) - 1u));
+  __syncwarp();
   // The partial page: listed first by ART's lists, last by an inactive row's (paged decode's).
   const int partial_valid = len - (ls.n_pages - 1) * kPageSize, partial = ls.active ? 0 : ls.n_pages - 1;
   WarpGate gate;
@@ -581,7 +599,7 @@ ArtLayout art_layout(const ArtDecodeArgs& a, size_t split_bytes) {
   const int round_blocks = a.art.round_pages / kArtBlockPages;
   l.max_rounds = round_blocks > 0 ? (l.max_blocks + round_blocks - 1) / round_blocks : 0;
   l.max_checkpoints = l.max_rounds / kCheckpointRounds + 1;
-  l.ints_per_list = 2 + 4 * l.max_rounds + l.max_checkpoints;
+  l.ints_per_list = 2 + 4 * l.max_rounds + l.max_checkpoints + 1;  // + unlisted_heads
   l.ints = detail::align_up(split_bytes, 256);
   l.blocks = l.ints + detail::align_up(lists * l.ints_per_list * 4, 256);
   l.rounds = l.blocks + detail::align_up(lists * l.max_blocks * head_states, 256);
@@ -715,6 +733,7 @@ struct ArtVariant {
     p.rounds = reinterpret_cast<float*>(ws + l.rounds);
     p.checkpoints = reinterpret_cast<float*>(ws + l.checkpoints);
     p.stats = a.stats;
+    p.heads_listed = a.heads_listed;
     p.row_policy = a.rules ? a.row_policy : nullptr;
     p.rules = a.row_policy ? a.rules : nullptr;
 

@@ -6,6 +6,7 @@
 // caller to fill (host or device). No gtest here.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -52,6 +53,25 @@ struct MacPlanCase {
           const int m = pages.pages_of(lens[size_t(b)], page_size);
           band_begin[size_t(b) * heads() + h] = random_int(0, m - 1) * page_size;
         }
+  }
+  // The base lists in a random order of their entries (mac+art: ART's visiting plan).
+  void shuffle_base() {
+    for (size_t list = 0; list < base_lens.size(); ++list) {
+      const int n = pages.pages_of(base_lens[list], page_size);
+      std::vector<int> perm(static_cast<size_t>(n));
+      for (int j = 0; j < n; ++j) perm[size_t(j)] = j;
+      std::shuffle(perm.begin(), perm.end(), rng());
+      std::vector<int32_t> t(static_cast<size_t>(n));
+      std::vector<uint32_t> m(static_cast<size_t>(n));
+      for (int j = 0; j < n; ++j) {
+        t[size_t(j)] = base_table[list * pages.stride + perm[size_t(j)]];
+        if (masked) m[size_t(j)] = base_masks[list * pages.stride + perm[size_t(j)]];
+      }
+      for (int j = 0; j < n; ++j) {
+        base_table[list * pages.stride + j] = t[size_t(j)];
+        if (masked) base_masks[list * pages.stride + j] = m[size_t(j)];
+      }
+    }
   }
   int batch() const { return int(lens.size()); }
   int heads() const { return kv_heads * group; }

@@ -17,6 +17,15 @@
 // are all full, `above` ends with the row's newest page. A head with no page in a list gets
 // the empty state (0, -inf), which merges as nothing.
 //
+// mac+art (art_order, or the row's rule's): `below` is read by ART's kernel (art_decode_args.h),
+// which stops early, so it comes in ART's visiting order instead: first the pages some hit head
+// attends (its band's part below the split, which MAC recomputes), newest first, so a hit head
+// has its keys in the first rounds; then the others in the base list's order (the base being
+// ART's visiting plan, in any order: its pages are placed by position through the row's table).
+// below_listed (optional, [batch][num_kv_heads]): the OR of each such `below` list's masks, the
+// heads ART's kernel must not wait for (ArtDecodeArgs::heads_listed); 0 for the other rows.
+// `above` stays in position order. The GPU needs a base list for it (not base_is_table).
+//
 // Layouts: page_table int32 [batch][max_pages_per_seq], seq_lens int32 [batch] (the rows' own
 // tables); base_table / base_masks [base lists][max_pages_per_seq], base_lens [base lists]
 // (base lists: batch, or batch x num_kv_heads with base_per_kv_head; base_masks null: every
@@ -56,9 +65,11 @@ struct MacPagePlanArgs {
   // base: base_table == page_table, base_lens == seq_lens, one list per row, no masks), so a
   // miss attends every page and the GPU needs no inverse page map.
   bool base_is_table = false;
+  bool art_order = false;  // `below` in ART's order (above), unless each row's rule says
   const int32_t* band_begin = nullptr;
   int32_t *below_table = nullptr, *below_lens = nullptr, *above_table = nullptr, *above_lens = nullptr;
   uint32_t *below_masks = nullptr, *above_masks = nullptr;
+  uint32_t* below_listed = nullptr;
   PlanRows rows{};
   unsigned long long* listed_tokens = nullptr;
   int num_pool_pages = 0;
@@ -73,6 +84,7 @@ struct MacPagePlanArgs {
     return base_per_kv_head ? size_t(b) * num_kv_heads + h : size_t(b);
   }
   SKIM_HOST_DEVICE int band_of(int b) const;
+  SKIM_HOST_DEVICE bool art_order_of(int b) const;
 };
 
 // Pass-through rows: rows outside `rows` (a batch mixing MAC with other policies) get their
@@ -80,7 +92,8 @@ struct MacPagePlanArgs {
 // the base policy's attention.
 //
 // GPU only: listed_tokens (optional, device) adds the tokens of the lists of the rows in `rows`,
-// the K/V the kernel reads for MAC (the other rows' policies count theirs); workspace holds an inverse page map of the pool (num_pool_pages ints) and a
+// the K/V the kernel reads for MAC (the other rows' policies count theirs; mac+art's `below`,
+// read in part, ART's kernel counts); workspace holds an inverse page map of the pool (num_pool_pages ints) and a
 // per-position mask for each list (batch x num_kv_heads x max_pages_per_seq uint32).
 
 // After the kernel has attended both lists: per (row, query head), the state cached for m is
@@ -106,6 +119,7 @@ struct MacRowRule {
   int band = kMacBand;      // r
   float tau = float(kMacTau);
   int min_context = kMacMinContext;  // rows with a shorter context match nothing (their ring still fills)
+  int art_order = 0;  // mac+art: `below` in ART's order (MacPagePlanArgs), read by ART's kernel
 };
 
 // The rings of one layer for every sequence slot: per slot K entries, each a token's pre-RoPE
@@ -123,6 +137,9 @@ struct MacRingsView {
 
 SKIM_HOST_DEVICE inline int MacPagePlanArgs::band_of(int b) const {
   return rules ? rules[row_policy ? row_policy[b] : 0].band : band;
+}
+SKIM_HOST_DEVICE inline bool MacPagePlanArgs::art_order_of(int b) const {
+  return rules ? rules[row_policy ? row_policy[b] : 0].art_order != 0 : art_order;
 }
 
 // Match: per (row, query head) of a row whose policy is active, the ring entry nearest in L2

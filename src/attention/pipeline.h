@@ -81,9 +81,6 @@ class PipelinePolicy : public AttentionPolicy {
   // MAC over a base page plan: match, plan, kernel, merge (pipeline_mac.cpp). visiting (mac+art
   // on the group rule): the base's visiting plan, and ART's kernel over `below` in its order.
   void attend_mac_plan(const AttentionBatch& b, const PagePlan& base, bool sparse, const PagePlan* visiting = nullptr);
-  // ART's group rule over MAC's `below` lists, in the visiting plan's order, into its o and lse;
-  // returns the keys read (pipeline_mac.cpp).
-  uint64_t attend_below_art(const AttentionBatch& b, const PagePlan& visiting);
   void notify_plan(const AttentionBatch& b, const PagePlan& plan) const;
   // Decode through a token plan: a per-token selection (cs, oracle) and the backend's token
   // decode kernel over it.

@@ -3,8 +3,10 @@
 //   match:  each (row, query head)'s nearest ring entry, a hit or a miss (MacReuse::match);
 //   plan:   the base policy's page plan, cut at each row's prefix end into a `below` and an
 //           `above` list per (row, KV head), a hit head's pages being its band+tail
-//           (cpu::mac_page_plan);
-//   kernel: paged decode attention over each list, every page read once for the group;
+//           (cpu::mac_page_plan); with ART (mac+art on the group rule) the cut is of ART's
+//           visiting plan and `below` comes in ART's order (MacPagePlanArgs::art_order);
+//   kernel: paged decode attention over each list, every page read once for the group (ART's
+//           kernel over `below` with ART);
 //   merge:  the state cached for m = reused prefix + below; output = that + above
 //           (cpu::mac_merge_states); the row's new ring entry.
 #include <algorithm>
@@ -83,17 +85,19 @@ void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& ba
 
   DenseSelector().plan(b, m.rows);  // the rows' own tables in the plan's layout
   const int lists = rows * b.num_kv_heads, stride = m.rows.max_pages;
-  SKIM_REQUIRE(base.max_pages <= stride, "mac: the base plan's stride {} exceeds its rows' {}", base.max_pages, stride);
+  // mac+art cuts ART's visiting plan (the same pages as the base's), `below` in ART's order.
+  const PagePlan& cut = visiting ? *visiting : base;
+  SKIM_REQUIRE(cut.max_pages <= stride, "mac: the base plan's stride {} exceeds its rows' {}", cut.max_pages, stride);
   for (PagePlan* p : {&m.below, &m.above}) {
     p->reset(true, lists, stride);
     p->head_masks.assign(p->table.size(), 0u);
   }
   cpu::mac_page_plan({.batch = rows, .num_heads = H, .num_kv_heads = b.num_kv_heads, .page_size = b.kv.page_size,
                       .max_pages_per_seq = stride, .band = mac.params().band, .page_table = m.rows.table.data(),
-                      .seq_lens = m.rows.lens.data(), .base_per_kv_head = base.per_kv_head,
-                      .base_table = base.table.data(), .base_lens = base.lens.data(),
-                      .base_masks = base.head_masks.empty() ? nullptr : base.head_masks.data(),
-                      .band_begin = m.band_begin.data(), .below_table = m.below.table.data(),
+                      .seq_lens = m.rows.lens.data(), .base_per_kv_head = cut.per_kv_head,
+                      .base_table = cut.table.data(), .base_lens = cut.lens.data(),
+                      .base_masks = cut.head_masks.empty() ? nullptr : cut.head_masks.data(),
+                      .art_order = visiting != nullptr, .band_begin = m.band_begin.data(), .below_table = m.below.table.data(),
                       .below_lens = m.below.lens.data(), .above_table = m.above.table.data(),
                       .above_lens = m.above.lens.data(), .below_masks = m.below.head_masks.data(),
                       .above_masks = m.above.head_masks.data()});
@@ -103,7 +107,7 @@ void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& ba
   m.above_lse.resize(m.below_lse.size());
   uint64_t keys = 0;  // per (row, KV head) the union of its heads' pages: what a GQA kernel loads
   if (visiting) {
-    keys += attend_below_art(b, *visiting);
+    keys += run_art_kernel(b, m.below, m.below_o.data(), m.below_lse.data());
   } else {
     attend_list(b, m.below, m.below_o.data(), m.below_lse.data());
     for (int i = 0; i < lists; ++i) keys += uint64_t(m.below.lens[size_t(i)]);
@@ -113,57 +117,6 @@ void PipelinePolicy::attend_mac_plan(const AttentionBatch& b, const PagePlan& ba
   for (int i = 0; i < lists; ++i) keys += uint64_t(m.above.lens[size_t(i)]);
   stats_.add_decode_call(keys, meta, uint64_t(rows), context);
   if (sparse && has_selection_observer()) notify_plan(b, base);
-}
-
-namespace {
-
-// Each `below` list (whole pages) re-ordered for ART: the pages a MAC hit attends first (its
-// band's part below the prefix end, which MAC recomputes: newest first, as the CPU's per-head
-// form reads a hit's band), then the others in the visiting plan's order (base's priority).
-// cpu::mac_page_plan writes position order. band_begin: MAC's per (row, query head), >= 0 a hit.
-void order_for_art(const PagePlan& visiting, const std::vector<int32_t>& band_begin, int rows, int kv_heads,
-                   int group, int page_size, PagePlan& below) {
-  std::vector<std::pair<int32_t, int>> rank;  // (page id, place in the visiting list), by page id
-  std::vector<std::pair<int, int>> order;     // (key, place in below)
-  std::vector<int32_t> pages;
-  std::vector<uint32_t> masks;
-  for (int r = 0; r < rows; ++r)
-    for (int h = 0; h < kv_heads; ++h) {
-      const int vl = visiting.per_kv_head ? r * kv_heads + h : r, list = r * kv_heads + h;
-      const int nv = (visiting.lens[size_t(vl)] + page_size - 1) / page_size;
-      const int n = (below.lens[size_t(list)] + page_size - 1) / page_size;
-      uint32_t hits = 0;
-      for (int g = 0; g < group; ++g)
-        hits |= uint32_t(band_begin[(size_t(r) * kv_heads + h) * group + g] >= 0) << g;
-      rank.clear();
-      for (int j = 0; j < nv; ++j) rank.push_back({visiting.list(vl)[j], j});
-      std::sort(rank.begin(), rank.end());
-      order.clear();
-      int32_t* table = below.table.data() + size_t(list) * below.max_pages;
-      uint32_t* mask = below.head_masks.data() + size_t(list) * below.max_pages;
-      for (int i = 0; i < n; ++i) {
-        const auto it = std::lower_bound(rank.begin(), rank.end(), std::pair<int32_t, int>{table[i], -1});
-        const bool listed = it != rank.end() && it->first == table[i];
-        // A hit's page, or one the visiting plan lacks: before every other, newest first.
-        order.push_back({(mask[i] & hits) || !listed ? -1 - i : it->second, i});
-      }
-      std::sort(order.begin(), order.end());
-      pages.assign(table, table + n);
-      masks.assign(mask, mask + n);
-      for (int i = 0; i < n; ++i) {
-        table[i] = pages[size_t(order[size_t(i)].second)];
-        mask[i] = masks[size_t(order[size_t(i)].second)];
-      }
-    }
-}
-
-}  // namespace
-
-uint64_t PipelinePolicy::attend_below_art(const AttentionBatch& b, const PagePlan& visiting) {
-  MacBuffers& m = mac_buffers_;
-  order_for_art(visiting, m.band_begin, b.num_rows, b.num_kv_heads, b.num_heads / b.num_kv_heads, b.kv.page_size,
-                m.below);
-  return run_art_kernel(b, m.below, m.below_o.data(), m.below_lse.data());
 }
 
 }  // namespace skim

@@ -18,15 +18,17 @@ using test::MacPlanCase;
 
 struct PlanOut {
   std::vector<int32_t> below, above, below_lens, above_lens;
-  std::vector<uint32_t> below_masks, above_masks;
+  std::vector<uint32_t> below_masks, above_masks, below_listed;
   explicit PlanOut(const MacPlanCase& c)
       : below(c.slots(), -7), above(c.slots(), -7), below_lens(c.lists(), -7), above_lens(c.lists(), -7),
-        below_masks(c.slots(), 0xdeadbeefu), above_masks(c.slots(), 0xdeadbeefu) {}
+        below_masks(c.slots(), 0xdeadbeefu), above_masks(c.slots(), 0xdeadbeefu), below_listed(c.lists(), 0xdeadbeefu) {}
 };
 
-PlanOut run_plan(const MacPlanCase& c) {
+PlanOut run_plan(const MacPlanCase& c, bool art_order = false) {
   PlanOut p(c);
   MacPagePlanArgs a = c.args();
+  a.art_order = art_order;
+  a.below_listed = p.below_listed.data();
   a.page_table = c.pages.table.data();
   a.seq_lens = c.lens.data();
   a.base_table = c.base_table.data();
@@ -101,6 +103,60 @@ TEST(MacPagePlan, EachHeadAttendsItsBandOrItsBasePagesCutAtThePrefixEnd) {
         expect_list(c, b, h, p.below, p.below_masks, p.below_lens[list], true, "below");
         expect_list(c, b, h, p.above, p.above_masks, p.above_lens[list], false, "above");
         EXPECT_EQ(p.below_lens[list] % c.page_size, 0) << "below the prefix end every page is full";
+      }
+  }
+}
+
+// mac+art (art_order): `below` holds the same pages and masks in ART's order: first those a hit
+// head attends, newest first, then the others in the base list's order (the base shuffled, as
+// ART's visiting plans are); `above` as without it; below_listed the OR of below's masks.
+TEST(MacPagePlan, ArtOrderListsTheHitsPagesNewestFirstThenTheBaseOrder) {
+  for (int trial = 0; trial < 12; ++trial) {
+    const bool per_head = trial % 3 != 0, masked = trial % 3 == 2;
+    MacPlanCase c(test::random_int(1, 3), test::random_int(1, 5), test::random_int(0, 600), per_head, masked,
+                  {test::random_int(1, 900), test::random_int(1, 40), test::random_int(1, 2000), 16, 1, 257});
+    const PlanOut by_position = run_plan(c);
+    c.shuffle_base();
+    const PlanOut art = run_plan(c, true);
+    EXPECT_EQ(art.above, by_position.above);
+    EXPECT_EQ(art.above_masks, by_position.above_masks);
+    EXPECT_EQ(art.above_lens, by_position.above_lens);
+    EXPECT_EQ(art.below_lens, by_position.below_lens);
+    for (int b = 0; b < c.batch(); ++b)
+      for (int h = 0; h < c.kv_heads; ++h) {
+        const size_t list = size_t(b) * c.kv_heads + h, at = list * c.pages.stride;
+        const int n = art.below_lens[list] / c.page_size;
+        const int32_t* table = c.pages.table.data() + size_t(b) * c.pages.stride;
+        auto position = [&](int32_t page) { return int(std::find(table, table + c.pages.stride, page) - table); };
+        uint32_t hits = 0;
+        for (int g = 0; g < c.group; ++g) hits |= uint32_t(c.band_begin[size_t(b) * c.heads() + h * c.group + g] >= 0) << g;
+        // The same (page, mask) pairs.
+        std::vector<std::pair<int32_t, uint32_t>> want, got;
+        uint32_t listed = 0;
+        for (int k = 0; k < n; ++k) {
+          want.push_back({by_position.below[at + k], by_position.below_masks[at + k]});
+          got.push_back({art.below[at + k], art.below_masks[at + k]});
+          listed |= art.below_masks[at + k];
+        }
+        EXPECT_EQ(art.below_listed[list], listed) << "row " << b << " KV head " << h;
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        ASSERT_EQ(got, want) << "row " << b << " KV head " << h;
+        // The order: the hits' pages first, newest first; then the base list's order.
+        int k = 0;
+        for (; k < n && (art.below_masks[at + k] & hits); ++k)
+          if (k > 0) EXPECT_GT(position(art.below[at + k - 1]), position(art.below[at + k])) << "row " << b;
+        for (int rest = k; rest < n; ++rest) EXPECT_EQ(art.below_masks[at + rest] & hits, 0u) << "row " << b;
+        const size_t base = size_t(b) * (c.per_kv_head ? c.kv_heads : 1) + (c.per_kv_head ? h : 0);
+        const int32_t* base_list = c.base_table.data() + base * c.pages.stride;
+        const int n_base = c.pages.pages_of(c.base_lens[base], c.page_size);
+        int last = -1;
+        for (; k < n; ++k) {
+          const int j = int(std::find(base_list, base_list + n_base, art.below[at + k]) - base_list);
+          ASSERT_LT(j, n_base) << "row " << b << ": a page below the hits' that the base does not list";
+          EXPECT_GT(j, last) << "row " << b << ": out of the base list's order";
+          last = j;
+        }
       }
   }
 }

@@ -562,8 +562,13 @@ TEST(GpuEngine, MacFollowsTheCpuPolicy) {
   const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
   auto token = [&](int i) { return i == 0 ? prompt.back() : forced[size_t(i - 1)]; };
   const int steps = 16;
-  for (const std::string policy : {"mac:tau=0.6,window=64,band=64,min_context=0", "quest:budget=0.25,min=0+mac:tau=0.6,window=64,band=64,min_context=0",
-                                   "gbsa:keep=0.3,n_min=16+mac:tau=0.6,window=128,band=32,min_context=0"}) {
+  // mac+art on the group rule (written 2026-11-27 without a device): with patience beyond its
+  // blocks it reads what MAC reads, in ART's order (`below`) and by ART's kernel.
+  for (const std::string policy :
+       {"mac:tau=0.6,window=64,band=64,min_context=0", "quest:budget=0.25,min=0+mac:tau=0.6,window=64,band=64,min_context=0",
+        "gbsa:keep=0.3,n_min=16+mac:tau=0.6,window=128,band=32,min_context=0",
+        "quest:budget=0.25,min=0+mac:tau=0.6,window=64,band=64,min_context=0+art:stop=group,test=probe,round=16,"
+        "patience=100000"}) {
     EngineOptions co = gpu_options(int(prompt.size()) + 64), go = co;
     co.device = "cpu";
     co.policy = go.policy = policy;
@@ -704,14 +709,15 @@ TEST(GpuEngine, ArtStopsAsTheCpuPolicyDoes) {
 // CPU-only variants are refused.
 TEST(GpuEngine, RefusesArtOutsideItsGpuRule) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  for (const char* policy : {"art", "gbsa+art", "quest:budget=0.5+art", "streaming+art"}) {
+  for (const char* policy : {"art", "gbsa+art", "quest:budget=0.5+art", "streaming+art",
+                             "gbsa+mac+art:stop=group,test=probe"}) {
     EngineOptions o = gpu_options(256);
     o.policy = policy;
     EXPECT_NO_THROW(Engine e(o)) << policy;
   }
+  // mac+art stops each head alone by default (the CPU's rule): the GPU asks for stop=group.
   for (const char* policy : {"art:stop=head", "gbsa+art:test=full", "art:order=bound",
-                             "art:order=bound,stop=group,test=probe", "art:order=group,round=64",
-                             "gbsa+mac+art:stop=group,test=probe"}) {
+                             "art:order=bound,stop=group,test=probe", "art:order=group,round=64", "gbsa+mac+art"}) {
     EngineOptions o = gpu_options(256);
     o.policy = policy;
     EXPECT_THROW(Engine e(o), Error) << policy;

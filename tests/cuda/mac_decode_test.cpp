@@ -29,13 +29,17 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(CudaMacPagePlan, EqualsTheCpuReference) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  for (int trial = 0; trial < 12; ++trial) {
+  for (int trial = 0; trial < 18; ++trial) {
     // Trials 9-11: a dense base, the rows' own tables, with the plan told so (base_is_table: no
-    // inverse map on the GPU; the CPU reference plans it as any base).
-    const bool table_base = trial >= 9;
+    // inverse map on the GPU; the CPU reference plans it as any base). Trials 12-17: mac+art,
+    // `below` in ART's order over a base list in a shuffled (visiting) order, with below_listed
+    // (written 2026-11-27 without a device).
+    const bool table_base = trial >= 9 && trial < 12, art = trial >= 12;
     const bool per_head = !table_base && trial % 3 != 0, masked = !table_base && trial % 3 == 2;
-    const test::MacPlanCase c(test::random_int(1, 4), test::random_int(1, 8), test::random_int(0, 600), per_head,
-                              masked, {test::random_int(1, 9000), test::random_int(1, 40), 16, 1, 2500, 4097});
+    test::MacPlanCase c(test::random_int(1, 4), test::random_int(1, 8), test::random_int(0, 600), per_head, masked,
+                        {test::random_int(1, 9000), test::random_int(1, 40), 16, 1, 2500, 4097});
+    if (art) c.shuffle_base();
+    std::vector<uint32_t> c_listed(c.lists(), 0xdeadbeefu);
     std::vector<int32_t> row_policy(size_t(c.batch()));
     for (int32_t& p : row_policy) p = test::random_int(0, 3) == 0 ? 1 : 0;  // policy 1: another policy's rows
     std::vector<int32_t> table(c.slots(), -7), lens(c.lists(), -7);
@@ -56,6 +60,8 @@ TEST(CudaMacPagePlan, EqualsTheCpuReference) {
     a.above_table = ca.data();
     a.above_lens = cal.data();
     a.above_masks = cam.data();
+    a.art_order = art;
+    a.below_listed = c_listed.data();
     cpu::mac_page_plan(a);
 
     auto d_rp = to_device(row_policy), d_pt = to_device(c.pages.table), d_lens = to_device(c.lens);
@@ -80,6 +86,8 @@ TEST(CudaMacPagePlan, EqualsTheCpuReference) {
     g.above_table = ga.data();
     g.above_lens = gal.data();
     g.above_masks = gam.data();
+    auto g_listed = to_device(std::vector<uint32_t>(c.lists(), 0xdeadbeefu));
+    g.below_listed = g_listed.data();
     g.listed_tokens = listed.data();
     g.num_pool_pages = c.pages.num_pages;
     cuda::DeviceBuffer<uint8_t> ws(cuda::mac_page_plan_workspace_size(g));
@@ -92,9 +100,11 @@ TEST(CudaMacPagePlan, EqualsTheCpuReference) {
     const std::vector<uint32_t> hbm = to_host(gbm), ham = to_host(gam);
     EXPECT_EQ(hbl, cbl) << "trial " << trial;
     EXPECT_EQ(hal, cal) << "trial " << trial;
+    EXPECT_EQ(to_host(g_listed), c_listed) << "trial " << trial;
     unsigned long long want = 0;
     for (size_t l = 0; l < c.lists(); ++l) {
-      if (row_policy[l / size_t(c.kv_heads)] == 0) want += uint64_t(cbl[l]) + uint64_t(cal[l]);  // MAC rows only
+      if (row_policy[l / size_t(c.kv_heads)] == 0)  // MAC rows only; mac+art's below is ART's to count
+        want += (art ? 0 : uint64_t(cbl[l])) + uint64_t(cal[l]);
       for (int j = 0; j * c.page_size < cbl[l]; ++j) {
         const size_t at = l * c.pages.stride + j;
         ASSERT_EQ(hb[at], cb[at]) << "below, list " << l << " slot " << j;

@@ -46,6 +46,26 @@ void base_masks_by_position(const MacPagePlanArgs& a, int b, int h, int m, uint3
   if (j != n) throw std::invalid_argument("mac_page_plan: a base list is not its row's pages in position order");
 }
 
+// The base plan's mask of each of the row's pages, by position, for a base list in any order
+// (mac+art: ART's visiting plan), and each base entry's position in `order` (-1: not the row's).
+void base_masks_any_order(const MacPagePlanArgs& a, int b, int h, int m, uint32_t* out, std::vector<int>& order) {
+  const size_t list = a.base_list(b, h);
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+  const int32_t* base = a.base_table + list * a.max_pages_per_seq;
+  const int n = (a.base_lens[list] + a.page_size - 1) / a.page_size;
+  std::vector<std::pair<int32_t, int>> position(static_cast<size_t>(m));  // (page id, position), by id
+  for (int i = 0; i < m; ++i) position[size_t(i)] = {table[i], i}, out[i] = 0;
+  std::sort(position.begin(), position.end());
+  order.assign(size_t(n), -1);
+  for (int j = 0; j < n; ++j) {
+    const auto it = std::lower_bound(position.begin(), position.end(), std::pair<int32_t, int>{base[j], -1});
+    if (it == position.end() || it->first != base[j])
+      throw std::invalid_argument("mac_page_plan: a base list holds a page its row does not");
+    order[size_t(j)] = it->second;
+    out[it->second] = a.base_masks ? a.base_masks[list * a.max_pages_per_seq + j] : ~0u;
+  }
+}
+
 // A row of another policy: its base list whole as `above`, nothing below.
 void pass_through(const MacPagePlanArgs& a, int b) {
   for (int h = 0; h < a.num_kv_heads; ++h) {
@@ -57,6 +77,7 @@ void pass_through(const MacPagePlanArgs& a, int b) {
     }
     a.above_lens[list] = a.base_lens[base];
     a.below_lens[list] = 0;
+    if (a.below_listed) a.below_listed[list] = 0;
   }
 }
 
@@ -68,6 +89,7 @@ void mac_page_plan(const MacPagePlanArgs& a) {
       a.page_size <= 0 || a.max_pages_per_seq <= 0 || a.band < 0)
     throw std::invalid_argument("mac_page_plan: bad shapes or parameters");
   std::vector<uint32_t> base(static_cast<size_t>(a.max_pages_per_seq));
+  std::vector<int> base_order;  // mac+art: the base entries' positions, in its order
   for (int b = 0; b < a.batch; ++b) {
     if (!a.rows.has(b)) {
       pass_through(a, b);
@@ -88,21 +110,42 @@ void mac_page_plan(const MacPagePlanArgs& a) {
           throw std::invalid_argument("mac_page_plan: a band start off a page boundary or past the row");
         hit_page[g] = begin < 0 ? -1 : begin / a.page_size;
       }
-      base_masks_by_position(a, b, h, m, base.data());
+      const bool art = a.art_order_of(b);
+      if (art) base_masks_any_order(a, b, h, m, base.data(), base_order);
+      else base_masks_by_position(a, b, h, m, base.data());
       const size_t list = size_t(b) * a.num_kv_heads + h;
       const size_t at = list * a.max_pages_per_seq;
       a.below_lens[list] = a.above_lens[list] = 0;
       ListOut below{a.below_table + at, a.below_masks + at, a.below_lens + list};
       ListOut above{a.above_table + at, a.above_masks + at, a.above_lens + list};
-      for (int i = 0; i < m; ++i) {
+      auto mask_at = [&](int i) {
         uint32_t mask = 0;
         for (int g = 0; g < group; ++g) {
           const bool attends = hit_page[g] >= 0 ? i >= hit_page[g] : (base[size_t(i)] >> g & 1u) != 0;
           mask |= uint32_t(attends) << g;
         }
-        if (mask == 0) continue;
-        const int tokens = i + 1 < m ? a.page_size : len - i * a.page_size;
-        (i < split_page ? below : above).add(table[i], mask, tokens);
+        return mask;
+      };
+      auto tokens_at = [&](int i) { return i + 1 < m ? a.page_size : len - i * a.page_size; };
+      for (int i = art ? split_page : 0; i < m; ++i)  // ART's order lists `below` on its own, below
+        if (const uint32_t mask = mask_at(i)) (i < split_page ? below : above).add(table[i], mask, tokens_at(i));
+      if (art) {
+        // The pages a hit head attends, [lo, split): newest first. Below lo no hit head attends
+        // (lo is the earliest hit's band start), so the rest are the misses' base pages, in the
+        // base list's order.
+        int lo = split_page;
+        for (int g = 0; g < group; ++g)
+          if (hit_page[g] >= 0) lo = std::min(lo, hit_page[g]);
+        for (int i = split_page - 1; i >= lo; --i)
+          if (const uint32_t mask = mask_at(i)) below.add(table[i], mask, tokens_at(i));
+        for (const int i : base_order)
+          if (i < lo)
+            if (const uint32_t mask = mask_at(i)) below.add(table[i], mask, tokens_at(i));
+      }
+      if (a.below_listed) {  // the heads ART's kernel must not wait for (0: not an ART list)
+        uint32_t listed = 0;
+        for (int k = 0; art && k < below.n; ++k) listed |= below.masks[k];
+        a.below_listed[list] = listed;
       }
     }
   }

@@ -247,11 +247,13 @@ class QuestPageRows final : public SelectionRows {
 // ART on the GPU runs the kernel's rule (cuda::art_decode_attention), which the CPU policy runs
 // with stop=group and test=probe (their defaults wherever the rule applies): both devices read
 // the keys through art_params and run one rule.
-ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art, const PolicyPart* base) {
-  const ArtParams a = art_params(policy, art, base, false);
+ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art, const PolicyPart* base,
+                        bool with_mac) {
+  const ArtParams a = art_params(policy, art, base, with_mac);
   SKIM_REQUIRE(a.group_stop && a.probe_test,
                "policy {}: art on the GPU stops a GQA group's heads together on the 32-element probe "
-               "(art:stop=group,test=probe, the defaults)", policy);
+               "(art:stop=group,test=probe{})", policy,
+               with_mac ? "; with mac write art:stop=group: its CPU default stops each head alone" : ", the defaults");
   SKIM_REQUIRE((base && base->name != "dense") || a.dense_order == ArtOrder::GroupBound,
                "policy {}: art over a dense base on the GPU reads in the group's order: art:order=group", policy);
   SKIM_REQUIRE(a.block == 64, "policy {}: art:block is 64 tokens (4 pages) on the GPU", policy);
@@ -288,9 +290,13 @@ class StageRows : public RowPlanner {
 // the rings' bytes on the device.
 class MacRows final : public StageRows {
  public:
+  // mac+art: the base is ART's planner (its lists in visiting order), whose rule this row runs
+  // over `below`, which mac_page_plan then lists in ART's order (art_order).
   MacRows(std::unique_ptr<RowPlanner> base, const MacParams& p)
       : StageRows(std::move(base)),
-        rule_{.active = 1, .window = p.window, .band = p.band, .tau = float(p.tau), .min_context = p.min_context} {}
+        rule_{.active = 1, .window = p.window, .band = p.band, .tau = float(p.tau), .min_context = p.min_context,
+              .art_order = base_->art_rule() ? 1 : 0} {}
+  const ArtRowRule* art_rule() const override { return base_->art_rule(); }
   void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
     Out o = out;
     o.listed_tokens = nullptr;  // the cut lists are counted instead (mac_page_plan)
@@ -340,10 +346,6 @@ std::unique_ptr<RowPlanner> make_row_planner(const std::string& policy, const Pl
     return std::make_unique<RetroRows>(make_selection_planner(policy, spec, shape), rule);
   }
   if (const PolicyPart* mac = spec.find("mac")) {
-    SKIM_REQUIRE(!spec.find("art"),
-                 "policy {}: mac with art runs on the CPU only so far (drop --device cuda; its GPU form, "
-                 "mac+art:stop=group, waits for the ART kernel's rule for a head without pages)",
-                 policy);
     const MacParams p = mac_params(*mac);
     SKIM_REQUIRE(p.window <= 4096, "policy {}: mac:window={} exceeds the GPU rings' 4096 entries", policy, p.window);
     return std::make_unique<MacRows>(make_selection_planner(policy, spec, shape), p);
@@ -358,7 +360,7 @@ std::unique_ptr<RowPlanner> make_selection_planner(const std::string& policy, co
     const PolicyPart* base = nullptr;
     for (const PolicyPart& part : spec.parts)
       if (find_policy_info(part.name)->stage == PolicyStage::Selector) base = &part;
-    const ArtRowRule rule = gpu_art_rule(policy, *art, base);
+    const ArtRowRule rule = gpu_art_rule(policy, *art, base, spec.find("mac") != nullptr);
     if (!base || base->name == "dense") {  // every page, in the group's bound order
       return std::make_unique<GroupPageRows>(shape, GroupBlockParams{.keep = 1.0, .n_min = 1, .n_local = 1}, 0,
                                              policy, rule);
@@ -409,6 +411,7 @@ DecodePlanner::DecodePlanner(const std::string& policy, const PlannerShape& shap
   check(cudaMemset(listed_.data(), 0, listed_.bytes()), "cudaMemset");
   const std::vector<ArtRowRule> none(kMaxPolicies, ArtRowRule{.active = 0});
   upload(rules_, none.data(), none.size());
+  upload(above_rules_, none.data(), none.size());
   const std::vector<MacRowRule> no_mac(kMaxPolicies, MacRowRule{.active = 0});
   upload(mac_rules_, no_mac.data(), no_mac.size());
   const std::vector<RetroRowRule> no_retro(kMaxPolicies, RetroRowRule{.active = 0});
@@ -462,6 +465,8 @@ int DecodePlanner::acquire(const std::string& policy, bool& moved) {
   reserve(*p, moved);
   const ArtRowRule rule = p->art_rule() ? *p->art_rule() : ArtRowRule{.active = 0};
   check(cudaMemcpy(rules_.data() + at, &rule, sizeof rule, cudaMemcpyHostToDevice), "cudaMemcpy (ART rule)");
+  const ArtRowRule above = p->mac_rule() ? ArtRowRule{.active = 0} : rule;
+  check(cudaMemcpy(above_rules_.data() + at, &above, sizeof above, cudaMemcpyHostToDevice), "cudaMemcpy (ART rule)");
   const MacRowRule mac = p->mac_rule() ? *p->mac_rule() : MacRowRule{.active = 0};
   check(cudaMemcpy(mac_rules_.data() + at, &mac, sizeof mac, cudaMemcpyHostToDevice), "cudaMemcpy (MAC rule)");
   const RetroRowRule retro = p->retro_rule() ? *p->retro_rule() : RetroRowRule{.active = 0};
@@ -579,9 +584,11 @@ DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32
       if (r->max_warps > 0) art_warps = art_warps ? std::min(art_warps, r->max_warps) : r->max_warps;
     }
   }
-  return {true, b.table.data(), b.lens.data(), std::min(in.max_seq_len, bound), out.masks,
-          art_round ? rules_.data() : nullptr, art_round, art_warps, mac ? mac_rules_.data() : nullptr, mac,
-          retro ? retro_rules_.data() : nullptr};
+  DevicePlan p{true, b.table.data(), b.lens.data(), std::min(in.max_seq_len, bound), out.masks,
+               art_round ? rules_.data() : nullptr, art_round, art_warps, mac ? mac_rules_.data() : nullptr, mac,
+               retro ? retro_rules_.data() : nullptr};
+  if (art_round && mac) p.art_rules_above = above_rules_.data();
+  return p;
 }
 
 int DecodePlanner::retro_entries() const {

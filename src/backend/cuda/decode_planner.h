@@ -72,6 +72,9 @@ struct DevicePlan {
   // forward puts them there), whose token plan the forward's CsState makes; the lists above
   // are the other rows' (unused when every row runs cs).
   bool cs = false;
+  // With art_rules and mac_rules: the rules for MAC's `above` lists, mac+art's inactive (ART
+  // stops in `below` only; `above` is read whole), the other policies' as art_rules.
+  const ArtRowRule* art_rules_above = nullptr;
 };
 
 struct PlannerShape {
@@ -127,9 +130,12 @@ class RowPlanner {
 
 // The rule ART runs on the GPU for a policy string's `art` part over its selector (`base`,
 // null: dense): the ART decode kernel's (stop=group, test=probe, blocks of 4 pages, rounds of
-// at most 32 blocks; over dense in the group's order). Refuses (skim::Error) what the kernel
-// cannot run. Host code only: no device needed.
-ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art, const PolicyPart* base);
+// at most 32 blocks; over dense in the group's order). with_mac: the policy composes MAC too,
+// whose ART stops per head by default on the CPU, so the GPU asks for art:stop=group in the
+// string rather than reading another default. Refuses (skim::Error) what the kernel cannot run.
+// Host code only: no device needed.
+ArtRowRule gpu_art_rule(const std::string& policy, const PolicyPart& art, const PolicyPart* base,
+                        bool with_mac = false);
 
 // The GPU forward's planner: the policies its sequences run, by index, and the plan buffers
 // they share.
@@ -210,6 +216,7 @@ class DecodePlanner {
   Buffers guess_[2];  // guess()'s (PlannerShape::guesses)
   DeviceBuffer<unsigned long long> listed_;  // tokens the unions listed, every step and layer
   DeviceBuffer<ArtRowRule> rules_;           // [kMaxPolicies] each index's ART rule (inactive: none)
+  DeviceBuffer<ArtRowRule> above_rules_;     // the same, MAC policies' inactive (DevicePlan::art_rules_above)
   DeviceBuffer<MacRowRule> mac_rules_;       // [kMaxPolicies] each index's MAC rule (inactive: none)
   DeviceBuffer<RetroRowRule> retro_rules_;   // [kMaxPolicies] each index's retro rule (inactive: none)
 };

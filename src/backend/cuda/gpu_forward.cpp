@@ -512,9 +512,11 @@ void GpuForward::read_through_cache(int l, int n, const DevicePlan& plan, PagedD
 
 // Some row runs ART: every row goes through its kernel, each by its policy's rule (a row
 // without art reads its whole list, as paged_decode_attention would).
-void GpuForward::run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t s) {
+void GpuForward::run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t s, const ArtRowRule* rules,
+                         const uint32_t* heads_listed) {
   ArtDecodeArgs art{.attn = a, .art = {}, .stats = art_stats_.data(),
-                    .row_policy = inputs_.data() + InputLayout(opt_.max_rows).policy, .rules = plan.art_rules};
+                    .row_policy = inputs_.data() + InputLayout(opt_.max_rows).policy,
+                    .rules = rules ? rules : plan.art_rules, .heads_listed = heads_listed};
   art.art.round_pages = plan.art_round_pages;
   art.art.max_warps = plan.art_max_warps;
   art.attn.workspace = art_workspace_.data();

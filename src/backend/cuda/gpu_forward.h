@@ -239,7 +239,9 @@ class GpuForward final : public Forward, private Backend {
                        std::span<const int32_t> policies, uint32_t dense, int steps = 1);
   void attend_cs(int layer, int n, const PagedDecodeArgs& base, cudaStream_t stream);
   void attend_pages(int layer, int n, const DevicePlan& plan, PagedDecodeArgs a, cudaStream_t stream);
-  void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream);
+  // rules: the rows' ART rules (null: plan.art_rules); heads_listed: ArtDecodeArgs::heads_listed.
+  void run_art(const PagedDecodeArgs& a, const DevicePlan& plan, cudaStream_t stream,
+               const ArtRowRule* rules = nullptr, const uint32_t* heads_listed = nullptr);
   // The o projection's bf16 input, for a layer's last attention kernel that writes every row's
   // output: attention() then skips its conversion of o_ (a launch a layer less).
   uint16_t* o16_from_attention() {

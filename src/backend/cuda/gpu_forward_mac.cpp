@@ -1,9 +1,11 @@
 // MAC-Attention in the GPU forward (attention/mac_decode_args.h; the CPU form is
 // attention/pipeline_mac.cpp): per layer of a decode step whose batch has MAC rows,
 //   match (mac_match) -> cut the base plan at each row's prefix end (mac_page_plan) ->
-//   paged decode attention over the `below` and `above` lists (ART's kernel for `above` when
-//   a row of the step runs ART) -> merge with the reused prefixes and push each row's new
-//   ring entry (mac_merge_push),
+//   paged decode attention over the `below` and `above` lists -> merge with the reused
+//   prefixes and push each row's new ring entry (mac_merge_push),
+// ART's kernel where a row of the step runs ART: mac+art rows (on the group rule) stop in
+// `below`, which mac_page_plan lists in ART's order, and read `above` whole; other policies'
+// ART rows pass through whole into `above`.
 // all inside the step's graph; rows of other policies pass through whole. A prefill chunk of a
 // MAC sequence fills its rings from the chunk's last rows.
 //
@@ -14,6 +16,7 @@
 // rings' advance fused into merge_push's last CTA: equal at 32K, +0.12 ms at 128K b1.
 #include "backend/cuda/gpu_forward.h"
 
+#include <bit>
 #include <cmath>
 
 #include "backend/cuda/gpu_inputs.h"
@@ -62,7 +65,9 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
                        .base_is_table = base_is_table,
                        .band_begin = x.band_begin, .below_table = x.below_table, .below_lens = x.below_lens,
                        .above_table = x.above_table, .above_lens = x.above_lens, .below_masks = x.below_masks,
-                       .above_masks = x.above_masks, .rows = PlanRows{row_policy, plan.mac_policies},
+                       .above_masks = x.above_masks,
+                       .below_listed = plan.art_rules ? x.below_listed : nullptr,
+                       .rows = PlanRows{row_policy, plan.mac_policies},
                        .listed_tokens = x.bytes, .num_pool_pages = cache_.shape().num_pages,
                        .index_ready = mac_index_made_, .workspace = x.plan_workspace,
                        .workspace_bytes = x.plan_workspace_bytes},
@@ -93,11 +98,17 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
     both.split_rows = n;
     check(paged_decode_attention(both, s), "paged_decode_attention (MAC, below and above the prefix end)");
   } else {
-    check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");
-    if (plan.art_rules)  // ART rows pass through whole into `above`, in their visiting order
-      run_art(above, plan, s);
+    // Some row runs ART. mac+art rows stop in `below` (listed in ART's order, its heads without
+    // a page there given) and read `above` whole; other ART rows pass through whole into
+    // `above`, in their visiting order; MAC rows without ART read both whole.
+    bool mac_art = false;  // a mac+art policy present (host: the planner's rules)
+    for (uint32_t m = plan.mac_policies; m; m &= m - 1)
+      mac_art |= planner_->art_rule(std::countr_zero(m)) != nullptr;
+    if (mac_art)
+      run_art(below, plan, s, plan.art_rules, x.below_listed);
     else
-      check(paged_decode_attention(above, s), "paged_decode_attention (MAC, above the prefix end)");
+      check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");
+    run_art(above, plan, s, plan.art_rules_above);
   }
 
   check(mac_merge_push({.merge = {.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim,

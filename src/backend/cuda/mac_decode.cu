@@ -117,7 +117,56 @@ __device__ void pass_through(const MacPagePlanArgs& a, int b, int kvh, size_t li
   if (lead) {  // its policy counts what it reads (listed_tokens counts MAC rows only)
     a.above_lens[list] = a.base_lens[base];
     a.below_lens[list] = 0;
+    if (a.below_listed) a.below_listed[list] = 0u;
   }
+}
+
+// mac+art's `below` in ART's order (mac_decode_args.h), after plan_kernel's walk listed `above`:
+// the pages [lo, split) that some hit head attends (lo: the earliest hit's band start), newest
+// first, a slot each by its position; then the base list's pages below lo (no hit head attends
+// them), in the base's order, compacted by a scan. Returns the pages listed; below_listed gets
+// the OR of their masks.
+template <class Scan>
+__device__ int plan_below_in_art_order(const MacPagePlanArgs& a, int b, size_t list, int m, int split,
+                                       const int* hit_page, const uint32_t* pos_mask, typename Scan::TempStorage& scan,
+                                       uint32_t* listed) {
+  const int t = threadIdx.x, group = a.group_size(), ps = a.page_size;
+  const int32_t* inv = static_cast<const int32_t*>(a.workspace);
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+  const size_t at = list * a.max_pages_per_seq, base = a.base_list(b, int(list % a.num_kv_heads));
+  int lo = split;
+  uint32_t misses = 0;
+  for (int g = 0; g < group; ++g) {
+    if (hit_page[g] >= 0) lo = min(lo, hit_page[g]);
+    else misses |= 1u << g;
+  }
+  uint32_t mine = 0;
+  for (int i = lo + t; i < split; i += kPlanThreads) {
+    uint32_t mask = 0;
+    for (int g = 0; g < group; ++g)
+      mask |= uint32_t(hit_page[g] >= 0 ? i >= hit_page[g] : a.base_is_table || (pos_mask[i] >> g & 1u) != 0u) << g;
+    a.below_table[at + (split - 1 - i)] = table[i];
+    a.below_masks[at + (split - 1 - i)] = mask;
+    mine |= mask;
+  }
+  int n = max(0, split - lo);
+  const int n_base = pages_of(a.base_lens[base], ps);
+  for (int j0 = 0; j0 < n_base; j0 += kPlanThreads) {
+    const int j = j0 + t;
+    const int i = j < n_base ? inv[a.base_table[base * a.max_pages_per_seq + j]] : m;
+    const uint32_t mask = i < lo && i < m ? (a.base_is_table ? ~0u : pos_mask[i]) & misses : 0u;
+    int pos, total;
+    Scan(scan).ExclusiveSum(mask ? 1 : 0, pos, total);
+    __syncthreads();
+    if (mask) {
+      a.below_table[at + n + pos] = table[i];
+      a.below_masks[at + n + pos] = mask;
+      mine |= mask;
+    }
+    n += total;
+  }
+  if (a.below_listed) atomicOr(listed, mine);
+  return n;
 }
 
 // One CTA per (KV head, row): the base list's masks by position, then every page's mask of
@@ -129,6 +178,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArg
   __shared__ typename Scan::TempStorage scan;
   __shared__ int hit_page[32];
   __shared__ int last_in;  // the list holding the row's last page: 0 none, 1 below, 2 above
+  __shared__ uint32_t below_listed;  // mac+art: the OR of below's masks
   const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x, group = a.group_size(), ps = a.page_size;
   const size_t list = size_t(b) * a.num_kv_heads + kvh;
   if (!a.rows.has(b)) {
@@ -148,7 +198,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArg
     const int begin = a.band_begin[size_t(b) * a.num_heads + kvh * group + t];
     hit_page[t] = begin < 0 ? -1 : begin / ps;
   }
-  if (t == 0) last_in = 0;
+  if (t == 0) last_in = 0, below_listed = 0u;
+  const bool art = a.art_order_of(b);  // `below` in ART's order, listed after the walk
   __syncthreads();
   if (!a.base_is_table)  // the base's masks by position (a table base: every page, every head)
     for (int j = t; j < n_base; j += kPlanThreads)
@@ -171,6 +222,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArg
         const bool attends = hit_page[g] >= 0 ? i >= hit_page[g] : a.base_is_table || (pos_mask[i] >> g & 1u) != 0u;
         mask[k] |= uint32_t(attends) << g;
       }
+      if (art && i < split) mask[k] = 0u;  // listed by plan_below_in_art_order
       if (mask[k]) (i < split ? nb : na) += 1;
     }
     // One scan for both lists: below's count in the low 16 bits (a chunk lists < 65536 pages).
@@ -192,12 +244,19 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const MacPagePlanArg
     above += total >> 16;
   }
   __syncthreads();
+  if (art) {
+    below = plan_below_in_art_order<Scan>(a, b, list, m, split, hit_page, pos_mask, scan, &below_listed);
+    if (t == 0 && m - 1 < split) last_in = 1;
+    __syncthreads();
+  }
   if (t == 0) {
+    if (a.below_listed) a.below_listed[list] = below_listed;  // 0 for a row not in ART's order
     const int short_by = m * ps - len;  // tokens the last page lacks
     const int bl = below * ps - (last_in == 1 ? short_by : 0), al = above * ps - (last_in == 2 ? short_by : 0);
     a.below_lens[list] = bl;
     a.above_lens[list] = al;
-    if (a.listed_tokens) atomicAdd(a.listed_tokens, (unsigned long long)(bl + al));
+    // mac+art's `below` is counted by ART's kernel, which reads part of it (its stats)
+    if (a.listed_tokens) atomicAdd(a.listed_tokens, (unsigned long long)(art ? al : bl + al));
   }
 }
 
@@ -354,6 +413,7 @@ cudaError_t mac_page_plan(const MacPagePlanArgs& a, cudaStream_t stream) {
       mac_page_plan_workspace_size(a) == 0 || a.workspace_bytes < mac_page_plan_workspace_size(a))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
+  if (a.base_is_table && a.art_order) return cudaErrorInvalidValue;  // ART's order needs a base list
   if (a.base_is_table) {  // a thread per page: no inverse map, no scan
     const unsigned chunks = unsigned((a.max_pages_per_seq + kPlanThreads - 1) / kPlanThreads);
     (void)launch_pdl(plan_table_kernel, dim3(a.num_kv_heads, a.batch, chunks), kPlanThreads, 0, stream, a);

@@ -29,7 +29,7 @@ void MacState::allocate(int slots, int capacity) {
   check(cudaDeviceSynchronize(), "MAC rings");  // done before the forward's stream uses them
   if (ints_.size() == 0) {  // the scratch depends on the shape only
     ints_.resize(2 * R * H + 2 * R * kvh * P + 2 * R * kvh + R);
-    masks_.resize(2 * R * kvh * P);
+    masks_.resize(2 * R * kvh * P + R * kvh);  // below's and above's masks, below_listed
     states_.resize(2 * R * H * d + 2 * R * H);
     MacPagePlanArgs a{.batch = s_.max_rows, .num_heads = s_.num_heads, .num_kv_heads = s_.num_kv_heads,
                       .max_pages_per_seq = s_.max_pages_per_seq, .num_pool_pages = s_.num_pool_pages};
@@ -122,6 +122,7 @@ MacState::Scratch MacState::scratch() {
   x.prefix_lens = x.above_lens + R * kvh;
   x.below_masks = masks_.data();
   x.above_masks = masks_.data() + R * kvh * P;
+  x.below_listed = masks_.data() + 2 * R * kvh * P;
   x.below_o = f;
   x.above_o = f + R * H * d;
   x.below_lse = f + 2 * R * H * d;

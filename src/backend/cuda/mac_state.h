@@ -48,6 +48,7 @@ class MacState {
   struct Scratch {
     int32_t *band_begin, *hit_entry, *below_table, *below_lens, *above_table, *above_lens, *prefix_lens;
     uint32_t *below_masks, *above_masks;
+    uint32_t* below_listed;  // mac+art: each below list's heads (MacPagePlanArgs::below_listed)
     float *below_o, *below_lse, *above_o, *above_lse;
     void* plan_workspace;
     size_t plan_workspace_bytes;

@@ -8,13 +8,17 @@
 #      H200 at 101d334 but for one flip of GpuTensorParallel's gbsa case (since allowed on 2 of
 #      48 steps), and the host KV tests (CudaPageCache*, GpuHostKv.*) with the prefetch on by
 #      default at c5ea026 on an H100 (bench/results/2026-11-27-s26-host-gather-ctas/).
-#   1b. Written 2026-11-27 (session 26) without a device, for mac+art on the GPU (docs/design.md,
-#      MAC): the ART kernel's rule for a head no page of a list attends (stable, as
+#   1b. Written 2026-11-27 (session 26) without a device: mac+art on the GPU (docs/design.md,
+#      MAC). The ART kernel's rule for a head no page of a list attends (stable, as
 #      cpu::art_decode_attention), applied where ArtDecodeArgs::heads_listed is given, in the
 #      masked kernels only (ptxas: D = 128 masked 16 -> 4 bytes of spills, unmasked unchanged at
-#      24). Run CudaArtDecodeAttention.* (AHeadWithoutPagesDoesNotHoldItsGroupsStop is new), and
-#      time quest+art (BENCH=attn) against the revision before (expected neutral: quest+art
-#      passes no heads_listed).
+#      24); mac_page_plan's art_order (`below` in ART's order, below_listed); MacRows forwarding
+#      ART's rule; `above` through DevicePlan::art_rules_above. Run
+#      TESTS='CudaArtDecodeAttention.*:CudaMacPagePlan.*:GpuEngine.*Mac*:GpuEngine.RefusesArt*:*GpuSparsePolicy*:GpuHostKv.*'
+#      then time quest+art (BENCH=attn) and MAC (BENCH=mac) against 3752bbc (expected neutral:
+#      neither passes art_order or heads_listed), and mac+art end to end once
+#      ('quest:budget=0.1,min=0,dense_layers=0+mac:min_context=0+art:stop=group,test=probe@hits=500'
+#      beside the same without art, 32K b1).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
@@ -35,8 +39,8 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (2026-11-27, session 26): item 1b: TESTS='CudaArtDecodeAttention.*:*Art*' with BENCH=attn against the
-# revision before it (3752bbc). A new change: carry the revision
+# Next (2026-11-27, session 26): item 1b's tests first, then its benchmarks against 3752bbc (carry it as
+# build-legacy/tree.tar.xz). A new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
 # affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
 # at times counts half its held time (not always), builds in about a minute, but runs tests and benchmarks one after

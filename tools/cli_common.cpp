@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "attention/policy_registry.h"
 #include "attention/policy_spec.h"
 #include "attention/selectors.h"
 #include "engine/field_checks.h"
@@ -117,8 +118,7 @@ std::string flag_of_field(const std::string& field) {
       {"threads", "--threads"},       {"device", "--device"},          {"max_tokens", "--max-tokens"},
       {"temperature", "--temperature"}, {"top_k", "--top-k"},         {"top_p", "--top-p"},
       {"seed", "--seed"},             {"logprobs", "--logprobs"},      {"stop", "--stop"},
-      {"tensor_parallel", "--tp"},    {"host_kv_slots", "--host-kv-slots"},
-      {"host_kv_prefetch", "--host-kv-prefetch"}};
+      {"tensor_parallel", "--tp"},    {"host_kv_slots", "--host-kv-slots"}};
   auto it = flags.find(field);
   return it != flags.end() ? it->second : field;
 }
@@ -139,17 +139,18 @@ std::string host_kv_dense_note(const EngineOptions& o) {
     return "";  // the engine names what is wrong
   }
   const char* tail = "; KV beyond GPU memory is read at PCIe speed (about 50 GB/s)";
-  bool selects = false;
+  const PolicyPart* selector = nullptr;  // the registry's selector stage (dense when none is named)
   for (const PolicyPart& p : spec.parts)
-    for (const char* selector : {"quest", "gbsa", "resa", "streaming", "cs"}) selects |= p.name == selector;
-  if (!selects)
+    if (find_policy_info(p.name)->stage == PolicyStage::Selector) selector = &p;
+  if (!selector || selector->name == "dense")
     return fmt::format("note: --policy {} attends every key, and with --host-kv-slots reads each over PCIe every "
                        "step{} (a page selector, e.g. quest or gbsa, reads only its pages)",
                        o.policy, tail);
-  if (const PolicyPart* quest = spec.find("quest"); quest && quest->integer("dense_layers", kQuestDenseLayers) > 0)
-    return fmt::format("note: quest's first {} layers (dense_layers) attend every key, and with --host-kv-slots read "
-                       "each over PCIe every step{} (quest:dense_layers=0 selects in every layer)",
-                       quest->integer("dense_layers", kQuestDenseLayers), tail);
+  const int dense_layers = selector->integer("dense_layers", selector->name == "quest" ? kQuestDenseLayers : 0);
+  if (dense_layers > 0)
+    return fmt::format("note: {}'s first {} layers (dense_layers) attend every key, and with --host-kv-slots read "
+                       "each over PCIe every step{} ({}:dense_layers=0 selects in every layer)",
+                       selector->name, dense_layers, tail, selector->name);
   return "";
 }
 

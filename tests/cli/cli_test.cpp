@@ -163,6 +163,8 @@ TEST(Cli, HostKvNotesTheLayersThatReadEveryKeyOverPcie) {
   EXPECT_NE(skim::cli::host_kv_dense_note(o).find("attends every key"), std::string::npos);
   o.policy = "quest:budget=0.05";  // its first 2 layers dense by default
   EXPECT_NE(skim::cli::host_kv_dense_note(o).find("quest's first 2 layers"), std::string::npos);
+  o.policy = "gbsa:keep=0.05,dense_layers=3";
+  EXPECT_NE(skim::cli::host_kv_dense_note(o).find("gbsa's first 3 layers"), std::string::npos);
   for (const char* quiet : {"quest:budget=0.05,dense_layers=0", "gbsa:keep=0.05", "streaming", "cs:keep=0.05",
                             "gbsa:keep=0.1+art:stop=group", "not-a-policy"})
     EXPECT_EQ(skim::cli::host_kv_dense_note((o.policy = quiet, o)), "") << quiet;

@@ -47,7 +47,8 @@ void base_masks_by_position(const MacPagePlanArgs& a, int b, int h, int m, uint3
 }
 
 // The base plan's mask of each of the row's pages, by position, for a base list in any order
-// (mac+art: ART's visiting plan), and each base entry's position in `order` (-1: not the row's).
+// (mac+art: ART's visiting plan), and each base entry's position in `order` (a page the row does
+// not hold is refused).
 void base_masks_any_order(const MacPagePlanArgs& a, int b, int h, int m, uint32_t* out, std::vector<int>& order) {
   const size_t list = a.base_list(b, h);
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;

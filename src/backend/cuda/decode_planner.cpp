@@ -551,10 +551,14 @@ DevicePlan DecodePlanner::plan_into(const PlanInput& in, Buffers& b, unsigned lo
 DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32_t select, bool masks, Buffers& b,
                                      unsigned long long* listed, cudaStream_t stream) {
   uint32_t mac = 0;  // present policies running MAC
-  bool retro = false;
+  bool retro = false, mac_art = false;
   for (uint32_t m = in.policies; m; m &= m - 1) {
-    if (slots_[size_t(std::countr_zero(m))].planner->mac_rule()) mac |= m & ~(m - 1);
-    retro |= slots_[size_t(std::countr_zero(m))].planner->retro_rule() != nullptr;
+    const RowPlanner& p = *slots_[size_t(std::countr_zero(m))].planner;
+    if (p.mac_rule()) {
+      mac |= m & ~(m - 1);
+      mac_art |= p.art_rule() != nullptr;
+    }
+    retro |= p.retro_rule() != nullptr;
   }
   if (select == 0) {
     DevicePlan p{false, in.page_table, in.seq_lens, in.max_seq_len};
@@ -587,7 +591,7 @@ DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32
   DevicePlan p{true, b.table.data(), b.lens.data(), std::min(in.max_seq_len, bound), out.masks,
                art_round ? rules_.data() : nullptr, art_round, art_warps, mac ? mac_rules_.data() : nullptr, mac,
                retro ? retro_rules_.data() : nullptr};
-  if (art_round && mac) p.art_rules_above = above_rules_.data();
+  if (art_round && mac) p.art_rules_above = above_rules_.data(), p.mac_art = mac_art;
   return p;
 }
 

@@ -75,6 +75,7 @@ struct DevicePlan {
   // With art_rules and mac_rules: the rules for MAC's `above` lists, mac+art's inactive (ART
   // stops in `below` only; `above` is read whole), the other policies' as art_rules.
   const ArtRowRule* art_rules_above = nullptr;
+  bool mac_art = false;  // a present policy runs mac+art: `below` in ART's order, stopped by ART
 };
 
 struct PlannerShape {

@@ -16,7 +16,6 @@
 // rings' advance fused into merge_push's last CTA: equal at 32K, +0.12 ms at 128K b1.
 #include "backend/cuda/gpu_forward.h"
 
-#include <bit>
 #include <cmath>
 
 #include "backend/cuda/gpu_inputs.h"
@@ -66,7 +65,7 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
                        .band_begin = x.band_begin, .below_table = x.below_table, .below_lens = x.below_lens,
                        .above_table = x.above_table, .above_lens = x.above_lens, .below_masks = x.below_masks,
                        .above_masks = x.above_masks,
-                       .below_listed = plan.art_rules ? x.below_listed : nullptr,
+                       .below_listed = plan.mac_art ? x.below_listed : nullptr,
                        .rows = PlanRows{row_policy, plan.mac_policies},
                        .listed_tokens = x.bytes, .num_pool_pages = cache_.shape().num_pages,
                        .index_ready = mac_index_made_, .workspace = x.plan_workspace,
@@ -101,10 +100,7 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
     // Some row runs ART. mac+art rows stop in `below` (listed in ART's order, its heads without
     // a page there given) and read `above` whole; other ART rows pass through whole into
     // `above`, in their visiting order; MAC rows without ART read both whole.
-    bool mac_art = false;  // a mac+art policy present (host: the planner's rules)
-    for (uint32_t m = plan.mac_policies; m; m &= m - 1)
-      mac_art |= planner_->art_rule(std::countr_zero(m)) != nullptr;
-    if (mac_art)
+    if (plan.mac_art)
       run_art(below, plan, s, plan.art_rules, x.below_listed);
     else
       check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");

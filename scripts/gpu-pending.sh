@@ -8,17 +8,6 @@
 #      H200 at 101d334 but for one flip of GpuTensorParallel's gbsa case (since allowed on 2 of
 #      48 steps), and the host KV tests (CudaPageCache*, GpuHostKv.*) with the prefetch on by
 #      default at c5ea026 on an H100 (bench/results/2026-11-27-s26-host-gather-ctas/).
-#   1b. Written 2026-11-27 (session 26) without a device: mac+art on the GPU (docs/design.md,
-#      MAC). The ART kernel's rule for a head no page of a list attends (stable, as
-#      cpu::art_decode_attention), applied where ArtDecodeArgs::heads_listed is given, in the
-#      masked kernels only (ptxas: D = 128 masked 16 -> 4 bytes of spills, unmasked unchanged at
-#      24); mac_page_plan's art_order (`below` in ART's order, below_listed); MacRows forwarding
-#      ART's rule; `above` through DevicePlan::art_rules_above. Run
-#      TESTS='CudaArtDecodeAttention.*:CudaMacPagePlan.*:GpuEngine.*Mac*:GpuEngine.RefusesArt*:*GpuSparsePolicy*:GpuHostKv.*'
-#      then time quest+art (BENCH=attn) and MAC (BENCH=mac) against 3752bbc (expected neutral:
-#      neither passes art_order or heads_listed), and mac+art end to end once
-#      ('quest:budget=0.1,min=0,dense_layers=0+mac:min_context=0+art:stop=group,test=probe@hits=500'
-#      beside the same without art, 32K b1).
 #   2. (BENCH=mixed) a batch of 8 mixing cs, dense and quest against each alone, 32K
 #      (e2e-mixed.json; 2026-11-27 H200 before split_rows: the mix 15.49 ms against dense's 14.97).
 #   3. (BENCH=art) ART over dense end to end, natural and forced stops (e2e-art.json).
@@ -39,8 +28,7 @@
 # 4 x H100 PARTS=tests,bench BENCH=gemv BENCH2=mixed TEST_SHARDS=2 took 341 s with both builds.
 # The working tree is near the 64 MiB limit: carry the previous revision as build-legacy/tree.tar.xz
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
-# Next (2026-11-27, session 26): item 1b's tests first, then its benchmarks against 3752bbc (carry it as
-# build-legacy/tree.tar.xz). A new change: carry the revision
+# Next: a new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
 # affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
 # at times counts half its held time (not always), builds in about a minute, but runs tests and benchmarks one after
@@ -139,7 +127,8 @@ ncu_pid=$!
 # by device cache size), hostkvauto (every selector and MAC, ART, Retro at 512K over host KV, auto slots),
 # hostkvprefetch (quest and gbsa at 5%, 512K over host KV, with and without --host-kv-prefetch),
 # hostgather (the host-to-device gather's bandwidth by kernel form, against the copy engines),
-# retro (Retro w = 2, 4, 8 against quest at b1 and b8 32K, both revisions).
+# retro (Retro w = 2, 4, 8 against quest at b1 and b8 32K, both revisions), macart (MAC over quest
+# with and without ART, forced hits, 32K), artround (ART's verdict cost by round size, both revisions).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -299,6 +288,30 @@ bench_groups() {  # GROUPS GPU
         [ -x $bin/skim ] || continue
         echo "-- mac, $bin"
         timeout 200 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --mac --sparse-keep 0 \
+          --contexts 32768 --batches 1,8 | grep -E "8B|rror"
+      done
+    fi
+    if bench_has macart; then
+      # mac+art end to end (issue 17, the GPU since 2026-11-27): MAC over quest 10% at forced 50%
+      # hits, with ART over both lists (art:stop=group) and without, 32K b1 and b8.
+      echo "-- mac+art"
+      macq='quest:budget=0.1,min=0,dense_layers=0+mac:min_context=0'
+      timeout 200 build-gpu/skim bench --e2e-only --no-prefill --8b-only --steps 16 --e2e-policy dense \
+        'quest:budget=0.1,min=0,dense_layers=0' 'quest:budget=0.1,min=0,dense_layers=0+art:stop=group,test=probe' \
+        "$macq@hits=500" "$macq+art:stop=group,test=probe@hits=500" \
+        "$macq@hits=900" "$macq+art:stop=group,test=probe@hits=900" --contexts 32768 --batches 1,8 | grep -E "8B|rror"
+    fi
+    if bench_has artround; then
+      # ART's verdict cost by round size (blocks of 64 tokens a test), over quest 0.1 and over
+      # dense, 32K b1 and b8, this revision against the previous one: on random K/V nothing stops,
+      # so this is what the verdicts cost (H100 2026-11-27 before merge_heads: dense+art at rounds
+      # of one block 84.2 ms a token at b1 against dense's 7.2, 11.9 at rounds of 32).
+      Q='quest:budget=0.1,min=0,dense_layers=0'; A='art:stop=group,test=probe'; D='art:order=group,stop=group,test=probe'
+      for bin in build-gpu build-gpu-legacy build-gpu; do
+        [ -x $bin/skim ] || continue
+        echo "-- art rounds, $bin"
+        timeout 250 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --no-dense-fallback --e2e-policy dense "$Q" \
+          "$Q+$A" "$Q+$A,round=4" "$Q+$A,round=8" "$Q+$A,round=32" "$D" "$D,round=4" "$D,round=8" "$D,round=32" \
           --contexts 32768 --batches 1,8 | grep -E "8B|rror"
       done
     fi

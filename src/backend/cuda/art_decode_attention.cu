@@ -14,13 +14,14 @@
 //    `patience` times in a row. A head no page of the list attends counts stable, as in the
 //    reference, where the plan gives ArtDecodeArgs::heads_listed (the kernel does not scan the
 //    masks; mac+art's `below` lists have such heads): every warp of the list writes the list's
-//    unlisted heads into its ints first. The test sits in the masked kernels only, and costs
-//    them no spills under ptxas (D = 128: 4 bytes against 16 before; the unmasked ones stay at
-//    24: a form in both took them to 40-64), 2026-11-27. Round states, prefix checkpoints and
+//    unlisted heads into its ints first. The test sits in the masked kernels only. Round states, prefix checkpoints and
 //    verdicts are merges in a
 //    fixed order, computed by whichever warp first needs them (one warp claims each verdict;
 //    one block per round tries a verdict a wave back as it ends), so every run reads the same
-//    pages whatever the timing.
+//    pages whatever the timing. A merge takes four heads at once (merge_heads: one L2 round trip
+//    for up to 8 items; the heads one by one made the verdicts a serial chain of round trips that
+//    cost ART over dense 12x dense's step at rounds of one block, H100 2026-11-27); ptxas: no
+//    spills in any variant (before: 4 to 24 bytes).
 //  * The gate (WarpGate). Before its first page of a block in round r > lag, a warp needs the
 //    verdicts up to round r - lag - 1 and stops if one of them stopped the list. The lag is at
 //    least the distance between a warp's consecutive blocks in rounds, so a warp never waits on
@@ -43,8 +44,10 @@ constexpr int kWarps = 8, kStages = 2;
 // A probe state per head: probe[32] (unnormalised), m, l, two floats of padding so that each
 // state starts 16-byte aligned (the merges read the probe as float4).
 constexpr int kStateFloats = kArtProbe + 4;
-constexpr int kMaxMergeItems = 32;  // states one merge takes: a round's blocks (<= 32), or a prefix (<= 9)
-constexpr int kCheckpointRounds = 8;         // rounds between the prefix checkpoints
+constexpr int kMaxMergeItems = 32;  // states one merge takes: a round's blocks (<= 32), or a prefix (<= 8)
+// Rounds between the prefix checkpoints: a prefix merges a checkpoint and at most 7 rounds, one
+// batch of 8 items (merge_heads).
+constexpr int kCheckpointRounds = 7;
 // Rounds of lag beyond the least the kernel needs (art_decode_lag): time for the verdicts.
 constexpr int kLagSlack = 2;
 
@@ -83,29 +86,17 @@ __device__ __forceinline__ void st_release(int* p, int v) {
 // Orders this thread's writes before a flag another CTA reads (with __syncwarp, the warp's).
 __device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 __device__ __forceinline__ float4 fma4(float4 a, float w, float4 acc) {
   return make_float4(fmaf(a.x, w, acc.x), fmaf(a.y, w, acc.y), fmaf(a.z, w, acc.z), fmaf(a.w, w, acc.w));
 }
-__device__ __forceinline__ float4 add_xor4(float4 a, int o) {
-  return make_float4(a.x + __shfl_xor_sync(0xffffffffu, a.x, o), a.y + __shfl_xor_sync(0xffffffffu, a.y, o),
-                     a.z + __shfl_xor_sync(0xffffffffu, a.z, o), a.w + __shfl_xor_sync(0xffffffffu, a.w, o));
-}
 __device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
-// A head's probe state as the warp holds it after a merge: lane l has probe elements
-// 4 (l % 8) .. + 3 (replicated over l / 8), and every lane m and l.
+// The heads one merge pass holds: lane l has probe elements 4 (l % 8) .. + 3 of head
+// g0 + l / 8, so a pass merges four heads' states with one round of loads.
+constexpr int kPassHeads = 4;
+
+// A head's probe state as the warp holds it after a merge pass: lane l has head g0 + l / 8's
+// probe elements 4 (l % 8) .. + 3, and its m and l (every lane of the head).
 struct HeadState {
   float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float m = -INFINITY, l = 0.0f;
@@ -121,47 +112,84 @@ __device__ __forceinline__ float chunk_sum(float v) {  // over the 8 lanes holdi
   v += __shfl_xor_sync(0xffffffffu, v, 2);
   return v + __shfl_xor_sync(0xffffffffu, v, 4);
 }
+__device__ __forceinline__ float chunk_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+}
 
-// Merges the states at(0) .. at(n - 1) (n <= 32) of one head: the max of their m, then the
-// weighted sums, lane i summing items i % 4, i % 4 + 4, ... and a fixed shuffle tree the rest,
-// so the same states in the same order give the same bits, whoever merges them: that keeps the
-// verdicts, and so the pages read, reproducible. Every load is issued before any is used (one
-// L2 round trip). `prev` gets the merge of items 0 .. n - 2.
+// Merges the states at(0, g) .. at(n - 1, g) (n <= kMaxMergeItems) of the heads g0 .. g0 + 3
+// (those below rows) at once: lane l loads m and l of items l % 8, + 8, + 16, + 24 of its head
+// and its probe chunk of every item, in batches of 8 items (one L2 round trip for a prefix or
+// a round of at most 8 blocks; the heads one after another took a round trip each). The sums
+// run in a fixed order, so the same states give the same bits, whoever merges them: that keeps
+// the verdicts, and so the pages read, reproducible. `prev` gets the merge of items 0 .. n - 2.
 template <class At>
-__device__ __forceinline__ void merge_head(At at, int n, int lane, HeadState& all, HeadState* prev = nullptr) {
-  const int q = lane >> 3, c = lane & 7;
-  const float mi = lane < n ? __ldcg(at(lane) + kArtProbe) : -INFINITY;
-  const float li = lane < n ? __ldcg(at(lane) + kArtProbe + 1) : 0.0f;
-  float4 xs[kMaxMergeItems / 4];
+__device__ __forceinline__ void merge_heads(At at, int n, int g0, int rows, int lane, HeadState& all,
+                                            HeadState* prev = nullptr) {
+  const int g = g0 + (lane >> 3), c = lane & 7, head_lanes = lane & ~7;
+  const bool live = g < rows;
+  float mi[kMaxMergeItems / 8], li[kMaxMergeItems / 8];
+  float4 xs[8];
 #pragma unroll
-  for (int t = 0; t < kMaxMergeItems / 4; ++t) {
-    const int i = q + 4 * t;
-    xs[t] = i < n ? __ldcg(reinterpret_cast<const float4*>(at(i)) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int t = 0; t < kMaxMergeItems / 8; ++t) {
+    const int i = c + 8 * t;
+    mi[t] = live && i < n ? __ldcg(at(i, g) + kArtProbe) : -INFINITY;
+    li[t] = live && i < n ? __ldcg(at(i, g) + kArtProbe + 1) : 0.0f;
   }
-  const bool in_prev = lane + 1 < n;
-  const float m_all = warp_max(mi), m_prev = warp_max(in_prev ? mi : -INFINITY);
-  const float wa = mi == -INFINITY ? 0.0f : exp2f(mi - m_all);
-  const float wp = !in_prev || mi == -INFINITY ? 0.0f : exp2f(mi - m_prev);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    xs[i] = live && i < n ? __ldcg(reinterpret_cast<const float4*>(at(i, g)) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float m_all = -INFINITY, m_prev = -INFINITY;
+#pragma unroll
+  for (int t = 0; t < kMaxMergeItems / 8; ++t) {
+    m_all = fmaxf(m_all, mi[t]);
+    if (c + 8 * t + 1 < n) m_prev = fmaxf(m_prev, mi[t]);
+  }
+  m_all = chunk_max(m_all);
+  m_prev = chunk_max(m_prev);
+  float wa[kMaxMergeItems / 8], wp[kMaxMergeItems / 8], la = 0.0f, lp = 0.0f;
+#pragma unroll
+  for (int t = 0; t < kMaxMergeItems / 8; ++t) {
+    wa[t] = mi[t] == -INFINITY ? 0.0f : exp2f(mi[t] - m_all);
+    wp[t] = c + 8 * t + 1 >= n || mi[t] == -INFINITY ? 0.0f : exp2f(mi[t] - m_prev);
+    la += li[t] * wa[t];
+    lp += li[t] * wp[t];
+  }
   float4 xa = make_float4(0.0f, 0.0f, 0.0f, 0.0f), xp = xa;
 #pragma unroll
-  for (int t = 0; t < kMaxMergeItems / 4; ++t) {
-    const int i = q + 4 * t;  // < 32
-    xa = fma4(xs[t], __shfl_sync(0xffffffffu, wa, i), xa);
-    xp = fma4(xs[t], __shfl_sync(0xffffffffu, wp, i), xp);
+  for (int t = 0; t < kMaxMergeItems / 8; ++t) {
+    if (8 * t >= n) break;  // n is the warp's: every lane leaves together
+    if (t > 0) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        xs[i] = live && 8 * t + i < n ? __ldcg(reinterpret_cast<const float4*>(at(8 * t + i, g)) + c)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      xa = fma4(xs[i], __shfl_sync(0xffffffffu, wa[t], head_lanes | i), xa);
+      xp = fma4(xs[i], __shfl_sync(0xffffffffu, wp[t], head_lanes | i), xp);
+    }
   }
-  all.x = add_xor4(add_xor4(xa, 8), 16);
+  all.x = xa;
   all.m = m_all;
-  all.l = warp_sum(li * wa);
+  all.l = chunk_sum(la);
   if (prev) {
-    prev->x = add_xor4(add_xor4(xp, 8), 16);
+    prev->x = xp;
     prev->m = m_prev;
-    prev->l = warp_sum(li * wp);
+    prev->l = chunk_sum(lp);
   }
 }
 
-__device__ __forceinline__ void store_state(float* st, const HeadState& s, int lane) {
-  if (lane < 8) reinterpret_cast<float4*>(st)[lane] = s.x;
-  if (lane == 0) {
+// Stores a merge pass's states: at(g) for the pass's heads below rows.
+template <class At>
+__device__ __forceinline__ void store_heads(At at, const HeadState& s, int g0, int rows, int lane) {
+  const int g = g0 + (lane >> 3), c = lane & 7;
+  if (g >= rows) return;
+  float* st = at(g);
+  reinterpret_cast<float4*>(st)[c] = s.x;
+  if (c == 0) {
     st[kArtProbe] = s.m;
     st[kArtProbe + 1] = s.l;
   }
@@ -186,8 +214,9 @@ __device__ __forceinline__ void wait_count(const int* counter, int n) {
 // their gates, i.e. the ones ahead.
 //
 // The verdict on round r compares the prefix states after rounds r and r - 1. The prefix after
-// round r is defined as one merge of the checkpoint C_k (k = r / 8, the prefix before round 8k)
-// and the round states 8k .. r; C_k is the same merge over C_k-1 and its eight rounds. Prefixes
+// round r is defined as one merge of the checkpoint C_k (k = r / R, R = kCheckpointRounds: the
+// prefix before round kR) and the round states kR .. r; C_k is the same merge over C_k-1 and
+// its R rounds. Prefixes
 // are never chained round by round (one L2 round trip per round would cap the kernel's speed).
 // MASKED: the list's pages carry per-head masks, so a head may have no page in it (unlisted_heads).
 template <bool MASKED>
@@ -238,10 +267,11 @@ struct ListState {
     __syncwarp();
     fence_gpu();
     const int b0 = r * round_blocks;
-    for (int g = 0; g < rows; ++g) {
+    for (int g0 = 0; g0 < rows; g0 += kPassHeads) {
       HeadState s;
-      merge_head([&](int i) -> const float* { return block(b0 + i, g); }, blocks_in_round(r), lane, s);
-      store_state(round(r, g), s, lane);
+      merge_heads([&](int i, int g) -> const float* { return block(b0 + i, g); }, blocks_in_round(r), g0, rows,
+                  lane, s);
+      store_heads([&](int g) { return round(r, g); }, s, g0, rows, lane);
     }
     publish(has_round() + r, 1, lane);
   }
@@ -253,13 +283,15 @@ struct ListState {
       ensure_round(first + __ffs(missing) - 1, lane);
   }
 
-  // Merges C_k (none for k = 0) with round states [k * 8, k * 8 + count) of head g.
-  __device__ __forceinline__ void merge_prefix(int k, int count, int g, int lane, HeadState& all, HeadState* prev) const {
+  // Merges C_k (none for k = 0) with round states [k R, k R + count) (R = kCheckpointRounds)
+  // of the pass's heads g0 ..
+  __device__ __forceinline__ void merge_prefix(int k, int count, int g0, int lane, HeadState& all,
+                                               HeadState* prev) const {
     const int first = k * kCheckpointRounds, skip = k == 0 ? 1 : 0;
-    merge_head([&](int i) -> const float* {
-                 return i + skip == 0 ? checkpoint(k, g) : round(first + i + skip - 1, g);
-               },
-               count + 1 - skip, lane, all, prev);
+    merge_heads([&](int i, int g) -> const float* {
+                  return i + skip == 0 ? checkpoint(k, g) : round(first + i + skip - 1, g);
+                },
+                count + 1 - skip, g0, rows, lane, all, prev);
   }
 
   // Checkpoint C_k (k >= 1), from the newest one out before it.
@@ -267,15 +299,20 @@ struct ListState {
     if (ld_acquire(has_checkpoint() + k)) return;
     int j = k - 1;
     while (j > 0 && !ld_acquire(has_checkpoint() + j)) --j;
-    for (int i = j + 1; i <= k; ++i) {  // C_i from C_{i-1} and rounds 8(i-1) .. 8i - 1
+    for (int i = j + 1; i <= k; ++i) {
       ensure_rounds((i - 1) * kCheckpointRounds, kCheckpointRounds, lane);
-      for (int g = 0; g < rows; ++g) {
-        HeadState s;
-        merge_prefix(i - 1, kCheckpointRounds, g, lane, s, nullptr);
-        store_state(checkpoint(i, g), s, lane);
-      }
-      publish(has_checkpoint() + i, 1, lane);
+      build_checkpoint(i, lane);
     }
+  }
+
+  // C_i (i >= 1) from C_i-1 and rounds R (i - 1) .. R i - 1, all of them in.
+  __device__ __forceinline__ void build_checkpoint(int i, int lane) const {
+    for (int g0 = 0; g0 < rows; g0 += kPassHeads) {
+      HeadState s;
+      merge_prefix(i - 1, kCheckpointRounds, g0, lane, s, nullptr);
+      store_heads([&](int g) { return checkpoint(i, g); }, s, g0, rows, lane);
+    }
+    publish(has_checkpoint() + i, 1, lane);
   }
 
   // Round r's verdict (r < n_rounds - 1, a round that is read): 2 stable, 1 not. One warp
@@ -308,16 +345,19 @@ struct ListState {
     // such heads; the test stays out of the unmasked kernels (it cost them 16 bytes of spills).
     const unsigned unlisted = MASKED ? unsigned(ld_relaxed(unlisted_heads())) : 0u;
     bool all = true;
-    for (int g = 0; g < rows; ++g) {
+    for (int g0 = 0; g0 < rows; g0 += kPassHeads) {
       HeadState cur, prev;
-      merge_prefix(k, in_k + 1, g, lane, cur, &prev);
+      merge_prefix(k, in_k + 1, g0, lane, cur, &prev);
+      const int g = g0 + (lane >> 3);
       const float4 c = cur.normalised(), q = prev.normalised();
       const float norm = sqrtf(chunk_sum(dot4(c, c))), prev_norm = sqrtf(chunk_sum(dot4(q, q)));
       const float dot = chunk_sum(dot4(q, c));
-      all = all && (((unlisted >> g) & 1u) != 0u ||
-                    (prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < eps_scale &&
-                     1.0f - dot / (norm * prev_norm) < eps_dir));
-      if (in_k == kCheckpointRounds - 1) store_state(checkpoint(k + 1, g), cur, lane);  // C_k+1 = this prefix
+      const bool stable = g >= rows || ((unlisted >> g) & 1u) != 0u ||
+                          (prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < eps_scale &&
+                           1.0f - dot / (norm * prev_norm) < eps_dir);
+      all = __all_sync(0xffffffffu, stable) && all;
+      if (in_k == kCheckpointRounds - 1)  // C_k+1 = this prefix
+        store_heads([&](int h) { return checkpoint(k + 1, h); }, cur, g0, rows, lane);
     }
     if (in_k == kCheckpointRounds - 1) publish(has_checkpoint() + k + 1, 1, lane);
     const int v = all ? 2 : 1;

@@ -301,6 +301,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_table_kernel(const MacPageP
     const int al = above * ps - (last_listed && m - 1 >= split ? short_by : 0);
     a.below_lens[list] = bl;
     a.above_lens[list] = al;
+    if (a.below_listed) a.below_listed[list] = 0u;  // a table base is never in ART's order
     if (a.listed_tokens) atomicAdd(a.listed_tokens, (unsigned long long)(bl + al));
   }
 }

@@ -3,7 +3,6 @@
 
 #include <cuda_bf16.h>
 
-#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <algorithm>
 #include <cstdint>
@@ -11,6 +10,7 @@
 
 #include "backend/cuda/page_select_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/segment_sort.cuh"
 
 namespace skim::cuda {
 
@@ -19,7 +19,7 @@ namespace {
 using namespace page_select;
 
 // The workspace: the page keys; with by_score also the kept pages' keys and the sort's output
-// (both [lists][max_pages_per_seq]), the lists' segments [begin, end) and CUB's scratch.
+// (both [lists][max_pages_per_seq]), the lists' segments [begin, end) and the sort's scratch (segment_sort.cuh).
 struct Layout {
   size_t slots, sort_keys, sorted_keys, sorted_pages, begin, end, scratch, scratch_bytes, bytes;
 };
@@ -38,10 +38,7 @@ Layout layout_of(const GroupPageSelectArgs& a) {
   l.scratch = l.end + align256(lists * 4);
   l.bytes = a.by_score ? l.scratch : l.slots * 4;
   if (a.by_score && lists > 0) {
-    cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, l.scratch_bytes, static_cast<const uint32_t*>(nullptr),
-                                                       static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                                       static_cast<int32_t*>(nullptr), int(l.slots), int(lists),
-                                                       static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+    l.scratch_bytes = segment_sort_scratch_bytes(int(l.slots), int(lists), a.max_pages_per_seq);
     l.bytes = l.scratch + align256(l.scratch_bytes);
   }
   return l;
@@ -171,14 +168,15 @@ cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream)
     (void)launch_pdl(select_kernel<false>, grid, kThreads, 0, stream, a, so);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !a.by_score) return err;
-  // Each list's kept pages by descending key; the radix sort is stable, so equal keys (the forced
+  // Each list's kept pages by descending key; the sort is stable, so equal keys (the forced
   // pages, ties) stay in position order, as on the CPU.
   const int lists = a.batch * a.num_kv_heads;
-  size_t scratch_bytes = l.scratch_bytes;
   int32_t* sorted = reinterpret_cast<int32_t*>(ws + l.sorted_pages);
-  err = cub::DeviceSegmentedRadixSort::SortPairsDescending(
-      ws + l.scratch, scratch_bytes, so.keys, reinterpret_cast<uint32_t*>(ws + l.sorted_keys), a.out_table, sorted,
-      int(l.slots), lists, so.begin, so.end, 0, 32, stream);
+  err = segment_sort_desc({.lists = lists, .total = int(l.slots), .max_items = a.max_pages_per_seq, .keys = so.keys,
+                           .sorted_keys = reinterpret_cast<uint32_t*>(ws + l.sorted_keys), .values = a.out_table,
+                           .sorted_values = sorted, .begin = so.begin, .end = so.end, .scratch = ws + l.scratch,
+                           .scratch_bytes = l.scratch_bytes},
+                          stream);
   if (err != cudaSuccess) return err;
   (void)launch_pdl(copy_sorted_kernel, lists, 256, 0, stream, a, sorted, so.begin, so.end);
   return cudaGetLastError();

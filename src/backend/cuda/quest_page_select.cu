@@ -2,13 +2,13 @@
 #include "backend/cuda/quest_page_select.cuh"
 
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/page_select_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/segment_sort.cuh"
 #include "backend/cuda/workspace_carver.h"
 
 namespace skim::cuda {
@@ -19,8 +19,8 @@ using namespace page_select;
 
 // Workspace: keys [batch][num_heads][max_pages_per_seq], then flags of the same shape; with
 // by_score then the union before its sort (pages, masks), each listed page's sort key and
-// slot, their sorted copies ([lists][max_pages_per_seq] each), the lists' segments and CUB's
-// scratch.
+// slot, their sorted copies ([lists][max_pages_per_seq] each), the lists' segments and the
+// sort's scratch (segment_sort.cuh).
 struct ByScore {
   int32_t* pages = nullptr;
   uint32_t* masks = nullptr;
@@ -44,10 +44,7 @@ ByScore by_score_layout(const QuestPageSelectArgs& a, char* base, size_t* bytes)
   x.sorted_slots = carve.take<int32_t>(slots);
   x.begin = carve.take<int>(lists);
   x.end = carve.take<int>(lists);
-  cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, x.scratch_bytes, static_cast<const uint32_t*>(nullptr),
-                                                     static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                                     static_cast<int32_t*>(nullptr), int(slots), int(lists),
-                                                     static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+  x.scratch_bytes = segment_sort_scratch_bytes(int(slots), int(lists), a.max_pages_per_seq);
   x.scratch = carve.take<char>(x.scratch_bytes);
   if (bytes) *bytes = carve.bytes();
   return x;
@@ -275,12 +272,13 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);
   (void)launch_pdl(union_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, bs);
   if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score) return e;
-  // Descending key; the radix sort is stable, so ties stay in position order, as on the CPU.
+  // Descending key; the sort is stable, so ties stay in position order, as on the CPU.
   const int lists = a.batch * a.num_kv_heads;
-  size_t scratch = bs.scratch_bytes;
-  e = cub::DeviceSegmentedRadixSort::SortPairsDescending(bs.scratch, scratch, bs.keys, bs.sorted_keys, bs.slots,
-                                                         bs.sorted_slots, lists * a.max_pages_per_seq, lists, bs.begin,
-                                                         bs.end, 0, 32, stream);
+  e = segment_sort_desc({.lists = lists, .total = lists * a.max_pages_per_seq, .max_items = a.max_pages_per_seq,
+                         .keys = bs.keys, .sorted_keys = bs.sorted_keys, .values = bs.slots,
+                         .sorted_values = bs.sorted_slots, .begin = bs.begin, .end = bs.end, .scratch = bs.scratch,
+                         .scratch_bytes = bs.scratch_bytes},
+                        stream);
   if (e != cudaSuccess) return e;
   (void)launch_pdl(permute_kernel, lists, 256, 0, stream, a, bs);
   return cudaGetLastError();

@@ -152,6 +152,8 @@ ArtParams art_params(const std::string& text, const PolicyPart& p, const PolicyP
                             : selector->name == "gbsa" || selector->name == "resa" ||
                                   selector->name == "streaming" || selector->name == "quest";
   a.group_stop = p.text("stop", shared && !with_mac ? "group" : "head") == "group";
+  if (a.group_stop && !p.has("round")) a.round = kArtGroupRound;  // method_defaults.h says why
+  if (a.group_stop && !p.has("patience")) a.patience = kArtGroupPatience;
   a.probe_test = p.text("test", "probe") == "probe";
   SKIM_REQUIRE(!a.group_stop || shared,
                "policy '{}': art:stop=group needs one order per GQA group: art:order=group over a dense base, or "
@@ -166,13 +168,15 @@ PolicyInfo art_policy_info() {
           .stage = PolicyStage::Traversal,
           .keys = {number_key("eps_scale", a.eps_scale, 0, kNoUpperBound, "stable: relative change of the running output's norm below this"),
                    number_key("eps_dir", a.eps_dir, 0, 2, "... and 1 - cos of the running outputs before and after the block below this"),
-                   integer_key("patience", a.patience, 1, kNoUpperBound, "stop after this many consecutive stable blocks"),
+                   integer_key("patience", a.patience, 1, kNoUpperBound,
+                               "stop after this many consecutive stable tests (stop=group: 2 by default)"),
                    choice_key("order", "group", {"recent", "bound", "group"},
                               "block order for a dense base: recent first, by each head's page bound, or by its "
                               "GQA group's (one order per KV head, as a GPU kernel reads pages)"),
                    integer_key("block", a.block, 1, 1 << 20, "tokens per block"),
                    integer_key("round", a.round, 1, 1 << 16,
-                               "blocks per stability test (patience counts tests): a GPU kernel's round"),
+                               "blocks per stability test (patience counts tests): a GPU kernel's round (stop=group: "
+                               "8 by default, each test a verdict the kernel waits on)"),
                    choice_key("stop", "group", {"head", "group"},
                               "group: the heads of a GQA group that share an order stop together, once all are "
                               "stable (the GPU kernel's rule; the default where they share one: a dense base in "

@@ -38,7 +38,8 @@ struct ArtParams {
   // Blocks per stability test: the state is tested after every `round` blocks against the
   // state of the previous test, and `patience` counts consecutive stable tests. 1 is the
   // paper's test per block; a GPU kernel spreads a round's blocks over its CTAs and tests
-  // between rounds (DESIGN.md section 9), which this reproduces.
+  // between rounds (DESIGN.md section 9), which this reproduces. art_params makes the group
+  // rule's defaults kArtGroupRound and kArtGroupPatience (method_defaults.h).
   int round = 1;
   // The GPU kernel's rule (cuda::art_decode_attention; attention/art_decode_args.h): the heads
   // of a GQA group that share one order stop together, once every one of them has been stable

@@ -46,17 +46,24 @@ void base_masks_by_position(const MacPagePlanArgs& a, int b, int h, int m, uint3
   if (j != n) throw std::invalid_argument("mac_page_plan: a base list is not its row's pages in position order");
 }
 
+// The row's m pages as (page id, position), sorted by id: what base_masks_any_order looks a
+// base entry up in (made once per row, for all its KV heads).
+void positions_by_id(const MacPagePlanArgs& a, int b, int m, std::vector<std::pair<int32_t, int>>& position) {
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+  position.resize(size_t(m));
+  for (int i = 0; i < m; ++i) position[size_t(i)] = {table[i], i};
+  std::sort(position.begin(), position.end());
+}
+
 // The base plan's mask of each of the row's pages, by position, for a base list in any order
 // (mac+art: ART's visiting plan), and each base entry's position in `order` (a page the row does
-// not hold is refused).
-void base_masks_any_order(const MacPagePlanArgs& a, int b, int h, int m, uint32_t* out, std::vector<int>& order) {
+// not hold is refused). position: positions_by_id's.
+void base_masks_any_order(const MacPagePlanArgs& a, int b, int h, int m,
+                          const std::vector<std::pair<int32_t, int>>& position, uint32_t* out, std::vector<int>& order) {
   const size_t list = a.base_list(b, h);
-  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
   const int32_t* base = a.base_table + list * a.max_pages_per_seq;
   const int n = (a.base_lens[list] + a.page_size - 1) / a.page_size;
-  std::vector<std::pair<int32_t, int>> position(static_cast<size_t>(m));  // (page id, position), by id
-  for (int i = 0; i < m; ++i) position[size_t(i)] = {table[i], i}, out[i] = 0;
-  std::sort(position.begin(), position.end());
+  std::fill(out, out + m, 0u);
   order.assign(size_t(n), -1);
   for (int j = 0; j < n; ++j) {
     const auto it = std::lower_bound(position.begin(), position.end(), std::pair<int32_t, int>{base[j], -1});
@@ -91,6 +98,7 @@ void mac_page_plan(const MacPagePlanArgs& a) {
     throw std::invalid_argument("mac_page_plan: bad shapes or parameters");
   std::vector<uint32_t> base(static_cast<size_t>(a.max_pages_per_seq));
   std::vector<int> base_order;  // mac+art: the base entries' positions, in its order
+  std::vector<std::pair<int32_t, int>> position;  // mac+art: the row's pages by id
   for (int b = 0; b < a.batch; ++b) {
     if (!a.rows.has(b)) {
       pass_through(a, b);
@@ -102,6 +110,8 @@ void mac_page_plan(const MacPagePlanArgs& a) {
     const int m = (len + a.page_size - 1) / a.page_size;
     const int split_page = mac_prefix_end(len - 1, a.band_of(b), a.page_size) / a.page_size;
     const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
+    const bool art = a.art_order_of(b);
+    if (art) positions_by_id(a, b, m, position);
     for (int h = 0; h < a.num_kv_heads; ++h) {
       // Per head of the group: a hit's first page of its band+tail, or -1 (the base's pages).
       int hit_page[32];
@@ -111,8 +121,7 @@ void mac_page_plan(const MacPagePlanArgs& a) {
           throw std::invalid_argument("mac_page_plan: a band start off a page boundary or past the row");
         hit_page[g] = begin < 0 ? -1 : begin / a.page_size;
       }
-      const bool art = a.art_order_of(b);
-      if (art) base_masks_any_order(a, b, h, m, base.data(), base_order);
+      if (art) base_masks_any_order(a, b, h, m, position, base.data(), base_order);
       else base_masks_by_position(a, b, h, m, base.data());
       const size_t list = size_t(b) * a.num_kv_heads + h;
       const size_t at = list * a.max_pages_per_seq;

@@ -35,7 +35,9 @@ TEST(CudaQuestPageSelect, KeepsEachHeadsBestPagesAsTheCpuReferenceDoes) {
   for (const Case& c : {Case{128, 8, 4, {8192, 100, 0, 3001}, 0.1, 0}, Case{64, 2, 4, {1, 15, 17, 256}, 0.2, 0},
                         Case{128, 1, 8, {33000}, 0.05, 0}, Case{64, 3, 3, {2049, 700, 33}, 0.2, 64},
                         Case{128, 2, 12, {5000, 7}, 96.0, 0}, Case{128, 2, 4, {1600}, 1.0, 0},
-                        Case{64, 1, 32, {170000}, 0.02, 0}}) {
+                        Case{64, 1, 32, {170000}, 0.02, 0},
+                        // More select CTAs than an H100 or H200 has SMs: the 2-CTAs-an-SM select.
+                        Case{64, 8, 4, {4100, 999, 2048, 16, 3000}, 0.1, 0}}) {
     SCOPED_TRACE(testing::Message() << "d " << c.d << " kv " << c.kv_heads << " group " << c.group << " budget "
                                     << c.budget << " min " << c.min_tokens);
     auto& rng = test::rng();

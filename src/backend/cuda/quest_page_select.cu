@@ -1,11 +1,10 @@
 // Quest's page selection kernels (see quest_page_select.cuh).
 #include "backend/cuda/quest_page_select.cuh"
 
-#include <cub/block/block_scan.cuh>
-
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/page_select_common.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/segment_sort.cuh"
@@ -130,8 +129,13 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
                       [&](int g, int p, uint32_t key) { keys_of(a, b, kvh * group + g)[p] = key; });
 }
 
-// One CTA per (query head, sequence): its n best pages flagged 1, the others 0.
-__global__ void __launch_bounds__(kThreads) select_kernel(const QuestPageSelectArgs a) {
+// One CTA per (query head, sequence): its n best pages flagged 1, the others 0, a thread's run
+// of kItems flags (the row is padded to whole runs) as one 16-byte store. MIN_CTAS 2 (64
+// registers) where the grid has more CTAs than the GPU has SMs, so that it runs in one wave:
+// 17.4 -> 14.3 us at b8 32K and 29.3 -> 25.1 at b8 128K, but +1 us at b1 (H100,
+// bench/select_bw.cu).
+template <int MIN_CTAS>
+__global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestPageSelectArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
   __shared__ SelectSmem sm;
   const int hq = blockIdx.x, b = blockIdx.y;
@@ -143,7 +147,13 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const QuestPageSelectA
     for (int p = threadIdx.x; p < m; p += kThreads) flags[p] = 1;
     return;
   }
-  select_top_pages(sm, keys_of(a, b, hq), m, n, [&](int p, int) { flags[p] = 1; }, [&](int p) { flags[p] = 0; });
+  static_assert(kItems == 16, "a run's flags are one 16-byte store");
+  select_top_page_runs(sm, keys_of(a, b, hq), m, n, [&](int p0, unsigned keep_bits, int) {
+    uint32_t w[4] = {};
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) w[i / 4] |= (keep_bits >> i & 1u) << (8 * (i % 4));
+    *reinterpret_cast<uint4*>(flags + p0) = make_uint4(w[0], w[1], w[2], w[3]);
+  });
 }
 
 // The union of one (sequence, KV head): per page the mask of the group's heads that keep it (the
@@ -151,12 +161,19 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const QuestPageSelectA
 // head keeps listed in position order with their masks. by_score: listed into the workspace
 // instead, with each page's sort key (the largest of its heads' keys: the newest page's is the
 // highest) and its slot, for the sort. Every thread of the CTA calls it.
+//
+// A tile of kThreads * kItems pages gives each warp 512 consecutive pages, walked in rounds of
+// 4 pages a lane (a 4-byte load of each head's flags), so that a round's listed pages go to
+// consecutive slots across the lanes (a warp scan) and the stores coalesce; the warps' counts
+// are summed through shared memory. (Before: a thread's own 16 consecutive pages and one block scan,
+// each of its 16 stores per output array about 20 bytes from its neighbour lane's; the union
+// took 12.7 us at b8 128K, now 10.0, bench/results/2026-11-27-s28-select-walk/.)
 template <class FlagsOf>
 __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh, int ctx, int m,
                             FlagsOf flags_of_head) {
-  using Scan = cub::BlockScan<int, kThreads>;
-  __shared__ typename Scan::TempStorage scan;
-  const int t = threadIdx.x, group = a.group_size();
+  constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages, kWarpSpan = 32 * kItems;
+  __shared__ int warp_listed[kWarps];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, group = a.group_size();
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
   const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
@@ -164,55 +181,76 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
   uint32_t* out_masks = a.by_score ? bs.masks : a.out_masks;
   int written = 0;
   for (int base = 0; base < m; base += kThreads * kItems) {
-    const int p0 = base + t * kItems;
-    uint32_t mask[kItems], key[kItems];
-    int32_t ids[kItems];
-    int listed = 0;
-    // The run's page ids and (up to kPreloadHeads) heads' flags load together, one round trip:
-    // the ids loaded after the scan, and the heads' flags one by one, were a round trip each.
+    uint32_t mask[kRounds][kLanePages], key[kRounds][kLanePages];
+    int32_t ids[kRounds][kLanePages];
+    int pos[kRounds], warp_total = 0;
+    // Every round's page ids and (up to kPreloadHeads) heads' flags load before any is used: one
+    // round trip for the lot.
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      mask[i] = key[i] = 0u;
-      ids[i] = p0 + i < m ? table[p0 + i] : 0;
-    }
-    static_assert(kItems == 16, "a thread's run of one head's flags is one 16-byte load");
-    const auto add_head = [&](int g, const uint4& run) {
-      const uint8_t* f = reinterpret_cast<const uint8_t*>(&run);
+    for (int r = 0; r < kRounds; ++r) {
+      const int p0 = base + warp * kWarpSpan + (r * 32 + lane) * kLanePages;
 #pragma unroll
-      for (int i = 0; i < kItems; ++i)
-        if (p0 + i < m && f[i]) {
-          mask[i] |= 1u << g;
-          if (a.by_score) key[i] = max(key[i], keys_of(a, b, kvh * group + g)[p0 + i]);
-        }
-    };
-    if (p0 < m) {
-      uint4 runs[kPreloadHeads];
-#pragma unroll
-      for (int g = 0; g < kPreloadHeads; ++g)
-        if (g < group) runs[g] = *reinterpret_cast<const uint4*>(flags_of_head(g) + p0);
-#pragma unroll
-      for (int g = 0; g < kPreloadHeads; ++g)
-        if (g < group) add_head(g, runs[g]);
-      for (int g = kPreloadHeads; g < group; ++g) add_head(g, *reinterpret_cast<const uint4*>(flags_of_head(g) + p0));
-    }
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) listed += mask[i] != 0u;
-    int pos, total;
-    Scan(scan).ExclusiveSum(listed, pos, total);
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-      if (mask[i]) {
-        const size_t slot = list + written + pos;
-        out_table[slot] = ids[i];
-        out_masks[slot] = mask[i];
-        if (a.by_score) {
-          bs.keys[slot] = key[i];
-          bs.slots[slot] = int32_t(slot);
-        }
-        ++pos;
+      for (int j = 0; j < kLanePages; ++j) {
+        mask[r][j] = key[r][j] = 0u;
+        ids[r][j] = p0 + j < m ? table[p0 + j] : 0;
       }
+      const auto add_head = [&](int g, uint32_t run) {
+#pragma unroll
+        for (int j = 0; j < kLanePages; ++j)
+          if (p0 + j < m && (run >> (8 * j) & 0xffu)) {
+            mask[r][j] |= 1u << g;
+            if (a.by_score) key[r][j] = max(key[r][j], keys_of(a, b, kvh * group + g)[p0 + j]);
+          }
+      };
+      if (p0 < m) {
+        static_assert(kLanePages == 4, "a lane's 4 pages of one head's flags are one 4-byte load");
+        uint32_t runs[kPreloadHeads];
+#pragma unroll
+        for (int g = 0; g < kPreloadHeads; ++g)
+          if (g < group) runs[g] = *reinterpret_cast<const uint32_t*>(flags_of_head(g) + p0);
+#pragma unroll
+        for (int g = 0; g < kPreloadHeads; ++g)
+          if (g < group) add_head(g, runs[g]);
+        for (int g = kPreloadHeads; g < group; ++g) add_head(g, *reinterpret_cast<const uint32_t*>(flags_of_head(g) + p0));
+      }
+      int listed = 0;
+#pragma unroll
+      for (int j = 0; j < kLanePages; ++j) listed += mask[r][j] != 0u;
+      int incl = listed;  // the warp's inclusive scan of the round's counts
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int x = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += x;
+      }
+      pos[r] = warp_total + incl - listed;
+      warp_total += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0) warp_listed[warp] = warp_total;
+    __syncthreads();
+    int before = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int c = warp_listed[w];
+      before += w < warp ? c : 0;
+      total += c;
+    }
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      int at = written + before + pos[r];
+#pragma unroll
+      for (int j = 0; j < kLanePages; ++j)
+        if (mask[r][j]) {
+          const size_t slot = list + at++;
+          out_table[slot] = ids[r][j];
+          out_masks[slot] = mask[r][j];
+          if (a.by_score) {
+            bs.keys[slot] = key[r][j];
+            bs.slots[slot] = int32_t(slot);
+          }
+        }
+    }
     written += total;
+    __syncthreads();  // warp_listed is rewritten by the next tile
   }
   if (t == 0) {
     const int tokens = m == 0 ? 0 : (written - 1) * a.page_size + ctx - (m - 1) * a.page_size;
@@ -266,7 +304,10 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   if (a.batch == 0) return cudaSuccess;
   cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
-  (void)launch_pdl(select_kernel, dim3(a.num_heads, a.batch), kThreads, 0, stream, a);
+  detail::DeviceInfo gpu;
+  if ((e = detail::device_info(gpu)) != cudaSuccess) return e;
+  const bool one_wave = a.num_heads * a.batch > gpu.sms;
+  (void)launch_pdl(one_wave ? select_kernel<2> : select_kernel<1>, dim3(a.num_heads, a.batch), kThreads, 0, stream, a);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   ByScore bs;
   if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);

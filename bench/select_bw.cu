@@ -1,0 +1,146 @@
+// Quest's page selection kernels alone on the 8B shape (32 q / 8 KV heads of 128, 16-token
+// pages, each sequence's pages in order, budget 0.1): where the selection's time goes and what
+// the digests' read could reach. Standalone:
+//   nvcc -O3 -arch=sm_90a -std=c++20 -Isrc -Iinclude bench/select_bw.cu -o select_bw && ./select_bw
+// Rows (each the mean of 50 back-to-back launches; at b1 32K the digests fit in L2, so the reads
+// there run above HBM's rate):
+//   read contiguous       every digest byte by 16-byte loads in address order: the ceiling
+//   read, score's pattern the score kernel's loads alone (ids, then a warp's 16 pages' digests)
+//   score                 quest's score kernel
+//   select 1/SM, 2/SM     quest's select kernel at each register bound (quest_page_select
+//                         launches 2/SM where the grid has more CTAs than the GPU has SMs)
+//   union, all            quest's union kernel; quest_page_select (score + select + union)
+//   empty kernel          a launch of the select's grid doing nothing: the launch floor here
+// Measured and dropped (H100, 2026-11-27, bench/results/2026-11-27-s28-select-walk/): a score
+// CTA's warps over the KV heads first (a page's 2 KB of digests read together) was no faster.
+#include <cstdio>
+#include <vector>
+
+#include "../src/backend/cuda/quest_page_select.cu"
+#include "../src/backend/cuda/segment_sort.cu"
+
+namespace skim::cuda::select_bw {
+
+using namespace page_select;
+
+__global__ void fill_kernel(uint16_t* lo, uint16_t* hi, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    const float x = float(h & 0xffff) / 32768.0f - 1.0f, y = float(h >> 16) / 32768.0f - 1.0f;
+    const float mn = fminf(x, y), mx = fmaxf(x, y);
+    lo[i] = uint16_t(__float_as_uint(mn) >> 16);
+    if (hi) hi[i] = uint16_t(__float_as_uint(mx) >> 16);
+  }
+}
+
+__global__ void empty_kernel() {}
+
+__global__ void read_contiguous(const uint4* x, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldg(x + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// The score kernel's loads alone (ids, then the digests of a warp's 16 pages), no query and no
+// store: what its access pattern allows.
+__global__ void __launch_bounds__(kScoreWarps * 32) read_score_pattern(const QuestPageSelectArgs a, unsigned* sink) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int b = blockIdx.z, kvh = blockIdx.y, p0 = blockIdx.x * kPagesPerScoreCta + warp * kWarpPages;
+  const int m = pages_of(context_of(a, b), a.page_size);
+  if (p0 >= m) return;
+  const int id = WarpDigests<128>::lane_page_id(a.page_table + size_t(b) * a.max_pages_per_seq, p0, m, lane);
+  WarpDigests<128> dig;
+  dig.load(a.kmin, a.kmax, a.num_kv_heads, kvh, id, p0, m, lane);
+  unsigned acc = 0;
+#pragma unroll
+  for (int j = 0; j < kWarpPages; ++j) acc ^= dig.lo[j].x ^ dig.lo[j].y ^ dig.hi[j].x ^ dig.hi[j].y;
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+template <class F>
+float time_us(F launch) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < 5; ++i) launch();
+  const int reps = 50;
+  cudaEventRecord(e0);
+  for (int i = 0; i < reps; ++i) launch();
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) printf("CUDA error %s\n", cudaGetErrorString(err));
+  return ms * 1000 / reps;
+}
+
+void run_shape(int batch, int context) {
+  const int H = 8, heads = 32, D = 128, page = 16, pages = context / page;
+  const size_t digest_elems = size_t(batch) * pages * H * D;
+  uint16_t *kmin, *kmax, *q;
+  int32_t *table, *lens, *out_table, *out_lens;
+  uint32_t* out_masks;
+  unsigned* sink;
+  cudaMalloc(&kmin, digest_elems * 2);
+  cudaMalloc(&kmax, digest_elems * 2);
+  cudaMalloc(&q, size_t(batch) * heads * D * 2);
+  cudaMalloc(&table, size_t(batch) * pages * 4);
+  cudaMalloc(&lens, batch * 4);
+  cudaMalloc(&out_table, size_t(batch) * H * pages * 4);
+  cudaMalloc(&out_masks, size_t(batch) * H * pages * 4);
+  cudaMalloc(&out_lens, size_t(batch) * H * 4);
+  cudaMalloc(&sink, 4);
+  fill_kernel<<<1024, 256>>>(kmin, kmax, digest_elems, 7);
+  fill_kernel<<<64, 256>>>(q, nullptr, size_t(batch) * heads * D, 3);
+  std::vector<int32_t> t(size_t(batch) * pages), l(batch, context);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
+  cudaMemcpy(table, t.data(), t.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(lens, l.data(), l.size() * 4, cudaMemcpyHostToDevice);
+
+  QuestPageSelectArgs a;
+  a.batch = batch, a.num_heads = heads, a.num_kv_heads = H, a.head_dim = D, a.page_size = page;
+  a.max_pages_per_seq = pages, a.budget = 0.1, a.min_tokens = 0;
+  a.q = q, a.kmin = kmin, a.kmax = kmax, a.page_table = table, a.seq_lens = lens;
+  a.out_table = out_table, a.out_masks = out_masks, a.out_lens = out_lens;
+  a.workspace_bytes = quest_page_select_workspace_size(a);
+  cudaMalloc(&a.workspace, a.workspace_bytes);
+
+  const double mb = 2.0 * digest_elems * 2 / 1e6;
+  const auto report = [&](const char* what, float us, bool bytes) {
+    if (bytes) printf("| %d | %d | %s | %.1f | %.0f |\n", batch, context, what, us, mb / us * 1e3);
+    else printf("| %d | %d | %s | %.1f | - |\n", batch, context, what, us);
+  };
+  report("read contiguous", time_us([&] {
+           read_contiguous<<<132 * 8, 256>>>(reinterpret_cast<const uint4*>(kmin), digest_elems * 2 / 16, sink);
+           read_contiguous<<<132 * 8, 256>>>(reinterpret_cast<const uint4*>(kmax), digest_elems * 2 / 16, sink);
+         }),
+         true);
+  const dim3 g0((pages + kPagesPerScoreCta - 1) / kPagesPerScoreCta, H, batch);
+  report("read, score's pattern", time_us([&] { read_score_pattern<<<g0, kScoreWarps * 32>>>(a, sink); }), true);
+  report("score", time_us([&] { score_kernel<128><<<g0, kScoreWarps * 32>>>(a); }), true);
+  report("select 1/SM", time_us([&] { select_kernel<1><<<dim3(heads, batch), kThreads>>>(a); }), false);
+  report("select 2/SM", time_us([&] { select_kernel<2><<<dim3(heads, batch), kThreads>>>(a); }), false);
+  report("union", time_us([&] { union_kernel<<<dim3(H, batch), kThreads>>>(a, ByScore{}); }), false);
+  report("empty kernel (launch floor)", time_us([&] { empty_kernel<<<dim3(heads, batch), kThreads>>>(); }), false);
+  report("all", time_us([&] { quest_page_select(a, nullptr); }), false);
+  cudaFree(kmin), cudaFree(kmax), cudaFree(q), cudaFree(table), cudaFree(lens), cudaFree(out_table);
+  cudaFree(out_masks), cudaFree(out_lens), cudaFree(sink), cudaFree(a.workspace);
+}
+
+}  // namespace skim::cuda::select_bw
+
+int main() {
+  using namespace skim::cuda::select_bw;
+  printf("quest selection kernels, 8B shape, budget 0.1 (GB/s: digest bytes / time)\n");
+  printf("| batch | context | kernel | us | GB/s |\n|---|---|---|---|---|\n");
+  for (int batch : {1, 8})
+    for (int context : {32768, 131072}) run_shape(batch, context);
+  return 0;
+}

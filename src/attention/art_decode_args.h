@@ -8,7 +8,8 @@
 //   * the list is in visiting order (the base policy's priority); its only partial page, if
 //     any, is listed FIRST (the newest page, which every order visits first); seq_lens counts
 //     the listed tokens;
-//   * blocks of kArtBlockPages pages (64 tokens), rounds of round_pages pages; after round r
+//   * blocks of kArtBlockPages pages (64 tokens), rounds of round_pages pages, or longer in a
+//     long list (art_list_round_pages: at most about kArtMaxVerdicts rounds a list); after round r
 //     the group's running state over rounds 0..r is tested against the state after round r-1,
 //     per query head, on a 32-element probe of the normalised output (art_probe_dim: the
 //     elements one warp's lanes hold in the GPU kernel's MMA layout, as the paper's probe): the
@@ -20,7 +21,8 @@
 //     state is never stable: MAC's `below` lists leave such heads, art_heads_listed; the CUDA
 //     kernel does not scan the masks for them, so it applies this where heads_listed is given).
 //     The last round is not tested;
-//   * the pages read are rounds 0 .. s + lag_rounds (all of them when no round stops): the
+//   * the pages read are rounds 0 .. s + lag (all of them when no round stops; lag is lag_rounds
+//     in rounds of round_pages, art_list_lag in the list's rounds): the
 //     GPU's CTAs read ahead while a round is tested, and lag_rounds makes how far a fixed part
 //     of the definition, so the result does not depend on timing (bit-reproducible).
 //     cuda::art_decode_lag gives the lag at which the kernel never waits for a test.
@@ -53,6 +55,34 @@ SKIM_HOST_DEVICE inline uint32_t art_heads_listed(const uint32_t* masks, int n_p
   uint32_t listed = 0;
   for (int i = 0; i < n_pages && listed != all; ++i) listed |= masks[i];
   return listed & all;
+}
+
+// A list's rounds grow with it: at most about kArtMaxVerdicts verdicts a list, each round at
+// most kArtMaxRoundBlocks blocks (the GPU kernel merges a round's blocks in one pass). A verdict
+// costs the GPU kernel a few microseconds of serial merges, and at rounds of 8 blocks a 128K
+// list that never stops took 256 of them: ART over dense cost 3.7x dense's step at batch 1
+// (H100, 2026-11-27). Lists of up to kArtMaxVerdicts rounds (16K tokens at rounds of 8 blocks)
+// keep their rule's round.
+inline constexpr int kArtMaxVerdicts = 32;
+inline constexpr int kArtMaxRoundBlocks = 32;
+
+// The round, in pages, of a list of n_pages under a rule of round_pages in blocks of block_pages
+// (kArtBlockPages on the GPU and in its reference; art:block on the CPU): the rule's where it
+// cuts the list into at most kArtMaxVerdicts rounds, else the fewest whole blocks (up to
+// kArtMaxRoundBlocks) that do.
+SKIM_HOST_DEVICE inline int art_list_round_pages(int round_pages, int n_pages, int block_pages) {
+  if (n_pages <= kArtMaxVerdicts * round_pages) return round_pages;
+  const int per_verdict = (n_pages + kArtMaxVerdicts - 1) / kArtMaxVerdicts;
+  int blocks = (per_verdict + block_pages - 1) / block_pages;
+  if (blocks > kArtMaxRoundBlocks) blocks = kArtMaxRoundBlocks;
+  return blocks * block_pages > round_pages ? blocks * block_pages : round_pages;
+}
+
+// The lag in a list's rounds (list_round_pages) for a lag of lag_rounds rounds of round_pages:
+// the same reach in pages, rounded up, so a warp of the GPU kernel still never waits on a round
+// it has pages of in flight (the lag covers the rounds between its consecutive blocks).
+SKIM_HOST_DEVICE inline int art_list_lag(int lag_rounds, int round_pages, int list_round_pages) {
+  return (lag_rounds * round_pages + list_round_pages - 1) / list_round_pages;
 }
 
 struct ArtDecodeStats {

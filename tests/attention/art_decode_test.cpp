@@ -213,6 +213,29 @@ TEST(ArtDecodeF32, AHeadWithoutPagesDoesNotHoldItsGroupsStop) {
   expect_same_run(run_art_f32(c, p), art);
 }
 
+// A list of more than kArtMaxVerdicts rounds gets longer rounds (art_list_round_pages), whole
+// blocks of at most kArtMaxRoundBlocks, and its lag the same reach in pages (art_list_lag).
+TEST(ArtDecode, LongListsGetLongerRounds) {
+  EXPECT_EQ(art_list_round_pages(16, 512, 4), 16);    // 32 rounds of the rule's: kept
+  EXPECT_EQ(art_list_round_pages(16, 513, 4), 20);    // 17 pages a verdict: 5 whole blocks
+  EXPECT_EQ(art_list_round_pages(32, 2048, 4), 64);   // 32K tokens at rounds of 8 blocks: 16 blocks
+  EXPECT_EQ(art_list_round_pages(32, 8192, 4), 128);  // 128K: 64 blocks a verdict, capped at 32
+  EXPECT_EQ(art_list_round_pages(32, 100000, 4), 128);
+  EXPECT_EQ(art_list_round_pages(12, 700, 3), 24);    // the CPU's blocks of 3 pages (art:block=48)
+  EXPECT_EQ(art_list_lag(10, 32, 64), 5);
+  EXPECT_EQ(art_list_lag(3, 16, 20), 3);  // rounded up: never less reach than the rule's
+  EXPECT_EQ(art_list_lag(0, 16, 128), 0);
+
+  // Stops forced at the patience: a 625-page list reads rounds of 20 pages (5 blocks), its lag of
+  // one 4-page round one round of 20; the 40-page list keeps rounds of 4.
+  const test::ArtDecodeCase c(64, 2, 4, {10000, 640}, false);
+  const ArtDecodeParams p{.round_pages = 4, .lag_rounds = 1, .patience = 2, .eps_scale = 1e30f, .eps_dir = 1e30f};
+  const Result art = run_art(c, p);
+  EXPECT_EQ(art.stats.stopped, art.stats.lists);
+  EXPECT_EQ(art.stats.pages_read, 2u * (2 + 1 + 1) * 20 + 2u * (2 + 1 + 1) * 4);
+  expect_same_run(run_art_f32(c, p), art);
+}
+
 TEST(ArtDecodeF32, RowsFollowTheirPolicysRule) {
   const test::ArtDecodeCase c(64, 2, 4, {3000, 1500}, false);
   const std::vector<int32_t> row_policy{1, 0};
@@ -242,7 +265,8 @@ TEST(ArtDecodeF32, RowsFollowTheirPolicysRule) {
 // that are no multiple of 4 pages, blocks of other sizes, the test on the whole output; with
 // every test stable, the rounds up to the stop plus the lag are read.
 TEST(ArtDecodeF32, AnyRoundAndBlockAndTheFullTest) {
-  const test::ArtDecodeCase c(64, 1, 4, {5000, 333}, false);
+  // At most kArtMaxVerdicts rounds a list, so that the rule's round holds (LongListsGetLongerRounds).
+  const test::ArtDecodeCase c(64, 1, 4, {500, 333}, false);
   for (int round : {1, 6})
     for (bool full : {false, true}) {
       const ArtDecodeParams p{.round_pages = round, .lag_rounds = 1, .patience = 2, .eps_scale = 1e30f,

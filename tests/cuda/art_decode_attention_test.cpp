@@ -242,9 +242,11 @@ TEST(CudaArtDecodeAttention, AHeadWithoutPagesDoesNotHoldItsGroupsStop) {
     h.heads_listed = listed.data();
     h.stats = &rs;
     cpu::art_decode_attention(h);
-    int long_lists = 0;  // lists whose rounds outlast the stop round plus the lag
-    for (const int32_t len : in.list_lens)
-      long_lists += ((len + 15) / 16 + 15) / 16 > a.art.patience + a.art.lag_rounds + 1;
+    int long_lists = 0;  // lists whose rounds (art_list_round_pages) outlast the stop round plus the lag
+    for (const int32_t len : in.list_lens) {
+      const int n = (len + 15) / 16, rp = art_list_round_pages(a.art.round_pages, n, kArtBlockPages);
+      long_lists += (n + rp - 1) / rp > a.art.patience + art_list_lag(a.art.lag_rounds, a.art.round_pages, rp) + 1;
+    }
     ASSERT_GT(long_lists, 0) << "d " << d << ": a lag of " << a.art.lag_rounds << " rounds outlasts every list";
     EXPECT_GE(gs.stopped, uint64_t(long_lists)) << "d " << d << ", lag " << a.art.lag_rounds;
     EXPECT_EQ(gs.stopped, rs.stopped) << "d " << d;
@@ -261,8 +263,9 @@ TEST(CudaArtDecodeAttention, AHeadWithoutPagesDoesNotHoldItsGroupsStop) {
                 d, gs.pages_read, gs.pages_listed, rs.pages_read, without.pages_read, gs.stopped, gs.lists,
                 err / std::max(max_o, 1e-30));
     EXPECT_LT(err / std::max(max_o, 1e-30), 2e-3);
-    for (size_t i = 0; i < rl.size(); ++i)
+    for (size_t i = 0; i < rl.size(); ++i) {
       if (std::isfinite(rl[i])) EXPECT_NEAR(gl[i], rl[i], 1e-3) << "lse " << i;
+    }
   }
 }
 

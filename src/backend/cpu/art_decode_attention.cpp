@@ -150,7 +150,10 @@ void art_decode_attention(const ArtDecodeArgs& args) {
       const List l{a, a.page_table + list * a.max_pages_per_seq,
                    a.head_masks ? a.head_masks + list * a.max_pages_per_seq : nullptr, h, n_pages,
                    len - (n_pages - 1) * ps, active ? 0 : n_pages - 1};
-      const int n_rounds = (n_pages + p.round_pages - 1) / p.round_pages;
+      // The list's round and lag (art_list_round_pages: longer rounds in a long list).
+      const int rp = art_list_round_pages(p.round_pages, n_pages, kArtBlockPages);
+      const int lag = art_list_lag(p.lag_rounds, p.round_pages, rp);
+      const int n_rounds = (n_pages + rp - 1) / rp;
       std::vector<std::vector<float>> qs(static_cast<size_t>(group));
       for (int g = 0; g < group; ++g) {
         const uint16_t* qb = a.q + (size_t(b) * a.num_heads + h * group + g) * d;
@@ -168,15 +171,15 @@ void art_decode_attention(const ArtDecodeArgs& args) {
       for (int r = 0; active && r + 1 < n_rounds && stop < 0; ++r) {
         bool all = true;
         for (int g = 0; g < group; ++g) {
-          for (int blk = r * p.round_pages; blk < std::min(n_pages, (r + 1) * p.round_pages); blk += kArtBlockPages)
+          for (int blk = r * rp; blk < std::min(n_pages, (r + 1) * rp); blk += kArtBlockPages)
             run[size_t(g)].merge(l.attend(qs[size_t(g)], g, blk, std::min(n_pages, blk + kArtBlockPages)));
           tests[size_t(g)].test(run[size_t(g)], d, p);
           all = all && (!(listed >> g & 1u) || tests[size_t(g)].run >= p.patience);
         }
         if (all) stop = r;
       }
-      const int read_rounds = stop < 0 ? n_rounds : std::min(n_rounds, stop + p.lag_rounds + 1);
-      const int read = std::min(n_pages, read_rounds * p.round_pages);
+      const int read_rounds = stop < 0 ? n_rounds : std::min(n_rounds, stop + lag + 1);
+      const int read = std::min(n_pages, read_rounds * rp);
       for (int g = 0; g < group; ++g) {
         const State st = l.attend(qs[size_t(g)], g, 0, read);
         const size_t head = size_t(b) * a.num_heads + h * group + g;
@@ -244,8 +247,9 @@ void read_pages(const F32List& l, const float* qs, int group, int p0, int p1, fl
   }
 }
 
-// ART over one list: rounds of round_pages in blocks of block_pages, the group's test after
-// every round but the last until it stops, then lag_rounds more. Returns the pages read.
+// ART over one list: rounds of round_pages (longer in a long list: art_list_round_pages) in
+// blocks of block_pages, the group's test after every round but the last until it stops, then
+// the lag (art_list_lag) more. Returns the pages read.
 int traverse(const F32List& l, const float* qs, int group, const ArtDecodeParams& p, bool active, float* os,
              float* lses) {
   const int d = l.a.head_dim, n = l.n_pages;
@@ -255,7 +259,8 @@ int traverse(const F32List& l, const float* qs, int group, const ArtDecodeParams
   std::vector<int> run(static_cast<size_t>(group), 0);
   const ArtStability test(d, !p.full_test);
   const uint32_t listed = art_heads_listed(l.masks, n, group);  // heads without a page: stable
-  const int rp = active ? p.round_pages : std::max(n, 1), n_rounds = (n + rp - 1) / rp;
+  const int rp = active ? art_list_round_pages(p.round_pages, n, p.block_pages) : std::max(n, 1);
+  const int n_rounds = (n + rp - 1) / rp, lag = art_list_lag(p.lag_rounds, p.round_pages, rp);
   int rounds = n_rounds;  // to read: all, or up to the stop plus the lag
   for (int r = 0; r < rounds; ++r) {
     std::copy_n(os, size_t(group) * d, prev.data());
@@ -269,7 +274,7 @@ int traverse(const F32List& l, const float* qs, int group, const ArtDecodeParams
       run[size_t(g)] = st ? run[size_t(g)] + 1 : 0;
       all = all && (!(listed >> g & 1u) || run[size_t(g)] >= p.patience);
     }
-    if (all) rounds = std::min(n_rounds, r + 1 + p.lag_rounds);
+    if (all) rounds = std::min(n_rounds, r + 1 + lag);
   }
   return std::min(n, rounds * rp);
 }

@@ -6,7 +6,9 @@
 //    j mod T of the T = chunks x WARPS warps of the list (a warp walks its blocks in order,
 //    two pages in flight). Each warp keeps two states: the block's own (reset per block) and
 //    its running sum, merged at each block's end (merging, never subtracting).
-//  * Rounds. Round r is blocks [r B, r B + B), B = round_pages / 4. At a block's end the warp
+//  * Rounds. Round r is blocks [r B, r B + B), B = the list's round (art_list_round_pages: the
+//    rule's round_pages / 4, longer in a long list; the launch's round, the shortest, sizes the
+//    workspace, and the lag is scaled to the same reach in blocks). At a block's end the warp
 //    writes the block's probe state (per query head: max, denominator and the 32 probe
 //    elements, unnormalised) and counts it into its round (the next page's copy already out).
 //  * Verdicts (ListState). The verdict on round r tests the prefix state after it against the
@@ -495,6 +497,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
     ls.eps_dir = r.eps_dir;
   }
   ls.n_blocks = (ls.n_pages + kArtBlockPages - 1) / kArtBlockPages;
+  {  // a long list's rounds are longer (art_list_round_pages), its lag the same reach in blocks
+    const int rule_blocks = ls.round_blocks;
+    ls.round_blocks = art_list_round_pages(rule_blocks * kArtBlockPages, ls.n_pages, kArtBlockPages) / kArtBlockPages;
+    ls.lag = art_list_lag(ls.lag, rule_blocks, ls.round_blocks);
+  }
   ls.n_rounds = (ls.n_blocks + ls.round_blocks - 1) / ls.round_blocks;
   // Every warp of the list writes its unlisted heads before anything else (the same bits each), so
   // whichever warp computes a verdict has them; the last warp's reset clears them.
@@ -597,9 +604,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
         atomicAdd(ls.arrive() + r, 1);
       }
       // One block of each round (a different warp's each round) tries the verdict the gates
-      // will want next: that of the round a wave of blocks before this one.
-      if (ls.active && ended - r * ls.round_blocks == r % ls.blocks_in_round(r))
-        ls.try_verdict(r - max(1, p.lag - kLagSlack), lane);
+      // will want next: that of the round a wave of blocks (the list's warps) before this one,
+      // or further back by a longer lag than the launch's least (none where it outlasts the list).
+      if (ls.active && ended - r * ls.round_blocks == r % ls.blocks_in_round(r)) {
+        const int wave = (wb.total_warps + ls.round_blocks - 1) / ls.round_blocks;
+        ls.try_verdict(r - max(max(1, wave), ls.lag - kLagSlack), lane);
+      }
     }
   }
   detail::cp_async_wait<0>();

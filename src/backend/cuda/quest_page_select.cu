@@ -162,17 +162,20 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestP
 // instead, with each page's sort key (the largest of its heads' keys: the newest page's is the
 // highest) and its slot, for the sort. Every thread of the CTA calls it.
 //
-// A tile of kThreads * kItems pages gives each warp 512 consecutive pages, walked in rounds of
-// 4 pages a lane (a 4-byte load of each head's flags), so that a round's listed pages go to
-// consecutive slots across the lanes (a warp scan) and the stores coalesce; the warps' counts
-// are summed through shared memory. (Before: a thread's own 16 consecutive pages and one block scan,
+// A tile gives each warp `rounds` x 128 consecutive pages, walked in rounds of 4 pages a lane (a
+// 4-byte load of each head's flags), so that a round's listed pages go to consecutive slots
+// across the lanes (a warp scan) and the stores coalesce; the warps' counts are summed through
+// shared memory. rounds (1 to 4) is as few as cover the list in one tile, so that short lists
+// still spread over every warp. (Before: a thread's own 16 consecutive pages and one block scan,
 // each of its 16 stores per output array about 20 bytes from its neighbour lane's; the union
 // took 12.7 us at b8 128K, now 10.0, bench/results/2026-11-27-s28-select-walk/.)
 template <class FlagsOf>
 __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh, int ctx, int m,
                             FlagsOf flags_of_head) {
-  constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages, kWarpSpan = 32 * kItems;
+  constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages;
+  constexpr int kRoundPages = kThreads * kLanePages;  // pages of one round over the whole CTA
   __shared__ int warp_listed[kWarps];
+  const int rounds = min(kRounds, max(1, (m + kRoundPages - 1) / kRoundPages));
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, group = a.group_size();
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
   const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
@@ -180,7 +183,7 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
   int32_t* out_table = a.by_score ? bs.pages : a.out_table;
   uint32_t* out_masks = a.by_score ? bs.masks : a.out_masks;
   int written = 0;
-  for (int base = 0; base < m; base += kThreads * kItems) {
+  for (int base = 0; base < m; base += kRoundPages * rounds) {
     uint32_t mask[kRounds][kLanePages], key[kRounds][kLanePages];
     int32_t ids[kRounds][kLanePages];
     int pos[kRounds], warp_total = 0;
@@ -188,7 +191,8 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
     // round trip for the lot.
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
-      const int p0 = base + warp * kWarpSpan + (r * 32 + lane) * kLanePages;
+      // Past `rounds` p0 is past m: nothing loaded, nothing listed.
+      const int p0 = r < rounds ? base + ((warp * rounds + r) * 32 + lane) * kLanePages : m;
 #pragma unroll
       for (int j = 0; j < kLanePages; ++j) {
         mask[r][j] = key[r][j] = 0u;

@@ -128,7 +128,8 @@ ncu_pid=$!
 # hostkvprefetch (quest and gbsa at 5%, 512K over host KV, with and without --host-kv-prefetch),
 # hostgather (the host-to-device gather's bandwidth by kernel form, against the copy engines),
 # retro (Retro w = 2, 4, 8 against quest at b1 and b8 32K, both revisions), macart (MAC over quest
-# with and without ART, forced hits, 32K), artround (ART's verdict cost by round size, both revisions).
+# with and without ART, forced hits, 32K), artround (ART's verdict cost by round size, both revisions),
+# selectbw (quest's selection kernels alone by variant, bench/select_bw.cu).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -314,6 +315,12 @@ bench_groups() {  # GROUPS GPU
           "$Q+$A" "$Q+$A,round=4" "$Q+$A,round=8" "$Q+$A,round=32" "$D" "$D,round=4" "$D,round=8" "$D,round=32" \
           --contexts 32768 --batches 1,8 | grep -E "8B|rror"
       done
+    fi
+    if bench_has selectbw; then
+      # quest's score, select and union kernels alone against the digests' read ceiling (H100
+      # 2026-11-27: score + select + union 123 us at b8 128K, the score 100 of it).
+      echo "-- select kernels"
+      nvcc -O3 -arch=sm_90a -std=c++20 -Isrc -Iinclude bench/select_bw.cu -o /tmp/select_bw && /tmp/select_bw
     fi
     if bench_has gemv; then
       # The decode GEMV by x rows, FMA against tensor-core kernel (bench/gemv_rows.cu), then end to

@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
 // One CTA per (query head, sequence): its n best pages flagged 1, the others 0, a thread's run
 // of kItems flags (the row is padded to whole runs) as one 16-byte store. MIN_CTAS 2 (64
 // registers) where the grid has more CTAs than the GPU has SMs, so that it runs in one wave:
-// 17.4 -> 14.3 us at b8 32K and 29.3 -> 25.1 at b8 128K, but +1 us at b1 (H100,
-// bench/select_bw.cu).
+// 17.0 -> 12.9 us at b8 32K and 19.7 -> 15.7 at b8 128K; at b1 (32 CTAs) no faster (H100,
+// bench/select_bw.cu, bench/results/2026-11-27-s28-select-walk/).
 template <int MIN_CTAS>
 __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestPageSelectArgs a) {
   detail::pdl_enter();  // launched by launch_pdl

@@ -607,8 +607,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
       // will want next: that of the round a wave of blocks (the list's warps) before this one,
       // or further back by a longer lag than the launch's least (none where it outlasts the list).
       if (ls.active && ended - r * ls.round_blocks == r % ls.blocks_in_round(r)) {
-        const int wave = (wb.total_warps + ls.round_blocks - 1) / ls.round_blocks;
-        ls.try_verdict(r - max(max(1, wave), ls.lag - kLagSlack), lane);
+        const int wave = (wb.total_warps + ls.round_blocks - 1) / ls.round_blocks;  // >= 1
+        ls.try_verdict(r - max(wave, ls.lag - kLagSlack), lane);
       }
     }
   }

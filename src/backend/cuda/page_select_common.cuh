@@ -293,9 +293,9 @@ __device__ void select_top_pages_of(SelectScratch& sm, Key key, int m, int n, Ke
 // kItems consecutive pages at once, runs(p0, keep_bits, rank) (bit i: page p0 + i kept; rank:
 // the first kept one's index among the kept), so that a run's outputs can be stored together:
 // quest's 16 flags of a run as one 16-byte store instead of 16 byte stores took its select from
-// 29.0 to 17.4 us at b8 128K (8B shape, H100, bench/select_bw.cu). Every thread of the CTA calls it. The two key sources are
-// separate instantiations: a per-key choice between them inside the passes cost the selection
-// (the kernel before the shared pieces had its loops unswitched on it).
+// 29.0 to 17.4 us at b8 128K (8B shape, H100, bench/select_bw.cu). Every thread of the CTA calls
+// it. The two key sources are separate instantiations: a per-key choice between them inside the
+// passes cost the selection (the kernel before the shared pieces had its loops unswitched on it).
 template <class Runs>
 __device__ void select_top_page_runs(SelectSmem& sm, const uint32_t* keys, int m, int n, Runs runs) {
   if (m <= kSmemKeys) {

@@ -31,15 +31,21 @@ struct Case {
   std::vector<int> lens;
   double keep;
   int n_min, n_local;
+  // Every bound positive and of similar size: the keys share their leading bits, which the
+  // select resolves before its radix passes, above them the local pages' forced keys
+  // (page_select::common_bits).
+  bool positive = false;
 };
 
 TEST(CudaGroupPageSelect, MatchesCpuReferenceAndFeedsDecodeAttention) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   for (const Case& c : {Case{128, 8, 4, {8192, 100, 0, 3001}, 0.1, 16, 1}, Case{64, 2, 4, {1, 15, 17, 256}, 0.1, 16, 1},
                         Case{128, 1, 8, {33000}, 0.05, 4, 3}, Case{64, 3, 1, {2049, 700, 33}, 0.3, 1, 0},
-                        Case{128, 2, 12, {5000, 7}, 0.02, 2, 70}, Case{128, 2, 4, {1600}, 1.0, 16, 1}}) {
+                        Case{128, 2, 12, {5000, 7}, 0.02, 2, 70}, Case{128, 2, 4, {1600}, 1.0, 16, 1},
+                        Case{128, 2, 4, {32768, 4000, 257}, 0.1, 16, 8, true}}) {
     SCOPED_TRACE(testing::Message() << "d " << c.d << " kv " << c.kv_heads << " group " << c.group << " keep "
-                                    << c.keep << " n_min " << c.n_min << " n_local " << c.n_local);
+                                    << c.keep << " n_min " << c.n_min << " n_local " << c.n_local << " positive "
+                                    << c.positive);
     auto& rng = test::rng();
     const int ps = 16, d = c.d, hkv = c.kv_heads, heads = hkv * c.group, batch = int(c.lens.size());
     const test::ShuffledPages pages = test::shuffled_pages(c.lens, ps, 3, 2, rng);
@@ -48,14 +54,16 @@ TEST(CudaGroupPageSelect, MatchesCpuReferenceAndFeedsDecodeAttention) {
     {
       const std::vector<float> lo = test::random_vector(kmin.size()), gap = test::random_vector(kmin.size());
       for (size_t i = 0; i < kmin.size(); ++i) {
-        kmin[i] = f32_to_bf16(lo[i]);
-        kmax[i] = f32_to_bf16(lo[i] + std::fabs(gap[i]));
+        const float l = c.positive ? 0.5f + std::fabs(lo[i]) : lo[i];
+        kmin[i] = f32_to_bf16(l);
+        kmax[i] = f32_to_bf16(l + std::fabs(gap[i]));
       }
     }
     std::vector<uint16_t> q(size_t(batch) * heads * d), kp(size_t(pages.num_pages) * hkv * ps * d), vp(kp.size());
     for (auto* buf : {&q, &kp, &vp}) {
       const std::vector<float> f = test::random_vector(buf->size());
-      std::transform(f.begin(), f.end(), buf->begin(), f32_to_bf16);
+      const bool pos = c.positive && buf == &q;
+      std::transform(f.begin(), f.end(), buf->begin(), [&](float x) { return f32_to_bf16(pos ? std::fabs(x) : x); });
     }
 
     GroupPageSelectArgs a;

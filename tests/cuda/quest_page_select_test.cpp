@@ -28,6 +28,9 @@ struct Case {
   std::vector<int> lens;
   double budget;
   int min_tokens;
+  // Every bound positive and of similar size: the keys share their leading bits, which the
+  // select resolves before its radix passes (page_select::common_bits).
+  bool positive = false;
 };
 
 TEST(CudaQuestPageSelect, KeepsEachHeadsBestPagesAsTheCpuReferenceDoes) {
@@ -37,9 +40,10 @@ TEST(CudaQuestPageSelect, KeepsEachHeadsBestPagesAsTheCpuReferenceDoes) {
                         Case{128, 2, 12, {5000, 7}, 96.0, 0}, Case{128, 2, 4, {1600}, 1.0, 0},
                         Case{64, 1, 32, {170000}, 0.02, 0},
                         // More select CTAs than an H100 or H200 has SMs: the 2-CTAs-an-SM select.
-                        Case{64, 8, 4, {4100, 999, 2048, 16, 3000}, 0.1, 0}}) {
+                        Case{64, 8, 4, {4100, 999, 2048, 16, 3000}, 0.1, 0},
+                        Case{128, 2, 4, {32768, 4000, 257}, 0.1, 0, true}}) {
     SCOPED_TRACE(testing::Message() << "d " << c.d << " kv " << c.kv_heads << " group " << c.group << " budget "
-                                    << c.budget << " min " << c.min_tokens);
+                                    << c.budget << " min " << c.min_tokens << " positive " << c.positive);
     auto& rng = test::rng();
     const int ps = 16, d = c.d, hkv = c.kv_heads, heads = hkv * c.group, batch = int(c.lens.size());
     const test::ShuffledPages pages = test::shuffled_pages(c.lens, ps, 3, 2, rng);
@@ -47,11 +51,12 @@ TEST(CudaQuestPageSelect, KeepsEachHeadsBestPagesAsTheCpuReferenceDoes) {
     {
       const std::vector<float> lo = test::random_vector(kmin.size()), gap = test::random_vector(kmin.size());
       for (size_t i = 0; i < kmin.size(); ++i) {
-        kmin[i] = f32_to_bf16(lo[i]);
-        kmax[i] = f32_to_bf16(lo[i] + std::fabs(gap[i]));
+        const float l = c.positive ? 0.5f + std::fabs(lo[i]) : lo[i];
+        kmin[i] = f32_to_bf16(l);
+        kmax[i] = f32_to_bf16(l + std::fabs(gap[i]));
       }
       const std::vector<float> f = test::random_vector(q.size());
-      std::transform(f.begin(), f.end(), q.begin(), f32_to_bf16);
+      std::transform(f.begin(), f.end(), q.begin(), [&](float x) { return f32_to_bf16(c.positive ? std::fabs(x) : x); });
     }
     const size_t slots = size_t(batch) * hkv * pages.stride;
     QuestPageSelectArgs a{.batch = batch, .num_heads = heads, .num_kv_heads = hkv, .head_dim = d, .page_size = ps,

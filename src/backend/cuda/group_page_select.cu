@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectA
   if (!a.rows.has(b)) return;
   const uint32_t* keys = keys_of(a, b, kvh);
   write_list<EXTRAS>(a, so, b, kvh, keys,
-                     [&](int m, int n, auto keep) { select_top_pages(sm, keys, m, n, keep, [](int) {}); });
+                     [&](int m, int n, auto keep) { select_top_pages<true>(sm, keys, m, n, keep, [](int) {}); });
 }
 
 // by_score: the sorted page ids back into each list.

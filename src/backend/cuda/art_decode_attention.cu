@@ -16,11 +16,12 @@
 //    `patience` times in a row. A head no page of the list attends counts stable, as in the
 //    reference, where the plan gives ArtDecodeArgs::heads_listed (the kernel does not scan the
 //    masks; mac+art's `below` lists have such heads): every warp of the list writes the list's
-//    unlisted heads into its ints first. The test sits in the masked kernels only. Round states, prefix checkpoints and
-//    verdicts are merges in a
-//    fixed order, computed by whichever warp first needs them (one warp claims each verdict;
-//    one block per round tries a verdict a wave back as it ends), so every run reads the same
-//    pages whatever the timing. A merge takes four heads at once (merge_heads: one L2 round trip
+//    unlisted heads into its ints first. The test sits in the masked kernels only. Round
+//    states, prefix checkpoints and verdicts are merges in a fixed order, computed by whichever
+//    warp first needs them (one warp claims each verdict): the verdict warp of the list's first
+//    CTA (a ninth warp that reads no page) takes them in order as the rounds come in, a reading
+//    warp at its gate any it finds unclaimed. So every run reads the same pages whatever the
+//    timing. A merge takes four heads at once (merge_heads: one L2 round trip
 //    for up to 8 items; the heads one by one made the verdicts a serial chain of round trips that
 //    cost ART over dense 12x dense's step at rounds of one block, H100 2026-11-27); ptxas: no
 //    spills in any variant (before: 4 to 24 bytes).
@@ -29,7 +30,8 @@
 //    least the distance between a warp's consecutive blocks in rounds, so a warp never waits on
 //    a round it still has pages of in flight; every CTA of a launch is resident at once (the
 //    plan fills at most one wave), so every wait ends (and one that does not traps).
-//  * The last warp of a list to finish resets the list's counters and adds to the stats.
+//  * The last warp of a list to finish (verdict warps included) resets the list's counters and
+//    adds to the stats.
 #include "backend/cuda/art_decode_attention.cuh"
 
 #include "backend/cuda/paged_decode_attention_impl.cuh"
@@ -42,7 +44,11 @@ using detail::kPageSize;
 using detail::SplitConfig;
 using detail::SplitParams;
 
-constexpr int kWarps = 8, kStages = 2;
+// A CTA's warps: kWarps reading warps, then its verdict warp (verdict_warp), 256 threads in all.
+// (Eight reading warps and a ninth left 168 registers a thread: an SM sub-partition holds 16K
+// registers and one of them would hold three warps; the kernel spilled 900 bytes.)
+constexpr int kWarps = 7, kStages = 2;
+constexpr int kThreadsPerCta = (kWarps + 1) * 32;
 // A probe state per head: probe[32] (unnormalised), m, l, two floats of padding so that each
 // state starts 16-byte aligned (the merges read the probe as float4).
 constexpr int kStateFloats = kArtProbe + 4;
@@ -367,17 +373,6 @@ struct ListState {
     return v;
   }
 
-  // Round r's verdict now, if nobody has claimed it and everything it needs is in (no wait):
-  // the warps compute verdicts as their blocks end, so those at their gates seldom have to.
-  __device__ __forceinline__ void try_verdict(int r, int lane) const {
-    if (r < 0 || r + 1 >= n_rounds) return;
-    const int k = r / kCheckpointRounds, first = k * kCheckpointRounds, n = r - first + 1;
-    const bool busy = ld_relaxed(claim() + r) != 0 || (k > 0 && !ld_relaxed(has_checkpoint() + k));
-    const bool in = lane >= n || ld_relaxed(arrive() + first + lane) == blocks_in_round(first + lane);
-    if (busy || !__all_sync(0xffffffffu, in)) return;
-    if (claim_verdict(r, lane)) compute_verdict(r, lane);
-  }
-
   // The verdicts of rounds [from, to] (to < n_rounds - 1, rounds this warp knows are read: they
   // precede a block it has read), counting consecutive stable rounds in `run`: the first round
   // where the run reaches patience, or -1. Verdicts nobody has claimed are computed first, in
@@ -411,6 +406,22 @@ struct ListState {
     }
   }
 };
+
+// The verdict warp of a list's first CTA: the verdicts the gates will ask for, in order, each as
+// soon as its round is in, so that a reading warp seldom computes one at its gate (which
+// leaves its pipeline idle for the merges' round trips; before, one block of each round tried
+// a verdict at its end, and the reading warps lost that time, H100/H200 2026-11-27). It stops
+// at the list's stop, or at the last verdict a gate reads (round n_rounds - lag - 2).
+template <bool MASKED>
+__device__ void verdict_warp(const ListState<MASKED>& ls, int lane) {
+  if (!ls.active) return;
+  const int last = min(ls.n_rounds - 2, ls.n_rounds - ls.lag - 2);
+  int run = 0;
+  for (int r = 0; r <= last; ++r) {
+    run = ls.ensure_verdict(r, lane) == 2 ? run + 1 : 0;
+    if (run >= ls.patience) return;
+  }
+}
 
 // A warp's view of the verdicts: whether it may read blocks of round r, i.e. whether no round
 // up to r - lag - 1 stopped the list (rounds are scanned once, in order, as the warp needs them).
@@ -464,8 +475,25 @@ struct WarpBlocks {
   }
 };
 
+// A warp done with the list: its pages read into the count; the last of the list's warps
+// (reading and verdict warps alike: a verdict warp may still read the counters) resets them.
+template <bool MASKED>
+__device__ __forceinline__ void count_out(const ListState<MASKED>& ls, int participants, int pages, int lane) {
+  int last = 0;
+  __syncwarp();
+  if (lane == 0) {
+    if (pages) atomicAdd(ls.pages_read(), pages);
+    fence_gpu();
+    last = atomicAdd(ls.done(), 1) + 1 == participants;
+  }
+  if (__shfl_sync(0xffffffffu, last, 0)) {
+    fence_gpu();
+    ls.finish(lane);
+  }
+}
+
 template <int D, bool MASKED>
-__global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKernelParams p) {
+__global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtKernelParams p) {
   using C = SplitConfig<D, kWarps, kStages>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int stage_valid[kWarps][kStages];
@@ -508,6 +536,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
   if (MASKED && p.heads_listed && lane == 0)
     *ls.unlisted_heads() = int(~p.heads_listed[list] & ((rows >= 32 ? 0u : 1u << rows) - 1u));
   __syncwarp();
+  const int participants = int(gridDim.x) * (kWarps + 1);  // every warp of the list's CTAs
+  if (warp == kWarps) {  // the verdict warp: the first CTA's works, the others' only count out
+    if (chunk == 0) verdict_warp(ls, lane);
+    count_out(ls, participants, 0, lane);
+    return;
+  }
   // The partial page: listed first by ART's lists, last by an inactive row's (paged decode's).
   const int partial_valid = len - (ls.n_pages - 1) * kPageSize, partial = ls.active ? 0 : ls.n_pages - 1;
   WarpGate gate;
@@ -598,17 +632,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
 #pragma unroll
       for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
       __syncwarp();  // the lanes' probe writes, then lane 0's release publishes them all
-      const int r = ended / ls.round_blocks;
       if (lane == 0) {
         fence_gpu();
-        atomicAdd(ls.arrive() + r, 1);
-      }
-      // One block of each round (a different warp's each round) tries the verdict the gates
-      // will want next: that of the round a wave of blocks (the list's warps) before this one,
-      // or further back by a longer lag than the launch's least (none where it outlasts the list).
-      if (ls.active && ended - r * ls.round_blocks == r % ls.blocks_in_round(r)) {
-        const int wave = (wb.total_warps + ls.round_blocks - 1) / ls.round_blocks;  // >= 1
-        ls.try_verdict(r - max(wave, ls.lag - kLagSlack), lane);
+        atomicAdd(ls.arrive() + ended / ls.round_blocks, 1);
       }
     }
   }
@@ -618,20 +644,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1) art_split_kernel(const ArtKern
   l_sum += __shfl_xor_sync(0xffffffffu, l_sum, 2);
   __syncwarp();
   detail::store_warp_state<D>(reinterpret_cast<float*>(wbuf), sum, m_sum, l_sum, row, quad);
-  __syncthreads();
+  // The reading warps only (named barrier 1): the verdict warp goes its own way.
+  asm volatile("bar.sync 1, %0;" ::"r"(kWarps * 32) : "memory");
   detail::merge_warp_states<C, D, kWarps>(smem, sp, b, hq0, rows, chunk);
-
-  int last = 0;
-  __syncwarp();
-  if (lane == 0) {
-    atomicAdd(ls.pages_read(), n_issued);
-    fence_gpu();
-    last = atomicAdd(ls.done(), 1) + 1 == wb.total_warps;
-  }
-  if (__shfl_sync(0xffffffffu, last, 0)) {
-    fence_gpu();
-    ls.finish(lane);
-  }
+  count_out(ls, participants, n_issued, lane);
 }
 
 // The workspace: the paged decode split's region (chunk partials), then per list its ints
@@ -692,7 +708,7 @@ struct ArtVariant {
                                     cudaSharedmemCarveoutMaxShared)) != cudaSuccess)
         return e;
       int n = 0;
-      if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, C::kThreads, C::kSmemBytes)) != cudaSuccess)
+      if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, kThreadsPerCta, C::kSmemBytes)) != cudaSuccess)
         return e;
       per_sm = std::min(per_sm, n);
     }
@@ -789,9 +805,9 @@ struct ArtVariant {
 
     const dim3 grid(plan.num_chunks, at.num_kv_heads, at.batch);
     if (at.head_masks)
-      art_split_kernel<D, true><<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
+      art_split_kernel<D, true><<<grid, kThreadsPerCta, C::kSmemBytes, stream>>>(p);
     else
-      art_split_kernel<D, false><<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
+      art_split_kernel<D, false><<<grid, kThreadsPerCta, C::kSmemBytes, stream>>>(p);
     if ((e = cudaGetLastError()) != cudaSuccess || plan.direct) return e;
     detail::DeviceInfo info;
     if ((e = detail::device_info(info)) != cudaSuccess) return e;

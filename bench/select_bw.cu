@@ -15,7 +15,10 @@
 //   all                   quest_page_select (score, then select + union)
 //   empty kernel          a launch of the select's grid doing nothing: the launch floor here
 // Measured and dropped (H100, 2026-11-27, bench/results/2026-11-27-s28-select-walk/): a score
-// CTA's warps over the KV heads first (a page's 2 KB of digests read together) was no faster.
+// CTA's warps over the KV heads first (a page's 2 KB of digests read together) was no faster;
+// two batches of 16 pages a warp, both in flight before either is scored (205 registers, one
+// CTA an SM), was slower: 30.4 -> 37.6 us at b8 32K, 99.8 -> 114.8 at b8 128K
+// (bench/results/2026-11-28-s29-art-verdict-warp/).
 #include <cstdio>
 #include <vector>
 

@@ -7,12 +7,11 @@
 //   read contiguous       every digest byte by 16-byte loads in address order: the ceiling
 //   read, score's pattern the score kernel's loads alone (ids, then a warp's 16 pages' digests)
 //   score                 quest's score kernel
-//   select + union        quest's select kernel (the last CTA of a group writes its union) at
-//                         each register bound (quest_page_select launches 2/SM where the grid
-//                         has more CTAs than the GPU has SMs)
-//   select alone          the select without the union, with and without its common_bits
-//                         pre-pass (their flags compared)
-//   all                   quest_page_select (score, then select + union)
+//   select 1/SM, 2/SM     quest's select kernel at each register bound (quest_page_select
+//                         launches 2/SM where the grid has more CTAs than the GPU has SMs)
+//   select alone          the select without common_bits' pre-pass and with it (flags compared)
+//   union                 quest's union kernel
+//   all                   quest_page_select (score + select + union)
 //   empty kernel          a launch of the select's grid doing nothing: the launch floor here
 // Measured and dropped (H100, 2026-11-27, bench/results/2026-11-27-s28-select-walk/): a score
 // CTA's warps over the KV heads first (a page's 2 KB of digests read together) was no faster;
@@ -147,8 +146,8 @@ void run_shape(int batch, int context) {
   const dim3 g0((pages + kPagesPerScoreCta - 1) / kPagesPerScoreCta, H, batch);
   report("read, score's pattern", time_us([&] { read_score_pattern<<<g0, kScoreWarps * 32>>>(a, sink); }), true);
   report("score", time_us([&] { score_kernel<128><<<g0, kScoreWarps * 32>>>(a); }), true);
-  report("select + union 1/SM", time_us([&] { select_kernel<1, false><<<dim3(heads, batch), kThreads>>>(a, ByScore{}); }), false);
-  report("select + union 2/SM", time_us([&] { select_kernel<2, false><<<dim3(heads, batch), kThreads>>>(a, ByScore{}); }), false);
+  report("select 1/SM", time_us([&] { select_kernel<1><<<dim3(heads, batch), kThreads>>>(a); }), false);
+  report("select 2/SM", time_us([&] { select_kernel<2><<<dim3(heads, batch), kThreads>>>(a); }), false);
   {
     const size_t fbytes = size_t(batch) * heads * flag_stride(a);
     uint8_t *common, *plain;
@@ -175,6 +174,7 @@ void run_shape(int batch, int context) {
     cudaFree(common);
     cudaFree(plain);
   }
+  report("union", time_us([&] { union_kernel<<<dim3(H, batch), kThreads>>>(a, ByScore{}); }), false);
   report("empty kernel (launch floor)", time_us([&] { empty_kernel<<<dim3(heads, batch), kThreads>>>(); }), false);
   report("all", time_us([&] { quest_page_select(a, nullptr); }), false);
   cudaFree(kmin), cudaFree(kmax), cudaFree(q), cudaFree(table), cudaFree(lens), cudaFree(out_table);

@@ -58,8 +58,7 @@ __host__ __device__ __forceinline__ size_t flag_stride(const QuestPageSelectArgs
 size_t base_bytes(const QuestPageSelectArgs& a) {
   const size_t heads = size_t(a.batch) * a.num_heads;
   return WorkspaceCarver::align(heads * a.max_pages_per_seq * sizeof(uint32_t)) +
-         WorkspaceCarver::align(heads * flag_stride(a)) +
-         WorkspaceCarver::align(size_t(a.batch) * a.num_kv_heads * sizeof(int));
+         WorkspaceCarver::align(heads * flag_stride(a));
 }
 
 __device__ __forceinline__ size_t head_row(const QuestPageSelectArgs& a, int b, int hq) {
@@ -72,15 +71,6 @@ __device__ __forceinline__ uint8_t* flags_of(const QuestPageSelectArgs& a, int b
   const size_t keys = size_t(a.batch) * a.num_heads * a.max_pages_per_seq;
   return static_cast<uint8_t*>(a.workspace) + WorkspaceCarver::align(keys * sizeof(uint32_t)) +
          (size_t(b) * a.num_heads + hq) * flag_stride(a);
-}
-
-// Per (sequence, KV head): the group's select CTAs done so far (select_kernel; zeroed by the
-// score kernel of the same call, so the workspace needs no zeroing).
-__device__ __forceinline__ int* arrivals_of(const QuestPageSelectArgs& a, int b, int kvh) {
-  const size_t heads = size_t(a.batch) * a.num_heads;
-  char* base = static_cast<char*>(a.workspace) + WorkspaceCarver::align(heads * a.max_pages_per_seq * sizeof(uint32_t)) +
-               WorkspaceCarver::align(heads * flag_stride(a));
-  return reinterpret_cast<int*>(base) + size_t(b) * a.num_kv_heads + kvh;
 }
 
 __device__ __forceinline__ int context_of(const QuestPageSelectArgs& a, int b) {
@@ -134,10 +124,38 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
   const int kvh = blockIdx.y, b = blockIdx.z, group = a.group_size();
   const int m = pages_of(context_of(a, b), a.page_size);
   const int p0 = blockIdx.x * kPagesPerScoreCta + warp * kWarpPages;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *arrivals_of(a, b, kvh) = 0;  // for this call's select
   if (p0 >= m || !a.rows.has(b)) return;
   score_warp_pages<D>(a, b, kvh, p0, m, lane,
                       [&](int g, int p, uint32_t key) { keys_of(a, b, kvh * group + g)[p] = key; });
+}
+
+// One CTA per (query head, sequence): its n best pages flagged 1, the others 0, a thread's run
+// of kItems flags (the row is padded to whole runs) as one 16-byte store. MIN_CTAS 2 (64
+// registers) where the grid has more CTAs than the GPU has SMs, so that it runs in one wave:
+// 17.0 -> 12.9 us at b8 32K and 19.7 -> 15.7 at b8 128K; at b1 (32 CTAs) no faster (H100,
+// bench/select_bw.cu, bench/results/2026-11-27-s28-select-walk/).
+template <int MIN_CTAS>
+__global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestPageSelectArgs a) {
+  detail::pdl_enter();  // launched by launch_pdl
+  __shared__ SelectSmem sm;
+  const int hq = blockIdx.x, b = blockIdx.y;
+  if (!a.rows.has(b)) return;
+  const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
+  const int n = min(m, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size));
+  uint8_t* flags = flags_of(a, b, hq);
+  if (n == m) {  // every page kept (short sequences)
+    for (int p = threadIdx.x; p < m; p += kThreads) flags[p] = 1;
+    return;
+  }
+  static_assert(kItems == 16, "a run's flags are one 16-byte store");
+  // Without page_select::common_bits: on the H100 its pre-pass cost quest 0.2% end to end at b1
+  // and b8 32K (gbsa, whose select CTAs are 4x fewer, gained 0.1%), 2026-11-28.
+  select_top_page_runs(sm, keys_of(a, b, hq), m, n, [&](int p0, unsigned keep_bits, int) {
+    uint32_t w[4] = {};
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) w[i / 4] |= (keep_bits >> i & 1u) << (8 * (i % 4));
+    *reinterpret_cast<uint4*>(flags + p0) = make_uint4(w[0], w[1], w[2], w[3]);
+  });
 }
 
 // The union of one (sequence, KV head): per page the mask of the group's heads that keep it (the
@@ -153,7 +171,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPage
 // still spread over every warp. (Before: a thread's own 16 consecutive pages and one block scan,
 // each of its 16 stores per output array about 20 bytes from its neighbour lane's; the union
 // took 12.7 us at b8 128K, now 10.0, bench/results/2026-11-27-s28-select-walk/.)
-template <bool BY_SCORE, class FlagsOf>
+template <class FlagsOf>
 __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh, int ctx, int m,
                             FlagsOf flags_of_head) {
   constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages;
@@ -164,8 +182,8 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
   const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-  int32_t* out_table = BY_SCORE ? bs.pages : a.out_table;
-  uint32_t* out_masks = BY_SCORE ? bs.masks : a.out_masks;
+  int32_t* out_table = a.by_score ? bs.pages : a.out_table;
+  uint32_t* out_masks = a.by_score ? bs.masks : a.out_masks;
   int written = 0;
   for (int base = 0; base < m; base += kRoundPages * rounds) {
     uint32_t mask[kRounds][kLanePages], key[kRounds][kLanePages];
@@ -187,7 +205,7 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
         for (int j = 0; j < kLanePages; ++j)
           if (p0 + j < m && (run >> (8 * j) & 0xffu)) {
             mask[r][j] |= 1u << g;
-            if (BY_SCORE) key[r][j] = max(key[r][j], keys_of(a, b, kvh * group + g)[p0 + j]);
+            if (a.by_score) key[r][j] = max(key[r][j], keys_of(a, b, kvh * group + g)[p0 + j]);
           }
       };
       if (p0 < m) {
@@ -195,11 +213,11 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
         uint32_t runs[kPreloadHeads];
 #pragma unroll
         for (int g = 0; g < kPreloadHeads; ++g)
-          if (g < group) runs[g] = __ldcg(reinterpret_cast<const uint32_t*>(flags_of_head(g) + p0));
+          if (g < group) runs[g] = *reinterpret_cast<const uint32_t*>(flags_of_head(g) + p0);
 #pragma unroll
         for (int g = 0; g < kPreloadHeads; ++g)
           if (g < group) add_head(g, runs[g]);
-        for (int g = kPreloadHeads; g < group; ++g) add_head(g, __ldcg(reinterpret_cast<const uint32_t*>(flags_of_head(g) + p0)));
+        for (int g = kPreloadHeads; g < group; ++g) add_head(g, *reinterpret_cast<const uint32_t*>(flags_of_head(g) + p0));
       }
       int listed = 0;
 #pragma unroll
@@ -231,7 +249,7 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
           const size_t slot = list + at++;
           out_table[slot] = ids[r][j];
           out_masks[slot] = mask[r][j];
-          if (BY_SCORE) {
+          if (a.by_score) {
             bs.keys[slot] = key[r][j];
             bs.slots[slot] = int32_t(slot);
           }
@@ -243,55 +261,21 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
   if (t == 0) {
     const int tokens = m == 0 ? 0 : (written - 1) * a.page_size + ctx - (m - 1) * a.page_size;
     a.out_lens[list_index] = tokens;
-    if (BY_SCORE) bs.end[list_index] = int(list) + written;
+    if (a.by_score) bs.end[list_index] = int(list) + written;
     if (a.listed_tokens) atomicAdd(a.listed_tokens, (unsigned long long)tokens);
   }
 }
 
-// One CTA per (query head, sequence): its n best pages flagged 1, the others 0, a thread's run
-// of kItems flags (the row is padded to whole runs) as one 16-byte store; then the last of a
-// group's CTAs to finish writes the group's union (write_union), so that the union needs no
-// launch of its own. MIN_CTAS 2 (64 registers) where the grid has more CTAs than the GPU has
-// SMs, so that it runs in one wave: 17.0 -> 12.9 us at b8 32K and 19.7 -> 15.7 at b8 128K; at
-// b1 (32 CTAs) no faster (H100, bench/select_bw.cu, bench/results/2026-11-27-s28-select-walk/).
-template <int MIN_CTAS, bool BY_SCORE>
-__global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestPageSelectArgs a, const ByScore bs) {
+// One CTA per (KV head, sequence): the union of its group's flags (write_union).
+__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
   detail::pdl_enter();  // launched by launch_pdl
-  __shared__ SelectSmem sm;
-  __shared__ int last;
-  const int hq = blockIdx.x, b = blockIdx.y, group = a.group_size(), kvh = hq / group;
-  const size_t list_index = size_t(b) * a.num_kv_heads + kvh, list = list_index * a.max_pages_per_seq;
-  if (!a.rows.has(b)) {
-    if (BY_SCORE && hq % group == 0 && threadIdx.x == 0) bs.begin[list_index] = bs.end[list_index] = int(list);  // nothing to sort
-    return;
-  }
+  const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
+  const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
+  const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
+  if (a.by_score && threadIdx.x == 0) bs.begin[list_index] = bs.end[list_index] = int(list);  // unplanned rows: nothing to sort
+  if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
-  const int n = min(m, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size));
-  uint8_t* flags = flags_of(a, b, hq);
-  if (n == m) {  // every page kept (short sequences)
-    for (int p = threadIdx.x; p < m; p += kThreads) flags[p] = 1;
-  } else {
-    static_assert(kItems == 16, "a run's flags are one 16-byte store");
-    select_top_page_runs<true>(sm, keys_of(a, b, hq), m, n, [&](int p0, unsigned keep_bits, int) {
-      uint32_t w[4] = {};
-#pragma unroll
-      for (int i = 0; i < kItems; ++i) w[i / 4] |= (keep_bits >> i & 1u) << (8 * (i % 4));
-      *reinterpret_cast<uint4*>(flags + p0) = make_uint4(w[0], w[1], w[2], w[3]);
-    });
-  }
-  // The last CTA of the group: its flags and the others' are all out (each CTA fences its
-  // stores before it counts itself in; the last one fences before it reads theirs).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(arrivals_of(a, b, kvh), 1) == group - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (threadIdx.x == 0) *arrivals_of(a, b, kvh) = 0;  // every CTA of the group has counted itself
-  if (BY_SCORE && threadIdx.x == 0) bs.begin[list_index] = int(list);
-  write_union<BY_SCORE>(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
+  write_union(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
 }
 
 // by_score: each list's pages and masks in their sorted order.
@@ -329,11 +313,11 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   detail::DeviceInfo gpu;
   if ((e = detail::device_info(gpu)) != cudaSuccess) return e;
   const bool one_wave = a.num_heads * a.batch > gpu.sms;
+  (void)launch_pdl(one_wave ? select_kernel<2> : select_kernel<1>, dim3(a.num_heads, a.batch), kThreads, 0, stream, a);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
   ByScore bs;
   if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);
-  const auto select = a.by_score ? (one_wave ? select_kernel<2, true> : select_kernel<1, true>)
-                                 : (one_wave ? select_kernel<2, false> : select_kernel<1, false>);
-  (void)launch_pdl(select, dim3(a.num_heads, a.batch), kThreads, 0, stream, a, bs);
+  (void)launch_pdl(union_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, bs);
   if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score) return e;
   // Descending key; the sort is stable, so ties stay in position order, as on the CPU.
   const int lists = a.batch * a.num_kv_heads;

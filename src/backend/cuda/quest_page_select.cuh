@@ -11,8 +11,10 @@
 // bench/results/2026-11-26-h100-pending/. Also tried: select and union as one launch on sm_90,
 // a cluster of the group's select CTAs whose first CTA wrote the union after the cluster
 // barrier: 598 against 638 us a step in ncu at b1 32K, but end to end +0.3% at b1 and +3.7% at
-// b8 (11.47 against 11.06 ms), bench/results/2026-11-27-h100-s23-pending/; reverted.) This
-// header holds no device code.
+// b8 (11.47 against 11.06 ms), bench/results/2026-11-27-h100-s23-pending/; reverted. And the
+// last of a group's select CTAs writing the union after an atomic count: the kernels 1-3%
+// faster alone, end to end +0.2% at b1 and +0.4% at b8 32K on the H100, 2026-11-28,
+// bench/results/2026-11-28-s29-art-verdict-warp/; reverted.) This header holds no device code.
 #pragma once
 
 #include <cuda_runtime_api.h>

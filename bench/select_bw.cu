@@ -13,13 +13,14 @@
 //   union                 quest's union kernel
 //   all                   quest_page_select (score + select + union)
 //   empty kernel          a launch of the select's grid doing nothing: the launch floor here
-//   a CTA per KV head     group_select_union (below, not yet run on a device) against the select
-//                         and union it would replace, its lists compared (32K: the keys fit)
 // Measured and dropped (H100, 2026-11-27, bench/results/2026-11-27-s28-select-walk/): a score
 // CTA's warps over the KV heads first (a page's 2 KB of digests read together) was no faster;
 // two batches of 16 pages a warp, both in flight before either is scored (205 registers, one
-// CTA an SM), was slower: 30.4 -> 37.6 us at b8 32K, 99.8 -> 114.8 at b8 128K
-// (bench/results/2026-11-28-s29-art-verdict-warp/).
+// CTA an SM), was slower: 30.4 -> 37.6 us at b8 32K, 99.8 -> 114.8 at b8 128K; and one CTA per
+// (sequence, KV head) selecting its whole group (a histogram per head, the passes interleaved)
+// and listing the union from the keep bits, equal lists but 25 us alone at b1 and b8 32K against
+// 12.8 + 5.3 for the select and union (the passes' shared-memory atomics grow with the heads;
+// bench/results/2026-11-28-s29-art-verdict-warp/).
 #include <cstdio>
 #include <vector>
 
@@ -82,116 +83,6 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_alone(const QuestPa
     for (int i = 0; i < kItems; ++i) w[i / 4] |= (keep_bits >> i & 1u) << (8 * (i % 4));
     *reinterpret_cast<uint4*>(flags + p0) = make_uint4(w[0], w[1], w[2], w[3]);
   });
-}
-
-// Not yet run on a device (written in session 29): one CTA per (sequence, KV head) selecting
-// all its group's heads at once, their radix passes interleaved (a histogram per head), then the
-// union listed straight from the heads' keep bits: no flags through global memory and no union
-// launch, 4x fewer CTAs than the select. The select is latency-bound (a pass is about 2.3K
-// cycles whatever its keys), so four heads' passes together should cost little over one's.
-// Groups of at most kGroupMax heads, keys staged in shared memory (group x pages <= kSmemKeys).
-constexpr int kGroupMax = 4;
-struct GroupSelectSmem {
-  cub::BlockScan<int, kThreads>::TempStorage scan;
-  unsigned hist[kGroupMax][256];
-  int bin[kGroupMax];
-  unsigned above[kGroupMax];
-  uint32_t keys[kSmemKeys + kSmemKeys / 32];
-};
-
-__global__ void __launch_bounds__(kThreads) group_select_union(const QuestPageSelectArgs a, int32_t* out_table,
-                                                               uint32_t* out_masks, int32_t* out_lens) {
-  __shared__ GroupSelectSmem sm;
-  using Scan = cub::BlockScan<int, kThreads>;
-  const int kvh = blockIdx.x, b = blockIdx.y, t = threadIdx.x, G = a.group_size();
-  const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
-  const int n = min(m, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size));
-  const auto key = [&](int g, int p) { return sm.keys[skew(g * m + p)]; };
-  for (int g = 0; g < G; ++g)
-    for (int p = t; p < m; p += kThreads) sm.keys[skew(g * m + p)] = keys_of(a, b, kvh * G + g)[p];
-  uint32_t prefix[kGroupMax], mask[kGroupMax];
-  unsigned need[kGroupMax];
-  bool done[kGroupMax];
-  #pragma unroll
-  for (int g = 0; g < kGroupMax; ++g) {
-    prefix[g] = mask[g] = 0u;
-    need[g] = unsigned(n);
-    done[g] = g >= G || n == m;  // every page kept: no pass
-  }
-  __syncthreads();  // the keys staged
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    bool all_done = true;
-    #pragma unroll
-    for (int g = 0; g < kGroupMax; ++g) all_done = all_done && done[g];
-    if (all_done) break;
-    for (int i = t; i < kGroupMax * 256; i += kThreads) sm.hist[i / 256][i % 256] = 0u;
-    __syncthreads();
-    #pragma unroll
-    for (int g = 0; g < kGroupMax; ++g) {
-      if (done[g]) continue;
-      for (int p = t; p < m; p += kThreads) {
-        const uint32_t k = key(g, p);
-        if ((k & mask[g]) == prefix[g]) atomicAdd(&sm.hist[g][(k >> shift) & 255u], 1u);
-      }
-    }
-    __syncthreads();
-    const int w = t >> 5;
-    if (w < kGroupMax && !done[w]) find_bin(sm.hist[w], need[w], &sm.bin[w], &sm.above[w]);
-    __syncthreads();
-    #pragma unroll
-    for (int g = 0; g < kGroupMax; ++g) {
-      if (done[g]) continue;
-      prefix[g] |= uint32_t(sm.bin[g]) << shift;
-      mask[g] |= 255u << shift;
-      need[g] -= sm.above[g];
-      done[g] = sm.hist[g][sm.bin[g]] == need[g];  // the bin holds exactly the keys still needed
-    }
-    __syncthreads();  // hist and bin are rewritten next pass
-  }
-  // Each thread owns kItems consecutive pages of a tile: per head its keep bits (ties at the
-  // threshold to the lower pages, as select_top_page_runs), then the pages some head keeps listed.
-  const size_t list_index = size_t(b) * a.num_kv_heads + kvh, list = list_index * a.max_pages_per_seq;
-  const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-  int eq_before[kGroupMax] = {}, written = 0;
-  for (int base = 0; base < m; base += kThreads * kItems) {
-    const int p0 = base + t * kItems;
-    unsigned keep[kGroupMax];
-    #pragma unroll
-    for (int g = 0; g < kGroupMax; ++g) {
-      keep[g] = 0u;
-      if (g >= G) continue;
-      int eq = 0;
-#pragma unroll
-      for (int i = 0; i < kItems; ++i) eq += p0 + i < m && (key(g, p0 + i) & mask[g]) == prefix[g];
-      int eq_rank, eq_total;
-      Scan(sm.scan).ExclusiveSum(eq, eq_rank, eq_total);
-      __syncthreads();
-      int rank = eq_before[g] + eq_rank;
-      for (int i = 0; i < kItems; ++i) {
-        if (p0 + i >= m) break;
-        const uint32_t k = key(g, p0 + i) & mask[g];
-        if (k > prefix[g] || (k == prefix[g] && rank++ < int(need[g]))) keep[g] |= 1u << i;
-      }
-      eq_before[g] += eq_total;
-    }
-    unsigned listed = 0u;
-    #pragma unroll
-    for (int g = 0; g < kGroupMax; ++g) listed |= keep[g];
-    int pos, total;
-    Scan(sm.scan).ExclusiveSum(__popc(listed), pos, total);
-    __syncthreads();
-    for (int i = 0; i < kItems; ++i)
-      if (listed >> i & 1u) {
-        uint32_t heads = 0u;
-        #pragma unroll
-        for (int g = 0; g < kGroupMax; ++g) heads |= (keep[g] >> i & 1u) << g;
-        out_table[list + written + pos] = table[p0 + i];
-        out_masks[list + written + pos] = heads;
-        ++pos;
-      }
-    written += total;
-  }
-  if (t == 0) out_lens[list_index] = m == 0 ? 0 : (written - 1) * a.page_size + ctx - (m - 1) * a.page_size;
 }
 
 template <class F>
@@ -289,38 +180,6 @@ void run_shape(int batch, int context) {
   report("union", time_us([&] { union_kernel<<<dim3(H, batch), kThreads>>>(a, ByScore{}); }), false);
   report("empty kernel (launch floor)", time_us([&] { empty_kernel<<<dim3(heads, batch), kThreads>>>(); }), false);
   report("all", time_us([&] { quest_page_select(a, nullptr); }), false);
-  if (size_t(a.group_size()) * pages <= size_t(kSmemKeys)) {  // group_select_union, against the union's lists
-    const size_t slots = size_t(batch) * H * pages;
-    int32_t *gt, *gl;
-    uint32_t* gm;
-    cudaMalloc(&gt, slots * 4);
-    cudaMalloc(&gm, slots * 4);
-    cudaMalloc(&gl, size_t(batch) * H * 4);
-    report("select + union, a CTA per KV head (untested)",
-           time_us([&] { group_select_union<<<dim3(H, batch), kThreads>>>(a, gt, gm, gl); }), false);
-    report("select 2/SM + union (what it replaces)", time_us([&] {
-             select_kernel<2><<<dim3(heads, batch), kThreads>>>(a);
-             union_kernel<<<dim3(H, batch), kThreads>>>(a, ByScore{});
-           }),
-           false);
-    std::vector<int32_t> t0(slots), t1(slots), l0(size_t(batch) * H), l1(l0.size());
-    std::vector<uint32_t> m0(slots), m1(slots);
-    cudaMemcpy(t0.data(), out_table, slots * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(m0.data(), out_masks, slots * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(l0.data(), out_lens, l0.size() * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(t1.data(), gt, slots * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(m1.data(), gm, slots * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(l1.data(), gl, l1.size() * 4, cudaMemcpyDeviceToHost);
-    size_t differ = 0;
-    for (size_t l = 0; l < l0.size(); ++l) {
-      bool same = l0[l] == l1[l];
-      for (int i = 0; same && i < (l0[l] + page - 1) / page; ++i)
-        same = t0[l * pages + i] == t1[l * pages + i] && m0[l * pages + i] == m1[l * pages + i];
-      differ += !same;
-    }
-    printf("a CTA per KV head: %zu of %zu lists differ from quest_page_select's\n", differ, l0.size());
-    cudaFree(gt), cudaFree(gm), cudaFree(gl);
-  }
   cudaFree(kmin), cudaFree(kmax), cudaFree(q), cudaFree(table), cudaFree(lens), cudaFree(out_table);
   cudaFree(out_masks), cudaFree(out_lens), cudaFree(sink), cudaFree(a.workspace);
 }

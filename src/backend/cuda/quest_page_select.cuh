@@ -13,8 +13,11 @@
 // barrier: 598 against 638 us a step in ncu at b1 32K, but end to end +0.3% at b1 and +3.7% at
 // b8 (11.47 against 11.06 ms), bench/results/2026-11-27-h100-s23-pending/; reverted. And the
 // last of a group's select CTAs writing the union after an atomic count: the kernels 1-3%
-// faster alone, end to end +0.2% at b1 and +0.4% at b8 32K on the H100, 2026-11-28,
-// bench/results/2026-11-28-s29-art-verdict-warp/; reverted.) This header holds no device code.
+// faster alone, end to end +0.2% at b1 and +0.4% at b8 32K on the H100, 2026-11-28; and one
+// CTA per KV head selecting its whole group (the radix passes interleaved, a histogram per head)
+// and listing the union from its keep bits: equal lists, 25 us alone at b8 32K against 12.8 +
+// 5.3 for select and union; bench/results/2026-11-28-s29-art-verdict-warp/; both reverted.)
+// This header holds no device code.
 #pragma once
 
 #include <cuda_runtime_api.h>

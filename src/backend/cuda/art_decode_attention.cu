@@ -19,12 +19,14 @@
 //    unlisted heads into its ints first. The test sits in the masked kernels only. Round
 //    states, prefix checkpoints and verdicts are merges in a fixed order, computed by whichever
 //    warp first needs them (one warp claims each verdict): the verdict warp of the list's first
-//    CTA (a ninth warp that reads no page) takes them in order as the rounds come in, a reading
-//    warp at its gate any it finds unclaimed. So every run reads the same pages whatever the
-//    timing. A merge takes four heads at once (merge_heads: one L2 round trip
+//    CTA (its eighth warp, which reads no page) takes them in order as the rounds come in, a
+//    reading warp at its gate any it finds unclaimed. So every run reads the same pages whatever
+//    the timing. A merge takes four heads at once (merge_heads: one L2 round trip
 //    for up to 8 items; the heads one by one made the verdicts a serial chain of round trips that
-//    cost ART over dense 12x dense's step at rounds of one block, H100 2026-11-27); ptxas: no
-//    spills in any variant (before: 4 to 24 bytes).
+//    cost ART over dense 12x dense's step at rounds of one block, H100 2026-11-27). ptxas: 124
+//    bytes of spills in the masked head_dim 128 kernel since the verdict warp (its merges inlined
+//    twice), none in the others; measured faster all the same
+//    (bench/results/2026-11-28-s29-art-verdict-warp/).
 //  * The gate (WarpGate). Before its first page of a block in round r > lag, a warp needs the
 //    verdicts up to round r - lag - 1 and stops if one of them stopped the list. The lag is at
 //    least the distance between a warp's consecutive blocks in rounds, so a warp never waits on

@@ -129,7 +129,8 @@ ncu_pid=$!
 # hostgather (the host-to-device gather's bandwidth by kernel form, against the copy engines),
 # retro (Retro w = 2, 4, 8 against quest at b1 and b8 32K, both revisions), macart (MAC over quest
 # with and without ART, forced hits, 32K), artround (ART's verdict cost by round size, both revisions),
-# selectbw (quest's selection kernels alone by variant, bench/select_bw.cu).
+# selectbw (quest's selection kernels alone by variant, bench/select_bw.cu), artbw (ART's kernel
+# alone against dense, forced stops, bench/art_bw.cu; also under the previous revision's tree).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -315,6 +316,19 @@ bench_groups() {  # GROUPS GPU
           "$Q+$A" "$Q+$A,round=4" "$Q+$A,round=8" "$Q+$A,round=32" "$D" "$D,round=4" "$D,round=8" "$D,round=32" \
           --contexts 32768 --batches 1,8 | grep -E "8B|rror"
       done
+    fi
+    if bench_has artbw; then
+      # ART's kernel alone, stops forced at rounds 1-8 and never, against dense (2026-11-28, b8 32K
+      # stop 2, time over dense's rate for its bytes: H100 1.41x; H200 1.89x before the verdict
+      # warp, 1.55x after).
+      echo "-- art kernel alone"
+      nvcc -O3 -arch=sm_90a -std=c++20 -Isrc -Iinclude bench/art_bw.cu -o /tmp/art_bw && /tmp/art_bw
+      if [ -d build-legacy/tree/src ]; then
+        echo "-- art kernel alone, previous revision"
+        mkdir -p build-legacy/tree/bench && cp bench/art_bw.cu build-legacy/tree/bench/ &&
+          nvcc -O3 -arch=sm_90a -std=c++20 -Ibuild-legacy/tree/src -Ibuild-legacy/tree/include \
+            build-legacy/tree/bench/art_bw.cu -o /tmp/art_bw_legacy && /tmp/art_bw_legacy
+      fi
     fi
     if bench_has selectbw; then
       # quest's score, select and union kernels alone against the digests' read ceiling (H100

@@ -9,7 +9,6 @@
 //   score                 quest's score kernel
 //   select 1/SM, 2/SM     quest's select kernel at each register bound (quest_page_select
 //                         launches 2/SM where the grid has more CTAs than the GPU has SMs)
-//   select alone          the select without common_bits' pre-pass and with it (flags compared)
 //   union                 quest's union kernel
 //   all                   quest_page_select (score + select + union)
 //   empty kernel          a launch of the select's grid doing nothing: the launch floor here
@@ -67,22 +66,6 @@ __global__ void __launch_bounds__(kScoreWarps * 32) read_score_pattern(const Que
 #pragma unroll
   for (int j = 0; j < kWarpPages; ++j) acc ^= dig.lo[j].x ^ dig.lo[j].y ^ dig.hi[j].x ^ dig.hi[j].y;
   if (acc == 0x12345678u) *sink = acc;
-}
-
-// quest's select alone (no union), with or without common_bits (the radix passes from bit 31).
-template <int MIN_CTAS, bool COMMON>
-__global__ void __launch_bounds__(kThreads, MIN_CTAS) select_alone(const QuestPageSelectArgs a, uint8_t* out) {
-  __shared__ SelectSmem sm;
-  const int hq = blockIdx.x, b = blockIdx.y;
-  const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
-  const int n = min(m, quest_pages_kept(a.budget, a.min_tokens, ctx, a.page_size));
-  uint8_t* flags = out + (size_t(b) * a.num_heads + hq) * flag_stride(a);
-  select_top_page_runs<COMMON>(sm, keys_of(a, b, hq), m, n, [&](int p0, unsigned keep_bits, int) {
-    uint32_t w[4] = {};
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) w[i / 4] |= (keep_bits >> i & 1u) << (8 * (i % 4));
-    *reinterpret_cast<uint4*>(flags + p0) = make_uint4(w[0], w[1], w[2], w[3]);
-  });
 }
 
 template <class F>
@@ -151,32 +134,6 @@ void run_shape(int batch, int context) {
   report("score", time_us([&] { score_kernel<128><<<g0, kScoreWarps * 32>>>(a); }), true);
   report("select 1/SM", time_us([&] { select_kernel<1><<<dim3(heads, batch), kThreads>>>(a); }), false);
   report("select 2/SM", time_us([&] { select_kernel<2><<<dim3(heads, batch), kThreads>>>(a); }), false);
-  {
-    const size_t fbytes = size_t(batch) * heads * flag_stride(a);
-    uint8_t *common, *plain;
-    cudaMalloc(&common, fbytes);
-    cudaMalloc(&plain, fbytes);
-    cudaMemset(common, 0, fbytes);
-    cudaMemset(plain, 0, fbytes);
-    report("select alone 2/SM, common bits first", time_us([&] { select_alone<2, true><<<dim3(heads, batch), kThreads>>>(a, common); }), false);
-    report("select alone 2/SM, passes from bit 31", time_us([&] { select_alone<2, false><<<dim3(heads, batch), kThreads>>>(a, plain); }), false);
-    report("select alone 1/SM, common bits first", time_us([&] { select_alone<1, true><<<dim3(heads, batch), kThreads>>>(a, common); }), false);
-    report("select alone 1/SM, passes from bit 31", time_us([&] { select_alone<1, false><<<dim3(heads, batch), kThreads>>>(a, plain); }), false);
-    std::vector<uint8_t> f0(fbytes), f1(fbytes);
-    cudaMemcpy(f0.data(), common, fbytes, cudaMemcpyDeviceToHost);
-    cudaMemcpy(f1.data(), plain, fbytes, cudaMemcpyDeviceToHost);
-    size_t differ = 0, kept = 0;
-    for (int r = 0; r < batch * heads; ++r)
-      for (int p = 0; p < pages; ++p) {
-        const size_t i = size_t(r) * flag_stride(a) + p;
-        differ += f0[i] != f1[i];
-        kept += f0[i];
-      }
-    printf("common bits first: %zu of %zu flags differ from the passes from bit 31 (%zu kept)\n", differ,
-           size_t(batch) * heads * pages, kept);
-    cudaFree(common);
-    cudaFree(plain);
-  }
   report("union", time_us([&] { union_kernel<<<dim3(H, batch), kThreads>>>(a, ByScore{}); }), false);
   report("empty kernel (launch floor)", time_us([&] { empty_kernel<<<dim3(heads, batch), kThreads>>>(); }), false);
   report("all", time_us([&] { quest_page_select(a, nullptr); }), false);

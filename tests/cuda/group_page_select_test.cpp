@@ -31,9 +31,8 @@ struct Case {
   std::vector<int> lens;
   double keep;
   int n_min, n_local;
-  // Every bound positive and of similar size: the keys share their leading bits, which the
-  // select resolves before its radix passes, above them the local pages' forced keys
-  // (page_select::common_bits).
+  // Every bound positive and of similar size (keys sharing their sign and exponent bits, so the
+  // radix passes resolve on the mantissa), the local pages' forced keys above them.
   bool positive = false;
 };
 

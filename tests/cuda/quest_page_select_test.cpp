@@ -28,8 +28,8 @@ struct Case {
   std::vector<int> lens;
   double budget;
   int min_tokens;
-  // Every bound positive and of similar size: the keys share their leading bits, which the
-  // select resolves before its radix passes (page_select::common_bits).
+  // Every bound positive and of similar size: keys sharing their sign and exponent bits, so the
+  // radix passes resolve on the mantissa.
   bool positive = false;
 };
 

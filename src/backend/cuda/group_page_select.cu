@@ -123,10 +123,8 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectA
   if (so.keys && threadIdx.x == 0) so.begin[list] = so.end[list] = first;  // rows not planned: nothing to sort
   if (!a.rows.has(b)) return;
   const uint32_t* keys = keys_of(a, b, kvh);
-  // With page_select::common_bits: gbsa 0.1 end to end -0.1% at b8 32K, -0.05% at b1 (H100,
-  // 2026-11-28; quest, whose select CTAs are 4x more, lost 0.2% and goes without).
   write_list<EXTRAS>(a, so, b, kvh, keys,
-                     [&](int m, int n, auto keep) { select_top_pages<true>(sm, keys, m, n, keep, [](int) {}); });
+                     [&](int m, int n, auto keep) { select_top_pages(sm, keys, m, n, keep, [](int) {}); });
 }
 
 // by_score: the sorted page ids back into each list.

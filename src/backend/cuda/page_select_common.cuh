@@ -191,81 +191,19 @@ struct SelectScratch {
   unsigned hist[256];
   int bin;
   unsigned above;
-  uint32_t and_bits, or_bits, pinned_min;  // common_bits' reductions
-  unsigned pinned;
 };
 struct SelectSmem : SelectScratch {
   uint32_t keys[kSmemKeys + kSmemKeys / 32];
 };
 
-// The bits that every key below kForcedKey (a bound; the others are pinned: forced pages and the
-// newest) shares, resolved before any radix pass: `mask` the shared leading bits, `prefix` their
-// values, `top` the highest bit left to the passes, and `need` less the pinned keys, which sort
-// above every bound in those bits. Bounds of one sign and magnitude share their sign and
-// exponent bits, so the first pass starts on the mantissa instead of spending itself on them.
-// Nothing changes (top 31) where the pinned keys are all kept, or would tie with the bounds in
-// the shared bits. Every thread of the CTA calls it; it begins with a barrier.
-template <class Key>
-__device__ void common_bits(SelectScratch& sm, Key key, int m, unsigned& need, uint32_t& mask, uint32_t& prefix,
-                            int& top) {
-  const int t = threadIdx.x;
-  if (t == 0) {
-    sm.and_bits = ~0u;
-    sm.or_bits = 0u;
-    sm.pinned_min = ~0u;
-    sm.pinned = 0u;
-  }
-  __syncthreads();
-  uint32_t a = ~0u, o = 0u, pmin = ~0u;
-  unsigned pinned = 0;
-  for (int p = t; p < m; p += kThreads) {
-    const uint32_t k = key(p);
-    if (k >= kForcedKey) {
-      ++pinned;
-      pmin = min(pmin, k);
-    } else {
-      a &= k;
-      o |= k;
-    }
-  }
-  a = __reduce_and_sync(0xffffffffu, a);
-  o = __reduce_or_sync(0xffffffffu, o);
-  pmin = __reduce_min_sync(0xffffffffu, pmin);
-  pinned = __reduce_add_sync(0xffffffffu, pinned);
-  if ((t & 31) == 0) {
-    atomicAnd(&sm.and_bits, a);
-    atomicOr(&sm.or_bits, o);
-    atomicMin(&sm.pinned_min, pmin);
-    atomicAdd(&sm.pinned, pinned);
-  }
-  __syncthreads();
-  const uint32_t diff = sm.and_bits ^ sm.or_bits, shared = sm.and_bits;
-  const unsigned np = sm.pinned;
-  const int hi = diff ? 31 - __clz(diff) : -1;
-  const uint32_t hmask = hi >= 31 ? 0u : ~0u << (hi + 1);
-  // The smallest pinned key differs from the bounds in the shared bits: being larger than every
-  // bound, it and every pinned key then sort above them there.
-  const bool above = np == 0 || ((sm.pinned_min ^ shared) & hmask) != 0u;
-  if (np < unsigned(m) && np < need && above) {
-    top = hi;
-    mask = hmask;
-    prefix = shared & hmask;
-    need -= np;
-  }
-}
-
-// select_top_page_runs (below) over the keys key(p), p < m. COMMON: common_bits first.
-template <bool COMMON, class Key, class Runs>
+// select_top_page_runs (below) over the keys key(p), p < m.
+template <class Key, class Runs>
 __device__ void select_top_page_runs_of(SelectScratch& sm, Key key, int m, int n, Runs runs) {
   using Scan = SelectScratch::Scan;
   const int t = threadIdx.x;
   uint32_t prefix = 0, mask = 0;
   unsigned need = unsigned(n);
-  int top = 31;
-  if constexpr (COMMON) common_bits(sm, key, m, need, mask, prefix, top);
-  // Passes of 8 bits from `top` down; the last may reach below bit 0 (then its digit is the
-  // low bits shifted up, and it resolves only those).
-  for (int shift = top - 7; mask != ~0u; shift -= 8) {
+  for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = t; i < 256; i += kThreads) sm.hist[i] = 0;
     __syncthreads();
     // Plain shared-memory atomics: warp-aggregated counting (__match_any_sync, or a loop over
@@ -280,18 +218,21 @@ __device__ void select_top_page_runs_of(SelectScratch& sm, Key key, int m, int n
       for (int i = 0; i < kItems; ++i) k[i] = base + i * kThreads < m ? key(base + i * kThreads) : 0u;
 #pragma unroll
       for (int i = 0; i < kItems; ++i)
-        if (base + i * kThreads < m && (k[i] & mask) == prefix)
-          atomicAdd(&sm.hist[(shift >= 0 ? k[i] >> shift : k[i] << -shift) & 255u], 1u);
+        if (base + i * kThreads < m && (k[i] & mask) == prefix) atomicAdd(&sm.hist[(k[i] >> shift) & 255u], 1u);
     }
     __syncthreads();
     if (t < 32) find_bin(sm.hist, need, &sm.bin, &sm.above);
     __syncthreads();
-    prefix |= shift >= 0 ? uint32_t(sm.bin) << shift : uint32_t(sm.bin) >> -shift;
-    mask |= shift >= 0 ? 255u << shift : 255u >> -shift;
+    prefix |= uint32_t(sm.bin) << shift;
+    mask |= 255u << shift;
     need -= sm.above;
     // The bin holds exactly the keys still needed: every key whose resolved bits equal the
     // prefix is kept, whatever its lower bits, so the passes left cannot change the set (the
     // same top n, ties included). Random scores mostly resolve after two passes of four.
+    // Tried and dropped (H100, 2026-11-28, bench/results/2026-11-28-s29-art-verdict-warp/): the
+    // keys' shared leading bits (an AND/OR pre-pass) resolved first, to save the pass spent on
+    // the sign and exponent: 1.3 us off quest's select alone at b8 32K, but end to end quest
+    // +0.2% and gbsa -0.1%, not worth a pre-pass and a digit that may reach below bit 0.
     const bool whole_bin = sm.hist[sm.bin] == need;
     __syncthreads();  // hist and bin are rewritten next pass
     if (whole_bin) break;
@@ -345,9 +286,9 @@ struct PerPage {
   }
 };
 
-template <bool COMMON = false, class Key, class Kept, class Skipped>
+template <class Key, class Kept, class Skipped>
 __device__ void select_top_pages_of(SelectScratch& sm, Key key, int m, int n, Kept kept, Skipped skipped) {
-  select_top_page_runs_of<COMMON>(sm, key, m, n, PerPage<Kept, Skipped>{m, kept, skipped});
+  select_top_page_runs_of(sm, key, m, n, PerPage<Kept, Skipped>{m, kept, skipped});
 }
 
 // The CTA's top n of the m keys in `keys` (global; staged in shared memory when they fit):
@@ -359,19 +300,19 @@ __device__ void select_top_pages_of(SelectScratch& sm, Key key, int m, int n, Ke
 // 29.0 to 17.4 us at b8 128K (8B shape, H100, bench/select_bw.cu). Every thread of the CTA calls
 // it. The two key sources are separate instantiations: a per-key choice between them inside the
 // passes cost the selection (the kernel before the shared pieces had its loops unswitched on it).
-template <bool COMMON = false, class Runs>
+template <class Runs>
 __device__ void select_top_page_runs(SelectSmem& sm, const uint32_t* keys, int m, int n, Runs runs) {
   if (m <= kSmemKeys) {
     for (int p = threadIdx.x; p < m; p += kThreads) sm.keys[skew(p)] = keys[p];
-    select_top_page_runs_of<COMMON>(sm, [&](int p) { return sm.keys[skew(p)]; }, m, n, runs);
+    select_top_page_runs_of(sm, [&](int p) { return sm.keys[skew(p)]; }, m, n, runs);
   } else {
-    select_top_page_runs_of<COMMON>(sm, [&](int p) { return keys[p]; }, m, n, runs);
+    select_top_page_runs_of(sm, [&](int p) { return keys[p]; }, m, n, runs);
   }
 }
 
-template <bool COMMON = false, class Kept, class Skipped>
+template <class Kept, class Skipped>
 __device__ void select_top_pages(SelectSmem& sm, const uint32_t* keys, int m, int n, Kept kept, Skipped skipped) {
-  select_top_page_runs<COMMON>(sm, keys, m, n, PerPage<Kept, Skipped>{m, kept, skipped});
+  select_top_page_runs(sm, keys, m, n, PerPage<Kept, Skipped>{m, kept, skipped});
 }
 
 }  // namespace skim::cuda::page_select

@@ -148,8 +148,6 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestP
     return;
   }
   static_assert(kItems == 16, "a run's flags are one 16-byte store");
-  // Without page_select::common_bits: on the H100 its pre-pass cost quest 0.2% end to end at b1
-  // and b8 32K (gbsa, whose select CTAs are 4x fewer, gained 0.1%), 2026-11-28.
   select_top_page_runs(sm, keys_of(a, b, hq), m, n, [&](int p0, unsigned keep_bits, int) {
     uint32_t w[4] = {};
 #pragma unroll

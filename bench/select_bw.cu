@@ -19,7 +19,11 @@
 // (sequence, KV head) selecting its whole group (a histogram per head, the passes interleaved)
 // and listing the union from the keep bits, equal lists but 25 us alone at b1 and b8 32K against
 // 12.8 + 5.3 for the select and union (the passes' shared-memory atomics grow with the heads;
-// bench/results/2026-11-28-s29-art-verdict-warp/).
+// bench/results/2026-11-28-s29-art-verdict-warp/); and a persistent walk whose warps stream
+// their items' digests through cp.async rings in shared memory (33-37.5 us at b8 32K at every
+// ring shape, 2026-11-28, bench/results/2026-11-28-s30-score-shapes/score-walk.patch). The
+// score kernels' shape (pages a warp, warps a CTA, CTAs an SM) was chosen with this bench's
+// score rows (kWarpPages, kScoreWarps, kScoreMinCtas in page_select_common.cuh).
 #include <cstdio>
 #include <vector>
 

@@ -57,7 +57,7 @@ __device__ __forceinline__ uint32_t* keys_of(const GroupPageSelectArgs& a, int b
 // Grid (page blocks, KV heads, batch): a warp scores kWarpPages pages for the group's
 // pooled query (page_select_common.cuh), then the forced pages get keys above every bound.
 template <int D>
-__global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const GroupPageSelectArgs a) {
+__global__ void __launch_bounds__(kScoreWarps * 32, kScoreMinCtas) score_kernel(const GroupPageSelectArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kvh = blockIdx.y, b = blockIdx.z, group = a.group_size();

@@ -29,9 +29,17 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 
 __device__ __forceinline__ int pages_of(int len, int page_size) { return (len + page_size - 1) / page_size; }
 
-// Pages one warp scores at a time (all their digest loads in flight together); a score CTA.
-constexpr int kWarpPages = 16;
-constexpr int kScoreWarps = 8;
+// Pages one warp scores at a time (all their digest loads in flight together), a score CTA's
+// warps, and the score CTAs an SM holds (64 registers a thread). 8 pages a warp in CTAs of 4
+// warps, 8 an SM, against 16 pages a warp in CTAs of 8, 2 an SM (128 registers): twice the warps
+// to hide one another's scoring behind their loads, and the kernel 5% faster (quest's score
+// 30.1 -> 28.3 us at b8 32K, 99.4 -> 97.7 at b8 128K; its whole selection 44.7 -> 43.0 and
+// 19.1 -> 18.0 at b1 32K; H100, bench/select_bw.cu, bench/results/2026-11-28-s30-score-shapes/).
+// A persistent walk streaming the digests through shared-memory rings by cp.async was slower at
+// every shape tried (33-37.5 us at b8 32K: too few warps an SM left to score).
+constexpr int kWarpPages = 8;
+constexpr int kScoreWarps = 4;
+constexpr int kScoreMinCtas = 8;
 constexpr int kPagesPerScoreCta = kScoreWarps * kWarpPages;
 
 // Heads of a pooled query whose elements a score warp loads before summing any (one round trip).
@@ -99,8 +107,8 @@ struct WarpDigests {
   // Quest's bound of each page for the query qv: lane j < kWarpPages returns page p0 + j's.
   // Per dim, max(q mn, q mx) is q times mx where q >= 0 and mn elsewhere (mn <= mx, and rounding
   // is monotone, so the product is the same float): one byte permute picks a word's two sides
-  // before any conversion. The 16 pages' lane partials are then summed by halving exchanges
-  // (warp_transpose_sum.cuh: 16 shuffles for the 16 pages, where a butterfly per page took 80).
+  // before any conversion. The pages' lane partials are then summed by halving exchanges
+  // (warp_transpose_sum.cuh: 9 shuffles for 8 pages, where a butterfly per page takes 40).
   __device__ __forceinline__ float bounds(const float (&qv)[V], int lane) const {
     constexpr int W = V / 2;  // bf16 pairs (32-bit words) per lane and side
     unsigned pick[W];         // __byte_perm selector of each word: mx's half where q >= 0
@@ -120,8 +128,7 @@ struct WarpDigests {
         s[j] += qv[2 * i + 1] * __uint_as_float(w & 0xffff0000u);
       }
     }
-    static_assert(kWarpPages == 16, "transpose_sum16 sums 16 pages");
-    const float page_of_pair = transpose_sum16(s, lane);  // page lane / 2's bound
+    const float page_of_pair = transpose_sum(s, lane);  // page lane / 2's bound
     return __shfl_sync(0xffffffffu, page_of_pair, (2 * lane) & 31);
   }
 };

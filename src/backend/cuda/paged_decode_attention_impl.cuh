@@ -814,6 +814,9 @@ struct Variant {
     if (e != cudaSuccess) return e;
     if (plan.direct) return cudaSuccess;
 
+    // The merge as a kernel of its own: the split's last CTA of each unit merging (a fence and an
+    // atomic count, then the merge) was slower everywhere, dense b1 32K 51.6 against 50.2 us on
+    // the H100 (bench/results/2026-11-28-s30-score-shapes/in-kernel-merge.patch).
     MergeParams mp;
     mp.part_o = part_o;
     mp.part_lse = part_lse;

@@ -118,7 +118,7 @@ __device__ __forceinline__ void score_warp_pages(const QuestPageSelectArgs& a, i
 
 // Grid (page blocks, KV heads, batch): a warp per kWarpPages pages (score_warp_pages).
 template <int D>
-__global__ void __launch_bounds__(kScoreWarps * 32) score_kernel(const QuestPageSelectArgs a) {
+__global__ void __launch_bounds__(kScoreWarps * 32, kScoreMinCtas) score_kernel(const QuestPageSelectArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kvh = blockIdx.y, b = blockIdx.z, group = a.group_size();

@@ -8,8 +8,8 @@
 
 namespace skim::cuda {
 
-template <int Half>
-__device__ __forceinline__ void exchange_halves(float (&s)[16], int lane) {
+template <int Half, int N>
+__device__ __forceinline__ void exchange_halves(float (&s)[N], int lane) {
   const bool upper = lane & (2 * Half);
 #pragma unroll
   for (int k = 0; k < Half; ++k) {
@@ -26,5 +26,20 @@ __device__ __forceinline__ float transpose_sum16(float (&s)[16], int lane) {
   exchange_halves<1>(s, lane);
   return s[0] + __shfl_xor_sync(0xffffffffu, s[0], 1);
 }
+
+// The same for 8 items: after 4 + 2 + 1 exchanges lanes 2j, 2j + 1, 2j + 16 and 2j + 17 hold
+// partials of item j, which two more shuffles sum: item lane / 2's sum at lanes 0..15 (s is
+// consumed).
+__device__ __forceinline__ float transpose_sum8(float (&s)[8], int lane) {
+  exchange_halves<4>(s, lane);
+  exchange_halves<2>(s, lane);
+  exchange_halves<1>(s, lane);
+  const float x = s[0] + __shfl_xor_sync(0xffffffffu, s[0], 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 16);
+}
+
+// Either, by the count of items.
+__device__ __forceinline__ float transpose_sum(float (&s)[16], int lane) { return transpose_sum16(s, lane); }
+__device__ __forceinline__ float transpose_sum(float (&s)[8], int lane) { return transpose_sum8(s, lane); }
 
 }  // namespace skim::cuda

@@ -165,7 +165,8 @@ void bench_cs(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::jso
   std::printf("\n");
 }
 
-// ART decode attention with its stop forced at rounds 1, 2, 4, 8 and never, against dense.
+// ART decode attention with its stop forced at rounds 1, 2, 4, 8 and never, against dense; then
+// quest+art where nothing stops.
 void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::json& out) {
   std::printf("ART decode attention (rounds of %d pages; eps so loose that the lists stop at round `patience`; "
               "lag: rounds read past the stop while it is tested)\n", a.art_round);
@@ -189,6 +190,29 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
                                         {"max_warps", p.max_warps}, {"us", p.us}, {"dense_us", p.dense_us},
                                         {"bytes", p.bytes},
                                         {"floor_us", floor_us}});
+      }
+  std::printf("\n");
+  // Issue 16's compositions: ART over quest's unions, where nothing stops.
+  if (a.sparse_keep <= 0) return;
+  std::printf("quest+art decode attention (quest budget=%g, its unions in ART's order, then ART's kernel over them in "
+              "rounds of %d pages; nothing stops: ART's cost over quest's)\n", a.sparse_keep, a.art_round);
+  std::printf("| heads | batch | context | select us | select + attend us | dense us | union | MB read | x floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  out["quest_art_attention"] = nlohmann::json::array();
+  for (bool agree : {false, true})
+    for (int b : int_list(a.attention_batches, "--attention-batches"))
+      for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
+        auto p = cuda::bench_quest_art_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep, agree,
+                                                 a.art_round);
+        const double floor_us = p.bytes / bw * 1e6;
+        std::printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f |\n", agree ? "agree" : "independent", b,
+                    ctx, p.select_us, p.us, p.dense_us, p.union_fraction, p.bytes / 1e6, p.us / floor_us);
+        std::fflush(stdout);
+        out["quest_art_attention"].push_back({{"batch", b}, {"context", ctx}, {"budget", p.budget},
+                                              {"heads_agree", agree}, {"round_pages", a.art_round},
+                                              {"select_us", p.select_us}, {"us", p.us}, {"dense_us", p.dense_us},
+                                              {"union_fraction", p.union_fraction}, {"bytes", p.bytes},
+                                              {"floor_us", floor_us}});
       }
   std::printf("\n");
 }
@@ -462,8 +486,8 @@ void register_bench(CLI::App& root, std::function<void()>& run) {
   app->add_flag("--mac", a.mac,
                  "end-to-end: mac over dense at forced hit rates 0, 50, 90 and 100% (label mac@hits=N per mille)");
   app->add_flag("--art", a.art,
-                "also the ART decode attention kernel at forced stops, and ART policies end to end (their KV "
-                "bytes as counted on the device)");
+                "also the ART decode attention kernel at forced stops and over quest's unions (--attention-only), "
+                "and ART policies end to end (their KV bytes as counted on the device)");
   app->add_option("--art-round", a.art_round, "ART's round for --art, pages (a multiple of 4)")->capture_default_str();
   app->add_option("--art-max-warps", a.art_max_warps, "ART's warps per list for --art (0: paged decode's split)")
       ->capture_default_str();

@@ -204,56 +204,117 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
   return p;
 }
 
-QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int kv_heads, int d, double budget,
-                                          bool heads_agree) {
-  SelectionBench sb(batch, context, heads, kv_heads, d);
-  if (heads_agree)  // each group's first query head's row copied over the group's others
-    for (int b = 0; b < batch; ++b)
-      for (int h = 0; h < heads; ++h)
-        if (const int first = h / (heads / kv_heads) * (heads / kv_heads); h != first)
-          check(cudaMemcpy(sb.q.data() + (size_t(b) * heads + h) * d, sb.q.data() + (size_t(b) * heads + first) * d,
-                           size_t(d) * sizeof(uint16_t), cudaMemcpyDeviceToDevice),
-                "cudaMemcpy");
-  const RandomPagedCache& c = sb.c;
-  const size_t lists = size_t(batch) * kv_heads;
-  DeviceBuffer<int32_t> table(lists * c.pages_per_seq), lens(lists);
-  DeviceBuffer<uint32_t> masks(lists * c.pages_per_seq);
-  QuestPageSelectArgs sel{.batch = batch, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d,
-                          .max_pages_per_seq = c.pages_per_seq, .budget = budget, .min_tokens = 0,
-                          .q = sb.q.data(), .page_table = c.table.data(), .seq_lens = c.lens.data(),
-                          .out_table = table.data(), .out_masks = masks.data(), .out_lens = lens.data()};
-  DeviceBuffer<uint8_t> sel_ws(std::max<size_t>(quest_page_select_workspace_size(sel), 1));
-  sel.workspace = sel_ws.data();
-  sel.workspace_bytes = sel_ws.bytes();
-  auto select = [&](int i, cudaStream_t s) {
+namespace {
+
+// Quest's selection over a SelectionBench's cache (the first query head of each group copied
+// over the others where heads_agree), its lists, and the masked decode args over them, bounded
+// by the union's longest list (from one selection, outside the timed graphs).
+struct QuestLists {
+  DeviceBuffer<int32_t> table, lens;
+  DeviceBuffer<uint32_t> masks;
+  QuestPageSelectArgs sel;
+  DeviceBuffer<uint8_t> sel_ws;
+  PagedDecodeArgs sparse;
+  double union_fraction = 0;
+
+  QuestLists(SelectionBench& sb, int heads, int kv_heads, double budget, bool heads_agree, bool by_score)
+      : table(size_t(sb.c.batch) * kv_heads * sb.c.pages_per_seq),
+        lens(size_t(sb.c.batch) * kv_heads),
+        masks(size_t(sb.c.batch) * kv_heads * sb.c.pages_per_seq) {
+    const RandomPagedCache& c = sb.c;
+    const int d = c.d, group = heads / kv_heads;
+    if (heads_agree)
+      for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < heads; ++h)
+          if (const int first = h / group * group; h != first)
+            check(cudaMemcpy(sb.q.data() + (size_t(b) * heads + h) * d, sb.q.data() + (size_t(b) * heads + first) * d,
+                             size_t(d) * sizeof(uint16_t), cudaMemcpyDeviceToDevice),
+                  "cudaMemcpy");
+    sel = QuestPageSelectArgs{.batch = c.batch, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d,
+                              .max_pages_per_seq = c.pages_per_seq, .budget = budget, .min_tokens = 0,
+                              .by_score = by_score, .q = sb.q.data(), .page_table = c.table.data(),
+                              .seq_lens = c.lens.data(), .out_table = table.data(), .out_masks = masks.data(),
+                              .out_lens = lens.data()};
+    sel_ws = DeviceBuffer<uint8_t>(std::max<size_t>(quest_page_select_workspace_size(sel), 1));
+    sel.workspace = sel_ws.data();
+    sel.workspace_bytes = sel_ws.bytes();
+    sparse = sb.dense;
+    sparse.tables_per_kv_head = true;
+    sparse.page_table = table.data();
+    sparse.seq_lens = lens.data();
+    sparse.head_masks = masks.data();
+    select(sb, 0, nullptr);
+    const size_t lists = size_t(c.batch) * kv_heads;
+    std::vector<int32_t> host_lens(lists);
+    check(cudaMemcpy(host_lens.data(), lens.data(), lists * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    double listed = 0;
+    sparse.max_seq_len = 0;
+    for (int32_t n : host_lens) {
+      listed += (n + 15) / 16;
+      sparse.max_seq_len = std::max(sparse.max_seq_len, int(n));
+    }
+    union_fraction = listed / double(lists * c.pages_per_seq);
+  }
+  void select(const SelectionBench& sb, int i, cudaStream_t s) {
     sel.kmin = sb.kmin_copy(i);
     sel.kmax = sb.kmax_copy(i);
     check(quest_page_select(sel, s), "quest_page_select");
-  };
-
-  PagedDecodeArgs sparse = sb.dense;
-  sparse.tables_per_kv_head = true;
-  sparse.page_table = table.data();
-  sparse.seq_lens = lens.data();
-  sparse.head_masks = masks.data();
-  // The union's size, from one selection (outside the timed graphs).
-  select(0, nullptr);
-  std::vector<int32_t> host_lens(lists);
-  check(cudaMemcpy(host_lens.data(), lens.data(), lists * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  double listed = 0;
-  sparse.max_seq_len = 0;
-  for (int32_t n : host_lens) {
-    listed += (n + 15) / 16;
-    sparse.max_seq_len = std::max(sparse.max_seq_len, int(n));
   }
+};
+
+}  // namespace
+
+QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int kv_heads, int d, double budget,
+                                          bool heads_agree) {
+  SelectionBench sb(batch, context, heads, kv_heads, d);
+  QuestLists ql(sb, heads, kv_heads, budget, heads_agree, false);
+  QuestAttentionPoint p;
+  p.batch = batch;
+  p.context = context;
+  p.budget = budget;
+  p.heads_agree = heads_agree;
+  p.union_fraction = ql.union_fraction;
+  sb.time([&](int i, cudaStream_t s) { ql.select(sb, i, s); }, ql.sparse, p.select_us, p.us, p.dense_us);
+  p.bytes = sb.bytes(p.union_fraction, heads);
+  return p;
+}
+
+QuestAttentionPoint bench_quest_art_attention(int batch, int context, int heads, int kv_heads, int d, double budget,
+                                              bool heads_agree, int round_pages) {
+  SelectionBench sb(batch, context, heads, kv_heads, d);
+  QuestLists ql(sb, heads, kv_heads, budget, heads_agree, true);
+  // Patience past the last round: every list read whole, so the cost over quest is ART's alone.
+  ArtDecodeArgs art{.attn = ql.sparse, .art = {.round_pages = round_pages, .patience = 1 << 20}};
+  art.art.lag_rounds = art_decode_lag(art);
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(art_decode_workspace_size(art), 1));
+  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+  art.attn.workspace = ws.data();
+  art.attn.workspace_bytes = ws.bytes();
+  DeviceBuffer<ArtDecodeStats> stats(1);
+  check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
+  art.stats = stats.data();
 
   QuestAttentionPoint p;
   p.batch = batch;
   p.context = context;
   p.budget = budget;
   p.heads_agree = heads_agree;
-  p.union_fraction = listed / double(lists * c.pages_per_seq);
-  sb.time(select, sparse, p.select_us, p.us, p.dense_us);
+  p.union_fraction = ql.union_fraction;
+  const RandomPagedCache& c = sb.c;
+  const int calls = std::max(c.copies, 100);
+  const auto select = [&](int i, cudaStream_t s) { ql.select(sb, i, s); };
+  p.select_us = graph_us_per_call(calls, select);
+  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    select(i, s);
+    art.attn.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    art.attn.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+    check(art_decode_attention(art, s), "art_decode_attention");
+  });
+  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
+    sb.dense.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    sb.dense.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+    check(paged_decode_attention(sb.dense, s), "paged_decode_attention");
+  });
   p.bytes = sb.bytes(p.union_fraction, heads);
   return p;
 }

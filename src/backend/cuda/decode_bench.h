@@ -61,6 +61,12 @@ struct QuestAttentionPoint {
 QuestAttentionPoint bench_quest_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
                                           double budget, bool heads_agree);
 
+// quest+art: the same selection in ART's order (by_score), then ART's decode kernel over each
+// union with the patience past the last round (nothing stops: ART's cost over quest's alone;
+// rounds of round_pages), against dense in the same run. Issue 16's compositions.
+QuestAttentionPoint bench_quest_art_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
+                                              double budget, bool heads_agree, int round_pages);
+
 struct TokenAttentionPoint {
   int batch = 0, context = 0;
   double keep = 0;        // fraction of the context each list holds (scattered positions)

@@ -210,6 +210,7 @@ namespace {
 // over the others where heads_agree), its lists, and the masked decode args over them, bounded
 // by the union's longest list (from one selection, outside the timed graphs).
 struct QuestLists {
+  bool heads_agree;
   DeviceBuffer<int32_t> table, lens;
   DeviceBuffer<uint32_t> masks;
   QuestPageSelectArgs sel;
@@ -218,7 +219,8 @@ struct QuestLists {
   double union_fraction = 0;
 
   QuestLists(SelectionBench& sb, int heads, int kv_heads, double budget, bool heads_agree, bool by_score)
-      : table(size_t(sb.c.batch) * kv_heads * sb.c.pages_per_seq),
+      : heads_agree(heads_agree),
+        table(size_t(sb.c.batch) * kv_heads * sb.c.pages_per_seq),
         lens(size_t(sb.c.batch) * kv_heads),
         masks(size_t(sb.c.batch) * kv_heads * sb.c.pages_per_seq) {
     const RandomPagedCache& c = sb.c;
@@ -255,6 +257,16 @@ struct QuestLists {
     }
     union_fraction = listed / double(lists * c.pages_per_seq);
   }
+  // A point's shape fields (the timings and bytes are the caller's).
+  QuestAttentionPoint point(int context) const {
+    QuestAttentionPoint p;
+    p.batch = sel.batch;
+    p.context = context;
+    p.budget = sel.budget;
+    p.heads_agree = heads_agree;
+    p.union_fraction = union_fraction;
+    return p;
+  }
   void select(const SelectionBench& sb, int i, cudaStream_t s) {
     sel.kmin = sb.kmin_copy(i);
     sel.kmax = sb.kmax_copy(i);
@@ -262,18 +274,35 @@ struct QuestLists {
   }
 };
 
+// ART's workspace (zero-filled once, at least `at_least` bytes) and its device counters, given to
+// `art`.
+struct ArtBuffers {
+  DeviceBuffer<uint8_t> ws;
+  DeviceBuffer<ArtDecodeStats> stats;
+  explicit ArtBuffers(ArtDecodeArgs& art, size_t at_least = 1)
+      : ws(std::max(art_decode_workspace_size(art), at_least)), stats(1) {
+    check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+    check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
+    art.attn.workspace = ws.data();
+    art.attn.workspace_bytes = ws.bytes();
+    art.stats = stats.data();
+  }
+};
+
+// ART's decode attention over copy i % c.copies of the cache.
+void attend_art(ArtDecodeArgs& art, const RandomPagedCache& c, int i, cudaStream_t s) {
+  art.attn.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+  art.attn.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+  check(art_decode_attention(art, s), "art_decode_attention");
+}
+
 }  // namespace
 
 QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int kv_heads, int d, double budget,
                                           bool heads_agree) {
   SelectionBench sb(batch, context, heads, kv_heads, d);
   QuestLists ql(sb, heads, kv_heads, budget, heads_agree, false);
-  QuestAttentionPoint p;
-  p.batch = batch;
-  p.context = context;
-  p.budget = budget;
-  p.heads_agree = heads_agree;
-  p.union_fraction = ql.union_fraction;
+  QuestAttentionPoint p = ql.point(context);
   sb.time([&](int i, cudaStream_t s) { ql.select(sb, i, s); }, ql.sparse, p.select_us, p.us, p.dense_us);
   p.bytes = sb.bytes(p.union_fraction, heads);
   return p;
@@ -286,29 +315,16 @@ QuestAttentionPoint bench_quest_art_attention(int batch, int context, int heads,
   // Patience past the last round: every list read whole, so the cost over quest is ART's alone.
   ArtDecodeArgs art{.attn = ql.sparse, .art = {.round_pages = round_pages, .patience = 1 << 20}};
   art.art.lag_rounds = art_decode_lag(art);
-  DeviceBuffer<uint8_t> ws(std::max<size_t>(art_decode_workspace_size(art), 1));
-  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
-  art.attn.workspace = ws.data();
-  art.attn.workspace_bytes = ws.bytes();
-  DeviceBuffer<ArtDecodeStats> stats(1);
-  check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
-  art.stats = stats.data();
+  ArtBuffers buffers(art);
 
-  QuestAttentionPoint p;
-  p.batch = batch;
-  p.context = context;
-  p.budget = budget;
-  p.heads_agree = heads_agree;
-  p.union_fraction = ql.union_fraction;
+  QuestAttentionPoint p = ql.point(context);
   const RandomPagedCache& c = sb.c;
   const int calls = std::max(c.copies, 100);
   const auto select = [&](int i, cudaStream_t s) { ql.select(sb, i, s); };
   p.select_us = graph_us_per_call(calls, select);
   p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
     select(i, s);
-    art.attn.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
-    art.attn.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
-    check(art_decode_attention(art, s), "art_decode_attention");
+    attend_art(art, c, i, s);
   });
   p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
     sb.dense.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
@@ -409,13 +425,9 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
   art.attn.page_table = table.data();
   art.attn.seq_lens = lens.data();
   art.art.lag_rounds = lag > 0 ? lag : art_decode_lag(art);
-  DeviceBuffer<uint8_t> ws(std::max({art_decode_workspace_size(art), paged_decode_workspace_size(dense), size_t(1)}));
-  check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
-  dense.workspace = art.attn.workspace = ws.data();
-  dense.workspace_bytes = art.attn.workspace_bytes = ws.bytes();
-  DeviceBuffer<ArtDecodeStats> stats(1);
-  check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
-  art.stats = stats.data();
+  ArtBuffers buffers(art, std::max<size_t>(paged_decode_workspace_size(dense), 1));
+  dense.workspace = art.attn.workspace;
+  dense.workspace_bytes = art.attn.workspace_bytes;
 
   ArtAttentionPoint p;
   p.batch = batch;
@@ -424,18 +436,14 @@ ArtAttentionPoint bench_art_attention(int batch, int context, int heads, int kv_
   p.lag = art.art.lag_rounds;
   p.max_warps = max_warps;
   const int calls = std::max(c.copies, 100);
-  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
-    art.attn.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
-    art.attn.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
-    check(art_decode_attention(art, s), "art_decode_attention");
-  });
+  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { attend_art(art, c, i, s); });
   p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
     dense.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
     dense.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
     check(paged_decode_attention(dense, s), "paged_decode_attention");
   });
   ArtDecodeStats st;
-  check(cudaMemcpy(&st, stats.data(), sizeof st, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(&st, buffers.stats.data(), sizeof st, cudaMemcpyDeviceToHost), "cudaMemcpy");
   p.read_fraction = st.pages_listed ? double(st.pages_read) / double(st.pages_listed) : 1.0;
   const int rounds = (c.pages_per_seq + round_pages - 1) / round_pages;
   p.stop_round = patience < rounds - 1 ? patience : -1;

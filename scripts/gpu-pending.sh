@@ -130,7 +130,8 @@ ncu_pid=$!
 # retro (Retro w = 2, 4, 8 against quest at b1 and b8 32K, both revisions), macart (MAC over quest
 # with and without ART, forced hits, 32K), artround (ART's verdict cost by round size, both revisions),
 # selectbw (quest's selection kernels alone by variant, bench/select_bw.cu), artbw (ART's kernel
-# alone against dense, forced stops, bench/art_bw.cu; also under the previous revision's tree).
+# alone against dense, forced stops, bench/art_bw.cu; also under the previous revision's tree),
+# compositions (quest, gbsa and streaming with and without ART end to end, b1 and b8 32K, both revisions).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -201,6 +202,20 @@ bench_groups() {  # GROUPS GPU
       echo "-- attention steps"
       timeout 300 build-gpu/skim bench --attention-only --sparse-keep 0.1 --art --attention-contexts 32768,131072 \
         --attention-batches 1,8 --json "$OUT/attention-steps.json" | grep -vE "^$"
+    fi
+    if bench_has compositions; then
+      # Issue 16's compositions with ART where nothing stops (random K/V), end to end beside their
+      # bases, this revision against the previous one (H100 2026-11-28 at b8 32K: quest 10.89 ->
+      # quest+art 13.66 ms, gbsa 8.49 -> 9.89, streaming 10% 7.34 -> 8.15, about 2-3x their
+      # attention floors; the attention-step row is --attention-only --art's quest+art table).
+      Q='quest:budget=0.1,min=0,dense_layers=0'; G='gbsa:keep=0.1,n_min=16'; S='streaming:sink=4,window=3273'
+      A='art:stop=group,test=probe'
+      for bin in build-gpu build-gpu-legacy; do
+        [ -x $bin/skim ] || continue
+        echo "-- compositions, $bin"
+        timeout 250 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --no-dense-fallback --e2e-policy \
+          "$Q" "$Q+$A" "$G" "$G+$A" "$S" "$S+$A" --contexts 32768 --batches 1,8 | grep -E "8B|rror"
+      done
     fi
     if bench_has artlag; then
       # Is ART's cost at b1 its verdicts' latency? On random K/V it never stops, yet costs about

@@ -203,7 +203,10 @@ TEST(ArtDecodeF32, EqualsTheReference) {
 // the group stops at patience plus the lag as without it; both kernels, the same pages read.
 TEST(ArtDecodeF32, AHeadWithoutPagesDoesNotHoldItsGroupsStop) {
   test::ArtDecodeCase c(64, 2, 4, {4096, 1500}, true);
-  for (uint32_t& m : c.masks) m = (m & ~2u) | 1u;  // head 1 of every group: no page; head 0: every page
+  // Head 1 of every group: no page; the others every page. (With the others' random masks a
+  // head whose first page came after round 0 was not yet stable there, and the list read a round
+  // more than this test counts: about 1% of seeds, e.g. SKIM_TEST_SEED=914318224.)
+  for (uint32_t& m : c.masks) m = ((1u << c.group) - 1u) & ~2u;
   const ArtDecodeParams p{.round_pages = 8, .lag_rounds = 1, .patience = 2, .eps_scale = 1e30f, .eps_dir = 1e30f};
   const int read = (p.patience + p.lag_rounds + 1) * p.round_pages;
   const Result art = run_art(c, p);

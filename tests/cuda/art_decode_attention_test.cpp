@@ -197,7 +197,10 @@ TEST(CudaArtDecodeAttention, AHeadWithoutPagesDoesNotHoldItsGroupsStop) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   for (const int d : {64, 128}) {
     test::ArtDecodeCase in(d, 2, 4, {20000, 6000}, true);
-    for (uint32_t& m : in.masks) m = (m & ~2u) | 1u;  // head 1 of every group: no page; head 0: every page
+    // Head 1 of every group: no page; the others every page. (With the others' random masks a
+  // head whose first page came after round 0 was not yet stable there, and the list read a round
+  // more than this test counts: about 1% of seeds, e.g. SKIM_TEST_SEED=914318224.)
+  for (uint32_t& m : in.masks) m = ((1u << in.group) - 1u) & ~2u;
     std::vector<uint32_t> listed(size_t(in.batch()) * in.kv_heads);
     for (int b = 0; b < in.batch(); ++b)
       for (int h = 0; h < in.kv_heads; ++h) {

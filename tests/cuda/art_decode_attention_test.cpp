@@ -114,6 +114,20 @@ TEST(CudaArtDecodeAttention, ReadsWhatTheCpuReferenceReads) {
                   o_err / std::max(max_o, 1e-30), lse_err);
       EXPECT_LT(o_err / std::max(max_o, 1e-30), 2e-3);
       EXPECT_LT(lse_err, 1e-3);
+
+      // o_bf16: the same output, rounded to bf16, there instead of o (left as it was).
+      auto o16 = test::to_device(std::vector<uint16_t>(heads * c.d, 0xffffu));
+      auto o_after = test::to_device(std::vector<float>(heads * c.d, NAN));
+      a.attn.o = o_after.data();
+      a.attn.o_bf16 = o16.data();
+      ASSERT_EQ(cuda::art_decode_attention(a, nullptr), cudaSuccess);
+      cuda::check(cudaDeviceSynchronize(), "art_decode_attention (o_bf16)");
+      const std::vector<uint16_t> g16 = test::to_host(o16);
+      const std::vector<float> untouched = test::to_host(o_after);
+      for (size_t i = 0; i < g16.size(); ++i) {
+        ASSERT_EQ(g16[i], f32_to_bf16(gpu[0].o[i])) << "o_bf16 element " << i;
+        ASSERT_TRUE(std::isnan(untouched[i])) << "o written beside o_bf16, element " << i;
+      }
     }
 }
 
@@ -267,7 +281,9 @@ TEST(CudaArtDecodeAttention, AHeadWithoutPagesDoesNotHoldItsGroupsStop) {
                 err / std::max(max_o, 1e-30));
     EXPECT_LT(err / std::max(max_o, 1e-30), 2e-3);
     for (size_t i = 0; i < rl.size(); ++i) {
-      if (std::isfinite(rl[i])) EXPECT_NEAR(gl[i], rl[i], 1e-3) << "lse " << i;
+      if (std::isfinite(rl[i])) {
+        EXPECT_NEAR(gl[i], rl[i], 1e-3) << "lse " << i;
+      }
     }
   }
 }

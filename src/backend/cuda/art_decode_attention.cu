@@ -11,22 +11,20 @@
 //    workspace, and the lag is scaled to the same reach in blocks). At a block's end the warp
 //    writes the block's probe state (per query head: max, denominator and the 32 probe
 //    elements, unnormalised) and counts it into its round (the next page's copy already out).
-//  * Verdicts (ListState). The verdict on round r tests the prefix state after it against the
+//  * Verdicts (verdict_warp). The verdict on round r tests the prefix state after it against the
 //    one before, per head; the list stops at the first round where every head has been stable
 //    `patience` times in a row. A head no page of the list attends counts stable, as in the
 //    reference, where the plan gives ArtDecodeArgs::heads_listed (the kernel does not scan the
-//    masks; mac+art's `below` lists have such heads): every warp of the list writes the list's
-//    unlisted heads into its ints first. The test sits in the masked kernels only. Round
-//    states, prefix checkpoints and verdicts are merges in a fixed order, computed by whichever
-//    warp first needs them (one warp claims each verdict): the verdict warp of the list's first
-//    CTA (its eighth warp, which reads no page) takes them in order as the rounds come in, a
-//    reading warp at its gate any it finds unclaimed. So every run reads the same pages whatever
-//    the timing. A merge takes four heads at once (merge_heads: one L2 round trip
-//    for up to 8 items; the heads one by one made the verdicts a serial chain of round trips that
-//    cost ART over dense 12x dense's step at rounds of one block, H100 2026-11-27). ptxas: 124
-//    bytes of spills in the masked head_dim 128 kernel since the verdict warp (its merges inlined
-//    twice), none in the others; measured faster all the same
-//    (bench/results/2026-11-28-s29-art-verdict-warp/).
+//    masks; mac+art's `below` lists have such heads). The test sits in the masked kernels only.
+//    One warp computes every verdict of a list: the verdict warp of its first CTA (the eighth
+//    warp, which reads no page), in round order as the rounds come in, keeping the prefix states
+//    in registers (one L2 round trip a verdict for the round's blocks, four heads at a time:
+//    merge_heads). Its merges run in a fixed order, so every run reads the same pages whatever
+//    the timing. (Session 29's form merged prefixes from round states and checkpoints in the
+//    workspace, computed by whichever warp first needed them, reading warps at their gates
+//    included: three or four serial round trips a verdict, the pace of the whole kernel where
+//    rounds came faster, and 124 bytes of spills in the masked kernel from the merges inlined
+//    into the reading warps.)
 //  * The gate (WarpGate). Before its first page of a block in round r > lag, a warp needs the
 //    verdicts up to round r - lag - 1 and stops if one of them stopped the list. The lag is at
 //    least the distance between a warp's consecutive blocks in rounds, so a warp never waits on
@@ -54,10 +52,7 @@ constexpr int kThreadsPerCta = (kWarps + 1) * 32;
 // A probe state per head: probe[32] (unnormalised), m, l, two floats of padding so that each
 // state starts 16-byte aligned (the merges read the probe as float4).
 constexpr int kStateFloats = kArtProbe + 4;
-constexpr int kMaxMergeItems = 32;  // states one merge takes: a round's blocks (<= 32), or a prefix (<= 8)
-// Rounds between the prefix checkpoints: a prefix merges a checkpoint and at most 7 rounds, one
-// batch of 8 items (merge_heads).
-constexpr int kCheckpointRounds = 7;
+constexpr int kMaxMergeItems = 32;  // states one merge takes: a round's blocks (<= 32)
 // Rounds of lag beyond the least the kernel needs (art_decode_lag): time for the verdicts.
 constexpr int kLagSlack = 2;
 
@@ -65,17 +60,14 @@ struct ArtKernelParams {
   SplitParams sp;  // tables_per_seq = num_kv_heads, sub_groups = 1
   int round_blocks, lag, patience;
   float eps_scale, eps_dir;
-  int max_rounds, max_blocks, max_checkpoints;
+  int max_rounds, max_blocks;
   const int32_t* row_policy;  // with rules: row b follows rules[row_policy[b]] (ArtRowRule)
   const ArtRowRule* rules;
-  // Per list, zero between calls: [0] warps done, [1 ..] one int per round: blocks done
-  // (arrive), round state published (has_round), verdict (0 untested, 1 unstable, 2 stable),
-  // then one per checkpoint (has_checkpoint).
+  // Per list, zero between calls: [0] warps done, [1] pages read, then one int per round: blocks
+  // done (arrive), then one per round: its verdict (0 untested, 1 unstable, 2 stable).
   int* ints;
   int ints_per_list;
   float* blocks;       // [lists][max_blocks][kArtMaxGroup][kStateFloats]
-  float* rounds;       // [lists][max_rounds][kArtMaxGroup][kStateFloats]
-  float* checkpoints;  // [lists][max_checkpoints][kArtMaxGroup][kStateFloats]
   ArtDecodeStats* stats;
   const uint32_t* heads_listed;  // ArtDecodeArgs::heads_listed (masked lists only)
 };
@@ -83,11 +75,6 @@ struct ArtKernelParams {
 __device__ __forceinline__ int ld_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ int ld_relaxed(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 __device__ __forceinline__ void st_release(int* p, int v) {
@@ -130,13 +117,12 @@ __device__ __forceinline__ float chunk_max(float v) {
 
 // Merges the states at(0, g) .. at(n - 1, g) (n <= kMaxMergeItems) of the heads g0 .. g0 + 3
 // (those below rows) at once: lane l loads m and l of items l % 8, + 8, + 16, + 24 of its head
-// and its probe chunk of every item, in batches of 8 items (one L2 round trip for a prefix or
-// a round of at most 8 blocks; the heads one after another took a round trip each). The sums
-// run in a fixed order, so the same states give the same bits, whoever merges them: that keeps
-// the verdicts, and so the pages read, reproducible. `prev` gets the merge of items 0 .. n - 2.
+// and its probe chunk of every item, in batches of 8 items (one L2 round trip for a round of at
+// most 8 blocks; the heads one after another took a round trip each). The sums run in a fixed
+// order, so the same states give the same bits: that keeps the verdicts, and so the pages read,
+// reproducible.
 template <class At>
-__device__ __forceinline__ void merge_heads(At at, int n, int g0, int rows, int lane, HeadState& all,
-                                            HeadState* prev = nullptr) {
+__device__ __forceinline__ HeadState merge_heads(At at, int n, int g0, int rows, int lane) {
   const int g = g0 + (lane >> 3), c = lane & 7, head_lanes = lane & ~7;
   const bool live = g < rows;
   float mi[kMaxMergeItems / 8], li[kMaxMergeItems / 8];
@@ -150,23 +136,17 @@ __device__ __forceinline__ void merge_heads(At at, int n, int g0, int rows, int 
 #pragma unroll
   for (int i = 0; i < 8; ++i)
     xs[i] = live && i < n ? __ldcg(reinterpret_cast<const float4*>(at(i, g)) + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  float m_all = -INFINITY, m_prev = -INFINITY;
+  float m_all = -INFINITY;
 #pragma unroll
-  for (int t = 0; t < kMaxMergeItems / 8; ++t) {
-    m_all = fmaxf(m_all, mi[t]);
-    if (c + 8 * t + 1 < n) m_prev = fmaxf(m_prev, mi[t]);
-  }
+  for (int t = 0; t < kMaxMergeItems / 8; ++t) m_all = fmaxf(m_all, mi[t]);
   m_all = chunk_max(m_all);
-  m_prev = chunk_max(m_prev);
-  float wa[kMaxMergeItems / 8], wp[kMaxMergeItems / 8], la = 0.0f, lp = 0.0f;
+  float wa[kMaxMergeItems / 8], la = 0.0f;
 #pragma unroll
   for (int t = 0; t < kMaxMergeItems / 8; ++t) {
     wa[t] = mi[t] == -INFINITY ? 0.0f : exp2f(mi[t] - m_all);
-    wp[t] = c + 8 * t + 1 >= n || mi[t] == -INFINITY ? 0.0f : exp2f(mi[t] - m_prev);
     la += li[t] * wa[t];
-    lp += li[t] * wp[t];
   }
-  float4 xa = make_float4(0.0f, 0.0f, 0.0f, 0.0f), xp = xa;
+  float4 xa = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
   for (int t = 0; t < kMaxMergeItems / 8; ++t) {
     if (8 * t >= n) break;  // n is the warp's: every lane leaves together
@@ -177,32 +157,13 @@ __device__ __forceinline__ void merge_heads(At at, int n, int g0, int rows, int 
                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      xa = fma4(xs[i], __shfl_sync(0xffffffffu, wa[t], head_lanes | i), xa);
-      xp = fma4(xs[i], __shfl_sync(0xffffffffu, wp[t], head_lanes | i), xp);
-    }
+    for (int i = 0; i < 8; ++i) xa = fma4(xs[i], __shfl_sync(0xffffffffu, wa[t], head_lanes | i), xa);
   }
+  HeadState all;
   all.x = xa;
   all.m = m_all;
   all.l = chunk_sum(la);
-  if (prev) {
-    prev->x = xp;
-    prev->m = m_prev;
-    prev->l = chunk_sum(lp);
-  }
-}
-
-// Stores a merge pass's states: at(g) for the pass's heads below rows.
-template <class At>
-__device__ __forceinline__ void store_heads(At at, const HeadState& s, int g0, int rows, int lane) {
-  const int g = g0 + (lane >> 3), c = lane & 7;
-  if (g >= rows) return;
-  float* st = at(g);
-  reinterpret_cast<float4*>(st)[c] = s.x;
-  if (c == 0) {
-    st[kArtProbe] = s.m;
-    st[kArtProbe + 1] = s.l;
-  }
+  return all;
 }
 
 // Waits until *counter >= n. Every wait ends by construction (see the kernel); one that has
@@ -216,19 +177,14 @@ __device__ __forceinline__ void wait_count(const int* counter, int n) {
 
 // One list's traversal state in the workspace, and the rules of its rounds.
 //
-// Nothing here belongs to a particular warp: a round's state (the merge of its blocks' probe
-// states), the prefix checkpoints and the verdicts are computed by whichever warp first needs
-// them, and every warp computes the same bits, so publishing twice is harmless. (Handing the
-// test to the warp that completes a round would give it to the slowest warp, which then falls
-// further behind and completes the next one too.) The warps that need verdicts are those at
-// their gates, i.e. the ones ahead.
-//
-// The verdict on round r compares the prefix states after rounds r and r - 1. The prefix after
-// round r is defined as one merge of the checkpoint C_k (k = r / R, R = kCheckpointRounds: the
-// prefix before round kR) and the round states kR .. r; C_k is the same merge over C_k-1 and
-// its R rounds. Prefixes
-// are never chained round by round (one L2 round trip per round would cap the kernel's speed).
-// MASKED: the list's pages carry per-head masks, so a head may have no page in it (unlisted_heads).
+// The verdicts are the verdict warp's alone (below): it merges each round's block states into
+// the prefix state it keeps in registers, in round order, so a verdict costs one L2 round trip
+// for the round's blocks and a store. The reading warps only wait for verdicts at their gates.
+// (Before, prefix states were merged from round states and checkpoints in the workspace by
+// whichever warp first needed them: three or four serial round trips and fences a verdict, which
+// set the pace wherever rounds go by faster than that, e.g. quest's lists at b8 32K, where
+// ART's kernel took 173 us against the paged kernel's 115, H100 2026-11-28.)
+// MASKED: the list's pages carry per-head masks, so a head may have no page in it.
 template <bool MASKED>
 struct ListState {
   const ArtKernelParams* p;
@@ -242,155 +198,33 @@ struct ListState {
   __device__ int* done() const { return p->ints + list * p->ints_per_list; }
   __device__ int* pages_read() const { return done() + 1; }
   __device__ int* arrive() const { return done() + 2; }
-  __device__ int* has_round() const { return arrive() + p->max_rounds; }
-  __device__ int* verdict() const { return has_round() + p->max_rounds; }
-  __device__ int* claim() const { return verdict() + p->max_rounds; }
-  __device__ int* has_checkpoint() const { return claim() + p->max_rounds; }
-  // Bit g: no page of the list attends head g (written before the call by a plan that makes such
-  // lists, e.g. mac+art's `below`; 0 otherwise, as the last warp's reset leaves it).
-  __device__ int* unlisted_heads() const { return has_checkpoint() + p->max_checkpoints; }
+  __device__ int* verdict() const { return arrive() + p->max_rounds; }
   __device__ __forceinline__ float* block(int b, int g) const {
     return p->blocks + ((list * p->max_blocks + b) * kArtMaxGroup + g) * kStateFloats;
   }
-  __device__ __forceinline__ float* round(int r, int g) const {
-    return p->rounds + ((list * p->max_rounds + r) * kArtMaxGroup + g) * kStateFloats;
-  }
-  __device__ float* checkpoint(int k, int g) const {  // k >= 1 (C_0 is the empty state)
-    return p->checkpoints + ((list * p->max_checkpoints + k) * kArtMaxGroup + g) * kStateFloats;
-  }
   __device__ int blocks_in_round(int r) const { return min(round_blocks, n_blocks - r * round_blocks); }
-
-  // The warp's probe states out (store), then a flag that publishes them.
-  __device__ __forceinline__ void publish(int* flag, int value, int lane) const {
-    __syncwarp();
-    if (lane == 0) {
-      fence_gpu();
-      st_release(flag, value);
-    }
-    __syncwarp();
-  }
-
-  // Round r's state, from its blocks once they are all in.
-  __device__ __forceinline__ void ensure_round(int r, int lane) const {
-    if (ld_acquire(has_round() + r)) return;
-    if (lane == 0) wait_count(arrive() + r, blocks_in_round(r));
-    __syncwarp();
-    fence_gpu();
-    const int b0 = r * round_blocks;
-    for (int g0 = 0; g0 < rows; g0 += kPassHeads) {
-      HeadState s;
-      merge_heads([&](int i, int g) -> const float* { return block(b0 + i, g); }, blocks_in_round(r), g0, rows,
-                  lane, s);
-      store_heads([&](int g) { return round(r, g); }, s, g0, rows, lane);
-    }
-    publish(has_round() + r, 1, lane);
-  }
-
-  // Rounds [first, first + n) (n <= 32): their states, computing those not yet out.
-  __device__ __forceinline__ void ensure_rounds(int first, int n, int lane) const {
-    const int have = lane < n ? ld_acquire(has_round() + first + lane) : 1;
-    for (unsigned missing = __ballot_sync(0xffffffffu, have == 0); missing; missing &= missing - 1)
-      ensure_round(first + __ffs(missing) - 1, lane);
-  }
-
-  // Merges C_k (none for k = 0) with round states [k R, k R + count) (R = kCheckpointRounds)
-  // of the pass's heads g0 ..
-  __device__ __forceinline__ void merge_prefix(int k, int count, int g0, int lane, HeadState& all,
-                                               HeadState* prev) const {
-    const int first = k * kCheckpointRounds, skip = k == 0 ? 1 : 0;
-    merge_heads([&](int i, int g) -> const float* {
-                  return i + skip == 0 ? checkpoint(k, g) : round(first + i + skip - 1, g);
-                },
-                count + 1 - skip, g0, rows, lane, all, prev);
-  }
-
-  // Checkpoint C_k (k >= 1), from the newest one out before it.
-  __device__ __forceinline__ void ensure_checkpoint(int k, int lane) const {
-    if (ld_acquire(has_checkpoint() + k)) return;
-    int j = k - 1;
-    while (j > 0 && !ld_acquire(has_checkpoint() + j)) --j;
-    for (int i = j + 1; i <= k; ++i) {
-      ensure_rounds((i - 1) * kCheckpointRounds, kCheckpointRounds, lane);
-      build_checkpoint(i, lane);
-    }
-  }
-
-  // C_i (i >= 1) from C_i-1 and rounds R (i - 1) .. R i - 1, all of them in.
-  __device__ __forceinline__ void build_checkpoint(int i, int lane) const {
-    for (int g0 = 0; g0 < rows; g0 += kPassHeads) {
-      HeadState s;
-      merge_prefix(i - 1, kCheckpointRounds, g0, lane, s, nullptr);
-      store_heads([&](int g) { return checkpoint(i, g); }, s, g0, rows, lane);
-    }
-    publish(has_checkpoint() + i, 1, lane);
-  }
-
-  // Round r's verdict (r < n_rounds - 1, a round that is read): 2 stable, 1 not. One warp
-  // claims the computation; the others wait for it.
-  __device__ __forceinline__ int ensure_verdict(int r, int lane) const {
-    const int known = ld_acquire(verdict() + r);
-    if (known) return known;
-    if (claim_verdict(r, lane)) return compute_verdict(r, lane);
-    int v = 0;
-    if (lane == 0) {
-      wait_count(verdict() + r, 1);
-      v = ld_acquire(verdict() + r);
-    }
-    return __shfl_sync(0xffffffffu, v, 0);
-  }
-
-  __device__ __forceinline__ bool claim_verdict(int r, int lane) const {
-    int won = 0;
-    if (lane == 0) won = atomicCAS(claim() + r, 0, 1) == 0;
-    return __shfl_sync(0xffffffffu, won, 0);
-  }
-
-  // Round r's verdict, by the warp that claimed it.
-  __device__ __forceinline__ int compute_verdict(int r, int lane) const {
-    const int k = r / kCheckpointRounds, in_k = r - k * kCheckpointRounds;
-    if (k > 0) ensure_checkpoint(k, lane);
-    ensure_rounds(k * kCheckpointRounds, in_k + 1, lane);
-    // A head no page of the list attends keeps an empty state, never stable by the test: it
-    // counts stable (as in cpu::art_decode_attention, art_heads_listed). Only masked lists have
-    // such heads; the test stays out of the unmasked kernels (it cost them 16 bytes of spills).
-    const unsigned unlisted = MASKED ? unsigned(ld_relaxed(unlisted_heads())) : 0u;
-    bool all = true;
-    for (int g0 = 0; g0 < rows; g0 += kPassHeads) {
-      HeadState cur, prev;
-      merge_prefix(k, in_k + 1, g0, lane, cur, &prev);
-      const int g = g0 + (lane >> 3);
-      const float4 c = cur.normalised(), q = prev.normalised();
-      const float norm = sqrtf(chunk_sum(dot4(c, c))), prev_norm = sqrtf(chunk_sum(dot4(q, q)));
-      const float dot = chunk_sum(dot4(q, c));
-      const bool stable = g >= rows || ((unlisted >> g) & 1u) != 0u ||
-                          (prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < eps_scale &&
-                           1.0f - dot / (norm * prev_norm) < eps_dir);
-      all = __all_sync(0xffffffffu, stable) && all;
-      if (in_k == kCheckpointRounds - 1)  // C_k+1 = this prefix
-        store_heads([&](int h) { return checkpoint(k + 1, h); }, cur, g0, rows, lane);
-    }
-    if (in_k == kCheckpointRounds - 1) publish(has_checkpoint() + k + 1, 1, lane);
-    const int v = all ? 2 : 1;
-    if (lane == 0) st_release(verdict() + r, v);
-    return v;
-  }
 
   // The verdicts of rounds [from, to] (to < n_rounds - 1, rounds this warp knows are read: they
   // precede a block it has read), counting consecutive stable rounds in `run`: the first round
-  // where the run reaches patience, or -1. Verdicts nobody has claimed are computed first, in
-  // any order (so the warps at their gates share a window's verdicts instead of taking them one
-  // by one), then the window is read in order, waiting for the verdicts others are computing.
+  // where the run reaches patience, or -1. The lanes load a window of 32 verdicts at once and
+  // the warp walks the ones known, in order, waiting where one is not yet out (never past a
+  // stop: the verdict warp computes none after it).
   __device__ __forceinline__ int scan_verdicts(int from, int to, int& run, int lane) const {
     for (int s = from; s <= to; s += 32) {
       const int n = min(32, to - s + 1);
-      const bool open = lane < n && ld_relaxed(verdict() + s + lane) == 0 && ld_relaxed(claim() + s + lane) == 0;
-      for (unsigned todo = __ballot_sync(0xffffffffu, open); todo; todo &= todo - 1) {
-        const int r = s + __ffs(todo) - 1;
-        if (claim_verdict(r, lane)) compute_verdict(r, lane);
-      }
-      for (int i = 0; i < n; ++i) {
-        run = ensure_verdict(s + i, lane) == 2 ? run + 1 : 0;
-        if (run >= patience) return s + i;
+      for (int i = 0, spins = 0; i < n; ++spins) {
+        const int v = lane < n ? ld_acquire(verdict() + s + lane) : 2;
+        const unsigned stable = __ballot_sync(0xffffffffu, v == 2);
+        const unsigned pending = __ballot_sync(0xffffffffu, v == 0);
+        const int known = pending ? __ffs(pending) - 1 : n;  // verdicts [0, known) are out
+        for (; i < known; ++i) {
+          run = (stable >> i & 1u) ? run + 1 : 0;
+          if (run >= patience) return s + i;
+        }
+        if (i < n) {
+          if (spins == (1 << 24)) __trap();
+          __nanosleep(32);
+        }
       }
     }
     return -1;
@@ -409,18 +243,69 @@ struct ListState {
   }
 };
 
-// The verdict warp of a list's first CTA: the verdicts the gates will ask for, in order, each as
-// soon as its round is in, so that a reading warp seldom computes one at its gate (which
-// leaves its pipeline idle for the merges' round trips; before, one block of each round tried
-// a verdict at its end, and the reading warps lost that time, H100/H200 2026-11-27). It stops
-// at the list's stop, or at the last verdict a gate reads (round n_rounds - lag - 2).
+// a and b merged (the log-sum-exp merge of two probe states, in the exp2 domain).
+__device__ __forceinline__ HeadState merge_two(const HeadState& a, const HeadState& b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return a;
+  const float wa = a.m == -INFINITY ? 0.0f : exp2f(a.m - m), wb = b.m == -INFINITY ? 0.0f : exp2f(b.m - m);
+  HeadState s;
+  s.x = fma4(b.x, wb, make_float4(a.x.x * wa, a.x.y * wa, a.x.z * wa, a.x.w * wa));
+  s.m = m;
+  s.l = a.l * wa + b.l * wb;
+  return s;
+}
+
+// Whether head g0 + lane / 8's state is stable from prev to cur: the relative change of the
+// normalised probe's norm under eps_scale and 1 - cos under eps_dir (an empty state never is).
+__device__ __forceinline__ bool probe_stable(const HeadState& prev, const HeadState& cur, float eps_scale,
+                                             float eps_dir) {
+  const float4 c = cur.normalised(), q = prev.normalised();
+  const float norm = sqrtf(chunk_sum(dot4(c, c))), prev_norm = sqrtf(chunk_sum(dot4(q, q)));
+  const float dot = chunk_sum(dot4(q, c));
+  return prev_norm > 0.0f && norm > 0.0f && fabsf(norm - prev_norm) / prev_norm < eps_scale &&
+         1.0f - dot / (norm * prev_norm) < eps_dir;
+}
+
+// The verdict warp of a list's first CTA: every verdict, in round order, each as soon as its
+// round's blocks are in. It keeps the prefix state of every head (two passes of four) in
+// registers: the prefix after round r is the one before it merged with round r's state (its
+// blocks merged in block order), so every run computes the same bits and reads the same pages.
+// A head no page of the list attends keeps an empty state, never stable by the test: it counts
+// stable (as in cpu::art_decode_attention, art_heads_listed), where the plan gives
+// ArtDecodeArgs::heads_listed (masked lists only: mac+art's `below`). Stops at the list's stop,
+// or at the last verdict a gate reads (round n_rounds - lag - 2).
 template <bool MASKED>
 __device__ void verdict_warp(const ListState<MASKED>& ls, int lane) {
   if (!ls.active) return;
+  const ArtKernelParams& p = *ls.p;
+  const unsigned unlisted =
+      MASKED && p.heads_listed ? ~p.heads_listed[ls.list] & ((ls.rows >= 32 ? 0u : 1u << ls.rows) - 1u) : 0u;
   const int last = min(ls.n_rounds - 2, ls.n_rounds - ls.lag - 2);
+  constexpr int kPasses = kArtMaxGroup / kPassHeads;
+  HeadState prefix[kPasses];
   int run = 0;
   for (int r = 0; r <= last; ++r) {
-    run = ls.ensure_verdict(r, lane) == 2 ? run + 1 : 0;
+    if (lane == 0) wait_count(ls.arrive() + r, ls.blocks_in_round(r));
+    __syncwarp();
+    fence_gpu();
+    const int b0 = r * ls.round_blocks, n = ls.blocks_in_round(r);
+    bool all = true;
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int g0 = pass * kPassHeads, g = g0 + (lane >> 3);
+      if (g0 >= ls.rows) break;  // the warp's: every lane leaves together
+      const HeadState round = merge_heads([&](int i, int h) -> const float* { return ls.block(b0 + i, h); }, n, g0,
+                                          ls.rows, lane);
+      const HeadState cur = merge_two(prefix[pass], round);
+      // Every lane runs the test (its sums shuffle across the warp), then the rule for heads past
+      // the group or without pages.
+      const bool tested = probe_stable(prefix[pass], cur, ls.eps_scale, ls.eps_dir);
+      const bool stable = g >= ls.rows || ((unlisted >> g) & 1u) != 0u || tested;
+      all = __all_sync(0xffffffffu, stable) && all;
+      prefix[pass] = cur;
+    }
+    if (lane == 0) st_release(ls.verdict() + r, all ? 2 : 1);
+    run = all ? run + 1 : 0;
     if (run >= ls.patience) return;
   }
 }
@@ -533,11 +418,6 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtK
     ls.lag = art_list_lag(ls.lag, rule_blocks, ls.round_blocks);
   }
   ls.n_rounds = (ls.n_blocks + ls.round_blocks - 1) / ls.round_blocks;
-  // Every warp of the list writes its unlisted heads before anything else (the same bits each), so
-  // whichever warp computes a verdict has them; the last warp's reset clears them.
-  if (MASKED && p.heads_listed && lane == 0)
-    *ls.unlisted_heads() = int(~p.heads_listed[list] & ((rows >= 32 ? 0u : 1u << rows) - 1u));
-  __syncwarp();
   const int participants = int(gridDim.x) * (kWarps + 1);  // every warp of the list's CTAs
   if (warp == kWarps) {  // the verdict warp: the first CTA's works, the others' only count out
     if (chunk == 0) verdict_warp(ls, lane);
@@ -653,10 +533,10 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtK
 }
 
 // The workspace: the paged decode split's region (chunk partials), then per list its ints
-// (ArtKernelParams::ints), block, round and checkpoint probe states.
+// (ArtKernelParams::ints) and block probe states.
 struct ArtLayout {
-  size_t ints, blocks, rounds, checkpoints, bytes;
-  int max_rounds, max_blocks, max_checkpoints, ints_per_list;
+  size_t ints, blocks, bytes;
+  int max_rounds, max_blocks, ints_per_list;
 };
 
 ArtLayout art_layout(const ArtDecodeArgs& a, size_t split_bytes) {
@@ -666,13 +546,10 @@ ArtLayout art_layout(const ArtDecodeArgs& a, size_t split_bytes) {
   l.max_blocks = (at.max_pages_per_seq + kArtBlockPages - 1) / kArtBlockPages;
   const int round_blocks = a.art.round_pages / kArtBlockPages;
   l.max_rounds = round_blocks > 0 ? (l.max_blocks + round_blocks - 1) / round_blocks : 0;
-  l.max_checkpoints = l.max_rounds / kCheckpointRounds + 1;
-  l.ints_per_list = 2 + 4 * l.max_rounds + l.max_checkpoints + 1;  // + unlisted_heads
+  l.ints_per_list = 2 + 2 * l.max_rounds;
   l.ints = detail::align_up(split_bytes, 256);
   l.blocks = l.ints + detail::align_up(lists * l.ints_per_list * 4, 256);
-  l.rounds = l.blocks + detail::align_up(lists * l.max_blocks * head_states, 256);
-  l.checkpoints = l.rounds + detail::align_up(lists * l.max_rounds * head_states, 256);
-  l.bytes = l.checkpoints + detail::align_up(lists * l.max_checkpoints * head_states, 256);
+  l.bytes = l.blocks + detail::align_up(lists * l.max_blocks * head_states, 256);
   return l;
 }
 
@@ -782,7 +659,8 @@ struct ArtVariant {
                        .seq_lens = at.seq_lens, .head_masks = at.head_masks, .tables_per_seq = at.num_kv_heads,
                        .out_o = plan.direct ? at.o : part_o, .out_lse = plan.direct ? at.lse : part_lse,
                        .o_head_stride = plan.direct ? D : plan.num_chunks * D,
-                       .lse_head_stride = plan.direct ? 1 : plan.num_chunks, .counters = nullptr, .dynamic = false,
+                       .lse_head_stride = plan.direct ? 1 : plan.num_chunks,
+                       .out_o_bf16 = plan.direct ? at.o_bf16 : nullptr, .counters = nullptr, .dynamic = false,
                        .num_heads = at.num_heads, .num_kv_heads = at.num_kv_heads, .group = at.group_size(),
                        .sub_groups = 1, .max_pages_per_seq = at.max_pages_per_seq,
                        .page_stride = at.page_stride_elems(), .head_stride = at.head_stride_elems(),
@@ -794,12 +672,9 @@ struct ArtVariant {
     p.eps_dir = a.art.eps_dir;
     p.max_rounds = l.max_rounds;
     p.max_blocks = l.max_blocks;
-    p.max_checkpoints = l.max_checkpoints;
     p.ints = reinterpret_cast<int*>(ws + l.ints);
     p.ints_per_list = l.ints_per_list;
     p.blocks = reinterpret_cast<float*>(ws + l.blocks);
-    p.rounds = reinterpret_cast<float*>(ws + l.rounds);
-    p.checkpoints = reinterpret_cast<float*>(ws + l.checkpoints);
     p.stats = a.stats;
     p.heads_listed = a.heads_listed;
     p.row_policy = a.rules ? a.row_policy : nullptr;
@@ -814,7 +689,7 @@ struct ArtVariant {
     detail::DeviceInfo info;
     if ((e = detail::device_info(info)) != cudaSuccess) return e;
     const detail::MergeParams mp{.part_o = part_o, .part_lse = part_lse, .o = at.o, .lse = at.lse,
-                                 .num_heads = at.num_heads, .num_chunks = plan.num_chunks};
+                                 .o_bf16 = at.o_bf16, .num_heads = at.num_heads, .num_chunks = plan.num_chunks};
     return detail::launch_merge<D>(mp, at.batch * at.num_heads, info.cc_major, stream);
   }
 };

@@ -497,6 +497,7 @@ void GpuForward::attend_pages(int l, int n, const DevicePlan& plan, PagedDecodeA
     check(paged_decode_attention(a, s), "paged_decode_attention");
     return;
   }
+  if (a.o == o_.data()) a.o_bf16 = o16_from_attention();  // as above: no conversion pass after
   run_art(a, plan, s);  // ART over host KV reads its lists' pages through the cache too: all copied first
 }
 

@@ -18,10 +18,10 @@ namespace {
 
 using namespace page_select;
 
-// The workspace: the page keys; with by_score also the kept pages' keys and the sort's output
-// (both [lists][max_pages_per_seq]), the lists' segments [begin, end) and the sort's scratch (segment_sort.cuh).
+// The workspace: the page keys; with by_score also the kept pages' keys ([lists][max_pages_per_seq]),
+// the lists' segments [begin, end) and the sort's scratch (segment_sort.cuh).
 struct Layout {
-  size_t slots, sort_keys, sorted_keys, sorted_pages, begin, end, scratch, scratch_bytes, bytes;
+  size_t slots, sort_keys, begin, end, scratch, scratch_bytes, bytes;
 };
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
@@ -31,14 +31,12 @@ Layout layout_of(const GroupPageSelectArgs& a) {
   const size_t lists = size_t(a.batch) * a.num_kv_heads;
   l.slots = lists * a.max_pages_per_seq;
   l.sort_keys = align256(l.slots * 4);
-  l.sorted_keys = l.sort_keys + align256(l.slots * 4);
-  l.sorted_pages = l.sorted_keys + align256(l.slots * 4);
-  l.begin = l.sorted_pages + align256(l.slots * 4);
+  l.begin = l.sort_keys + align256(l.slots * 4);
   l.end = l.begin + align256(lists * 4);
   l.scratch = l.end + align256(lists * 4);
   l.bytes = a.by_score ? l.scratch : l.slots * 4;
   if (a.by_score && lists > 0) {
-    l.scratch_bytes = segment_sort_scratch_bytes(int(l.slots), int(lists), a.max_pages_per_seq);
+    l.scratch_bytes = segment_sort_scratch_bytes(int(l.slots), int(lists), a.pages_kept(a.max_pages_per_seq));
     l.bytes = l.scratch + align256(l.scratch_bytes);
   }
   return l;
@@ -127,14 +125,6 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectA
                      [&](int m, int n, auto keep) { select_top_pages(sm, keys, m, n, keep, [](int) {}); });
 }
 
-// by_score: the sorted page ids back into each list.
-__global__ void copy_sorted_kernel(const GroupPageSelectArgs a, const int32_t* sorted, const int* begin,
-                                   const int* end) {
-  detail::pdl_enter();  // launched by launch_pdl
-  const size_t list = blockIdx.x;
-  for (int i = begin[list] + int(threadIdx.x); i < end[list]; i += int(blockDim.x)) a.out_table[i] = sorted[i];
-}
-
 bool supported(const GroupPageSelectArgs& a) {
   return a.batch >= 0 && a.num_heads > 0 && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
          (a.head_dim == 64 || a.head_dim == 128) && a.page_size > 0 && a.max_pages_per_seq > 0 && a.n_min >= 1 &&
@@ -168,18 +158,13 @@ cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream)
     (void)launch_pdl(select_kernel<false>, grid, kThreads, 0, stream, a, so);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !a.by_score) return err;
-  // Each list's kept pages by descending key; the sort is stable, so equal keys (the forced
-  // pages, ties) stay in position order, as on the CPU.
+  // Each list's kept pages by descending key, in place (their masks are all ~0u); the sort is
+  // stable, so equal keys (the forced pages, ties) stay in position order, as on the CPU.
   const int lists = a.batch * a.num_kv_heads;
-  int32_t* sorted = reinterpret_cast<int32_t*>(ws + l.sorted_pages);
-  err = segment_sort_desc({.lists = lists, .total = int(l.slots), .max_items = a.max_pages_per_seq, .keys = so.keys,
-                           .sorted_keys = reinterpret_cast<uint32_t*>(ws + l.sorted_keys), .values = a.out_table,
-                           .sorted_values = sorted, .begin = so.begin, .end = so.end, .scratch = ws + l.scratch,
-                           .scratch_bytes = l.scratch_bytes},
-                          stream);
-  if (err != cudaSuccess) return err;
-  (void)launch_pdl(copy_sorted_kernel, lists, 256, 0, stream, a, sorted, so.begin, so.end);
-  return cudaGetLastError();
+  return segment_sort_desc({.lists = lists, .total = int(l.slots), .max_items = a.pages_kept(a.max_pages_per_seq),
+                            .keys = so.keys, .values = a.out_table, .begin = so.begin, .end = so.end,
+                            .scratch = ws + l.scratch, .scratch_bytes = l.scratch_bytes},
+                           stream);
 }
 
 }  // namespace skim::cuda

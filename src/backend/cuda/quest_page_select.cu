@@ -17,33 +17,30 @@ namespace {
 using namespace page_select;
 
 // Workspace: keys [batch][num_heads][max_pages_per_seq], then flags of the same shape; with
-// by_score then the union before its sort (pages, masks), each listed page's sort key and
-// slot, their sorted copies ([lists][max_pages_per_seq] each), the lists' segments and the
-// sort's scratch (segment_sort.cuh).
+// by_score then each listed page's sort key ([lists][max_pages_per_seq]), the lists' segments
+// and the sort's scratch (segment_sort.cuh).
 struct ByScore {
-  int32_t* pages = nullptr;
-  uint32_t* masks = nullptr;
-  uint32_t *keys = nullptr, *sorted_keys = nullptr;
-  int32_t *slots = nullptr, *sorted_slots = nullptr;
+  uint32_t* keys = nullptr;
   int *begin = nullptr, *end = nullptr;
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
 };
+
+// The longest list the union can make: the group's kept pages at the longest context.
+int sort_items(const QuestPageSelectArgs& a) {
+  const long kept = quest_pages_kept(a.budget, a.min_tokens, a.max_pages_per_seq * a.page_size, a.page_size);
+  return int(std::min<long>(a.max_pages_per_seq, kept * a.group_size()));
+}
 
 // The by_score part of the workspace, from `base` (its offset) on; `bytes` its size.
 ByScore by_score_layout(const QuestPageSelectArgs& a, char* base, size_t* bytes) {
   const size_t lists = size_t(a.batch) * a.num_kv_heads, slots = lists * a.max_pages_per_seq;
   WorkspaceCarver carve(base);
   ByScore x;
-  x.pages = carve.take<int32_t>(slots);
-  x.masks = carve.take<uint32_t>(slots);
   x.keys = carve.take<uint32_t>(slots);
-  x.sorted_keys = carve.take<uint32_t>(slots);
-  x.slots = carve.take<int32_t>(slots);
-  x.sorted_slots = carve.take<int32_t>(slots);
   x.begin = carve.take<int>(lists);
   x.end = carve.take<int>(lists);
-  x.scratch_bytes = segment_sort_scratch_bytes(int(slots), int(lists), a.max_pages_per_seq);
+  x.scratch_bytes = segment_sort_scratch_bytes(int(slots), int(lists), sort_items(a));
   x.scratch = carve.take<char>(x.scratch_bytes);
   if (bytes) *bytes = carve.bytes();
   return x;
@@ -158,9 +155,9 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestP
 
 // The union of one (sequence, KV head): per page the mask of the group's heads that keep it (the
 // heads' flag rows from flags_of(g), 16-byte aligned, padded to kItems pages); the pages some
-// head keeps listed in position order with their masks. by_score: listed into the workspace
-// instead, with each page's sort key (the largest of its heads' keys: the newest page's is the
-// highest) and its slot, for the sort. Every thread of the CTA calls it.
+// head keeps listed in position order with their masks. by_score: with each page's sort key
+// too (the largest of its heads' keys: the newest page's is the highest), for the sort. Every
+// thread of the CTA calls it.
 //
 // A tile gives each warp `rounds` x 128 consecutive pages, walked in rounds of 4 pages a lane (a
 // 4-byte load of each head's flags), so that a round's listed pages go to consecutive slots
@@ -180,8 +177,6 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
   const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
-  int32_t* out_table = a.by_score ? bs.pages : a.out_table;
-  uint32_t* out_masks = a.by_score ? bs.masks : a.out_masks;
   int written = 0;
   for (int base = 0; base < m; base += kRoundPages * rounds) {
     uint32_t mask[kRounds][kLanePages], key[kRounds][kLanePages];
@@ -245,12 +240,9 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
       for (int j = 0; j < kLanePages; ++j)
         if (mask[r][j]) {
           const size_t slot = list + at++;
-          out_table[slot] = ids[r][j];
-          out_masks[slot] = mask[r][j];
-          if (a.by_score) {
-            bs.keys[slot] = key[r][j];
-            bs.slots[slot] = int32_t(slot);
-          }
+          a.out_table[slot] = ids[r][j];
+          a.out_masks[slot] = mask[r][j];
+          if (a.by_score) bs.keys[slot] = key[r][j];
         }
     }
     written += total;
@@ -274,17 +266,6 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
   if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
   write_union(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
-}
-
-// by_score: each list's pages and masks in their sorted order.
-__global__ void permute_kernel(const QuestPageSelectArgs a, const ByScore bs) {
-  detail::pdl_enter();  // launched by launch_pdl
-  const size_t list = blockIdx.x;
-  for (int i = bs.begin[list] + int(threadIdx.x); i < bs.end[list]; i += int(blockDim.x)) {
-    const int from = bs.sorted_slots[i];
-    a.out_table[i] = bs.pages[from];
-    a.out_masks[i] = bs.masks[from];
-  }
 }
 
 bool supported(const QuestPageSelectArgs& a) {
@@ -317,16 +298,13 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);
   (void)launch_pdl(union_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, bs);
   if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score) return e;
-  // Descending key; the sort is stable, so ties stay in position order, as on the CPU.
+  // Descending key, the pages and masks in place; the sort is stable, so ties stay in position
+  // order, as on the CPU.
   const int lists = a.batch * a.num_kv_heads;
-  e = segment_sort_desc({.lists = lists, .total = lists * a.max_pages_per_seq, .max_items = a.max_pages_per_seq,
-                         .keys = bs.keys, .sorted_keys = bs.sorted_keys, .values = bs.slots,
-                         .sorted_values = bs.sorted_slots, .begin = bs.begin, .end = bs.end, .scratch = bs.scratch,
-                         .scratch_bytes = bs.scratch_bytes},
-                        stream);
-  if (e != cudaSuccess) return e;
-  (void)launch_pdl(permute_kernel, lists, 256, 0, stream, a, bs);
-  return cudaGetLastError();
+  return segment_sort_desc({.lists = lists, .total = lists * a.max_pages_per_seq, .max_items = sort_items(a),
+                            .keys = bs.keys, .values = a.out_table, .values2 = a.out_masks, .begin = bs.begin,
+                            .end = bs.end, .scratch = bs.scratch, .scratch_bytes = bs.scratch_bytes},
+                           stream);
 }
 
 }  // namespace skim::cuda

@@ -1,6 +1,6 @@
-// Sorting lists of (key, value) pairs by descending key, stably (equal keys keep their order,
-// as the CPU's std::stable_sort): the page selections' by-score order (quest, gbsa), which ART
-// traverses. This header holds no device code.
+// Sorting lists by descending key, stably (equal keys keep their order, as the CPU's
+// std::stable_sort), permuting their payloads in place: the page selections' by-score order
+// (quest, gbsa), which ART traverses. This header holds no device code.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,25 +10,26 @@
 
 namespace skim::cuda {
 
-// List l's pairs are keys[begin[l], end[l]) and values alike (device); their sorted order goes
-// to sorted_keys / sorted_values at the same positions.
+// List l is the slots [begin[l], end[l]) of keys and of the payload arrays (device): the
+// payloads at those slots are rewritten in the order of descending key; the keys stay as they
+// are.
 struct SegmentSortArgs {
   int lists = 0;
-  int total = 0;      // pairs in the arrays (the lists' capacity)
+  int total = 0;      // slots in the arrays
   int max_items = 0;  // host bound of a list's length
   const uint32_t* keys = nullptr;
-  uint32_t* sorted_keys = nullptr;
-  const int32_t* values = nullptr;
-  int32_t* sorted_values = nullptr;
+  int32_t* values = nullptr;     // a page id per slot
+  uint32_t* values2 = nullptr;   // optional: a second payload (the page's head mask)
   const int* begin = nullptr;
   const int* end = nullptr;
   void* scratch = nullptr;  // segment_sort_scratch_bytes
   size_t scratch_bytes = 0;
 };
 
-// Lists of at most this many pairs sort in one launch, a CTA each in shared memory; longer ones
-// go through cub's segmented radix sort, a launch per pass (six for 32-bit keys: at 8B b8 32K
-// 54 us a layer against one launch's ~10).
+// Lists of at most this many pairs sort in one launch, a CTA each in shared memory, with as
+// many items a thread as the list needs (a list of 650 pages took 19 us at the 8192-item size
+// at 8B b8 32K, H100 2026-11-28); longer ones go through cub's segmented radix sort, a launch
+// per pass (six for 32-bit keys: at 8B b8 32K 54 us a layer against one launch's ~10).
 inline constexpr int kBlockSortItems = 8192;
 
 size_t segment_sort_scratch_bytes(int total, int lists, int max_items);

@@ -205,9 +205,9 @@ bench_groups() {  # GROUPS GPU
     fi
     if bench_has compositions; then
       # Issue 16's compositions with ART where nothing stops (random K/V), end to end beside their
-      # bases, this revision against the previous one (H100 2026-11-28 at b8 32K: quest 10.89 ->
-      # quest+art 13.66 ms, gbsa 8.49 -> 9.89, streaming 10% 7.34 -> 8.15, about 2-3x their
-      # attention floors; the attention-step row is --attention-only --art's quest+art table).
+      # bases, this revision against the previous one (H100 2026-11-28 at b8 32K, session 31: quest
+      # 10.88 -> quest+art 11.98 ms, gbsa 8.47 -> 9.11, streaming 10% 7.33 -> 7.60; the
+      # attention-step row is --attention-only --art's quest+art table).
       Q='quest:budget=0.1,min=0,dense_layers=0'; G='gbsa:keep=0.1,n_min=16'; S='streaming:sink=4,window=3273'
       A='art:stop=group,test=probe'
       for bin in build-gpu build-gpu-legacy; do

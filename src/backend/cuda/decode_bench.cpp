@@ -150,14 +150,15 @@ struct SelectionBench {
     return double(digest_elems) * 2 * sizeof(uint16_t) + c.kv_bytes() * fraction +
            double(c.batch) * heads * c.d * (2 + 4) + double(c.batch) * heads * 4;
   }
+  // Paged decode attention over `a`, on the cache's copy for call i.
+  void attend(PagedDecodeArgs& a, int i, cudaStream_t s) {
+    a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+    a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+    check(paged_decode_attention(a, s), "paged_decode_attention");
+  }
   // Times select alone, select then attention over `sparse` (dense's workspace), dense alone.
   template <class Select>
   void time(Select select, PagedDecodeArgs& sparse, double& select_us, double& us, double& dense_us) {
-    auto attend = [&](PagedDecodeArgs& a, int i, cudaStream_t s) {
-      a.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
-      a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
-      check(paged_decode_attention(a, s), "paged_decode_attention");
-    };
     const int calls = std::max(c.copies, 100);
     select_us = graph_us_per_call(calls, select);
     us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
@@ -326,11 +327,7 @@ QuestAttentionPoint bench_quest_art_attention(int batch, int context, int heads,
     select(i, s);
     attend_art(art, c, i, s);
   });
-  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
-    sb.dense.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
-    sb.dense.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
-    check(paged_decode_attention(sb.dense, s), "paged_decode_attention");
-  });
+  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { sb.attend(sb.dense, i, s); });
   p.bytes = sb.bytes(p.union_fraction, heads);
   return p;
 }
@@ -393,10 +390,7 @@ TokenAttentionPoint bench_token_attention(int batch, int context, int heads, int
     at_copy(pages, i);
     check(paged_decode_attention(pages, s), "paged_decode_attention");
   });
-  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
-    at_copy(sb.dense, i);
-    check(paged_decode_attention(sb.dense, s), "paged_decode_attention");
-  });
+  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { sb.attend(sb.dense, i, s); });
   p.bytes = 2.0 * lists * n * d * 2 + double(lists) * n * 4 + double(batch) * heads * d * (2 + 4) +
             double(batch) * heads * 4;
   return p;

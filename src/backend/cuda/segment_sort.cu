@@ -63,15 +63,19 @@ __device__ __forceinline__ unsigned long long bitonic_keep(unsigned long long x,
 
 // A list of n <= kSortThreads x E pairs: each item as one 64-bit word, its key above the
 // complement of its index (so that a descending sort of the words is the stable descending sort
-// of the keys: equal keys by ascending index), padded with zeros (below any item's word), thread t
-// holding items t E .. t E + E - 1, sorted descending by a bitonic network: a stage's pairs within
-// a thread swap in registers, within a warp through shuffles, across warps through shared memory
-// (a barrier a stage, double-buffered).
+// of the keys: equal keys by ascending index), padded with zeros (below any item's word) to a power
+// of two, `size`, thread t holding items t E .. t E + E - 1, sorted descending by a bitonic
+// network: a stage's pairs within a thread swap in registers, within a warp through shuffles,
+// across warps through shared memory (a barrier a stage, double-buffered). Warps past `size` only
+// keep the barriers (the network's work grows with size log^2 size, so a short list pays for its
+// own length: with every thread holding two items, 205-page lists sorted in 11.3 us at 8B b8 32K).
 template <int E>
 __device__ __forceinline__ void bitonic_sort_list(const SegmentSortArgs& a, int first, int n,
                                                   unsigned long long (&buf)[2][kBitonicItems]) {
-  constexpr int kSize = kSortThreads * E;
+  int size = 64;  // at least 32 E (E = 1 below 512 items): whole warps are in or out
+  while (size < n) size <<= 1;
   const int t = threadIdx.x;
+  const bool in = t * E < size;
   unsigned long long x[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) {
@@ -79,16 +83,22 @@ __device__ __forceinline__ void bitonic_sort_list(const SegmentSortArgs& a, int 
     x[e] = i < n ? (static_cast<unsigned long long>(a.keys[first + i]) << 32) | ~static_cast<uint32_t>(i) : 0ull;
   }
   int flip = 0;
-  for (int k = 2; k <= kSize; k <<= 1)
+  for (int k = 2; k <= size; k <<= 1)
     for (int j = k >> 1; j > 0; j >>= 1) {
       if (j >= 32 * E) {  // the partner in another warp
         unsigned long long* w = buf[flip];
         flip ^= 1;
+        if (in) {
 #pragma unroll
-        for (int e = 0; e < E; ++e) w[t * E + e] = x[e];
+          for (int e = 0; e < E; ++e) w[t * E + e] = x[e];
+        }
         __syncthreads();
+        if (in) {
 #pragma unroll
-        for (int e = 0; e < E; ++e) x[e] = bitonic_keep(x[e], w[(t * E + e) ^ j], t * E + e, j, k);
+          for (int e = 0; e < E; ++e) x[e] = bitonic_keep(x[e], w[(t * E + e) ^ j], t * E + e, j, k);
+        }
+      } else if (!in) {
+        continue;
       } else if (j >= E) {  // in another lane of the warp
 #pragma unroll
         for (int e = 0; e < E; ++e) x[e] = bitonic_keep(x[e], __shfl_xor_sync(0xffffffffu, x[e], j / E), t * E + e, j, k);
@@ -135,6 +145,7 @@ __global__ void __launch_bounds__(kSortThreads) block_sort_kernel(const SegmentS
   __shared__ BlockSortStorage tmp;
   const int first = a.begin[blockIdx.x], n = a.end[blockIdx.x] - first;
   if (n <= 0) return;  // the CTA's threads alike: no barrier is left waiting
+  if (n <= kSortThreads) return bitonic_sort_list<1>(a, first, n, tmp.bitonic);
   if (n <= 2 * kSortThreads) return bitonic_sort_list<2>(a, first, n, tmp.bitonic);
   if (n <= kBitonicItems) return bitonic_sort_list<4>(a, first, n, tmp.bitonic);
   radix_sort_list<16>(a, first, n, tmp.radix);

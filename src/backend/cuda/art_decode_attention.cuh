@@ -1,7 +1,7 @@
 // ART decode attention on the GPU (attention/art_decode_args.h has the definition): the paged
 // decode kernel's CTAs walk each list in its order, in blocks of four pages strided over every
-// warp of the list's CTAs; each block leaves its 32-element probe state in the workspace, the
-// rounds' verdicts are merged from those by whichever warp first needs them, and a warp
+// warp of the list's CTAs; each block leaves its 32-element probe state in the workspace, one
+// warp of the list's first CTA merges those into the rounds' verdicts in order, and a warp
 // starting a block of round r reads on only if no round up to r - lag - 1 has stopped the
 // list (waiting for those verdicts if need be, so the pages read never depend on timing). The
 // warps' full states merge as in paged decode attention.

@@ -192,7 +192,7 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
                                         {"floor_us", floor_us}});
       }
   std::printf("\n");
-  // Issue 16's compositions: ART over quest's unions, where nothing stops.
+  // Issue 16's compositions: ART over quest's unions and over gbsa's kept pages, where nothing stops.
   if (a.sparse_keep <= 0) return;
   std::printf("quest+art decode attention (quest budget=%g, its unions in ART's order, then ART's kernel over them in "
               "rounds of %d pages; nothing stops: ART's cost over quest's)\n", a.sparse_keep, a.art_round);
@@ -214,6 +214,24 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
                                               {"union_fraction", p.union_fraction}, {"bytes", p.bytes},
                                               {"floor_us", floor_us}});
       }
+  std::printf("\n");
+  std::printf("gbsa+art decode attention (gbsa keep=%g, its kept pages in ART's order, then ART's kernel over them in "
+              "rounds of %d pages; nothing stops: ART's cost over gbsa's)\n", a.sparse_keep, a.art_round);
+  std::printf("| batch | context | select us | select + attend us | dense us | MB read | x floor |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  out["gbsa_art_attention"] = nlohmann::json::array();
+  for (int b : int_list(a.attention_batches, "--attention-batches"))
+    for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
+      auto p = cuda::bench_group_sparse_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep,
+                                                  a.art_round);
+      const double floor_us = p.bytes / bw * 1e6;
+      std::printf("| %d | %d | %.1f | %.1f | %.1f | %.1f | %.2f |\n", b, ctx, p.select_us, p.us, p.dense_us,
+                  p.bytes / 1e6, p.us / floor_us);
+      std::fflush(stdout);
+      out["gbsa_art_attention"].push_back({{"batch", b}, {"context", ctx}, {"keep", p.keep},
+                                           {"round_pages", a.art_round}, {"select_us", p.select_us}, {"us", p.us},
+                                           {"dense_us", p.dense_us}, {"bytes", p.bytes}, {"floor_us", floor_us}});
+    }
   std::printf("\n");
 }
 

@@ -116,6 +116,28 @@ AttentionPoint bench_decode_attention(int batch, int context, int heads, int kv_
 
 namespace {
 
+// ART's workspace (zero-filled once, at least `at_least` bytes) and its device counters, given to
+// `art`.
+struct ArtBuffers {
+  DeviceBuffer<uint8_t> ws;
+  DeviceBuffer<ArtDecodeStats> stats;
+  explicit ArtBuffers(ArtDecodeArgs& art, size_t at_least = 1)
+      : ws(std::max(art_decode_workspace_size(art), at_least)), stats(1) {
+    check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+    check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
+    art.attn.workspace = ws.data();
+    art.attn.workspace_bytes = ws.bytes();
+    art.stats = stats.data();
+  }
+};
+
+// ART's decode attention over copy i % c.copies of the cache.
+void attend_art(ArtDecodeArgs& art, const RandomPagedCache& c, int i, cudaStream_t s) {
+  art.attn.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
+  art.attn.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
+  check(art_decode_attention(art, s), "art_decode_attention");
+}
+
 // What the sparse attention benches share: a random cache with random digests and queries,
 // dense decode args over it, one workspace, and the timing of select, select + sparse attend
 // and dense attend in the same run.
@@ -156,28 +178,34 @@ struct SelectionBench {
     a.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
     check(paged_decode_attention(a, s), "paged_decode_attention");
   }
-  // Times select alone, select then attention over `sparse` (dense's workspace), dense alone.
-  template <class Select>
-  void time(Select select, PagedDecodeArgs& sparse, double& select_us, double& us, double& dense_us) {
+  // Times select alone, select then attend_sparse(i, stream), dense alone.
+  template <class Select, class Attend>
+  void time_with(Select select, Attend attend_sparse, double& select_us, double& us, double& dense_us) {
     const int calls = std::max(c.copies, 100);
     select_us = graph_us_per_call(calls, select);
     us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
       select(i, s);
-      attend(sparse, i, s);
+      attend_sparse(i, s);
     });
     dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { attend(dense, i, s); });
+  }
+  // The same with paged decode attention over `sparse` (dense's workspace).
+  template <class Select>
+  void time(Select select, PagedDecodeArgs& sparse, double& select_us, double& us, double& dense_us) {
+    time_with(select, [&](int i, cudaStream_t s) { attend(sparse, i, s); }, select_us, us, dense_us);
   }
 };
 
 }  // namespace
 
 SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int heads, int kv_heads, int d,
-                                                  double keep) {
+                                                  double keep, int art_round_pages) {
   SelectionBench sb(batch, context, heads, kv_heads, d);
   const RandomPagedCache& c = sb.c;
   DeviceBuffer<int32_t> kept_table(size_t(batch) * kv_heads * c.pages_per_seq), kept_lens(size_t(batch) * kv_heads);
   GroupPageSelectArgs sel{.batch = batch, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = d,
-                          .max_pages_per_seq = c.pages_per_seq, .keep = keep, .q = sb.q.data(),
+                          .max_pages_per_seq = c.pages_per_seq, .keep = keep, .by_score = art_round_pages > 0,
+                          .q = sb.q.data(),
                           .page_table = c.table.data(), .seq_lens = c.lens.data(), .out_table = kept_table.data(),
                           .out_lens = kept_lens.data()};
   DeviceBuffer<uint8_t> sel_ws(std::max<size_t>(group_page_select_workspace_size(sel), 1));
@@ -200,7 +228,14 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
     sel.kmax = sb.kmax_copy(i);
     check(group_page_select(sel, s), "group_page_select");
   };
-  sb.time(select, sparse, p.select_us, p.us, p.dense_us);
+  if (art_round_pages > 0) {  // ART over the kept pages in bound order, patience past the last round
+    ArtDecodeArgs art{.attn = sparse, .art = {.round_pages = art_round_pages, .patience = 1 << 20}};
+    art.art.lag_rounds = art_decode_lag(art);
+    ArtBuffers buffers(art);
+    sb.time_with(select, [&](int i, cudaStream_t s) { attend_art(art, c, i, s); }, p.select_us, p.us, p.dense_us);
+  } else {
+    sb.time(select, sparse, p.select_us, p.us, p.dense_us);
+  }
   p.bytes = sb.bytes(double(kept_pages) / c.pages_per_seq, heads);
   return p;
 }
@@ -275,28 +310,6 @@ struct QuestLists {
   }
 };
 
-// ART's workspace (zero-filled once, at least `at_least` bytes) and its device counters, given to
-// `art`.
-struct ArtBuffers {
-  DeviceBuffer<uint8_t> ws;
-  DeviceBuffer<ArtDecodeStats> stats;
-  explicit ArtBuffers(ArtDecodeArgs& art, size_t at_least = 1)
-      : ws(std::max(art_decode_workspace_size(art), at_least)), stats(1) {
-    check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
-    check(cudaMemset(stats.data(), 0, stats.bytes()), "cudaMemset");
-    art.attn.workspace = ws.data();
-    art.attn.workspace_bytes = ws.bytes();
-    art.stats = stats.data();
-  }
-};
-
-// ART's decode attention over copy i % c.copies of the cache.
-void attend_art(ArtDecodeArgs& art, const RandomPagedCache& c, int i, cudaStream_t s) {
-  art.attn.k_pool = c.k.data() + (i % c.copies) * c.pool_elems;
-  art.attn.v_pool = c.v.data() + (i % c.copies) * c.pool_elems;
-  check(art_decode_attention(art, s), "art_decode_attention");
-}
-
 }  // namespace
 
 QuestAttentionPoint bench_quest_attention(int batch, int context, int heads, int kv_heads, int d, double budget,
@@ -319,15 +332,8 @@ QuestAttentionPoint bench_quest_art_attention(int batch, int context, int heads,
   ArtBuffers buffers(art);
 
   QuestAttentionPoint p = ql.point(context);
-  const RandomPagedCache& c = sb.c;
-  const int calls = std::max(c.copies, 100);
-  const auto select = [&](int i, cudaStream_t s) { ql.select(sb, i, s); };
-  p.select_us = graph_us_per_call(calls, select);
-  p.us = graph_us_per_call(calls, [&](int i, cudaStream_t s) {
-    select(i, s);
-    attend_art(art, c, i, s);
-  });
-  p.dense_us = graph_us_per_call(calls, [&](int i, cudaStream_t s) { sb.attend(sb.dense, i, s); });
+  sb.time_with([&](int i, cudaStream_t s) { ql.select(sb, i, s); },
+               [&](int i, cudaStream_t s) { attend_art(art, sb.c, i, s); }, p.select_us, p.us, p.dense_us);
   p.bytes = sb.bytes(p.union_fraction, heads);
   return p;
 }

@@ -38,9 +38,11 @@ struct SparseAttentionPoint {
 
 // ReSA/gbsa-style decode on the GPU: group_page_select then paged_decode_attention over each
 // (sequence, KV head)'s kept pages, on random pages and digests, rotating among copies like
-// bench_decode_attention.
+// bench_decode_attention. art_round_pages > 0: gbsa+art instead, the kept pages in bound order
+// (by_score) and ART's kernel over them in rounds of that many pages, its patience past the last
+// round (nothing stops: ART's cost over gbsa's).
 SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int num_heads, int num_kv_heads,
-                                                  int head_dim, double keep);
+                                                  int head_dim, double keep, int art_round_pages = 0);
 
 struct QuestAttentionPoint {
   int batch = 0, context = 0;

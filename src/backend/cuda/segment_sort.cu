@@ -16,10 +16,11 @@ constexpr int kSortThreads = 512;
 template <int ITEMS>
 using BlockSort = cub::BlockRadixSort<uint32_t, kSortThreads, ITEMS, int32_t>;
 
-// Lists of up to this many pairs sort by a bitonic network in registers; longer ones (up to
-// kBlockSortItems) by cub's block radix sort, whose eight passes cost about 10 us whatever the
-// length (64 lists of 205 or 650 pages at 8B b8 32K, H100 2026-11-28; a bitonic network in
-// shared memory, a barrier a stage, took 9.2 and 14.7 us).
+// Lists of up to this many pairs sort by a bitonic network in registers, sized by the list;
+// longer ones (up to kBlockSortItems) by cub's block radix sort, whose eight passes cost about
+// 10 us whatever the length. 64 lists of 205 / 650 pages at 8B b8 32K (H100, 2026-11-28): this
+// network 7.6 / 12.3 us, cub's block sort sized by the list 9.9 / 10.7, a bitonic network in
+// shared memory (a barrier a stage) 9.2 / 14.7.
 constexpr int kBitonicItems = 4 * kSortThreads;
 
 // The block sorts' shared memory: one of them runs per CTA (the bitonic network's two buffers for

@@ -192,7 +192,8 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
                                         {"floor_us", floor_us}});
       }
   std::printf("\n");
-  // Issue 16's compositions: ART over quest's unions and over gbsa's kept pages, where nothing stops.
+  // Issue 16's compositions: ART over quest's unions, gbsa's kept pages and streaming's plan, where nothing
+  // stops.
   if (a.sparse_keep <= 0) return;
   std::printf("quest+art decode attention (quest budget=%g, its unions in ART's order, then ART's kernel over them in "
               "rounds of %d pages; nothing stops: ART's cost over quest's)\n", a.sparse_keep, a.art_round);
@@ -232,6 +233,26 @@ void bench_art(const BenchArgs& a, const ModelConfig& c, double bw, nlohmann::js
                                            {"round_pages", a.art_round}, {"select_us", p.select_us}, {"us", p.us},
                                            {"dense_us", p.dense_us}, {"bytes", p.bytes}, {"floor_us", floor_us}});
     }
+  std::printf("\n");
+  std::printf("streaming and streaming+art decode attention (4 sink tokens and a window of %g of the context in whole "
+              "pages; +art: newest first, ART's kernel in rounds of %d pages, nothing stops)\n", a.sparse_keep,
+              a.art_round);
+  std::printf("| policy | batch | context | plan us | plan + attend us | dense us | MB read | x floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  out["streaming_attention"] = nlohmann::json::array();
+  for (int art_round : {0, a.art_round})
+    for (int b : int_list(a.attention_batches, "--attention-batches"))
+      for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
+        auto p = cuda::bench_streaming_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep,
+                                                 art_round);
+        const double floor_us = p.bytes / bw * 1e6;
+        std::printf("| %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2f |\n", art_round ? "streaming+art" : "streaming",
+                    b, ctx, p.select_us, p.us, p.dense_us, p.bytes / 1e6, p.us / floor_us);
+        std::fflush(stdout);
+        out["streaming_attention"].push_back({{"batch", b}, {"context", ctx}, {"keep", p.keep}, {"art", art_round > 0},
+                                              {"round_pages", art_round}, {"select_us", p.select_us}, {"us", p.us},
+                                              {"dense_us", p.dense_us}, {"bytes", p.bytes}, {"floor_us", floor_us}});
+      }
   std::printf("\n");
 }
 

@@ -18,6 +18,7 @@
 #include "backend/cuda/paged_decode_attention.cuh"
 #include "backend/cuda/paged_prefill_attention.cuh"
 #include "backend/cuda/token_decode_attention.cuh"
+#include "backend/cuda/window_page_plan.cuh"
 
 namespace skim::cuda {
 
@@ -167,10 +168,11 @@ struct SelectionBench {
   }
   const uint16_t* kmin_copy(int i) const { return kmin.data() + (i % c.copies) * digest_elems; }
   const uint16_t* kmax_copy(int i) const { return kmax.data() + (i % c.copies) * digest_elems; }
+  double digest_bytes() const { return double(digest_elems) * 2 * sizeof(uint16_t); }
   // Digests, plus `fraction` of the K/V, plus q and o (and lse).
   double bytes(double fraction, int heads) const {
-    return double(digest_elems) * 2 * sizeof(uint16_t) + c.kv_bytes() * fraction +
-           double(c.batch) * heads * c.d * (2 + 4) + double(c.batch) * heads * 4;
+    return digest_bytes() + c.kv_bytes() * fraction + double(c.batch) * heads * c.d * (2 + 4) +
+           double(c.batch) * heads * 4;
   }
   // Paged decode attention over `a`, on the cache's copy for call i.
   void attend(PagedDecodeArgs& a, int i, cudaStream_t s) {
@@ -237,6 +239,40 @@ SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int he
     sb.time(select, sparse, p.select_us, p.us, p.dense_us);
   }
   p.bytes = sb.bytes(double(kept_pages) / c.pages_per_seq, heads);
+  return p;
+}
+
+SparseAttentionPoint bench_streaming_attention(int batch, int context, int heads, int kv_heads, int d, double keep,
+                                               int art_round_pages) {
+  SelectionBench sb(batch, context, heads, kv_heads, d);  // its digests unused: the plan reads none
+  const RandomPagedCache& c = sb.c;
+  DeviceBuffer<int32_t> table(size_t(batch) * kv_heads * c.pages_per_seq), lens(size_t(batch) * kv_heads);
+  const int sink = 4, window = int(keep * context);
+  WindowPagePlanArgs plan{.batch = batch, .num_kv_heads = kv_heads, .max_pages_per_seq = c.pages_per_seq,
+                          .sink = sink, .window = window, .recent_first = art_round_pages > 0,
+                          .page_table = c.table.data(), .seq_lens = c.lens.data(), .out_table = table.data(),
+                          .out_lens = lens.data()};
+  PagedDecodeArgs sparse = sb.dense;
+  sparse.tables_per_kv_head = true;
+  sparse.page_table = table.data();
+  sparse.seq_lens = lens.data();
+  const WindowPages w = window_pages(context, 16, sink, window);
+  sparse.max_seq_len = w.count() * 16;
+
+  SparseAttentionPoint p;
+  p.batch = batch;
+  p.context = context;
+  p.keep = keep;
+  const auto select = [&](int, cudaStream_t s) { check(window_page_plan(plan, s), "window_page_plan"); };
+  if (art_round_pages > 0) {  // ART over the plan newest first, patience past the last round
+    ArtDecodeArgs art{.attn = sparse, .art = {.round_pages = art_round_pages, .patience = 1 << 20}};
+    art.art.lag_rounds = art_decode_lag(art);
+    ArtBuffers buffers(art);
+    sb.time_with(select, [&](int i, cudaStream_t s) { attend_art(art, c, i, s); }, p.select_us, p.us, p.dense_us);
+  } else {
+    sb.time(select, sparse, p.select_us, p.us, p.dense_us);
+  }
+  p.bytes = sb.bytes(double(w.count()) / c.pages_per_seq, heads) - sb.digest_bytes();
   return p;
 }
 

@@ -44,6 +44,13 @@ struct SparseAttentionPoint {
 SparseAttentionPoint bench_group_sparse_attention(int batch, int context, int num_heads, int num_kv_heads,
                                                   int head_dim, double keep, int art_round_pages = 0);
 
+// StreamingLLM's plan (4 sink tokens, a window of keep x context tokens, whole pages:
+// window_page_plan) then paged decode attention over it; art_round_pages > 0: streaming+art, the
+// plan newest first and ART's kernel over it, its patience past the last round. select_us is the
+// plan's; bytes count no digests.
+SparseAttentionPoint bench_streaming_attention(int batch, int context, int num_heads, int num_kv_heads, int head_dim,
+                                               double keep, int art_round_pages = 0);
+
 struct QuestAttentionPoint {
   int batch = 0, context = 0;
   double budget = 0;        // fraction of the context per query head

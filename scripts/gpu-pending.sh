@@ -198,7 +198,8 @@ bench_groups() {  # GROUPS GPU
     if bench_has attn; then
       # Issue 16's attention-step table: each policy's selection + attention + merge at b1 and b8,
       # 32K and 128K, against its bytes floor, dense in the same run (gbsa, quest with random and
-      # agreeing heads, cs's tokens, ART's forced stops, quest+art where nothing stops).
+      # agreeing heads, cs's tokens, ART's forced stops, and where nothing stops quest+art, gbsa+art,
+      # streaming and streaming+art).
       echo "-- attention steps"
       timeout 300 build-gpu/skim bench --attention-only --sparse-keep 0.1 --art --attention-contexts 32768,131072 \
         --attention-batches 1,8 --json "$OUT/attention-steps.json" | grep -vE "^$"

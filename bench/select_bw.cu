@@ -138,7 +138,7 @@ void run_shape(int batch, int context) {
   report("score", time_us([&] { score_kernel<128><<<g0, kScoreWarps * 32>>>(a); }), true);
   report("select 1/SM", time_us([&] { select_kernel<1><<<dim3(heads, batch), kThreads>>>(a); }), false);
   report("select 2/SM", time_us([&] { select_kernel<2><<<dim3(heads, batch), kThreads>>>(a); }), false);
-  report("union", time_us([&] { union_kernel<<<dim3(H, batch), kThreads>>>(a, ByScore{}); }), false);
+  report("union", time_us([&] { union_kernel<false><<<dim3(H, batch), kThreads>>>(a, ByScore{}); }), false);
   report("empty kernel (launch floor)", time_us([&] { empty_kernel<<<dim3(heads, batch), kThreads>>>(); }), false);
   report("all", time_us([&] { quest_page_select(a, nullptr); }), false);
   cudaFree(kmin), cudaFree(kmax), cudaFree(q), cudaFree(table), cudaFree(lens), cudaFree(out_table);

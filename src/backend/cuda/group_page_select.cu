@@ -11,6 +11,7 @@
 #include "backend/cuda/page_select_common.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/segment_sort.cuh"
+#include "backend/cuda/segment_sort_block.cuh"
 
 namespace skim::cuda {
 
@@ -110,11 +111,18 @@ __device__ __forceinline__ void write_list(const GroupPageSelectArgs& a, const S
   select(m, n, keep);
 }
 
-// One CTA per (KV head, sequence): its list from the score kernel's keys.
-template <bool EXTRAS>
+// One CTA per (KV head, sequence): its list from the score kernel's keys. SORT (by_score, lists
+// of at most kCtaSortItems): the CTA then sorts its list by descending key itself, in the shared
+// memory the selection is done with, where a sort kernel of its own cost its launch and its
+// reload of the list (7.1 of gbsa+art's ~80 us attention step at b8 32K, H200 2026-11-28).
+template <bool EXTRAS, bool SORT>
 __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
+  static_assert(!SORT || (EXTRAS && kThreads == segment_sort::kSortThreads), "the sort runs on the select CTA");
   detail::pdl_enter();  // launched by launch_pdl
-  __shared__ SelectSmem sm;
+  __shared__ union {
+    SelectSmem select;
+    segment_sort::BitonicStorage sort;
+  } sm;
   const int kvh = blockIdx.x, b = blockIdx.y;
   const size_t list = size_t(b) * a.num_kv_heads + kvh;
   const int first = int(list) * a.max_pages_per_seq;
@@ -122,7 +130,12 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectA
   if (!a.rows.has(b)) return;
   const uint32_t* keys = keys_of(a, b, kvh);
   write_list<EXTRAS>(a, so, b, kvh, keys,
-                     [&](int m, int n, auto keep) { select_top_pages(sm, keys, m, n, keep, [](int) {}); });
+                     [&](int m, int n, auto keep) { select_top_pages(sm.select, keys, m, n, keep, [](int) {}); });
+  if constexpr (SORT) {
+    const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
+    const int n = a.pages_kept(pages_of(len, a.page_size));
+    segment_sort::sort_list_in_cta({.keys = so.keys, .values = a.out_table}, first, n, sm.sort);
+  }
 }
 
 bool supported(const GroupPageSelectArgs& a) {
@@ -152,18 +165,22 @@ cudaError_t group_page_select(const GroupPageSelectArgs& a, cudaStream_t stream)
     so.end = reinterpret_cast<int*>(ws + l.end);
   }
   const dim3 grid(a.num_kv_heads, a.batch);
-  if (a.by_score || a.out_masks)
-    (void)launch_pdl(select_kernel<true>, grid, kThreads, 0, stream, a, so);
+  // by_score: each list's kept pages by descending key, in place (their masks are all ~0u); the
+  // sort is stable, so equal keys (the forced pages, ties) stay in position order, as on the
+  // CPU. Lists that fit the select CTA's sort are sorted there; longer ones by a sort of their own.
+  const int lists = a.batch * a.num_kv_heads, longest = a.pages_kept(a.max_pages_per_seq);
+  const bool sort_in_select = a.by_score && longest <= kCtaSortItems;
+  if (sort_in_select)
+    (void)launch_pdl(select_kernel<true, true>, grid, kThreads, 0, stream, a, so);
+  else if (a.by_score || a.out_masks)
+    (void)launch_pdl(select_kernel<true, false>, grid, kThreads, 0, stream, a, so);
   else
-    (void)launch_pdl(select_kernel<false>, grid, kThreads, 0, stream, a, so);
+    (void)launch_pdl(select_kernel<false, false>, grid, kThreads, 0, stream, a, so);
   cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || !a.by_score) return err;
-  // Each list's kept pages by descending key, in place (their masks are all ~0u); the sort is
-  // stable, so equal keys (the forced pages, ties) stay in position order, as on the CPU.
-  const int lists = a.batch * a.num_kv_heads;
-  return segment_sort_desc({.lists = lists, .total = int(l.slots), .max_items = a.pages_kept(a.max_pages_per_seq),
-                            .keys = so.keys, .values = a.out_table, .begin = so.begin, .end = so.end,
-                            .scratch = ws + l.scratch, .scratch_bytes = l.scratch_bytes},
+  if (err != cudaSuccess || !a.by_score || sort_in_select) return err;
+  return segment_sort_desc({.lists = lists, .total = int(l.slots), .max_items = longest, .keys = so.keys,
+                            .values = a.out_table, .begin = so.begin, .end = so.end, .scratch = ws + l.scratch,
+                            .scratch_bytes = l.scratch_bytes},
                            stream);
 }
 

@@ -8,6 +8,7 @@
 #include "backend/cuda/page_select_common.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/segment_sort.cuh"
+#include "backend/cuda/segment_sort_block.cuh"
 #include "backend/cuda/workspace_carver.h"
 
 namespace skim::cuda {
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestP
 // heads' flag rows from flags_of(g), 16-byte aligned, padded to kItems pages); the pages some
 // head keeps listed in position order with their masks. by_score: with each page's sort key
 // too (the largest of its heads' keys: the newest page's is the highest), for the sort. Every
-// thread of the CTA calls it.
+// thread of the CTA calls it; it returns the count of pages listed.
 //
 // A tile gives each warp `rounds` x 128 consecutive pages, walked in rounds of 4 pages a lane (a
 // 4-byte load of each head's flags), so that a round's listed pages go to consecutive slots
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestP
 // each of its 16 stores per output array about 20 bytes from its neighbour lane's; the union
 // took 12.7 us at b8 128K, now 10.0, bench/results/2026-11-27-s28-select-walk/.)
 template <class FlagsOf>
-__device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh, int ctx, int m,
+__device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh, int ctx, int m,
                             FlagsOf flags_of_head) {
   constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages;
   constexpr int kRoundPages = kThreads * kLanePages;  // pages of one round over the whole CTA
@@ -254,10 +255,16 @@ __device__ void write_union(const QuestPageSelectArgs& a, const ByScore& bs, int
     if (a.by_score) bs.end[list_index] = int(list) + written;
     if (a.listed_tokens) atomicAdd(a.listed_tokens, (unsigned long long)tokens);
   }
+  return written;
 }
 
-// One CTA per (KV head, sequence): the union of its group's flags (write_union).
+// One CTA per (KV head, sequence): the union of its group's flags (write_union). SORT (by_score,
+// lists of at most kCtaSortItems): the CTA then sorts its list by descending key itself (no sort
+// kernel of its own: its launch and its reload of the list were 11.3 of quest+art's ~87 us
+// attention step with agreeing heads at b8 32K, H200 2026-11-28).
+template <bool SORT>
 __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
+  static_assert(!SORT || kThreads == segment_sort::kSortThreads, "the sort runs on the union CTA");
   detail::pdl_enter();  // launched by launch_pdl
   const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
@@ -265,7 +272,12 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
   if (a.by_score && threadIdx.x == 0) bs.begin[list_index] = bs.end[list_index] = int(list);  // unplanned rows: nothing to sort
   if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
-  write_union(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
+  const int listed = write_union(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
+  if constexpr (SORT) {
+    __shared__ segment_sort::BitonicStorage sort;
+    segment_sort::sort_list_in_cta({.keys = bs.keys, .values = a.out_table, .values2 = a.out_masks}, int(list),
+                                   listed, sort);
+  }
 }
 
 bool supported(const QuestPageSelectArgs& a) {
@@ -296,10 +308,13 @@ cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream)
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   ByScore bs;
   if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);
-  (void)launch_pdl(union_kernel, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, bs);
-  if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score) return e;
-  // Descending key, the pages and masks in place; the sort is stable, so ties stay in position
-  // order, as on the CPU.
+  // by_score: descending key, the pages and masks in place; the sort is stable, so ties stay in
+  // position order, as on the CPU. Lists that fit the union CTA's sort are sorted there; longer
+  // ones by a sort of their own.
+  const bool sort_in_union = a.by_score && sort_items(a) <= kCtaSortItems;
+  (void)launch_pdl(sort_in_union ? union_kernel<true> : union_kernel<false>, dim3(a.num_kv_heads, a.batch), kThreads,
+                   0, stream, a, bs);
+  if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score || sort_in_union) return e;
   const int lists = a.batch * a.num_kv_heads;
   return segment_sort_desc({.lists = lists, .total = lists * a.max_pages_per_seq, .max_items = sort_items(a),
                             .keys = bs.keys, .values = a.out_table, .values2 = a.out_masks, .begin = bs.begin,

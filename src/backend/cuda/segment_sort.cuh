@@ -32,6 +32,14 @@ struct SegmentSortArgs {
 // per pass (six for 32-bit keys: at 8B b8 32K 54 us a layer against one launch's ~10).
 inline constexpr int kBlockSortItems = 8192;
 
+// Lists of up to this many pairs sort by a bitonic network in registers sized by the list
+// (segment_sort_block.cuh), which a kernel whose CTA of 512 threads holds the list runs itself
+// (the page selections' by_score lists); longer ones by cub's block radix sort, whose eight
+// passes cost about 10 us whatever the length. 64 lists of 205 / 650 pages at 8B b8 32K (H100,
+// 2026-11-28): the network 7.6 / 12.3 us as a kernel of its own, cub's block sort sized by the
+// list 9.9 / 10.7, a bitonic network in shared memory (a barrier a stage) 9.2 / 14.7.
+inline constexpr int kCtaSortItems = 2048;
+
 size_t segment_sort_scratch_bytes(int total, int lists, int max_items);
 // Asynchronous on `stream`, a programmatic dependent of its previous kernel (pdl.cuh).
 cudaError_t segment_sort_desc(const SegmentSortArgs& a, cudaStream_t stream);

@@ -78,12 +78,12 @@ struct SortOut {
 };
 
 // The list of (sequence b, KV head kvh): the top pages_kept(m) of its page keys, written in
-// position order by select(m, n, keep) (the radix select over wherever the keys are). EXTRAS:
-// the masks and the sort keys (from `keys`) may be written too. Without them the selection is
-// the plain one it was before they came: their per-page branches in the unrolled walk take it
-// from 64 registers to 104, and gbsa's select+attend measured 1.4-6.8% slower since (H100,
-// bench/results/2026-11-25-h100-nothing-lost/; this split is the suspected fix, to be timed).
-// Every thread of the CTA calls it.
+// position order by select(m, n, keep_run) (the radix select over wherever the keys are, handing
+// each thread's run of kItems consecutive pages at once). EXTRAS: the masks and the sort keys
+// (from `keys`) may be written too. Without them the selection is the plain one it was before
+// they came: their per-page branches in the unrolled walk take it from 64 registers to 104, and
+// gbsa's select+attend measured 1.4-6.8% slower since (H100,
+// bench/results/2026-11-25-h100-nothing-lost/). Every thread of the CTA calls it.
 template <bool EXTRAS, class Select>
 __device__ __forceinline__ void write_list(const GroupPageSelectArgs& a, const SortOut& so, int b, int kvh,
                                            const uint32_t* keys, Select select) {
@@ -97,18 +97,32 @@ __device__ __forceinline__ void write_list(const GroupPageSelectArgs& a, const S
   uint32_t* masks = a.out_masks ? a.out_masks + list * a.max_pages_per_seq : nullptr;
   if (t == 0) a.out_lens[list] = m == 0 ? 0 : (n - 1) * a.page_size + (len - (m - 1) * a.page_size);
   if (so.keys && t == 0) so.end[list] = first + n;
-  const auto keep = [&](int p, int rank) {
-    out[rank] = table[p];
+  const auto store = [&](int rank, int32_t id, uint32_t key) {
+    out[rank] = id;
     if constexpr (EXTRAS) {
       if (masks) masks[rank] = ~0u;  // every head of the group attends the group's pages
-      if (so.keys) so.keys[first + rank] = keys[p];
+      if (so.keys) so.keys[first + rank] = key;
     }
   };
   if (n == m) {  // every page kept (short sequences)
-    for (int p = t; p < m; p += kThreads) keep(p, p);
+    for (int p = t; p < m; p += kThreads) store(p, table[p], EXTRAS && so.keys ? keys[p] : 0u);
     return;
   }
-  select(m, n, keep);
+  // A run's kept pages: every page id and key loaded before any is stored, one round trip for
+  // the run (page by page, a thread's kept pages were as many dependent round trips).
+  select(m, n, [&](int p0, unsigned keep_bits, int rank) {
+    int32_t ids[kItems];
+    uint32_t sort_keys[kItems];
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const bool kept = keep_bits >> i & 1u;
+      ids[i] = kept ? table[p0 + i] : 0;
+      sort_keys[i] = EXTRAS && kept && so.keys ? keys[p0 + i] : 0u;
+    }
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+      if (keep_bits >> i & 1u) store(rank++, ids[i], sort_keys[i]);
+  });
 }
 
 // One CTA per (KV head, sequence): its list from the score kernel's keys. SORT (by_score, lists
@@ -130,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectA
   if (!a.rows.has(b)) return;
   const uint32_t* keys = keys_of(a, b, kvh);
   write_list<EXTRAS>(a, so, b, kvh, keys,
-                     [&](int m, int n, auto keep) { select_top_pages(sm.select, keys, m, n, keep, [](int) {}); });
+                     [&](int m, int n, auto keep_run) { select_top_page_runs(sm.select, keys, m, n, keep_run); });
   if constexpr (SORT) {
     const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
     const int n = a.pages_kept(pages_of(len, a.page_size));

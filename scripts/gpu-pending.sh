@@ -30,9 +30,10 @@
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
 # Next: a new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
-# affects (4 x H100 or H200: about 220-370 s of budget with both builds; one H100, nvidia-h100-x1,
-# at times counts half its held time (not always), builds in about a minute, but runs tests and benchmarks one after
-# the other). A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
+# affects. On one H200 (nvidia-h200, 16 cores; the kinds lent since 2026-11-28) a call with both
+# builds, ~40 tests and three attention benches took 364-394 s of wall time (460 s of budget
+# with the machine's start); GpuEngine's MAC, Retro and ART cases take ~42 s each there, so give
+# TEST_TIMEOUT 300 or more when they run. A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
 #   ; cp $OUT/logs/test_cuda.log $OUT/; rm -f $OUT/logs/test_cuda.*.log $OUT/logs/*.rc $OUT/logs/tests.done
 # so that the concatenated test log comes back whole.
 set -uo pipefail
@@ -47,6 +48,15 @@ step() { echo; echo "=== $* ($(date +%T))"; }
 # them (2026-11-26: a whole test_cuda past a 500 s call returned nothing from /tmp).
 LOGS=$OUT/logs
 rm -rf $LOGS && mkdir -p $LOGS
+
+# Clocks, power and throttle reasons every 2 s beside everything below (clocks.csv): machines of
+# one kind differ, and one H200 (2026-11-28, session 32) ran under its software power cap so that
+# dense attention slowed from 244 to 312 us within one bench and end to end ran 35% slower than on
+# another H200 the same hour. Compare within a call, and read this before trusting a ratio.
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv -lms 2000 > $LOGS/clocks.csv 2>/dev/null &
+clocks_pid=$!
+trap 'kill $clocks_pid 2>/dev/null' EXIT
 
 step "build (this revision, then the previous one)"
 ENGINE_ONLY=1 BUILD_ONLY=1 bash scripts/gpu-check.sh $LOGS/build > $LOGS/build.log 2>&1 ||
@@ -384,6 +394,10 @@ fi
 cat $LOGS/decode.log $LOGS/decode2.log; tail -3 $LOGS/ncu.err 2>/dev/null; [ -s $LOGS/ncu.csv ] && python3 bench/kernel_breakdown.py $LOGS/ncu.csv | tail -25
 [ -s $LOGS/prefill.log ] && cat $LOGS/prefill.log
 [ -s $LOGS/ncu-prefill.csv ] && python3 bench/kernel_breakdown.py --all $LOGS/ncu-prefill.csv | head -30
+kill $clocks_pid 2>/dev/null
+# Throttle reasons seen (0x4: the software power cap) and the lowest SM clock under load.
+awk -F', ' 'NR > 1 && $3 + 0 > 1000 {n++; if (!min || $3 + 0 < min) min = $3 + 0; r[$7]++}
+  END {printf "clocks: %d samples under load, lowest SM clock %d MHz; reasons:", n, min; for (k in r) printf " %s x%d", k, r[k]; print ""}' $LOGS/clocks.csv
 rm -rf "$LOGS/build"  # the build's own outputs: not needed back
 echo "gpu-pending status $status"
 exit $status

@@ -203,13 +203,15 @@ struct SelectSmem : SelectScratch {
   uint32_t keys[kSmemKeys + kSmemKeys / 32];
 };
 
-// select_top_page_runs (below) over the keys key(p), p < m.
-template <class Key, class Runs>
+// select_top_page_runs (below) over the keys key(p), p < m. RANKS: whether runs needs each run's
+// rank among the kept (quest's flags do not: its walk then has no block scan at all).
+template <bool RANKS, class Key, class Runs>
 __device__ void select_top_page_runs_of(SelectScratch& sm, Key key, int m, int n, Runs runs) {
   using Scan = SelectScratch::Scan;
   const int t = threadIdx.x;
   uint32_t prefix = 0, mask = 0;
   unsigned need = unsigned(n);
+  bool whole = false;  // the threshold's bin held exactly the keys still needed
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = t; i < 256; i += kThreads) sm.hist[i] = 0;
     __syncthreads();
@@ -240,11 +242,13 @@ __device__ void select_top_page_runs_of(SelectScratch& sm, Key key, int m, int n
     // keys' shared leading bits (an AND/OR pre-pass) resolved first, to save the pass spent on
     // the sign and exponent: 1.3 us off quest's select alone at b8 32K, but end to end quest
     // +0.2% and gbsa -0.1%, not worth a pre-pass and a digit that may reach below bit 0.
-    const bool whole_bin = sm.hist[sm.bin] == need;
+    whole = sm.hist[sm.bin] == need;
     __syncthreads();  // hist and bin are rewritten next pass
-    if (whole_bin) break;
+    if (whole) break;
   }
-  // The n-th largest key's resolved bits (`mask`); `need` of the keys that share them are kept.
+  // The n-th largest key's resolved bits (`mask`); `need` of the keys that share them are kept:
+  // all of them where the bin held exactly those (`whole`, CTA-uniform: the usual case), else the
+  // first `need` in position order, ranked by a block scan (ties in the whole 32-bit key).
   const uint32_t threshold = prefix;
 
   // Each thread owns kItems consecutive pages of a tile, so thread order is position order.
@@ -258,20 +262,24 @@ __device__ void select_top_page_runs_of(SelectScratch& sm, Key key, int m, int n
       k[i] = p0 + i < m ? key(p0 + i) & mask : 0u;
       eq += p0 + i < m && k[i] == threshold;
     }
-    int eq_rank, eq_total;
-    Scan(sm.scan).ExclusiveSum(eq, eq_rank, eq_total);
-    __syncthreads();
+    int eq_rank = 0, eq_total = 0;
+    if (!whole) {
+      Scan(sm.scan).ExclusiveSum(eq, eq_rank, eq_total);
+      __syncthreads();
+    }
     unsigned keep_bits = 0;
     int rank = eq_before + eq_rank;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
       const bool in = p0 + i < m;
-      const bool keep = in && (k[i] > threshold || (k[i] == threshold && rank++ < int(need)));
+      const bool keep = in && (k[i] > threshold || (k[i] == threshold && (whole || rank++ < int(need))));
       keep_bits |= unsigned(keep) << i;
     }
-    int pos, kept_total;
-    Scan(sm.scan).ExclusiveSum(__popc(keep_bits), pos, kept_total);
-    __syncthreads();
+    int pos = 0, kept_total = 0;
+    if constexpr (RANKS) {
+      Scan(sm.scan).ExclusiveSum(__popc(keep_bits), pos, kept_total);
+      __syncthreads();
+    }
     if (p0 < m) runs(p0, keep_bits, written + pos);
     eq_before += eq_total;
     written += kept_total;
@@ -295,7 +303,7 @@ struct PerPage {
 
 template <class Key, class Kept, class Skipped>
 __device__ void select_top_pages_of(SelectScratch& sm, Key key, int m, int n, Kept kept, Skipped skipped) {
-  select_top_page_runs_of(sm, key, m, n, PerPage<Kept, Skipped>{m, kept, skipped});
+  select_top_page_runs_of<true>(sm, key, m, n, PerPage<Kept, Skipped>{m, kept, skipped});
 }
 
 // The CTA's top n of the m keys in `keys` (global; staged in shared memory when they fit):
@@ -307,19 +315,19 @@ __device__ void select_top_pages_of(SelectScratch& sm, Key key, int m, int n, Ke
 // 29.0 to 17.4 us at b8 128K (8B shape, H100, bench/select_bw.cu). Every thread of the CTA calls
 // it. The two key sources are separate instantiations: a per-key choice between them inside the
 // passes cost the selection (the kernel before the shared pieces had its loops unswitched on it).
-template <class Runs>
+template <bool RANKS = true, class Runs>
 __device__ void select_top_page_runs(SelectSmem& sm, const uint32_t* keys, int m, int n, Runs runs) {
   if (m <= kSmemKeys) {
     for (int p = threadIdx.x; p < m; p += kThreads) sm.keys[skew(p)] = keys[p];
-    select_top_page_runs_of(sm, [&](int p) { return sm.keys[skew(p)]; }, m, n, runs);
+    select_top_page_runs_of<RANKS>(sm, [&](int p) { return sm.keys[skew(p)]; }, m, n, runs);
   } else {
-    select_top_page_runs_of(sm, [&](int p) { return keys[p]; }, m, n, runs);
+    select_top_page_runs_of<RANKS>(sm, [&](int p) { return keys[p]; }, m, n, runs);
   }
 }
 
 template <class Kept, class Skipped>
 __device__ void select_top_pages(SelectSmem& sm, const uint32_t* keys, int m, int n, Kept kept, Skipped skipped) {
-  select_top_page_runs(sm, keys, m, n, PerPage<Kept, Skipped>{m, kept, skipped});
+  select_top_page_runs<true>(sm, keys, m, n, PerPage<Kept, Skipped>{m, kept, skipped});
 }
 
 }  // namespace skim::cuda::page_select

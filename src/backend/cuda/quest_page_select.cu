@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestP
     return;
   }
   static_assert(kItems == 16, "a run's flags are one 16-byte store");
-  select_top_page_runs(sm, keys_of(a, b, hq), m, n, [&](int p0, unsigned keep_bits, int) {
+  select_top_page_runs<false>(sm, keys_of(a, b, hq), m, n, [&](int p0, unsigned keep_bits, int) {
     uint32_t w[4] = {};
 #pragma unroll
     for (int i = 0; i < kItems; ++i) w[i / 4] |= (keep_bits >> i & 1u) << (8 * (i % 4));

@@ -127,8 +127,8 @@ __device__ __forceinline__ void write_list(const GroupPageSelectArgs& a, const S
 
 // One CTA per (KV head, sequence): its list from the score kernel's keys. SORT (by_score, lists
 // of at most kCtaSortItems): the CTA then sorts its list by descending key itself, in the shared
-// memory the selection is done with, where a sort kernel of its own cost its launch and its
-// reload of the list (7.1 of gbsa+art's ~80 us attention step at b8 32K, H200 2026-11-28).
+// memory the selection is done with, where a sort kernel of its own (6.3 us under ncu) reloaded
+// the list after a launch: gbsa+art's attention step at b8 32K 79.9 -> 76.5 us (H200, 2026-11-28).
 template <bool EXTRAS, bool SORT>
 __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
   static_assert(!SORT || (EXTRAS && kThreads == segment_sort::kSortThreads), "the sort runs on the select CTA");

@@ -259,9 +259,9 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
 }
 
 // One CTA per (KV head, sequence): the union of its group's flags (write_union). SORT (by_score,
-// lists of at most kCtaSortItems): the CTA then sorts its list by descending key itself (no sort
-// kernel of its own: its launch and its reload of the list were 11.3 of quest+art's ~87 us
-// attention step with agreeing heads at b8 32K, H200 2026-11-28).
+// lists of at most kCtaSortItems): the CTA then sorts its list by descending key itself, where a
+// sort kernel of its own (11.3 us under ncu) reloaded the list after a launch: quest+art's
+// attention step with agreeing heads at b8 32K 87.1 -> 85.9 us (H200, 2026-11-28).
 template <bool SORT>
 __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
   static_assert(!SORT || kThreads == segment_sort::kSortThreads, "the sort runs on the union CTA");

@@ -362,16 +362,19 @@ void run_bench(const BenchArgs& a) {
     if (a.sparse_keep > 0) {
       std::printf("group-sparse decode attention (gbsa keep=%g: page selection on the digests + attention over the kept pages)\n",
                   a.sparse_keep);
-      std::printf("| batch | context | select us | select + attend us | dense us | speedup | MB read |\n");
-      std::printf("|---|---|---|---|---|---|---|\n");
+      std::printf("| batch | context | select us | select + attend us | dense us | speedup | MB read | x floor |\n");
+      std::printf("|---|---|---|---|---|---|---|---|\n");
       out["sparse_attention"] = nlohmann::json::array();
       for (int b : int_list(a.attention_batches, "--attention-batches"))
         for (int ctx : int_list(a.attention_contexts, "--attention-contexts")) {
           auto p = cuda::bench_group_sparse_attention(b, ctx, c.num_heads, c.num_kv_heads, c.head_dim, a.sparse_keep);
-          std::printf("| %d | %d | %.1f | %.1f | %.1f | %.2fx | %.1f |\n", b, ctx, p.select_us, p.us, p.dense_us, p.dense_us / p.us, p.bytes / 1e6);
+          const double floor_us = p.bytes / bw * 1e6;
+          std::printf("| %d | %d | %.1f | %.1f | %.1f | %.2fx | %.1f | %.2f |\n", b, ctx, p.select_us, p.us, p.dense_us,
+                      p.dense_us / p.us, p.bytes / 1e6, p.us / floor_us);
           std::fflush(stdout);
           out["sparse_attention"].push_back({{"batch", b}, {"context", ctx}, {"keep", p.keep}, {"select_us", p.select_us},
-                                             {"us", p.us}, {"dense_us", p.dense_us}, {"bytes", p.bytes}});
+                                             {"us", p.us}, {"dense_us", p.dense_us}, {"bytes", p.bytes},
+                                             {"floor_us", floor_us}});
         }
       std::printf("\n");
       std::printf("quest decode attention (budget=%g of the context per query head, min=0: per-head page selection + "

@@ -83,9 +83,10 @@ struct SortOut {
 // (from `keys`) may be written too. Without them the selection is the plain one it was before
 // they came: their per-page branches in the unrolled walk take it from 64 registers to 104, and
 // gbsa's select+attend measured 1.4-6.8% slower since (H100,
-// bench/results/2026-11-25-h100-nothing-lost/). Every thread of the CTA calls it.
+// bench/results/2026-11-25-h100-nothing-lost/). Every thread of the CTA calls it; it returns the
+// count of pages listed.
 template <bool EXTRAS, class Select>
-__device__ __forceinline__ void write_list(const GroupPageSelectArgs& a, const SortOut& so, int b, int kvh,
+__device__ __forceinline__ int write_list(const GroupPageSelectArgs& a, const SortOut& so, int b, int kvh,
                                            const uint32_t* keys, Select select) {
   const int t = threadIdx.x;
   const size_t list = size_t(b) * a.num_kv_heads + kvh;
@@ -106,7 +107,7 @@ __device__ __forceinline__ void write_list(const GroupPageSelectArgs& a, const S
   };
   if (n == m) {  // every page kept (short sequences)
     for (int p = t; p < m; p += kThreads) store(p, table[p], EXTRAS && so.keys ? keys[p] : 0u);
-    return;
+    return n;
   }
   // A run's kept pages: every page id and key loaded before any is stored, one round trip for
   // the run (page by page, a thread's kept pages were as many dependent round trips).
@@ -123,6 +124,7 @@ __device__ __forceinline__ void write_list(const GroupPageSelectArgs& a, const S
     for (int i = 0; i < kItems; ++i)
       if (keep_bits >> i & 1u) store(rank++, ids[i], sort_keys[i]);
   });
+  return n;
 }
 
 // One CTA per (KV head, sequence): its list from the score kernel's keys. SORT (by_score, lists
@@ -143,13 +145,9 @@ __global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectA
   if (so.keys && threadIdx.x == 0) so.begin[list] = so.end[list] = first;  // rows not planned: nothing to sort
   if (!a.rows.has(b)) return;
   const uint32_t* keys = keys_of(a, b, kvh);
-  write_list<EXTRAS>(a, so, b, kvh, keys,
-                     [&](int m, int n, auto keep_run) { select_top_page_runs(sm.select, keys, m, n, keep_run); });
-  if constexpr (SORT) {
-    const int len = min(max(a.seq_lens[b], 0), a.max_pages_per_seq * a.page_size);
-    const int n = a.pages_kept(pages_of(len, a.page_size));
-    segment_sort::sort_list_in_cta({.keys = so.keys, .values = a.out_table}, first, n, sm.sort);
-  }
+  const int listed = write_list<EXTRAS>(
+      a, so, b, kvh, keys, [&](int m, int n, auto keep_run) { select_top_page_runs(sm.select, keys, m, n, keep_run); });
+  if constexpr (SORT) segment_sort::sort_list_in_cta({.keys = so.keys, .values = a.out_table}, first, listed, sm.sort);
 }
 
 bool supported(const GroupPageSelectArgs& a) {

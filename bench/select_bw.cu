@@ -11,6 +11,7 @@
 //                         launches 2/SM where the grid has more CTAs than the GPU has SMs)
 //   union                 quest's union kernel
 //   all                   quest_page_select (score + select + union)
+//   all, by score         the same with by_score (ART's order: each union sorted by score)
 //   empty kernel          a launch of the select's grid doing nothing: the launch floor here
 // Measured and dropped (H100, 2026-11-27, bench/results/2026-11-27-s28-select-walk/): a score
 // CTA's warps over the KV heads first (a page's 2 KB of digests read together) was no faster;
@@ -27,25 +28,17 @@
 #include <cstdio>
 #include <vector>
 
-#include "../src/backend/cuda/quest_page_select.cu"
-#include "../src/backend/cuda/segment_sort.cu"
+// Included through -I (not by a relative path), so that the previous revision's tree can be
+// measured by the same bench: -Ibuild-legacy/tree/src -Ibuild-legacy/tree/include.
+#include "backend/cuda/quest_page_select.cu"
+#include "backend/cuda/segment_sort.cu"
+#include "kernel_timing.cuh"
 
 namespace skim::cuda::select_bw {
 
 using namespace page_select;
-
-__global__ void fill_kernel(uint16_t* lo, uint16_t* hi, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-    const float x = float(h & 0xffff) / 32768.0f - 1.0f, y = float(h >> 16) / 32768.0f - 1.0f;
-    const float mn = fminf(x, y), mx = fmaxf(x, y);
-    lo[i] = uint16_t(__float_as_uint(mn) >> 16);
-    if (hi) hi[i] = uint16_t(__float_as_uint(mx) >> 16);
-  }
-}
-
-__global__ void empty_kernel() {}
+using bench::empty_kernel;
+using bench::time_us;
 
 __global__ void read_contiguous(const uint4* x, size_t n, unsigned* sink) {
   unsigned acc = 0;
@@ -72,54 +65,17 @@ __global__ void __launch_bounds__(kScoreWarps * 32) read_score_pattern(const Que
   if (acc == 0x12345678u) *sink = acc;
 }
 
-template <class F>
-float time_us(F launch) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 5; ++i) launch();
-  const int reps = 50;
-  cudaEventRecord(e0);
-  for (int i = 0; i < reps; ++i) launch();
-  cudaEventRecord(e1);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) printf("CUDA error %s\n", cudaGetErrorString(err));
-  return ms * 1000 / reps;
-}
-
 void run_shape(int batch, int context) {
-  const int H = 8, heads = 32, D = 128, page = 16, pages = context / page;
-  const size_t digest_elems = size_t(batch) * pages * H * D;
-  uint16_t *kmin, *kmax, *q;
-  int32_t *table, *lens, *out_table, *out_lens;
-  uint32_t* out_masks;
+  const bench::SelectionBuffers in(batch, context);
+  const int H = in.kKvHeads, heads = in.kHeads, pages = in.pages;
+  const size_t digest_elems = in.digest_elems;
+  const uint16_t* kmin = in.kmin;
+  const uint16_t* kmax = in.kmax;
   unsigned* sink;
-  cudaMalloc(&kmin, digest_elems * 2);
-  cudaMalloc(&kmax, digest_elems * 2);
-  cudaMalloc(&q, size_t(batch) * heads * D * 2);
-  cudaMalloc(&table, size_t(batch) * pages * 4);
-  cudaMalloc(&lens, batch * 4);
-  cudaMalloc(&out_table, size_t(batch) * H * pages * 4);
-  cudaMalloc(&out_masks, size_t(batch) * H * pages * 4);
-  cudaMalloc(&out_lens, size_t(batch) * H * 4);
   cudaMalloc(&sink, 4);
-  fill_kernel<<<1024, 256>>>(kmin, kmax, digest_elems, 7);
-  fill_kernel<<<64, 256>>>(q, nullptr, size_t(batch) * heads * D, 3);
-  std::vector<int32_t> t(size_t(batch) * pages), l(batch, context);
-  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
-  cudaMemcpy(table, t.data(), t.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(lens, l.data(), l.size() * 4, cudaMemcpyHostToDevice);
-
   QuestPageSelectArgs a;
-  a.batch = batch, a.num_heads = heads, a.num_kv_heads = H, a.head_dim = D, a.page_size = page;
-  a.max_pages_per_seq = pages, a.budget = 0.1, a.min_tokens = 0;
-  a.q = q, a.kmin = kmin, a.kmax = kmax, a.page_table = table, a.seq_lens = lens;
-  a.out_table = out_table, a.out_masks = out_masks, a.out_lens = out_lens;
+  in.fill(a);
+  a.budget = 0.1, a.min_tokens = 0;
   a.workspace_bytes = quest_page_select_workspace_size(a);
   cudaMalloc(&a.workspace, a.workspace_bytes);
 
@@ -141,8 +97,13 @@ void run_shape(int batch, int context) {
   report("union", time_us([&] { union_kernel<false><<<dim3(H, batch), kThreads>>>(a, ByScore{}); }), false);
   report("empty kernel (launch floor)", time_us([&] { empty_kernel<<<dim3(heads, batch), kThreads>>>(); }), false);
   report("all", time_us([&] { quest_page_select(a, nullptr); }), false);
-  cudaFree(kmin), cudaFree(kmax), cudaFree(q), cudaFree(table), cudaFree(lens), cudaFree(out_table);
-  cudaFree(out_masks), cudaFree(out_lens), cudaFree(sink), cudaFree(a.workspace);
+  a.by_score = true;  // ART's order: the unions sorted by score (inside the union CTA up to 2048 pages)
+  void* plain = a.workspace;
+  a.workspace_bytes = quest_page_select_workspace_size(a);
+  cudaMalloc(&a.workspace, a.workspace_bytes);
+  report("all, by score", time_us([&] { quest_page_select(a, nullptr); }), false);
+  cudaFree(plain);
+  cudaFree(sink), cudaFree(a.workspace);
 }
 
 }  // namespace skim::cuda::select_bw

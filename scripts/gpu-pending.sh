@@ -139,9 +139,11 @@ ncu_pid=$!
 # hostgather (the host-to-device gather's bandwidth by kernel form, against the copy engines),
 # retro (Retro w = 2, 4, 8 against quest at b1 and b8 32K, both revisions), macart (MAC over quest
 # with and without ART, forced hits, 32K), artround (ART's verdict cost by round size, both revisions),
-# selectbw (quest's selection kernels alone by variant, bench/select_bw.cu), artbw (ART's kernel
+# selectbw (quest's and gbsa's selection kernels alone by variant, bench/select_bw.cu and
+# group_select_bw.cu, both revisions), artbw (ART's kernel
 # alone against dense, forced stops, bench/art_bw.cu; also under the previous revision's tree),
-# compositions (quest, gbsa and streaming with and without ART end to end, b1 and b8 32K, both revisions).
+# compositions (quest, gbsa and streaming with and without ART end to end, b1 and b8 32K, both revisions),
+# e2e (dense, quest, gbsa and gbsa+art end to end, b1 and b8 32K, this revision, the previous, this again).
 BENCH=${BENCH:-cs,mixed,hostkv,art,gemv}
 # BENCH2: groups run at the same time on the ncu GPU (4 GPUs and PARTS without ncu), into decode2.log.
 bench_groups() {  # GROUPS GPU
@@ -210,9 +212,14 @@ bench_groups() {  # GROUPS GPU
       # 32K and 128K, against its bytes floor, dense in the same run (gbsa, quest with random and
       # agreeing heads, cs's tokens, ART's forced stops, and where nothing stops quest+art, gbsa+art,
       # streaming and streaming+art).
-      echo "-- attention steps"
-      timeout 300 build-gpu/skim bench --attention-only --sparse-keep 0.1 --art --attention-contexts 32768,131072 \
-        --attention-batches 1,8 --json "$OUT/attention-steps.json" | grep -vE "^$"
+      # Then the previous revision's binary, where it was built, for the same tables.
+      for bin in build-gpu build-gpu-legacy; do
+        [ -x $bin/skim ] || continue
+        echo "-- attention steps, $bin"
+        json=(); [ $bin = build-gpu ] && json=(--json "$OUT/attention-steps.json")
+        timeout 300 $bin/skim bench --attention-only --sparse-keep 0.1 --art --attention-contexts 32768,131072 \
+          --attention-batches 1,8 "${json[@]}" | grep -vE "^$"
+      done
     fi
     if bench_has compositions; then
       # Issue 16's compositions with ART where nothing stops (random K/V), end to end beside their
@@ -226,6 +233,18 @@ bench_groups() {  # GROUPS GPU
         echo "-- compositions, $bin"
         timeout 250 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --no-dense-fallback --e2e-policy \
           "$Q" "$Q+$A" "$G" "$G+$A" "$S" "$S+$A" --contexts 32768 --batches 1,8 | grep -E "8B|rror"
+      done
+    fi
+    if bench_has e2e; then
+      # Dense and the sparse bases end to end, b1 and b8 32K, this revision against the previous
+      # one interleaved (new, old, new): a change to the shared kernels (the GEMVs, the selections)
+      # shows in dense's row or only in the selections'.
+      Q='quest:budget=0.1,min=0,dense_layers=0'; G='gbsa:keep=0.1,n_min=16'; A='art:stop=group,test=probe'
+      for bin in build-gpu build-gpu-legacy build-gpu; do
+        [ -x $bin/skim ] || continue
+        echo "-- e2e, $bin"
+        timeout 250 $bin/skim bench --e2e-only --no-prefill --8b-only --steps 16 --no-dense-fallback --e2e-policy \
+          dense "$Q" "$G" "$G+$A" --contexts 32768 --batches 1,8 | grep -E "8B|rror"
       done
     fi
     if bench_has artlag; then
@@ -359,8 +378,16 @@ bench_groups() {  # GROUPS GPU
     if bench_has selectbw; then
       # quest's score, select and union kernels alone against the digests' read ceiling (H100
       # 2026-11-27: score + select + union 123 us at b8 128K, the score 100 of it).
-      echo "-- select kernels"
-      nvcc -O3 -arch=sm_90a -std=c++20 -Isrc -Iinclude bench/select_bw.cu -o /tmp/select_bw && /tmp/select_bw
+      # Then gbsa's (bench/group_select_bw.cu); both benches also over the previous revision's
+      # tree where it is carried, interleaved (this, previous, this).
+      trees=(src); [ -d build-legacy/tree/src ] && trees+=(build-legacy/tree/src src)
+      for i in "${!trees[@]}"; do
+        inc="-I${trees[$i]} -I${trees[$i]%src}include"
+        echo "-- select kernels, ${trees[$i]}"
+        for b in select_bw group_select_bw; do
+          nvcc -O3 -arch=sm_90a -std=c++20 $inc bench/$b.cu -o /tmp/$b.$i && /tmp/$b.$i
+        done
+      done
     fi
     if bench_has gemv; then
       # The decode GEMV by x rows, FMA against tensor-core kernel (bench/gemv_rows.cu), then end to

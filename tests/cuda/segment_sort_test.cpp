@@ -1,7 +1,7 @@
 // The selections' by-score sort (backend/cuda/segment_sort.cuh) against std::stable_sort by
 // descending key, on fresh random lists with many equal keys (ties must keep the list's order,
-// as on the CPU), empty and one-pair lists and lists at each of the block sort's sizes (512 to
-// 8192 items), with one payload and with two, on each path: a CTA per list and cub's
+// as on the CPU), empty and one-pair lists and lists at each of the sorts' sizes (the in-CTA
+// network's 64 to 2048 items, the block sort's to 8192), with one payload and with two, on each path: a CTA per list and cub's
 // segmented radix sort beyond kBlockSortItems. Slots outside the lists keep their payloads.
 #include <gtest/gtest.h>
 
@@ -32,7 +32,7 @@ TEST(CudaSegmentSort, EqualsAStableSortByDescendingKey) {
       std::vector<int> begin(lists), end(lists);
       for (int l = 0; l < lists; ++l) {
         // Whole, empty, one pair, a block sort's size and one past it, then random lengths.
-        const int sized = std::min(max_items, 512 << test::random_int(0, 4));
+        const int sized = std::min(max_items, 64 << test::random_int(0, 7));
         const int n = l == 0 ? max_items : l == 1 ? 0 : l == 2 ? 1 : l == 3 ? sized
                     : l == 4 ? std::min(max_items, sized + 1) : test::random_int(0, max_items);
         // Few distinct keys: many ties; the largest and the smallest too (0 sorts with the padding).

@@ -131,8 +131,10 @@ __device__ __forceinline__ int write_list(const GroupPageSelectArgs& a, const So
 // of at most kCtaSortItems): the CTA then sorts its list by descending key itself, in the shared
 // memory the selection is done with, where a sort kernel of its own (6.3 us under ncu) reloaded
 // the list after a launch: gbsa+art's attention step at b8 32K 79.9 -> 76.5 us (H200, 2026-11-28).
+// CTAs an SM holds: the plain selection keeps to 64 registers (two CTAs an SM at large batches);
+// the sorting one asks for one (ptxas's own choice was 64 registers with spills).
 template <bool EXTRAS, bool SORT>
-__global__ void __launch_bounds__(kThreads) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
+__global__ void __launch_bounds__(kThreads, EXTRAS ? 1 : 2) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
   static_assert(!SORT || (EXTRAS && kThreads == segment_sort::kSortThreads), "the sort runs on the select CTA");
   detail::pdl_enter();  // launched by launch_pdl
   __shared__ union {

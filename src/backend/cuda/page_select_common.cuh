@@ -203,9 +203,35 @@ struct SelectSmem : SelectScratch {
   uint32_t keys[kSmemKeys + kSmemKeys / 32];
 };
 
+// One radix pass's counts: each key of the m whose resolved bits (mask) equal `prefix` adds
+// one to its digit's bin. ITEMS keys a thread loaded before any is counted: from global memory
+// (cs's 32K-128K positions) one latency per kItems keys, not per key.
+template <int ITEMS, class Key>
+__device__ __forceinline__ void count_digits(unsigned* hist, Key key, int m, uint32_t mask, uint32_t prefix,
+                                             int shift) {
+  // Plain shared-memory atomics: warp-aggregated counting (__match_any_sync, or a loop over
+  // the warp's distinct bins) was measured slower on the H100, 29 and 80 us against 17; so
+  // was counting zero keys apart for cs, whose untouched positions are all 0 (35.1 against
+  // 32.7 us at 32K on the H200).
+  for (int base = threadIdx.x; base < m; base += kThreads * ITEMS) {
+    uint32_t k[ITEMS];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) k[i] = base + i * kThreads < m ? key(base + i * kThreads) : 0u;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i)
+      if (base + i * kThreads < m && (k[i] & mask) == prefix) atomicAdd(&hist[(k[i] >> shift) & 255u], 1u);
+  }
+}
+
 // select_top_page_runs (below) over the keys key(p), p < m. RANKS: whether runs needs each run's
 // rank among the kept (quest's flags do not: its walk then has no block scan at all).
-template <bool RANKS, class Key, class Runs>
+// STAGED: the keys are in shared memory, where a turn of the count loads 4 keys a thread (a
+// 2048-page list, 32K tokens, in one turn). With kItems there, the passes' unrolled turns issued
+// 16 keys' instructions a thread, 12 of them predicated off at 32K, and were bound by
+// instruction issue (gbsa's select at b8 32K under ncu, H200 2026-11-28); 16 keys a turn where
+// the list fills them (8192 pages, 128K) was no faster than 4 turns of 4 (bench/select_bw.cu,
+// bench/group_select_bw.cu).
+template <bool RANKS, bool STAGED = false, class Key, class Runs>
 __device__ void select_top_page_runs_of(SelectScratch& sm, Key key, int m, int n, Runs runs) {
   using Scan = SelectScratch::Scan;
   const int t = threadIdx.x;
@@ -215,20 +241,7 @@ __device__ void select_top_page_runs_of(SelectScratch& sm, Key key, int m, int n
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = t; i < 256; i += kThreads) sm.hist[i] = 0;
     __syncthreads();
-    // Plain shared-memory atomics: warp-aggregated counting (__match_any_sync, or a loop over
-    // the warp's distinct bins) was measured slower on the H100, 29 and 80 us against 17; so
-    // was counting zero keys apart for cs, whose untouched positions are all 0 (35.1 against
-    // 32.7 us at 32K on the H200).
-    // kItems keys a thread loaded before any is counted: from global memory (cs's 32K-128K
-    // positions) one latency per kItems keys, not per key.
-    for (int base = t; base < m; base += kThreads * kItems) {
-      uint32_t k[kItems];
-#pragma unroll
-      for (int i = 0; i < kItems; ++i) k[i] = base + i * kThreads < m ? key(base + i * kThreads) : 0u;
-#pragma unroll
-      for (int i = 0; i < kItems; ++i)
-        if (base + i * kThreads < m && (k[i] & mask) == prefix) atomicAdd(&sm.hist[(k[i] >> shift) & 255u], 1u);
-    }
+    count_digits<STAGED ? 4 : kItems>(sm.hist, key, m, mask, prefix, shift);
     __syncthreads();
     if (t < 32) find_bin(sm.hist, need, &sm.bin, &sm.above);
     __syncthreads();
@@ -319,7 +332,7 @@ template <bool RANKS = true, class Runs>
 __device__ void select_top_page_runs(SelectSmem& sm, const uint32_t* keys, int m, int n, Runs runs) {
   if (m <= kSmemKeys) {
     for (int p = threadIdx.x; p < m; p += kThreads) sm.keys[skew(p)] = keys[p];
-    select_top_page_runs_of<RANKS>(sm, [&](int p) { return sm.keys[skew(p)]; }, m, n, runs);
+    select_top_page_runs_of<RANKS, true>(sm, [&](int p) { return sm.keys[skew(p)]; }, m, n, runs);
   } else {
     select_top_page_runs_of<RANKS>(sm, [&](int p) { return keys[p]; }, m, n, runs);
   }

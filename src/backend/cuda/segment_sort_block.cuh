@@ -47,6 +47,41 @@ __device__ __forceinline__ unsigned long long bitonic_keep(unsigned long long x,
   return lower == descending ? (x > y ? x : y) : (x < y ? x : y);
 }
 
+// One stage of the network whose pairs lie inside a warp (J < 32 E, a constant: x stays in
+// registers): within a thread (J < E) they swap in registers, across lanes through shuffles.
+template <int E, int J>
+__device__ __forceinline__ void bitonic_warp_stage(unsigned long long (&x)[E], int t, int k) {
+  if constexpr (J >= E) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = bitonic_keep(x[e], __shfl_xor_sync(0xffffffffu, x[e], J / E), t * E + e, J, k);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      if ((e & J) == 0) {
+        const unsigned long long lo = x[e], hi = x[e | J];
+        const bool descending = ((t * E + e) & k) == 0;
+        x[e] = descending ? (lo > hi ? lo : hi) : (lo < hi ? lo : hi);
+        x[e | J] = descending ? (lo > hi ? hi : lo) : (lo < hi ? hi : lo);
+      }
+  }
+}
+
+// The stages j = 2^(LJ-1) .. 1 of block size k, all inside a warp, unrolled.
+template <int E, int LJ>
+__device__ __forceinline__ void bitonic_warp_stages(unsigned long long (&x)[E], int t, int k) {
+  if constexpr (LJ > 0) {
+    bitonic_warp_stage<E, (1 << (LJ - 1))>(x, t, k);
+    bitonic_warp_stages<E, LJ - 1>(x, t, k);
+  }
+}
+
+// Blocks k = 2 .. 2^LK: the network's first stages, every pair inside a warp (2^LK <= 32 E).
+template <int E, int LK>
+__device__ __forceinline__ void bitonic_warp_blocks(unsigned long long (&x)[E], int t) {
+  if constexpr (LK > 1) bitonic_warp_blocks<E, LK - 1>(x, t);
+  bitonic_warp_stages<E, LK>(x, t, 1 << LK);
+}
+
 // A list of n <= kSortThreads x E pairs: each item as one 64-bit word, its key above the
 // complement of its index (so that a descending sort of the words is the stable descending sort
 // of the keys: equal keys by ascending index), padded with zeros (below any item's word) to a power
@@ -54,11 +89,17 @@ __device__ __forceinline__ unsigned long long bitonic_keep(unsigned long long x,
 // network: a stage's pairs within a thread swap in registers, within a warp through shuffles,
 // across warps through shared memory (a barrier a stage, double-buffered). Warps past `size` only
 // keep the barriers (the network's work grows with size log^2 size, so a short list pays for its
-// own length: with every thread holding two items, 205-page lists sorted in 11.3 us at 8B b8 32K).
+// own length). The stages inside a warp are unrolled (those of blocks up to a warp's 32 E items
+// once, the last log2(32 E) of each larger block in its turn of the loop over blocks): as a loop
+// over runtime stages each was a chain of branches around its shuffle, and the sort of gbsa's
+// 205-page lists (size 256) took a third of its select kernel; unrolled whole (a copy of the
+// network per size) it stalled on instruction fetch instead (ncu, H200 2026-11-28).
 template <int E>
 __device__ __forceinline__ void bitonic_sort_list(const SegmentSortArgs& a, int first, int n,
                                                   BitonicStorage& buf) {
-  int size = 64;  // at least 32 E (E = 1 below 512 items): whole warps are in or out
+  constexpr int kWarpItems = 32 * E, kLogWarpItems = E == 1 ? 5 : E == 2 ? 6 : 7;
+  static_assert(1 << kLogWarpItems == kWarpItems, "E is 1, 2 or 4");
+  int size = 2 * kWarpItems;  // whole warps are in or out
   while (size < n) size <<= 1;
   const int t = threadIdx.x;
   const bool in = t * E < size;
@@ -68,41 +109,24 @@ __device__ __forceinline__ void bitonic_sort_list(const SegmentSortArgs& a, int 
     const int i = t * E + e;
     x[e] = i < n ? (static_cast<unsigned long long>(a.keys[first + i]) << 32) | ~static_cast<uint32_t>(i) : 0ull;
   }
+  if (in) bitonic_warp_blocks<E, kLogWarpItems>(x, t);
   int flip = 0;
-  for (int k = 2; k <= size; k <<= 1)
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      if (j >= 32 * E) {  // the partner in another warp
-        unsigned long long* w = buf[flip];
-        flip ^= 1;
-        if (in) {
+  for (int k = 2 * kWarpItems; k <= size; k <<= 1) {
+    for (int j = k >> 1; j >= kWarpItems; j >>= 1) {  // the partner in another warp
+      unsigned long long* w = buf[flip];
+      flip ^= 1;
+      if (in) {
 #pragma unroll
-          for (int e = 0; e < E; ++e) w[t * E + e] = x[e];
-        }
-        __syncthreads();
-        if (in) {
+        for (int e = 0; e < E; ++e) w[t * E + e] = x[e];
+      }
+      __syncthreads();
+      if (in) {
 #pragma unroll
-          for (int e = 0; e < E; ++e) x[e] = bitonic_keep(x[e], w[(t * E + e) ^ j], t * E + e, j, k);
-        }
-      } else if (!in) {
-        continue;
-      } else if (j >= E) {  // in another lane of the warp
-#pragma unroll
-        for (int e = 0; e < E; ++e) x[e] = bitonic_keep(x[e], __shfl_xor_sync(0xffffffffu, x[e], j / E), t * E + e, j, k);
-      } else {  // in this thread (j as a constant: x stays in registers)
-#pragma unroll
-        for (int jj = E / 2; jj > 0; jj >>= 1)
-          if (j == jj) {
-#pragma unroll
-            for (int e = 0; e < E; ++e)
-              if ((e & jj) == 0) {
-                const unsigned long long lo = x[e], hi = x[e | jj];
-                const bool descending = ((t * E + e) & k) == 0;
-                x[e] = descending ? (lo > hi ? lo : hi) : (lo < hi ? lo : hi);
-                x[e | jj] = descending ? (lo > hi ? hi : lo) : (lo < hi ? hi : lo);
-              }
-          }
+        for (int e = 0; e < E; ++e) x[e] = bitonic_keep(x[e], w[(t * E + e) ^ j], t * E + e, j, k);
       }
     }
+    if (in) bitonic_warp_stages<E, kLogWarpItems>(x, t, k);
+  }
   permute_payloads<E>(
       a, first, n, [&](int e) { return int(~static_cast<uint32_t>(x[e])); }, [&](int e) { return t * E + e; });
 }

@@ -73,6 +73,7 @@ if [ -d build-legacy/tree ]; then
 fi
 [ -x build-gpu-legacy/skim ] || echo "no previous revision: its comparisons are skipped"
 
+# PARTS=sass: one kernel's per-instruction samples by phase (SASS_KERNEL, SASS_ARGS; sass-phases.md).
 # PARTS: which of tests, bench, ncu, prefill run (default the first three; the whole test_cuda takes about 5
 # minutes alone, more beside the benchmarks: on a 600 s call run PARTS=tests first, then
 # PARTS=bench,ncu on the warm machine, whose build-gpu*/ stay).
@@ -116,6 +117,20 @@ tests_pid=$!
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 240 ncu --csv --metrics gpu__time_duration.sum --cache-control none \
       --clock-control none build-gpu/skim bench "${bench_args[@]}" > $LOGS/ncu.csv 2> $LOGS/ncu.err
     echo "ncu rc $?" >> $LOGS/ncu.err
+  fi
+  if has sass; then
+    # One kernel's warp-state samples by instruction, cut into phases at its barriers
+    # (bench/sass_phases.py): SASS_KERNEL (an ncu regex) in the launch SASS_SKIP of skim bench
+    # SASS_ARGS (default gbsa's select in gbsa+art's step, b8 32K: session 33 ran these commands
+    # by hand, not yet through this script).
+    [ "$G_NCU" = 0 ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
+    read -ra sass_args <<< "${SASS_ARGS:---e2e-only --no-prefill --8b-only --no-dense-fallback --contexts 32768 --batches 8 --steps 2 --e2e-policy gbsa:keep=0.1,n_min=16+art:stop=group,test=probe}"
+    CUDA_VISIBLE_DEVICES=$G_NCU timeout 200 ncu --kernel-name "regex:${SASS_KERNEL:-select_kernel}" \
+      --launch-skip ${SASS_SKIP:-64} --launch-count 1 --set full --import-source yes -f -o /tmp/sass \
+      build-gpu/skim bench "${sass_args[@]}" > $LOGS/sass-ncu.log 2>&1
+    ncu -i /tmp/sass.ncu-rep --page source --csv --print-source sass > $LOGS/sass.csv 2>> $LOGS/sass-ncu.log
+    ncu -i /tmp/sass.ncu-rep --page details > $LOGS/sass-details.txt 2>> $LOGS/sass-ncu.log
+    python3 bench/sass_phases.py $LOGS/sass.csv > $OUT/sass-phases.md 2>> $LOGS/sass-ncu.log
   fi
   if has prefill; then
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 200 build-gpu/skim bench --attention-only --attention-contexts 32768 \

@@ -1,8 +1,9 @@
 // The selections' by-score sort (backend/cuda/segment_sort.cuh) against std::stable_sort by
 // descending key, on fresh random lists with many equal keys (ties must keep the list's order,
 // as on the CPU), empty and one-pair lists and lists at each of the sorts' sizes (the in-CTA
-// network's 64 to 2048 items, the block sort's to 8192), with one payload and with two, on each path: a CTA per list and cub's
-// segmented radix sort beyond kBlockSortItems. Slots outside the lists keep their payloads.
+// network's 64 to 2048 items, the block sort's to 8192), with one payload and with two, on each
+// path: a CTA per list and cub's segmented radix sort beyond kBlockSortItems. Slots outside the
+// lists keep their payloads.
 #include <gtest/gtest.h>
 
 #include <algorithm>

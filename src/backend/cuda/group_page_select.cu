@@ -134,7 +134,8 @@ __device__ __forceinline__ int write_list(const GroupPageSelectArgs& a, const So
 // CTAs an SM holds: the plain selection keeps to 64 registers (two CTAs an SM at large batches);
 // the sorting one asks for one (ptxas's own choice was 64 registers with spills).
 template <bool EXTRAS, bool SORT>
-__global__ void __launch_bounds__(kThreads, EXTRAS ? 1 : 2) select_kernel(const GroupPageSelectArgs a, const SortOut so) {
+__global__ void __launch_bounds__(kThreads, EXTRAS ? 1 : 2)
+    select_kernel(const GroupPageSelectArgs a, const SortOut so) {
   static_assert(!SORT || (EXTRAS && kThreads == segment_sort::kSortThreads), "the sort runs on the select CTA");
   detail::pdl_enter();  // launched by launch_pdl
   __shared__ union {

@@ -383,9 +383,7 @@ template <int D, bool MASKED>
 __global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtKernelParams p) {
   using C = SplitConfig<D, kWarps, kStages>;
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ int stage_valid[kWarps][kStages];
-  __shared__ int stage_block[kWarps][kStages];  // the page's block when it ends one, else -1
-  __shared__ uint32_t stage_mask[kWarps][kStages];
+  __shared__ uint32_t stage_mask[kWarps][kStages];  // the page's head mask (MASKED only)
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = lane >> 2, quad = lane & 3;
@@ -452,11 +450,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtK
       const int s = i % kStages;
       const int id = __shfl_sync(0xffffffffu, wb.cur_ids, pos);
       const uint32_t mask = MASKED ? __shfl_sync(0xffffffffu, wb.cur_masks, pos) : ~0u;
-      if (lane == 0) {
-        stage_valid[warp][s] = page == partial ? partial_valid : kPageSize;
-        stage_block[warp][s] = pos == kArtBlockPages - 1 || page == ls.n_pages - 1 ? j : -1;
-        stage_mask[warp][s] = mask;
-      }
+      if (MASKED && lane == 0) stage_mask[warp][s] = mask;
       detail::copy_page_async<C>(kbase, vbase, size_t(id) * sp.page_stride, page == partial ? partial_valid : kPageSize,
                                  wbuf_s + s * C::kStageBytes, lane);
     }
@@ -476,10 +470,15 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtK
     const uint32_t ks = wbuf_s + s * C::kStageBytes;
     float sc[4], pr[4];
     detail::compute_qk<C, D>(qf, ks, lane, sp.scale_log2, sc);
+    // Page i is page i % kArtBlockPages of the warp's (i / kArtBlockPages)-th block (issue reads
+    // them in that order): its place is computed, warp-uniform, where it was staged through
+    // shared memory (a store and a load in each page's dependency chain).
+    const int j = wb.block(i / kArtBlockPages), page = j * kArtBlockPages + i % kArtBlockPages;
     const bool attends = !MASKED || (stage_mask[warp][s] >> row & 1u);
-    detail::update_softmax_state<D, MASKED>(sc, stage_valid[warp][s], attends, quad, m_blk, l_blk, acc, pr);
+    detail::update_softmax_state<D, MASKED>(sc, page == partial ? partial_valid : kPageSize, attends, quad, m_blk,
+                                            l_blk, acc, pr);
     detail::compute_pv<C, D>(pr, ks + C::kPageBytes, lane, acc);
-    const int ended = stage_block[warp][s];
+    const int ended = i % kArtBlockPages == kArtBlockPages - 1 || page == ls.n_pages - 1 ? j : -1;  // a block's end
     __syncwarp();
     // The next copy goes out before the block's bookkeeping, whose atomics and fence would
     // otherwise leave the pipeline idle. Its gate waits only on rounds before this block's

@@ -82,6 +82,11 @@ __device__ __forceinline__ void st_release(int* p, int v) {
 }
 // Orders this thread's writes before a flag another CTA reads (with __syncwarp, the warp's).
 __device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// *p += v, released: this thread's writes (with __syncwarp, the warp's) before it, as fence_gpu
+// then an atomic, without the fence's acquire half (an L1 invalidation, CCTL.IVALL, on sm_90).
+__device__ __forceinline__ void add_release(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 
 __device__ __forceinline__ float4 fma4(float4 a, float w, float4 acc) {
   return make_float4(fmaf(a.x, w, acc.x), fmaf(a.y, w, acc.y), fmaf(a.z, w, acc.z), fmaf(a.w, w, acc.w));
@@ -310,6 +315,23 @@ __device__ void verdict_warp(const ListState<MASKED>& ls, int lane) {
   }
 }
 
+// The round of a warp's k-th block, (gw + k T) / round_blocks, stepped block by block without a
+// division (an integer division is some 30 instructions: two a block were in each warp's loop).
+struct RoundWalk {
+  int round, rem, step, step_rem, per;
+  __device__ RoundWalk(int gw, int total_warps, int round_blocks)
+      : round(gw / round_blocks), rem(gw % round_blocks), step(total_warps / round_blocks),
+        step_rem(total_warps % round_blocks), per(round_blocks) {}
+  __device__ void next() {
+    round += step;
+    rem += step_rem;
+    if (rem >= per) {
+      rem -= per;
+      ++round;
+    }
+  }
+};
+
 // A warp's view of the verdicts: whether it may read blocks of round r, i.e. whether no round
 // up to r - lag - 1 stopped the list (rounds are scanned once, in order, as the warp needs them).
 struct WarpGate {
@@ -430,6 +452,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtK
                         .n_pages = ls.n_pages, .total_warps = int(gridDim.x) * kWarps,
                         .gw = chunk * kWarps + warp, .lane = lane};
   wb.start();
+  RoundWalk issue_round(wb.gw, wb.total_warps, ls.round_blocks), read_round = issue_round;  // issued, read
 
   unsigned char* wbuf = smem + warp * C::kWarpBytes;
   const uint32_t wbuf_s = detail::smem_addr(wbuf);
@@ -442,9 +465,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtK
   bool done = false;
   auto issue = [&](int i) {
     const int pos = i % kArtBlockPages;
-    if (!done && pos == 0 && i > 0) wb.advance();
+    if (!done && pos == 0 && i > 0) {
+      wb.advance();
+      issue_round.next();
+    }
     const int j = wb.block(wb.k), page = j * kArtBlockPages + pos;
-    if (!done && (page >= ls.n_pages || (pos == 0 && !gate.may_read(ls, j / ls.round_blocks, lane)))) done = true;
+    if (!done && (page >= ls.n_pages || (pos == 0 && !gate.may_read(ls, issue_round.round, lane)))) done = true;
     if (!done) {
       ++n_issued;
       const int s = i % kStages;
@@ -489,13 +515,14 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtK
       const float l_quad = l_blk + __shfl_xor_sync(0xffffffffu, l_blk, 1);
       const float l_all = l_quad + __shfl_xor_sync(0xffffffffu, l_quad, 2);
       if (row < rows) {
+        // A state is 16-byte aligned (kStateFloats): the lane's 8 probe elements go out as two
+        // 16-byte stores, m and l as one 8-byte store (fewer stores for the release to wait on).
         float* part = ls.block(ended, row);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) part[quad * 8 + e] = acc[e * (D / 64)][0];
-        if (quad == 0) {
-          part[kArtProbe] = m_blk;
-          part[kArtProbe + 1] = l_all;
-        }
+        constexpr int E = D / 64;  // the probe takes every E-th of the lane's accumulator tiles
+        float4* probe = reinterpret_cast<float4*>(part + quad * 8);
+        probe[0] = make_float4(acc[0][0], acc[E][0], acc[2 * E][0], acc[3 * E][0]);
+        probe[1] = make_float4(acc[4 * E][0], acc[5 * E][0], acc[6 * E][0], acc[7 * E][0]);
+        if (quad == 0) *reinterpret_cast<float2*>(part + kArtProbe) = make_float2(m_blk, l_all);
       }
       const float mn = fmaxf(m_sum, m_blk);
       if (mn != -INFINITY) {
@@ -513,10 +540,8 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1) art_split_kernel(const ArtK
 #pragma unroll
       for (int t = 0; t < D / 8; ++t) acc[t][0] = acc[t][1] = 0.0f;
       __syncwarp();  // the lanes' probe writes, then lane 0's release publishes them all
-      if (lane == 0) {
-        fence_gpu();
-        atomicAdd(ls.arrive() + ended / ls.round_blocks, 1);
-      }
+      if (lane == 0) add_release(ls.arrive() + read_round.round, 1);
+      read_round.next();
     }
   }
   detail::cp_async_wait<0>();

@@ -33,7 +33,8 @@
 # affects. On one H200 (nvidia-h200, 16 cores; the kinds lent since 2026-11-28) a call with both
 # builds, ~40 tests and three attention benches took 364-394 s of wall time (460 s of budget
 # with the machine's start); GpuEngine's MAC, Retro and ART cases take ~42 s each there, so give
-# TEST_TIMEOUT 300 or more when they run. A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
+# TEST_TIMEOUT 300 or more when they run. Session 34 (one H200): both builds, 11-12 ART tests and
+# BENCH=attn,compositions took 241-308 s of wall time, about 360 s of budget with the start. A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
 #   ; cp $OUT/logs/test_cuda.log $OUT/; rm -f $OUT/logs/test_cuda.*.log $OUT/logs/*.rc $OUT/logs/tests.done
 # so that the concatenated test log comes back whole.
 set -uo pipefail
@@ -121,8 +122,10 @@ tests_pid=$!
   if has sass; then
     # One kernel's warp-state samples by instruction, cut into phases at its barriers
     # (bench/sass_phases.py): SASS_KERNEL (an ncu regex) in the launch SASS_SKIP of skim bench
-    # SASS_ARGS (default gbsa's select in gbsa+art's step, b8 32K: session 33 ran these commands
-    # by hand, not yet through this script).
+    # SASS_ARGS (default gbsa's select in gbsa+art's step, b8 32K; session 34 ran it through this
+    # script with SASS_KERNEL=art_split_kernel: call2-sass-art-split-kernel.md in
+    # bench/results/2026-11-29-s34-h200-art-loop/). On one GPU it runs beside the benchmarks:
+    # run it in a second invocation after them (OUT/s2), as session 34 did.
     [ "$G_NCU" = 0 ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
     read -ra sass_args <<< "${SASS_ARGS:---e2e-only --no-prefill --8b-only --no-dense-fallback --contexts 32768 --batches 8 --steps 2 --e2e-policy gbsa:keep=0.1,n_min=16+art:stop=group,test=probe}"
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 200 ncu --kernel-name "regex:${SASS_KERNEL:-select_kernel}" \

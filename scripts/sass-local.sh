@@ -5,7 +5,8 @@
 # Prints each kernel's registers and spills (ptxas) and its instruction count, then, with KERNEL
 # (a regex on the mangled name), that kernel's SASS into OUT (default /tmp/sass-KERNEL.txt) with
 # the count of a few instructions that cost: integer divisions (I2F.RP), fences (MEMBAR), L1
-# invalidations (CCTL), global loads, stores and atomics, block barriers.
+# invalidations (CCTL), global loads, stores and atomics, block barriers; then its loops
+# (bench/sass_loops.py: a body's instructions and what costs in it, to compare before and after).
 # Session 34 counted ART's loop with it (bench/results/2026-11-29-s34-h200-art-loop/).
 #   bash scripts/sass-local.sh src/backend/cuda/art_decode_attention.cu [KERNEL] [OUT]
 set -euo pipefail
@@ -40,4 +41,6 @@ if [ -n "$KERNEL" ]; then
   for op in I2F.RP MEMBAR CCTL STG LDG ATOMG REDG BAR.SYNC; do
     printf "  %-9s %d\n" "$op" "$(grep -c " $op" "$OUT" || true)"
   done
+  echo
+  python3 bench/sass_loops.py "$OUT"  # its loops, with what each body holds
 fi

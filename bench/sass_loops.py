@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The loops of one kernel's SASS, from its static code (no GPU needed): every backward branch
-is a loop from its target to the branch, printed with its instructions and the ones that cost
-(MMAs, global loads and stores, shared-memory traffic, shuffles, fences, divisions). Counting
+is a loop from its target to the branch, printed (after a row for the whole kernel) with its
+instructions and the ones that cost (MMAs, global loads and stores, shared-memory traffic, shuffles, fences, divisions). Counting
 a loop's body before and after a change tells whether the change took instructions out of the
 path every page or block runs (session 34 took two divisions and an L1 invalidation out of ART's
 page loop this way; bench/results/2026-11-29-s34-h200-art-loop/).
@@ -50,10 +50,15 @@ def main():
     print(f"{len(code)} instructions ({body_end + 1} to the last EXIT); {len(loops)} loops of {args.min} or more")
     print("| from | to | instructions | " + " | ".join(k for k, _ in KINDS) + " |")
     print("|---|---|---|" + "---|" * len(KINDS))
-    for start, end in sorted(loops, key=lambda l: (l[0], -l[1])):
+
+    def row(first, last, start, end):
         body = [t for _, t in code[start:end + 1]]
         counts = [sum(1 for t in body if re.search(rx, t)) for _, rx in KINDS]
-        print(f"| {code[start][0]:#x} | {code[end][0]:#x} | {len(body)} | " + " | ".join(map(str, counts)) + " |")
+        print(f"| {first} | {last} | {len(body)} | " + " | ".join(map(str, counts)) + " |")
+
+    row("whole", "kernel", 0, len(code) - 1)
+    for start, end in sorted(loops, key=lambda l: (l[0], -l[1])):
+        row(f"{code[start][0]:#x}", f"{code[end][0]:#x}", start, end)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,9 @@
 # local nvcc, then disassembles it with cuobjdump (fetched once from PyPI's nvidia-cuda-cuobjdump
 # and nvidia-cuda-nvdisasm into .cache/cuda-tools/; the toolkit here has nvcc and ptxas only).
 # Prints each kernel's registers and spills (ptxas) and its instruction count, then, with KERNEL
-# (a regex on the mangled name), that kernel's SASS into OUT (default /tmp/sass-KERNEL.txt) with
-# the count of a few instructions that cost: integer divisions (I2F.RP), fences (MEMBAR), L1
-# invalidations (CCTL), global loads, stores and atomics, block barriers; then its loops
-# (bench/sass_loops.py: a body's instructions and what costs in it, to compare before and after).
+# (a regex on the mangled name), that kernel's SASS into OUT (default /tmp/sass-KERNEL.txt) and,
+# by bench/sass_loops.py, the instructions that cost (MMAs, memory ops, fences, L1 invalidations,
+# integer divisions, barriers) in the whole kernel and in each loop, to compare before and after.
 # Session 34 counted ART's loop with it (bench/results/2026-11-29-s34-h200-art-loop/).
 #   bash scripts/sass-local.sh src/backend/cuda/art_decode_attention.cu [KERNEL] [OUT]
 set -euo pipefail
@@ -37,10 +36,6 @@ if [ -n "$KERNEL" ]; then
   awk -v re="$KERNEL" '/Function :/{on = ($3 ~ re)} on' /tmp/sass-local.txt |
     sed -nE 's/^ +\/\*([0-9a-f]+)\*\/ +(.*);.*$/\1 \2/p' > "$OUT"
   echo
-  echo "$KERNEL: $(wc -l < "$OUT") instructions in $OUT (every kernel matching, one after another)"
-  for op in I2F.RP MEMBAR CCTL STG LDG ATOMG REDG BAR.SYNC; do
-    printf "  %-9s %d\n" "$op" "$(grep -c " $op" "$OUT" || true)"
-  done
-  echo
-  python3 bench/sass_loops.py "$OUT"  # its loops, with what each body holds
+  echo "$KERNEL: $OUT (every kernel matching, one after another)"
+  python3 bench/sass_loops.py "$OUT"  # the whole kernel, then its loops, with what each holds
 fi

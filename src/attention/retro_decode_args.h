@@ -99,6 +99,17 @@ struct RetroPagePlanArgs {
   // GPU only: the supplements' tokens (past rows' lists) are added to it (device), the
   // newest rows' to listed_tokens (their base's union), both optional.
   unsigned long long *supplement_tokens = nullptr, *listed_tokens = nullptr;
+  // GPU only, optional (retro_fold_fits): the step folded. Each past row rides in its newest
+  // row's lists as query heads group .. 2 group - 1 of the KV head (its pages are a subset of
+  // them): a newest row's masks get the past row's bits above its own (bit group + g: head g of
+  // the past row attends the page), a past row's lists are empty (its pages still count in
+  // supplement_tokens), and q [batch][num_heads][head_dim] (bf16) is copied to folded_q
+  // [batch][2 num_heads][head_dim] in that order (a newest row's heads of KV head h, then its
+  // past row's; zeros where it has none). The call reads each page once for both rows, where
+  // the unfolded one reads a past row's pages again.
+  const uint16_t* q = nullptr;
+  uint16_t* folded_q = nullptr;
+  int head_dim = 0;
 
   SKIM_HOST_DEVICE int group_size() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
   SKIM_HOST_DEVICE size_t base_list(int b, int h) const {
@@ -110,7 +121,12 @@ struct RetroPagePlanArgs {
   SKIM_HOST_DEVICE int unit_of(int b, int kv_head, int g) const {
     return per_head_of(b) ? kv_head * group_size() + g : kv_head;
   }
+  SKIM_HOST_DEVICE bool folded() const { return folded_q != nullptr; }
 };
+
+// Whether a step may fold (RetroPagePlanArgs::folded_q): every sequence has at most one past row
+// (w <= 2) and a KV head's query heads of both rows fit the decode kernel's one MMA tile.
+inline bool retro_fold_fits(int max_window, int group_size) { return max_window <= 2 && 2 * group_size <= 8; }
 
 // Per (row, query head) of the kernel's states (o, lse): the row's output and the cache, as
 // above. Rows with row_slot -1 output their state.
@@ -126,7 +142,16 @@ struct RetroMergeArgs {
   const RetroRowRule* rules = nullptr;
   const int32_t* row_policy = nullptr;
   RetroCacheView cache;
+  // GPU only: o and lse in the folded layout (RetroPagePlanArgs::folded_q) of groups of this
+  // many heads, [batch][2 num_heads]; 0: [batch][num_heads].
+  int fold_group = 0;
   SKIM_HOST_DEVICE int entries_of(int b) const { return rules ? rules[row_policy[b]].window : cache.entries; }
+  // The state (index into lse; o at head_dim times it) of row b's query head h.
+  SKIM_HOST_DEVICE size_t state_of(int b, int h, bool past) const {
+    if (fold_group == 0) return size_t(b) * num_heads + h;
+    const int g = fold_group;
+    return size_t(past ? newest_row[b] : b) * 2 * num_heads + size_t(h / g) * 2 * g + (past ? g : 0) + h % g;
+  }
 };
 
 }  // namespace skim

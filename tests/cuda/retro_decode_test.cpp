@@ -9,7 +9,9 @@
 
 #include "../retro_plan_case.h"
 #include "backend/cpu/retro_decode.h"
+#include "backend/cuda/paged_decode_attention.cuh"
 #include "backend/cuda/retro_decode.cuh"
+#include "core/dtype.h"
 #include "device_vectors.h"
 #include "paged_decode_parity.h"
 
@@ -141,6 +143,125 @@ TEST(CudaRetroMerge, EqualsTheCpuReference) {
     EXPECT_LT(near(to_host(glse), out_lse), 1e-5f) << "d " << d;
     EXPECT_LT(near(to_host(dco), hco), 1e-5f) << "d " << d;
     EXPECT_EQ(to_host(dcs), hcs);
+  }
+}
+
+// A folded step (RetroPagePlanArgs::folded_q: each past row attends as more query heads of its
+// newest row's lists) against the same step unfolded (the past rows' own lists), plan, kernel and
+// merge: the outputs and caches within float rounding (the kernel splits other lists over its
+// CTAs), the masks A and the supplements' tokens exactly.
+TEST(CudaRetroFold, EqualsTheUnfoldedStep) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (int trial = 0; trial < 6; ++trial) {
+    const int d = trial % 2 ? 64 : 128;
+    const test::RetroPlanCase c(test::random_int(1, 3), test::random_int(1, 4), test::random_int(1, 3), 2);
+    const int batch = c.batch(), kvh = c.kv_heads, group = c.group, heads = kvh * group;
+    const int sequences = (batch - 1) / 2;
+    ASSERT_TRUE(retro_fold_fits(2, group));
+    std::vector<uint16_t> q(size_t(batch) * heads * d), kv(size_t(c.pages.num_pages) * kvh * c.page_size * d * 2);
+    const std::vector<float> qf = test::random_vector(q.size()), kvf = test::random_vector(kv.size());
+    std::transform(qf.begin(), qf.end(), q.begin(), f32_to_bf16);
+    std::transform(kvf.begin(), kvf.end(), kv.begin(), f32_to_bf16);
+    const bool per_head = trial % 4 < 2, sparse = trial % 3 != 2;  // quest's units or gbsa's; a dense layer
+    const std::vector<RetroRowRule> rules = {RetroRowRule{.active = 1, .window = 2}};
+    const std::vector<int32_t> policy(size_t(batch), 0);
+    // Entries step % 2 of each slot: the past row's step cached in some, stale in others.
+    std::vector<int32_t> tags(size_t(sequences) * 2);
+    for (int sq = 0; sq < sequences; ++sq)
+      for (int e = 0; e < 2; ++e) {
+        const int past_step = c.retro_step[size_t(2 * sq)];
+        tags[size_t(sq) * 2 + e] = past_step % 2 == e && test::random_int(0, 3) > 0 ? past_step : past_step - 2;
+      }
+    const std::vector<float> cache_o = test::random_vector(size_t(sequences) * 2 * heads * d),
+                             cache_lse = test::random_vector(size_t(sequences) * 2 * heads);
+    auto dq = to_device(q), dkv = to_device(kv);
+    auto dpt = to_device(c.pages.table), dlens = to_device(c.lens), dbt = to_device(c.base_table);
+    auto dbl = to_device(c.base_lens);
+    auto dbm = to_device(c.base_masks);
+    auto dslot = to_device(c.row_slot), dstep = to_device(c.retro_step), dnew = to_device(c.newest_row);
+    auto drules = to_device(rules);
+    auto dpol = to_device(policy);
+    struct Run {
+      std::vector<float> out, out_lse, cache_o, cache_lse;
+      std::vector<int32_t> a;
+      unsigned long long supplements;
+    };
+    auto run = [&](bool fold) {
+      auto da = to_device(c.a), dtags = to_device(tags);
+      auto dco = to_device(cache_o), dcl = to_device(cache_lse);
+      cuda::DeviceBuffer<int32_t> table(c.slots()), lens(size_t(batch) * kvh);
+      cuda::DeviceBuffer<uint32_t> masks(c.slots());
+      cuda::DeviceBuffer<uint8_t> age(c.slots() * group);
+      cuda::DeviceBuffer<uint16_t> folded_q(size_t(batch) * 2 * heads * d);
+      cuda::DeviceBuffer<float> o(size_t(batch) * 2 * heads * d), lse(size_t(batch) * 2 * heads);
+      cuda::DeviceBuffer<float> out(size_t(batch) * heads * d), out_lse(size_t(batch) * heads);
+      cuda::DeviceBuffer<unsigned long long> supp(1);
+      cuda::check(cudaMemset(supp.data(), 0, supp.bytes()), "cudaMemset");
+      RetroPagePlanArgs g = c.args();
+      g.per_head_units = per_head;
+      g.sparse = sparse;
+      g.page_table = dpt.data();
+      g.seq_lens = dlens.data();
+      g.base_table = dbt.data();
+      g.base_lens = dbl.data();
+      g.base_masks = dbm.data();
+      g.row_slot = dslot.data();
+      g.retro_step = dstep.data();
+      g.newest_row = dnew.data();
+      g.masks = {.a = da.data(), .units = heads, .stride = c.stride_pages};
+      g.age = age.data();
+      g.out_table = table.data();
+      g.out_lens = lens.data();
+      g.out_masks = masks.data();
+      g.supplement_tokens = supp.data();
+      g.num_pool_pages = c.pages.num_pages;
+      g.q = dq.data();
+      g.folded_q = fold ? folded_q.data() : nullptr;
+      g.head_dim = d;
+      cuda::DeviceBuffer<uint8_t> ws(cuda::retro_page_plan_workspace_size(g));
+      g.workspace = ws.data();
+      g.workspace_bytes = ws.bytes();
+      EXPECT_EQ(cuda::retro_page_plan(g, nullptr), cudaSuccess);
+      PagedDecodeArgs a{.batch = batch, .num_heads = fold ? 2 * heads : heads, .num_kv_heads = kvh, .head_dim = d,
+                        .max_pages_per_seq = c.pages.stride,
+                        .max_seq_len = *std::max_element(c.lens.begin(), c.lens.end()),
+                        .scale = 1.0f / std::sqrt(float(d)), .tables_per_kv_head = true,
+                        .q = fold ? folded_q.data() : dq.data(), .k_pool = dkv.data(),
+                        .v_pool = dkv.data() + kv.size() / 2, .page_table = table.data(), .seq_lens = lens.data(),
+                        .head_masks = masks.data(), .o = o.data(), .lse = lse.data()};
+      cuda::DeviceBuffer<uint8_t> attn_ws(std::max<size_t>(1, cuda::paged_decode_workspace_size(a)));
+      cuda::check(cudaMemset(attn_ws.data(), 0, attn_ws.bytes()), "cudaMemset");
+      a.workspace = attn_ws.data();
+      a.workspace_bytes = attn_ws.bytes();
+      EXPECT_EQ(cuda::paged_decode_attention(a, nullptr), cudaSuccess);
+      EXPECT_EQ(cuda::retro_merge({.batch = batch, .num_heads = heads, .head_dim = d, .o = o.data(), .lse = lse.data(),
+                                   .out = out.data(), .out_lse = out_lse.data(), .row_slot = dslot.data(),
+                                   .retro_step = dstep.data(), .newest_row = dnew.data(), .rules = drules.data(),
+                                   .row_policy = dpol.data(),
+                                   .cache = {.entries = 2, .o = dco.data(), .lse = dcl.data(), .step = dtags.data()},
+                                   .fold_group = fold ? group : 0},
+                                  nullptr),
+                cudaSuccess);
+      cuda::check(cudaDeviceSynchronize(), "retro step");
+      return Run{to_host(out), to_host(out_lse), to_host(dco), to_host(dcl), to_host(da), to_host(supp)[0]};
+    };
+    const Run plain = run(false), folded = run(true);
+    auto diff = [](const std::vector<float>& x, const std::vector<float>& y) {
+      float m = 0;
+      for (size_t i = 0; i < x.size(); ++i)
+        m = std::max(m, std::isinf(x[i]) && x[i] == y[i] ? 0.0f : std::fabs(x[i] - y[i]));
+      return m;
+    };
+    const std::string at = "trial " + std::to_string(trial) + ", d " + std::to_string(d) + ", group " +
+                           std::to_string(group) + ", kv heads " + std::to_string(kvh) +
+                           (per_head ? ", a unit a head" : ", a unit a group") + (sparse ? "" : ", dense layer");
+    EXPECT_LT(diff(folded.out, plain.out), 2e-5f) << at;
+    EXPECT_LT(diff(folded.out_lse, plain.out_lse), 2e-5f) << at;
+    EXPECT_LT(diff(folded.cache_o, plain.cache_o), 2e-5f) << at;
+    EXPECT_LT(diff(folded.cache_lse, plain.cache_lse), 2e-5f) << at;
+    EXPECT_EQ(folded.a, plain.a) << at;
+    EXPECT_EQ(folded.supplements, plain.supplements) << at;
+    if (sparse) EXPECT_GT(plain.supplements, 0u) << at << ": no past row attended a page";
   }
 }
 

@@ -93,6 +93,14 @@ GpuForward::GpuForward(std::shared_ptr<const GpuWeights> weights, const KVCacheS
     a.split_rows = a.q_rows = n;
     ws = std::max(ws, paged_decode_workspace_size(a));
   }
+  // Retro's folded call: twice the query heads a KV head (gpu_forward_retro.cpp).
+  if (retro_fold_fits(2, c.num_heads / c.num_kv_heads)) {
+    a.q_rows = 0;
+    a.split_rows = 1;
+    a.num_heads = 2 * c.num_heads;
+    for (a.batch = 1; a.batch <= o.max_rows; ++a.batch) ws = std::max(ws, paged_decode_workspace_size(a));
+    a.num_heads = c.num_heads;
+  }
   attn_workspace_.resize(ws);
   check(cudaMemset(attn_workspace_.data(), 0, attn_workspace_.bytes()), "cudaMemset");
   // Prefill chunks too short to fill the GPU (rectification) split their keys over CTAs.

@@ -228,6 +228,7 @@ class GpuForward final : public Forward, private Backend {
   // RetroAttention (gpu_forward_retro.cpp): the step's layer over the base `plan` (the past
   // rows' unseen pages, one kernel pass, the merge with their cached states).
   void attend_retro(int layer, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t stream);
+  bool retro_fold(const DevicePlan& plan) const;
   void reserve_retro(bool& moved);
   // CSAttention (gpu_forward_cs.cpp): its state once a cs policy is registered; a prefill
   // chunk's queries sampled; a decode step's tables built before its graph (host code); the

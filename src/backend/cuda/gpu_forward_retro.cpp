@@ -6,6 +6,9 @@
 //   paged decode attention over every row's list (ART's kernel when a row of the step runs ART);
 //   retro_merge: the newest rows' states into their caches, the past rows' merged with theirs.
 // The planner plans the newest rows only (a past row's plan index is InputLayout::kNoPlan).
+// A step whose retro rules all have w = 2, where twice a group fits the kernel's tile
+// (retro_fold_fits), folds: each past row attends as more query heads of its newest row's
+// lists, so the kernel reads those pages once for both rows (retro_fold).
 #include "backend/cuda/gpu_forward.h"
 
 #include <algorithm>
@@ -24,10 +27,22 @@ void GpuForward::reserve_retro(bool& moved) {
   if (host_kv_) host_kv_->reserve_lists(std::min(opt_.max_rows, entries * sequence_rows()), moved);
 }
 
+// Whether this pass's retro rows fold (gpu_forward_retro.cpp's header). ART's kernel and the
+// host KV's list mapping take the unfolded lists.
+bool GpuForward::retro_fold(const DevicePlan& plan) const {
+  if (plan.art_rules || host_kv_) return false;
+  int window = 0;
+  for (int i = 0; i < DecodePlanner::kMaxPolicies; ++i)
+    if (pass_.policies >> i & 1u)
+      if (const RetroRowRule* r = planner_->retro_rule(i)) window = std::max(window, r->window);
+  return retro_fold_fits(window, w_.config.num_heads / w_.config.num_kv_heads);
+}
+
 void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t s) {
   const ModelConfig& c = w_.config;
   const InputLayout in(opt_.max_rows);
   const RetroState::Scratch x = retro_.scratch();
+  const bool fold = retro_fold(plan);
   const int32_t* row_policy = inputs_.data() + in.policy;
   const int32_t* row_slot = inputs_.data() + in.retro_slot;
   const int32_t* steps = inputs_.data() + in.retro_step;
@@ -43,13 +58,18 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
                          .base_table = plan.table, .base_lens = plan.lens, .base_masks = plan.head_masks,
                          .row_slot = row_slot, .retro_step = steps, .newest_row = newest, .masks = retro_.masks(l),
                          .age = x.age, .out_table = x.table, .out_lens = x.lens, .out_masks = x.masks,
-                         .supplement_tokens = x.tokens},
+                         .supplement_tokens = x.tokens, .q = base.q, .folded_q = fold ? x.folded_q : nullptr,
+                        .head_dim = c.head_dim},
                         s),
         "retro_page_plan");
   // Every list is within the plan's bound: a newest row's (and another policy's row's) is its
   // base list, a past row's a subset of its newest row's. The pass's context bound instead
   // sized the kernel's chunks for the whole context, idling most CTAs on a sparse base's lists.
   PagedDecodeArgs a = base.with_lists(plan.max_seq_len, x.table, x.lens, x.masks, x.o, x.lse);
+  if (fold) {  // a KV head's group: the newest row's heads, then its past row's
+    a.num_heads = 2 * c.num_heads;
+    a.q = x.folded_q;
+  }
   // Over host KV the lists map after the plan, which reads the base's host page ids; past rows
   // rewrote their pages in this layer, so the map copies those again (HostKVSlots::begin_step).
   read_through_cache(l, n, plan, a, s);
@@ -62,7 +82,8 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
   check(retro_merge({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .o = x.o, .lse = x.lse,
                      .out = o_.data(), .out_bf16 = o16_from_attention(), .out_lse = lse_.data(),
                      .row_slot = row_slot, .retro_step = steps, .newest_row = newest,
-                     .rules = plan.retro_rules, .row_policy = row_policy, .cache = retro_.cache(l)},
+                     .rules = plan.retro_rules, .row_policy = row_policy, .cache = retro_.cache(l),
+                     .fold_group = fold ? c.num_heads / c.num_kv_heads : 0},
                     s),
         "retro_merge");
 }

@@ -42,23 +42,38 @@ __device__ __forceinline__ void update_page(const RetroPagePlanArgs& a, int b, i
     }
 }
 
+// A past row's heads at a page of its newest row's list: bit g when head g has not seen it
+// (the age its selection returned is beyond the row's distance, `behind`).
+__device__ __forceinline__ uint32_t unseen_heads(const uint8_t* age, int group, int behind) {
+  uint32_t mask = 0;
+  for (int g = 0; g < group; ++g) mask |= uint32_t(age[g] > behind) << g;
+  return mask;
+}
+
 // A newest row's list (kPlanThreads entries a pass): its base list, and in a sparse layer each
 // listed page's old value per head recorded and its units' masks loaded (update_page). Pages of
-// one list are distinct, so no two threads touch one position's A.
-__device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, int slot) {
-  const int t = threadIdx.x, ps = a.page_size;
+// one list are distinct, so no two threads touch one position's A. Folded (a.folded()), its past
+// row `past` (-1: none) gets its unseen heads in the mask's bits above the row's own, and the
+// pages some of them attend are counted into `unseen_pages` (shared memory).
+__device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, int slot, int past, int* unseen_pages) {
+  const int t = threadIdx.x, ps = a.page_size, group = a.group_size();
   const size_t list = size_t(b) * a.num_kv_heads + h, at = list * a.max_pages_per_seq;
   const size_t base = a.base_list(b, h);
   const int n = pages_of(a.base_lens[base], ps);
   const bool sparse = slot >= 0 && a.sparse_of(b);
   const int step = sparse ? a.retro_step[b] : 0, current = (a.seq_lens[b] - 1) / ps;
+  const int behind = past >= 0 ? step - a.retro_step[past] : 0;
+  const uint32_t own = a.folded() ? (1u << group) - 1 : ~0u;
   const int32_t* inv = static_cast<const int32_t*>(a.workspace);
   for (int k = t; k < n; k += kPlanThreads) {
     const int32_t page = a.base_table[base * a.max_pages_per_seq + k];
     const uint32_t mask = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + k] : ~0u;
     a.out_table[at + k] = page;
-    a.out_masks[at + k] = mask;
-    if (sparse) update_page(a, b, h, slot, step, current, inv[page], mask, a.age + (at + k) * a.group_size());
+    uint8_t* age = a.age + (at + k) * group;
+    if (sparse) update_page(a, b, h, slot, step, current, inv[page], mask, age);
+    const uint32_t unseen = sparse && past >= 0 ? unseen_heads(age, group, behind) : 0u;
+    if (unseen) atomicAdd(unseen_pages, 1);
+    a.out_masks[at + k] = (mask & own) | unseen << group;
   }
   if (t != 0) return;
   a.out_lens[list] = a.base_lens[base];
@@ -88,9 +103,7 @@ __device__ void plan_past(const RetroPagePlanArgs& a, int b, int nr, int h, Plan
   int written = 0;
   for (int k0 = 0; k0 < n; k0 += kPlanThreads) {
     const int k = k0 + t;
-    uint32_t mask = 0;
-    if (k < n)
-      for (int g = 0; g < group; ++g) mask |= uint32_t(a.age[(newest + k) * group + g] > behind) << g;
+    const uint32_t mask = k < n ? unseen_heads(a.age + (newest + k) * group, group, behind) : 0u;
     int pos, total;
     PlanScan(scan).ExclusiveSum(mask ? 1 : 0, pos, total);
     __syncthreads();
@@ -106,19 +119,48 @@ __device__ void plan_past(const RetroPagePlanArgs& a, int b, int nr, int h, Plan
   }
 }
 
+// Folded: KV head h's query heads of newest row b, then those of its past row (zeros where it
+// has none), into folded_q's row b (RetroPagePlanArgs::folded_q), 16 bytes a thread.
+__device__ void fold_queries(const RetroPagePlanArgs& a, int b, int h, int past) {
+  const int group = a.group_size(), d = a.head_dim, H = a.num_heads, chunks = 2 * group * d / 8;
+  for (int i = threadIdx.x; i < chunks; i += kPlanThreads) {
+    const int g2 = i * 8 / d, e = i * 8 % d, row = g2 < group ? b : past;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row >= 0) v = *reinterpret_cast<const uint4*>(a.q + (size_t(row) * H + h * group + g2 % group) * d + e);
+    *reinterpret_cast<uint4*>(a.folded_q + (size_t(b) * 2 * H + h * 2 * group + g2) * d + e) = v;
+  }
+}
+
 // One CTA per (KV head, row that is not a past one): its list (plan_newest), then, once the
 // CTA's writes are visible to it (the barrier), the lists of its sequence's past rows (the rows
 // just before it naming it their newest, plan_past). One launch where the newest rows' chunks
 // and the past rows were two (the second waited for every CTA of the first).
+//
+// Folded (a.folded()): a sequence has at most one past row, the row before its newest; the
+// newest row's CTA lists it in its own masks (plan_newest), leaves its lists empty, and copies
+// the KV head's queries of both rows into folded_q (fold_queries).
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const RetroPagePlanArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
   __shared__ PlanScan::TempStorage scan;
+  __shared__ int unseen_pages;
   const int h = blockIdx.x, b = blockIdx.y;
   const int slot = a.row_slot[b];
   if (slot >= 0 && a.newest_row[b] != b) return;  // a past row: its newest row's CTA plans it
-  plan_newest(a, b, h, slot);
+  const bool folded = a.folded();
+  const int past = folded && slot >= 0 && b > 0 && a.row_slot[b - 1] == slot && a.newest_row[b - 1] == b ? b - 1 : -1;
+  if (threadIdx.x == 0) unseen_pages = 0;
+  __syncthreads();
+  if (folded) fold_queries(a, b, h, past);
+  plan_newest(a, b, h, slot, past, &unseen_pages);
   if (slot < 0) return;
   __syncthreads();
+  if (folded) {
+    if (threadIdx.x == 0 && past >= 0) {
+      a.out_lens[size_t(past) * a.num_kv_heads + h] = 0;
+      if (a.supplement_tokens) atomicAdd(a.supplement_tokens, (unsigned long long)unseen_pages * a.page_size);
+    }
+    return;
+  }
   for (int pb = b - 1; pb >= 0 && a.row_slot[pb] == slot && a.newest_row[pb] == b; --pb) plan_past(a, pb, b, h, scan);
 }
 
@@ -140,12 +182,13 @@ __global__ void merge_kernel(const RetroMergeArgs a) {
   const size_t i = size_t(b) * H + h;
   const int w1 = slot < 0 ? 0 : a.entries_of(b), step = a.retro_step ? a.retro_step[b] : 0;
   const size_t entry = slot < 0 || w1 <= 0 ? 0 : size_t(slot) * a.cache.entries + size_t(step % w1);
+  const size_t src = a.state_of(b, h, past);  // the kernel's state (folded or not)
   if (!past) {
-    write_out(a, i * d + t, a.o[i * d + t]);
-    if (t == 0 && a.out_lse) a.out_lse[i] = a.lse[i];
+    write_out(a, i * d + t, a.o[src * d + t]);
+    if (t == 0 && a.out_lse) a.out_lse[i] = a.lse[src];
     if (slot < 0 || w1 <= 0) return;
-    a.cache.o[(entry * H + h) * d + t] = a.o[i * d + t];
-    if (t == 0) a.cache.lse[entry * H + h] = a.lse[i];
+    a.cache.o[(entry * H + h) * d + t] = a.o[src * d + t];
+    if (t == 0) a.cache.lse[entry * H + h] = a.lse[src];
     if (t == 0 && h == 0) a.cache.step[entry] = step;
     return;
   }
@@ -153,7 +196,7 @@ __global__ void merge_kernel(const RetroMergeArgs a) {
   const bool cached = a.cache.step[entry] == step;
   float c = cached ? a.cache.o[(entry * H + h) * d + t] : 0.0f;
   float lse = cached ? a.cache.lse[entry * H + h] : -INFINITY;
-  const float ob = a.o[i * d + t], lb = a.lse[i];
+  const float ob = a.o[src * d + t], lb = a.lse[src];
   if (lb != -INFINITY) {
     if (lse == -INFINITY) {
       c = ob;
@@ -182,7 +225,8 @@ size_t retro_page_plan_workspace_size(const RetroPagePlanArgs& a) {
 cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
   if (a.batch < 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 || a.group_size() > 32 ||
       a.page_size <= 0 || a.max_pages_per_seq <= 0 || a.workspace == nullptr ||
-      a.workspace_bytes < retro_page_plan_workspace_size(a) || retro_page_plan_workspace_size(a) == 0)
+      a.workspace_bytes < retro_page_plan_workspace_size(a) || retro_page_plan_workspace_size(a) == 0 ||
+      (a.folded() && (a.q == nullptr || 2 * a.group_size() > 8 || (a.head_dim != 64 && a.head_dim != 128))))
     return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
   if (!a.index_ready)
@@ -193,7 +237,9 @@ cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t retro_merge(const RetroMergeArgs& a, cudaStream_t stream) {
-  if (a.batch < 0 || a.num_heads <= 0 || (a.head_dim != 64 && a.head_dim != 128)) return cudaErrorInvalidValue;
+  if (a.batch < 0 || a.num_heads <= 0 || (a.head_dim != 64 && a.head_dim != 128) || a.fold_group < 0 ||
+      (a.fold_group > 0 && (a.num_heads % a.fold_group != 0 || a.newest_row == nullptr)))
+    return cudaErrorInvalidValue;
   if (a.batch == 0) return cudaSuccess;
   // One launch needs the newest rows' entries apart from their past rows' (a rule's w entries);
   // without rules the cache may have w - 1 (the CPU policy's layout): not for this kernel.

@@ -51,7 +51,8 @@ void RetroState::allocate(int slots, int entries) {
     lens_.resize(R * kvh);
     masks_.resize(R * kvh * P);
     age_.resize(R * kvh * P * group);
-    states_.resize(R * H * d + R * H);
+    states_.resize(2 * (R * H * d + R * H));  // the folded layout's 2 num_heads a row
+    folded_q_.resize(R * 2 * H * d);
     RetroPagePlanArgs a{.num_pool_pages = s_.num_pool_pages};
     workspace_.resize(std::max<size_t>(1, retro_page_plan_workspace_size(a)));
     tokens_.resize(1);
@@ -121,7 +122,8 @@ RetroCacheView RetroState::cache(int layer) {
 RetroState::Scratch RetroState::scratch() {
   const size_t R = size_t(s_.max_rows), H = size_t(s_.num_heads), d = size_t(s_.head_dim);
   return {.table = table_.data(), .lens = lens_.data(), .masks = masks_.data(), .age = age_.data(),
-          .o = states_.data(), .lse = states_.data() + R * H * d, .workspace = workspace_.data(),
+          .o = states_.data(), .lse = states_.data() + 2 * R * H * d, .folded_q = folded_q_.data(),
+          .workspace = workspace_.data(),
           .workspace_bytes = workspace_.bytes(), .tokens = tokens_.data()};
 }
 

@@ -40,7 +40,8 @@ class RetroState {
     int32_t *table, *lens;
     uint32_t* masks;
     uint8_t* age;
-    float *o, *lse;
+    float *o, *lse;  // the kernel's states, room for the folded layout's 2 num_heads a row
+    uint16_t* folded_q;  // [rows][2 num_heads][head_dim] (RetroPagePlanArgs::folded_q)
     void* workspace;
     size_t workspace_bytes;
     unsigned long long* tokens;  // [1]: the supplements' tokens, on the device
@@ -62,6 +63,7 @@ class RetroState {
   DeviceBuffer<uint32_t> masks_;
   DeviceBuffer<uint8_t> age_, workspace_;
   DeviceBuffer<float> states_;
+  DeviceBuffer<uint16_t> folded_q_;
   DeviceBuffer<unsigned long long> tokens_;
 };
 

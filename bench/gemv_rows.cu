@@ -41,6 +41,23 @@ float time_mma_us(const uint16_t* x, const uint16_t* w, float* y, int n, int out
   return ms * 1000 / reps;
 }
 
+// The FMA kernel with R weight rows a warp and U chunks unrolled, at n x rows (launch<N, R, U>).
+template <int N, int R, int U>
+float time_fma_us(const uint16_t* x, const uint16_t* w, float* y, int out, int in) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 5; ++i) launch<N, R, U>(x, w, y, out, in, nullptr);
+  cudaEventRecord(a);
+  const int reps = 50;
+  for (int i = 0; i < reps; ++i) launch<N, R, U>(x, w, y, out, in, nullptr);
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  return ms * 1000 / reps;
+}
+
 int main() {
   const int shapes[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
   size_t maxw = 0;
@@ -69,6 +86,17 @@ int main() {
            gbs(time_mma_us<8, 2>(x, w, y, 8, s[0], s[1])), gbs(time_mma_us<8, 4>(x, w, y, 8, s[0], s[1])),
            gbs(time_mma_us<8, 8>(x, w, y, 8, s[0], s[1])), gbs(time_mma_us<16, 2>(x, w, y, 8, s[0], s[1])),
            gbs(time_mma_us<16, 4>(x, w, y, 8, s[0], s[1])));
+  }
+  printf("\nFMA kernel at 2 rows by R x U (weight rows a warp x chunks unrolled), GB/s; one row (R 1, U 4) first\n"
+         "| out | in | N1 1x4 | 1x4 | 1x8 | 2x2 | 2x4 | 2x8 | 4x2 |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (auto& s : shapes) {
+    const double mb = double(s[0]) * s[1] * 2 / 1e6;
+    auto gbs = [&](float us) { return mb * 1e3 / us; };
+    printf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", s[0], s[1],
+           gbs(time_fma_us<1, 1, 4>(x, w, y, s[0], s[1])), gbs(time_fma_us<2, 1, 4>(x, w, y, s[0], s[1])),
+           gbs(time_fma_us<2, 1, 8>(x, w, y, s[0], s[1])), gbs(time_fma_us<2, 2, 2>(x, w, y, s[0], s[1])),
+           gbs(time_fma_us<2, 2, 4>(x, w, y, s[0], s[1])), gbs(time_fma_us<2, 2, 8>(x, w, y, s[0], s[1])),
+           gbs(time_fma_us<2, 4, 2>(x, w, y, s[0], s[1])));
   }
   return 0;
 }

@@ -26,8 +26,9 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& v, float* f) {
 
 // Warp w computes rows [R w, R w + R) (strided over the grid): each x chunk it loads serves R
 // weight rows, which keeps the x traffic through L1 below the weight traffic from HBM when
-// there are several x rows (N > 1).
-template <int N, int R>
+// there are several x rows (N > 1). U chunks of the input are unrolled, so R x U 16-byte weight
+// loads a lane are in flight.
+template <int N, int R, int U>
 __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                                                    float* __restrict__ y, int out, int in) {
   detail::pdl_enter();  // launched by launch_pdl: its inputs are the previous kernels'
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const uint16_t* __restrict__ 
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int n = 0; n < N; ++n) acc[r][n] = 0.0f;
-#pragma unroll(R == 1 ? 4 : 2)
+#pragma unroll(U)
     for (int c = lane; c < in8; c += 32) {
       float xf[N][8];
 #pragma unroll
@@ -155,12 +156,16 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_mma_kernel(const uint16_t* __
 // at two rows on the projections of at most 8192 outputs, faster there in isolation (o 15.2
 // against 15.7 us), was 0.5-1% slower end to end (Retro's w = 2 and quest at b2, 32K, H100,
 // 2026-11-26): not taken.
-template <int N>
+//
+// U: four chunks at one row, two from two rows (R = 2 halves the warps of a projection, so
+// each keeps as many bytes in flight as one row's); at two rows on an H200 (ncu, the 8B shape,
+// 2026-11-29) U = 2 left the 4096-output projections 18-26% slower than at one row (down 37.1
+// against 29.4 us, o 14.2 against 12.1): RetroAttention's w = 2 at batch 1 paid 0.44 ms a token.
+template <int N, int R = N == 1 ? 1 : N <= 4 ? 2 : 4, int U = N <= 2 ? 4 : 2>
 void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
-  constexpr int R = N == 1 ? 1 : N <= 4 ? 2 : 4;
   const int rows_per_block = 256 / 32 * R;
   const int blocks = std::min((out + rows_per_block - 1) / rows_per_block, 132 * 16);
-  (void)launch_pdl(gemv_kernel<N, R>, blocks, 256, 0, s, x, w, y, out, in);
+  (void)launch_pdl(gemv_kernel<N, R, U>, blocks, 256, 0, s, x, w, y, out, in);
 }
 
 void launch_mma(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t s) {

@@ -41,16 +41,18 @@ float time_mma_us(const uint16_t* x, const uint16_t* w, float* y, int n, int out
   return ms * 1000 / reps;
 }
 
-// The FMA kernel with R weight rows a warp and U chunks unrolled, at n x rows (launch<N, R, U>).
-template <int N, int R, int U>
-float time_fma_us(const uint16_t* x, const uint16_t* w, float* y, int out, int in) {
+// Time of one call, us, over `copies` copies of the weights taken in turn (at least 400 MB in all,
+// 8x the H200's L2): the step's projections each read weights no call before left in L2, where the
+// tables above re-read one copy (the 4096 x 4096 projection's 32 MB fit the L2).
+template <class F>
+float rotating_us(int copies, F call) {
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
-  for (int i = 0; i < 5; ++i) launch<N, R, U>(x, w, y, out, in, nullptr);
+  for (int i = 0; i < copies; ++i) call(i);
   cudaEventRecord(a);
-  const int reps = 50;
-  for (int i = 0; i < reps; ++i) launch<N, R, U>(x, w, y, out, in, nullptr);
+  const int reps = 4 * copies;
+  for (int i = 0; i < reps; ++i) call(i % copies);
   cudaEventRecord(b);
   cudaEventSynchronize(b);
   float ms = 0;
@@ -87,16 +89,28 @@ int main() {
            gbs(time_mma_us<8, 8>(x, w, y, 8, s[0], s[1])), gbs(time_mma_us<16, 2>(x, w, y, 8, s[0], s[1])),
            gbs(time_mma_us<16, 4>(x, w, y, 8, s[0], s[1])));
   }
-  printf("\nFMA kernel at 2 rows by R x U (weight rows a warp x chunks unrolled), GB/s; one row (R 1, U 4) first\n"
-         "| out | in | N1 1x4 | 1x4 | 1x8 | 2x2 | 2x4 | 2x8 | 4x2 |\n|---|---|---|---|---|---|---|---|---|\n");
+  // At two rows, the FMA kernel by R x U (weight rows a warp x chunks unrolled; launch<N, R, U>)
+  // and the tensor-core kernel, against one row's FMA kernel, weights rotating (rotating_us).
+  printf("\nus a call at 2 rows, weights never in L2 (copies taken in turn); one row's FMA kernel first\n"
+         "| out | in | N1 fma 1x4 | 1x4 | 1x8 | 2x2 | 2x4 | 2x8 | mma 16x4 | N1 mma |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (auto& s : shapes) {
-    const double mb = double(s[0]) * s[1] * 2 / 1e6;
-    auto gbs = [&](float us) { return mb * 1e3 / us; };
-    printf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", s[0], s[1],
-           gbs(time_fma_us<1, 1, 4>(x, w, y, s[0], s[1])), gbs(time_fma_us<2, 1, 4>(x, w, y, s[0], s[1])),
-           gbs(time_fma_us<2, 1, 8>(x, w, y, s[0], s[1])), gbs(time_fma_us<2, 2, 2>(x, w, y, s[0], s[1])),
-           gbs(time_fma_us<2, 2, 4>(x, w, y, s[0], s[1])), gbs(time_fma_us<2, 2, 8>(x, w, y, s[0], s[1])),
-           gbs(time_fma_us<2, 4, 2>(x, w, y, s[0], s[1])));
+    const size_t elems = size_t(s[0]) * s[1];
+    const int copies = int(std::max<size_t>(2, (400u << 20) / (elems * 2) + 1));
+    uint16_t* wc;
+    cudaMalloc(&wc, elems * 2 * copies);
+    cudaMemset(wc, 0x3c, elems * 2 * copies);
+    auto at = [&](int i) { return wc + elems * i; };
+    const int out = s[0], in = s[1];
+    printf("| %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", out, in,
+           rotating_us(copies, [&](int i) { launch<1, 1, 4>(x, at(i), y, out, in, nullptr); }),
+           rotating_us(copies, [&](int i) { launch<2, 1, 4>(x, at(i), y, out, in, nullptr); }),
+           rotating_us(copies, [&](int i) { launch<2, 1, 8>(x, at(i), y, out, in, nullptr); }),
+           rotating_us(copies, [&](int i) { launch<2, 2, 2>(x, at(i), y, out, in, nullptr); }),
+           rotating_us(copies, [&](int i) { launch<2, 2, 4>(x, at(i), y, out, in, nullptr); }),
+           rotating_us(copies, [&](int i) { launch<2, 2, 8>(x, at(i), y, out, in, nullptr); }),
+           rotating_us(copies, [&](int i) { launch_mma(x, at(i), y, 2, out, in, nullptr); }),
+           rotating_us(copies, [&](int i) { launch_mma(x, at(i), y, 1, out, in, nullptr); }));
+    cudaFree(wc);
   }
   return 0;
 }

@@ -181,7 +181,13 @@ bool gemv(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in
   // against 13.9 us, 42.7 against 44.8): with those two on the tensor cores dense decoding at
   // batch 1, 32K ran 1% slower end to end (7.26 against 7.19-7.22 ms, H100 2026-11-27,
   // bench/results/2026-11-27-h100-s23-pending/).
-  return gemv_with(x, w, y, n, out, in, n >= kGemvMmaMinRows ? GemvKernel::kMma : GemvKernel::kFma, s);
+  //
+  // Long inputs (the down projection's 14336) from two rows: on an H200 with weights never in L2
+  // (bench/gemv_rows.cu, 2026-11-29) the 4096 x 14336 projection took 31.9 us on the tensor cores
+  // against 36.3 on the FMA kernel at two rows (36.5 at one); in a step at two rows ncu counted
+  // the FMA kernel's 37.1 us against its 30.2 at one row.
+  const bool mma = n >= kGemvMmaMinRows || (n >= 2 && in >= kGemvMmaMinIn);
+  return gemv_with(x, w, y, n, out, in, mma ? GemvKernel::kMma : GemvKernel::kFma, s);
 }
 
 bool gemv_with(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, GemvKernel kind,

@@ -90,6 +90,7 @@ bool gemv(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in
 // alone.
 enum class GemvKernel { kFma, kMma };
 constexpr int kGemvMmaMinRows = 4;
+constexpr int kGemvMmaMinIn = 8192;  // and from two rows at inputs this long (gemv.cu)
 bool gemv_with(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, GemvKernel kind,
                cudaStream_t stream);
 

@@ -20,26 +20,50 @@ using PlanScan = cub::BlockScan<int, kPlanThreads>;
 
 __device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
 
+// What a plan CTA reads of its row before anything else, loaded together: at batch 1 the kernel
+// is a chain of dependent loads, and these depend on nothing but the row (and the rule).
+struct PlanRow {
+  int slot, newest, past;  // past: the row before when it is this row's past row, else -1
+  int step, behind, current;
+  bool sparse, per_head;
+};
+
+__device__ __forceinline__ PlanRow load_row(const RetroPagePlanArgs& a, int b) {
+  const int slot = a.row_slot[b], newest = a.newest_row[b], step = a.retro_step[b], len = a.seq_lens[b];
+  const int prev_slot = b > 0 ? a.row_slot[b - 1] : -1, prev_newest = b > 0 ? a.newest_row[b - 1] : -1;
+  const int prev_step = b > 0 ? a.retro_step[b - 1] : 0;
+  const bool per_head = a.per_head_of(b), sparse = slot >= 0 && a.sparse_of(b);
+  const int past = slot >= 0 && prev_slot == slot && prev_newest == b ? b - 1 : -1;
+  return {.slot = slot, .newest = newest, .past = past, .step = sparse ? step : 0,
+          .behind = past >= 0 ? step - prev_step : 0, .current = (len - 1) / a.page_size, .sparse = sparse,
+          .per_head = per_head};
+}
+
 // The selection-unit masks A of row b (newest, sparse layer) at one listed page: the page's
 // position i returns each selecting head's old value into `age` and gets `step`. The current
 // page's old value is step - 1 for every unit (Algorithm 2 sets it first); a unit whose heads do
-// not select it keeps that value.
-__device__ __forceinline__ void update_page(const RetroPagePlanArgs& a, int b, int h, int slot, int step, int current,
-                                            int i, uint32_t mask, uint8_t* age) {
+// not select it keeps that value. Returns the heads whose age is beyond `behind` (a past row's
+// unseen heads at this page, for a folded plan), from registers.
+__device__ __forceinline__ uint32_t update_page(const RetroPagePlanArgs& a, const PlanRow& r, int h, int i,
+                                                uint32_t mask, uint8_t* age) {
   const int group = a.group_size();
-  const bool per_head = a.per_head_of(b);
-  for (int g = 0; g < group; ++g)  // 0: not selected, never unseen
-    age[g] = (mask >> g & 1u) ? uint8_t(max(0, min(255, step - (i == current ? step - 1
-                                                                              : a.masks.of(slot, a.unit_of(b, h, g))[i]))))
-                              : 0;
+  auto unit = [&](int g) { return r.per_head ? h * group + g : h; };
+  uint32_t unseen = 0;
+  for (int g = 0; g < group; ++g) {  // 0: not selected, never unseen
+    const int old = i == r.current ? r.step - 1 : a.masks.of(r.slot, unit(g))[i];
+    const int aged = (mask >> g & 1u) ? max(0, min(255, r.step - old)) : 0;
+    age[g] = uint8_t(aged);
+    unseen |= uint32_t(aged > r.behind) << g;
+  }
   for (int g = 0; g < group; ++g)
-    if (per_head || g == 0) {
-      int32_t* m = a.masks.of(slot, a.unit_of(b, h, g)) + i;
+    if (r.per_head || g == 0) {
+      int32_t* m = a.masks.of(r.slot, unit(g)) + i;
       if (mask >> g & 1u)
-        *m = step;
-      else if (i == current)
-        *m = step - 1;
+        *m = r.step;
+      else if (i == r.current)
+        *m = r.step - 1;
     }
+  return unseen;
 }
 
 // A past row's heads at a page of its newest row's list: bit g when head g has not seen it
@@ -53,39 +77,40 @@ __device__ __forceinline__ uint32_t unseen_heads(const uint8_t* age, int group, 
 // A newest row's list (kPlanThreads entries a pass): its base list, and in a sparse layer each
 // listed page's old value per head recorded and its units' masks loaded (update_page). Pages of
 // one list are distinct, so no two threads touch one position's A. Folded (a.folded()), its past
-// row `past` (-1: none) gets its unseen heads in the mask's bits above the row's own, and the
+// row (r.past, if any) gets its unseen heads in the mask's bits above the row's own, and the
 // pages some of them attend are counted into `unseen_pages` (shared memory).
-__device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, int slot, int past, int* unseen_pages) {
-  const int t = threadIdx.x, ps = a.page_size, group = a.group_size();
-  const size_t list = size_t(b) * a.num_kv_heads + h, at = list * a.max_pages_per_seq;
+__device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, const PlanRow& r, int* unseen_pages) {
+  const int t = threadIdx.x, ps = a.page_size, group = a.group_size(), stride = a.max_pages_per_seq;
+  const size_t list = size_t(b) * a.num_kv_heads + h, at = list * stride;
   const size_t base = a.base_list(b, h);
-  const int n = pages_of(a.base_lens[base], ps);
-  const bool sparse = slot >= 0 && a.sparse_of(b);
-  const int step = sparse ? a.retro_step[b] : 0, current = (a.seq_lens[b] - 1) / ps;
-  const int behind = past >= 0 ? step - a.retro_step[past] : 0;
+  // The length and the first pass's entries together (entries past the length are in the
+  // table's row, unused).
+  const int len = a.base_lens[base], n = pages_of(len, ps);
+  int32_t page = t < stride ? a.base_table[base * stride + t] : 0;
+  uint32_t mask = a.base_masks && t < stride ? a.base_masks[base * stride + t] : ~0u;
+  const bool fold_past = a.folded() && r.sparse && r.past >= 0;
   const uint32_t own = a.folded() ? (1u << group) - 1 : ~0u;
   const int32_t* inv = static_cast<const int32_t*>(a.workspace);
   for (int k = t; k < n; k += kPlanThreads) {
-    const int32_t page = a.base_table[base * a.max_pages_per_seq + k];
-    const uint32_t mask = a.base_masks ? a.base_masks[base * a.max_pages_per_seq + k] : ~0u;
+    if (k != t) {
+      page = a.base_table[base * stride + k];
+      mask = a.base_masks ? a.base_masks[base * stride + k] : ~0u;
+    }
     a.out_table[at + k] = page;
-    uint8_t* age = a.age + (at + k) * group;
-    if (sparse) update_page(a, b, h, slot, step, current, inv[page], mask, age);
-    const uint32_t unseen = sparse && past >= 0 ? unseen_heads(age, group, behind) : 0u;
-    if (unseen) atomicAdd(unseen_pages, 1);
-    a.out_masks[at + k] = (mask & own) | unseen << group;
+    const uint32_t unseen = r.sparse ? update_page(a, r, h, inv[page], mask, a.age + (at + k) * group) : 0u;
+    if (fold_past && unseen) atomicAdd(unseen_pages, 1);
+    a.out_masks[at + k] = (mask & own) | (fold_past ? unseen << group : 0u);
   }
   if (t != 0) return;
-  a.out_lens[list] = a.base_lens[base];
-  if (a.listed_tokens && slot >= 0) atomicAdd(a.listed_tokens, (unsigned long long)a.base_lens[base]);
-  if (!sparse) return;
+  a.out_lens[list] = len;
+  if (a.listed_tokens && r.slot >= 0) atomicAdd(a.listed_tokens, (unsigned long long)len);
+  if (!r.sparse) return;
   // The current page unlisted (the bases always keep it: a guard): step - 1 for every unit.
-  const int32_t cur = a.page_table[size_t(b) * a.max_pages_per_seq + current];
-  const bool listed = n > 0 && (a.base_table[base * a.max_pages_per_seq] == cur ||
-                                a.base_table[base * a.max_pages_per_seq + n - 1] == cur);
+  const int32_t cur = a.page_table[size_t(b) * stride + r.current];
+  const bool listed = n > 0 && (a.base_table[base * stride] == cur || a.base_table[base * stride + n - 1] == cur);
   if (!listed)
-    for (int g = 0; g < a.group_size(); ++g)
-      if (a.per_head_of(b) || g == 0) a.masks.of(slot, a.unit_of(b, h, g))[current] = step - 1;
+    for (int g = 0; g < group; ++g)
+      if (r.per_head || g == 0) a.masks.of(r.slot, r.per_head ? h * group + g : h)[r.current] = r.step - 1;
 }
 
 // Past row b's list: its newest row nr's pages with an old value below its step, per head, in
@@ -144,24 +169,24 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const RetroPagePlanA
   __shared__ PlanScan::TempStorage scan;
   __shared__ int unseen_pages;
   const int h = blockIdx.x, b = blockIdx.y;
-  const int slot = a.row_slot[b];
-  if (slot >= 0 && a.newest_row[b] != b) return;  // a past row: its newest row's CTA plans it
+  const PlanRow r = load_row(a, b);
+  if (r.slot >= 0 && r.newest != b) return;  // a past row: its newest row's CTA plans it
   const bool folded = a.folded();
-  const int past = folded && slot >= 0 && b > 0 && a.row_slot[b - 1] == slot && a.newest_row[b - 1] == b ? b - 1 : -1;
   if (threadIdx.x == 0) unseen_pages = 0;
   __syncthreads();
-  if (folded) fold_queries(a, b, h, past);
-  plan_newest(a, b, h, slot, past, &unseen_pages);
-  if (slot < 0) return;
+  if (folded) fold_queries(a, b, h, r.past);
+  plan_newest(a, b, h, r, &unseen_pages);
+  if (r.slot < 0) return;
   __syncthreads();
   if (folded) {
-    if (threadIdx.x == 0 && past >= 0) {
-      a.out_lens[size_t(past) * a.num_kv_heads + h] = 0;
+    if (threadIdx.x == 0 && r.past >= 0) {
+      a.out_lens[size_t(r.past) * a.num_kv_heads + h] = 0;
       if (a.supplement_tokens) atomicAdd(a.supplement_tokens, (unsigned long long)unseen_pages * a.page_size);
     }
     return;
   }
-  for (int pb = b - 1; pb >= 0 && a.row_slot[pb] == slot && a.newest_row[pb] == b; --pb) plan_past(a, pb, b, h, scan);
+  for (int pb = b - 1; pb >= 0 && a.row_slot[pb] == r.slot && a.newest_row[pb] == b; --pb)
+    plan_past(a, pb, b, h, scan);
 }
 
 // The output element at `at`: fp32, or bf16 for the o projection (RetroMergeArgs::out_bf16).
@@ -192,11 +217,14 @@ __global__ void merge_kernel(const RetroMergeArgs a) {
     if (t == 0 && h == 0) a.cache.step[entry] = step;
     return;
   }
-  // A missing entry (its step not cached) counts as nothing cached.
-  const bool cached = a.cache.step[entry] == step;
-  float c = cached ? a.cache.o[(entry * H + h) * d + t] : 0.0f;
-  float lse = cached ? a.cache.lse[entry * H + h] : -INFINITY;
+  // A missing entry (its step not cached) counts as nothing cached. The entry's state is loaded
+  // beside its tag (one round trip, not two).
+  const int tag = a.cache.step[entry];
+  const float cached_o = a.cache.o[(entry * H + h) * d + t], cached_lse = a.cache.lse[entry * H + h];
   const float ob = a.o[src * d + t], lb = a.lse[src];
+  const bool cached = tag == step;
+  float c = cached ? cached_o : 0.0f;
+  float lse = cached ? cached_lse : -INFINITY;
   if (lb != -INFINITY) {
     if (lse == -INFINITY) {
       c = ob;

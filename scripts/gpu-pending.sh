@@ -34,7 +34,10 @@
 # builds, ~40 tests and three attention benches took 364-394 s of wall time (460 s of budget
 # with the machine's start); GpuEngine's MAC, Retro and ART cases take ~42 s each there, so give
 # TEST_TIMEOUT 300 or more when they run. Session 34 (one H200): both builds, 11-12 ART tests and
-# BENCH=attn,compositions took 241-308 s of wall time, about 360 s of budget with the start. A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
+# BENCH=attn,compositions took 241-308 s of wall time, about 360 s of budget with the start.
+# Session 35 (one H200): both builds, 6-8 Retro/GEMV tests and BENCH=retro or gemv took 150-190 s
+# of wall time; PARTS=ncu alone on a warm machine ~45 s (on one GPU ncu now waits for the
+# benchmarks: ncu_turn). A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
 #   ; cp $OUT/logs/test_cuda.log $OUT/; rm -f $OUT/logs/test_cuda.*.log $OUT/logs/*.rc $OUT/logs/tests.done
 # so that the concatenated test log comes back whole.
 set -uo pipefail
@@ -108,8 +111,16 @@ NGPU=$(nvidia-smi -L | wc -l)
   fi
   touch $LOGS/tests.done ) &
 tests_pid=$!
+# The ncu GPU's turn: after the tests where they share it (2 GPUs, or one), and on one GPU after
+# the benchmarks too, which time kernels beside it otherwise (session 35's call 6: dense b1 ran
+# 27% slower beside ncu).
+ncu_turn() {
+  [ "$G_NCU" = 0 ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
+  [ "$G_NCU" = "$G_BENCH" ] && while [ ! -e $LOGS/bench.done ]; do sleep 2; done
+  return 0
+}
 ( if has ncu; then
-    [ "$G_NCU" = 0 ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done  # 2 GPUs: after the tests
+    ncu_turn
     IFS='|' read -ra ncu_policies <<< "${NCU_POLICY:-cs:keep=0.05,list=0.05,points=4096}"  # '|' between policies
     # NCU_ARGS: skim bench's arguments instead (e.g. the --retro steps' breakdown).
     if [ -n "${NCU_ARGS:-}" ]; then read -ra bench_args <<< "$NCU_ARGS"; else
@@ -124,9 +135,8 @@ tests_pid=$!
     # (bench/sass_phases.py): SASS_KERNEL (an ncu regex) in the launch SASS_SKIP of skim bench
     # SASS_ARGS (default gbsa's select in gbsa+art's step, b8 32K; session 34 ran it through this
     # script with SASS_KERNEL=art_split_kernel: call2-sass-art-split-kernel.md in
-    # bench/results/2026-11-29-s34-h200-art-loop/). On one GPU it runs beside the benchmarks:
-    # run it in a second invocation after them (OUT/s2), as session 34 did.
-    [ "$G_NCU" = 0 ] && while [ ! -e $LOGS/tests.done ]; do sleep 2; done
+    # bench/results/2026-11-29-s34-h200-art-loop/). On one GPU it runs after the benchmarks.
+    ncu_turn
     read -ra sass_args <<< "${SASS_ARGS:---e2e-only --no-prefill --8b-only --no-dense-fallback --contexts 32768 --batches 8 --steps 2 --e2e-policy gbsa:keep=0.1,n_min=16+art:stop=group,test=probe}"
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 200 ncu --kernel-name "regex:${SASS_KERNEL:-select_kernel}" \
       --launch-skip ${SASS_SKIP:-64} --launch-count 1 --set full --import-source yes -f -o /tmp/sass \
@@ -136,6 +146,7 @@ tests_pid=$!
     python3 bench/sass_phases.py $LOGS/sass.csv > $OUT/sass-phases.md 2>> $LOGS/sass-ncu.log
   fi
   if has prefill; then
+    ncu_turn
     CUDA_VISIBLE_DEVICES=$G_NCU timeout 200 build-gpu/skim bench --attention-only --attention-contexts 32768 \
       --attention-batches 1 --sparse-keep 0 --prefill-attention 8192,32768,131072 --json "$OUT/prefill.json" |
       grep -E "^\| [0-9]" > $LOGS/prefill.log 2>&1
@@ -337,8 +348,8 @@ bench_groups() {  # GROUPS GPU
       done
     fi
     if bench_has retro; then
-      # RetroAttention over quest 0.1 (issue 17: w = 2 within 10% of quest; 1.12x at b1 32K,
-      # H100 and H200 2026-11-27), this revision against the previous one.
+      # RetroAttention over quest 0.1 (issue 17: w = 2 within 10% of quest; on an H200 1.15x at
+      # b1 32K and 1.10x at b8 after session 35's fold), this revision against the previous one.
       for bin in build-gpu build-gpu-legacy build-gpu; do
         [ -x $bin/skim ] || continue
         echo "-- retro, $bin"
@@ -423,7 +434,7 @@ bench_groups() {  # GROUPS GPU
       done
     fi
 }
-( has bench && bench_groups "$BENCH" $G_BENCH ) > $LOGS/decode.log 2>&1 &
+( ( has bench && bench_groups "$BENCH" $G_BENCH ) > $LOGS/decode.log 2>&1; touch $LOGS/bench.done ) &
 decode_pid=$!
 ( has bench && [ -n "${BENCH2:-}" ] && bench_groups "$BENCH2" $G_NCU ) > $LOGS/decode2.log 2>&1 &
 decode2_pid=$!

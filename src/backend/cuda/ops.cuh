@@ -82,7 +82,8 @@ constexpr int kGemvMaxRows = 8;
 bool gemv(const uint16_t* x, const uint16_t* w, float* y, int n, int out, int in, cudaStream_t stream);
 // gemv's two kernels, for tests and benchmarks: kFma, fp32 FMAs with a warp per weight row (or
 // two or four); kMma, the tensor cores with the x rows as the MMA's 8 columns. gemv runs kMma
-// from kGemvMmaMinRows x rows (below that kFma, faster end to end: gemv.cu). On an H100 (bench/gemv_rows.cu,
+// from kGemvMmaMinRows x rows, and from two where the input has kGemvMmaMinIn or more (below
+// that kFma, faster end to end: gemv.cu). On an H100 (bench/gemv_rows.cu,
 // bench/results/2026-11-27-h100-gemv-16warps/) a layer of the 8B shape's four projections took
 // kMma 157-159 us at any row count, kFma 154.5 at one row, 159-161 at two and three, 164.4 at
 // four, 205.7 at eight. Each kernel gives an x row the same sums whatever the other rows, but the

@@ -21,6 +21,62 @@ namespace {
 using test::to_device;
 using test::to_host;
 
+// A RetroPlanCase's inputs on the device, the masks A from the case, the outputs filled with -7
+// and 0 (the plan must write what it lists); args() points a plan's arguments at them.
+struct DeviceRetroPlan {
+  cuda::DeviceBuffer<int32_t> page_table, lens, base_table, base_lens, slot, step, newest, a, out_table, out_lens;
+  cuda::DeviceBuffer<uint32_t> base_masks, out_masks;
+  cuda::DeviceBuffer<uint8_t> age, workspace;
+  cuda::DeviceBuffer<unsigned long long> supplements;
+
+  explicit DeviceRetroPlan(const test::RetroPlanCase& c)
+      : page_table(to_device(c.pages.table)),
+        lens(to_device(c.lens)),
+        base_table(to_device(c.base_table)),
+        base_lens(to_device(c.base_lens)),
+        slot(to_device(c.row_slot)),
+        step(to_device(c.retro_step)),
+        newest(to_device(c.newest_row)),
+        a(to_device(c.a)),
+        out_table(to_device(std::vector<int32_t>(c.slots(), -7))),
+        out_lens(to_device(std::vector<int32_t>(size_t(c.batch()) * c.kv_heads, -7))),
+        base_masks(to_device(c.base_masks)),
+        out_masks(to_device(std::vector<uint32_t>(c.slots(), 0u))),
+        age(to_device(std::vector<uint8_t>(c.slots() * c.group, 0))),
+        supplements(1) {
+    cuda::check(cudaMemset(supplements.data(), 0, supplements.bytes()), "cudaMemset");
+  }
+  // g (its shape, units and flags) over these arrays, with a workspace for num_pool_pages.
+  RetroPagePlanArgs args(RetroPagePlanArgs g, int num_pool_pages) {
+    g.page_table = page_table.data();
+    g.seq_lens = lens.data();
+    g.base_table = base_table.data();
+    g.base_lens = base_lens.data();
+    g.base_masks = base_masks.data();
+    g.row_slot = slot.data();
+    g.retro_step = step.data();
+    g.newest_row = newest.data();
+    g.masks.a = a.data();
+    g.age = age.data();
+    g.out_table = out_table.data();
+    g.out_lens = out_lens.data();
+    g.out_masks = out_masks.data();
+    g.supplement_tokens = supplements.data();
+    g.num_pool_pages = num_pool_pages;
+    workspace = cuda::DeviceBuffer<uint8_t>(cuda::retro_page_plan_workspace_size(g));
+    g.workspace = workspace.data();
+    g.workspace_bytes = workspace.bytes();
+    return g;
+  }
+};
+
+// The largest |x - y| (equal infinities count 0).
+float max_diff(const std::vector<float>& x, const std::vector<float>& y) {
+  float m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::isinf(x[i]) && x[i] == y[i] ? 0.0f : std::fabs(x[i] - y[i]));
+  return m;
+}
+
 TEST(CudaRetroPagePlan, EqualsTheCpuReference) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   for (int trial = 0; trial < 6; ++trial) {
@@ -48,40 +104,14 @@ TEST(CudaRetroPagePlan, EqualsTheCpuReference) {
     h.out_masks = masks.data();
     cpu::retro_page_plan(h);
 
-    auto dpt = to_device(c.pages.table), dlens = to_device(c.lens), dbt = to_device(c.base_table);
-    auto dbl = to_device(c.base_lens), dslot = to_device(c.row_slot), dstep = to_device(c.retro_step);
-    auto dnew = to_device(c.newest_row), da = to_device(c.a);
-    auto dbm = to_device(c.base_masks);
-    auto dtable = to_device(std::vector<int32_t>(c.slots(), -7)), dout_lens = to_device(std::vector<int32_t>(lens.size(), -7));
-    auto dmasks = to_device(std::vector<uint32_t>(c.slots(), 0u));
-    auto dage = to_device(std::vector<uint8_t>(age.size(), 0));
-    cuda::DeviceBuffer<unsigned long long> supp(1);
-    cuda::check(cudaMemset(supp.data(), 0, supp.bytes()), "cudaMemset");
-    RetroPagePlanArgs g = h;
-    g.page_table = dpt.data();
-    g.seq_lens = dlens.data();
-    g.base_table = dbt.data();
-    g.base_lens = dbl.data();
-    g.base_masks = dbm.data();
-    g.row_slot = dslot.data();
-    g.retro_step = dstep.data();
-    g.newest_row = dnew.data();
-    g.masks.a = da.data();
-    g.age = dage.data();
-    g.out_table = dtable.data();
-    g.out_lens = dout_lens.data();
-    g.out_masks = dmasks.data();
-    g.supplement_tokens = supp.data();
-    g.num_pool_pages = c.pages.num_pages;
-    cuda::DeviceBuffer<uint8_t> ws(cuda::retro_page_plan_workspace_size(g));
-    g.workspace = ws.data();
-    g.workspace_bytes = ws.bytes();
+    DeviceRetroPlan dev(c);
+    const RetroPagePlanArgs g = dev.args(h, c.pages.num_pages);
     ASSERT_EQ(cuda::retro_page_plan(g, nullptr), cudaSuccess);
     cuda::check(cudaDeviceSynchronize(), "retro_page_plan");
-    const auto hl = to_host(dout_lens), ht = to_host(dtable);
-    const auto hm = to_host(dmasks);
+    const auto hl = to_host(dev.out_lens), ht = to_host(dev.out_table);
+    const auto hm = to_host(dev.out_masks);
     EXPECT_EQ(hl, lens) << "trial " << trial;
-    EXPECT_EQ(to_host(da), a_cpu) << "the masks A after the step";
+    EXPECT_EQ(to_host(dev.a), a_cpu) << "the masks A after the step";
     unsigned long long supplements = 0;
     for (int b = 0; b < c.batch(); ++b)
       for (int kvh = 0; kvh < c.kv_heads; ++kvh) {
@@ -92,7 +122,7 @@ TEST(CudaRetroPagePlan, EqualsTheCpuReference) {
           ASSERT_EQ(hm[list * c.pages.stride + k], masks[list * c.pages.stride + k]) << "row " << b << " slot " << k;
         }
       }
-    EXPECT_EQ(to_host(supp)[0], supplements);
+    EXPECT_EQ(to_host(dev.supplements)[0], supplements);
   }
 }
 
@@ -133,15 +163,9 @@ TEST(CudaRetroMerge, EqualsTheCpuReference) {
                                 nullptr),
               cudaSuccess);
     cuda::check(cudaDeviceSynchronize(), "retro_merge");
-    auto near = [](const std::vector<float>& x, const std::vector<float>& y) {
-      float m = 0;
-      for (size_t i = 0; i < x.size(); ++i)
-        m = std::max(m, std::isinf(x[i]) && x[i] == y[i] ? 0.0f : std::fabs(x[i] - y[i]));
-      return m;
-    };
-    EXPECT_LT(near(to_host(gout), out), 1e-5f) << "d " << d;
-    EXPECT_LT(near(to_host(glse), out_lse), 1e-5f) << "d " << d;
-    EXPECT_LT(near(to_host(dco), hco), 1e-5f) << "d " << d;
+    EXPECT_LT(max_diff(to_host(gout), out), 1e-5f) << "d " << d;
+    EXPECT_LT(max_diff(to_host(glse), out_lse), 1e-5f) << "d " << d;
+    EXPECT_LT(max_diff(to_host(dco), hco), 1e-5f) << "d " << d;
     EXPECT_EQ(to_host(dcs), hcs);
   }
 }
@@ -175,10 +199,6 @@ TEST(CudaRetroFold, EqualsTheUnfoldedStep) {
     const std::vector<float> cache_o = test::random_vector(size_t(sequences) * 2 * heads * d),
                              cache_lse = test::random_vector(size_t(sequences) * 2 * heads);
     auto dq = to_device(q), dkv = to_device(kv);
-    auto dpt = to_device(c.pages.table), dlens = to_device(c.lens), dbt = to_device(c.base_table);
-    auto dbl = to_device(c.base_lens);
-    auto dbm = to_device(c.base_masks);
-    auto dslot = to_device(c.row_slot), dstep = to_device(c.retro_step), dnew = to_device(c.newest_row);
     auto drules = to_device(rules);
     auto dpol = to_device(policy);
     struct Run {
@@ -187,81 +207,58 @@ TEST(CudaRetroFold, EqualsTheUnfoldedStep) {
       unsigned long long supplements;
     };
     auto run = [&](bool fold) {
-      auto da = to_device(c.a), dtags = to_device(tags);
+      DeviceRetroPlan dev(c);
+      auto dtags = to_device(tags);
       auto dco = to_device(cache_o), dcl = to_device(cache_lse);
-      cuda::DeviceBuffer<int32_t> table(c.slots()), lens(size_t(batch) * kvh);
-      cuda::DeviceBuffer<uint32_t> masks(c.slots());
-      cuda::DeviceBuffer<uint8_t> age(c.slots() * group);
       cuda::DeviceBuffer<uint16_t> folded_q(size_t(batch) * 2 * heads * d);
       cuda::DeviceBuffer<float> o(size_t(batch) * 2 * heads * d), lse(size_t(batch) * 2 * heads);
       cuda::DeviceBuffer<float> out(size_t(batch) * heads * d), out_lse(size_t(batch) * heads);
-      cuda::DeviceBuffer<unsigned long long> supp(1);
-      cuda::check(cudaMemset(supp.data(), 0, supp.bytes()), "cudaMemset");
       RetroPagePlanArgs g = c.args();
       g.per_head_units = per_head;
       g.sparse = sparse;
-      g.page_table = dpt.data();
-      g.seq_lens = dlens.data();
-      g.base_table = dbt.data();
-      g.base_lens = dbl.data();
-      g.base_masks = dbm.data();
-      g.row_slot = dslot.data();
-      g.retro_step = dstep.data();
-      g.newest_row = dnew.data();
-      g.masks = {.a = da.data(), .units = heads, .stride = c.stride_pages};
-      g.age = age.data();
-      g.out_table = table.data();
-      g.out_lens = lens.data();
-      g.out_masks = masks.data();
-      g.supplement_tokens = supp.data();
-      g.num_pool_pages = c.pages.num_pages;
+      g.masks = {.a = nullptr, .units = heads, .stride = c.stride_pages};
       g.q = dq.data();
       g.folded_q = fold ? folded_q.data() : nullptr;
       g.head_dim = d;
-      cuda::DeviceBuffer<uint8_t> ws(cuda::retro_page_plan_workspace_size(g));
-      g.workspace = ws.data();
-      g.workspace_bytes = ws.bytes();
+      g = dev.args(g, c.pages.num_pages);
       EXPECT_EQ(cuda::retro_page_plan(g, nullptr), cudaSuccess);
       PagedDecodeArgs a{.batch = batch, .num_heads = fold ? 2 * heads : heads, .num_kv_heads = kvh, .head_dim = d,
                         .max_pages_per_seq = c.pages.stride,
                         .max_seq_len = *std::max_element(c.lens.begin(), c.lens.end()),
                         .scale = 1.0f / std::sqrt(float(d)), .tables_per_kv_head = true,
                         .q = fold ? folded_q.data() : dq.data(), .k_pool = dkv.data(),
-                        .v_pool = dkv.data() + kv.size() / 2, .page_table = table.data(), .seq_lens = lens.data(),
-                        .head_masks = masks.data(), .o = o.data(), .lse = lse.data()};
+                        .v_pool = dkv.data() + kv.size() / 2, .page_table = dev.out_table.data(),
+                        .seq_lens = dev.out_lens.data(), .head_masks = dev.out_masks.data(), .o = o.data(),
+                        .lse = lse.data()};
       cuda::DeviceBuffer<uint8_t> attn_ws(std::max<size_t>(1, cuda::paged_decode_workspace_size(a)));
       cuda::check(cudaMemset(attn_ws.data(), 0, attn_ws.bytes()), "cudaMemset");
       a.workspace = attn_ws.data();
       a.workspace_bytes = attn_ws.bytes();
       EXPECT_EQ(cuda::paged_decode_attention(a, nullptr), cudaSuccess);
       EXPECT_EQ(cuda::retro_merge({.batch = batch, .num_heads = heads, .head_dim = d, .o = o.data(), .lse = lse.data(),
-                                   .out = out.data(), .out_lse = out_lse.data(), .row_slot = dslot.data(),
-                                   .retro_step = dstep.data(), .newest_row = dnew.data(), .rules = drules.data(),
+                                   .out = out.data(), .out_lse = out_lse.data(), .row_slot = dev.slot.data(),
+                                   .retro_step = dev.step.data(), .newest_row = dev.newest.data(), .rules = drules.data(),
                                    .row_policy = dpol.data(),
                                    .cache = {.entries = 2, .o = dco.data(), .lse = dcl.data(), .step = dtags.data()},
                                    .fold_group = fold ? group : 0},
                                   nullptr),
                 cudaSuccess);
       cuda::check(cudaDeviceSynchronize(), "retro step");
-      return Run{to_host(out), to_host(out_lse), to_host(dco), to_host(dcl), to_host(da), to_host(supp)[0]};
+      return Run{to_host(out), to_host(out_lse), to_host(dco), to_host(dcl), to_host(dev.a), to_host(dev.supplements)[0]};
     };
     const Run plain = run(false), folded = run(true);
-    auto diff = [](const std::vector<float>& x, const std::vector<float>& y) {
-      float m = 0;
-      for (size_t i = 0; i < x.size(); ++i)
-        m = std::max(m, std::isinf(x[i]) && x[i] == y[i] ? 0.0f : std::fabs(x[i] - y[i]));
-      return m;
-    };
     const std::string at = "trial " + std::to_string(trial) + ", d " + std::to_string(d) + ", group " +
                            std::to_string(group) + ", kv heads " + std::to_string(kvh) +
                            (per_head ? ", a unit a head" : ", a unit a group") + (sparse ? "" : ", dense layer");
-    EXPECT_LT(diff(folded.out, plain.out), 2e-5f) << at;
-    EXPECT_LT(diff(folded.out_lse, plain.out_lse), 2e-5f) << at;
-    EXPECT_LT(diff(folded.cache_o, plain.cache_o), 2e-5f) << at;
-    EXPECT_LT(diff(folded.cache_lse, plain.cache_lse), 2e-5f) << at;
+    EXPECT_LT(max_diff(folded.out, plain.out), 2e-5f) << at;
+    EXPECT_LT(max_diff(folded.out_lse, plain.out_lse), 2e-5f) << at;
+    EXPECT_LT(max_diff(folded.cache_o, plain.cache_o), 2e-5f) << at;
+    EXPECT_LT(max_diff(folded.cache_lse, plain.cache_lse), 2e-5f) << at;
     EXPECT_EQ(folded.a, plain.a) << at;
     EXPECT_EQ(folded.supplements, plain.supplements) << at;
-    if (sparse) EXPECT_GT(plain.supplements, 0u) << at << ": no past row attended a page";
+    if (sparse) {
+      EXPECT_GT(plain.supplements, 0u) << at << ": no past row attended a page";
+    }
   }
 }
 

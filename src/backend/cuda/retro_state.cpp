@@ -53,6 +53,8 @@ void RetroState::allocate(int slots, int entries) {
     age_.resize(R * kvh * P * group);
     states_.resize(2 * (R * H * d + R * H));  // the folded layout's 2 num_heads a row
     folded_q_.resize(R * 2 * H * d);
+    // A past row's folded queries are never written (its lists are empty), but the kernel loads them.
+    check(cudaMemset(folded_q_.data(), 0, folded_q_.bytes()), "cudaMemset (retro folded queries)");
     RetroPagePlanArgs a{.num_pool_pages = s_.num_pool_pages};
     workspace_.resize(std::max<size_t>(1, retro_page_plan_workspace_size(a)));
     tokens_.resize(1);

@@ -157,10 +157,11 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_mma_kernel(const uint16_t* __
 // against 15.7 us), was 0.5-1% slower end to end (Retro's w = 2 and quest at b2, 32K, H100,
 // 2026-11-26): not taken.
 //
-// U: four chunks at one row, two from two rows (R = 2 halves the warps of a projection, so
-// each keeps as many bytes in flight as one row's); at two rows on an H200 (ncu, the 8B shape,
-// 2026-11-29) U = 2 left the 4096-output projections 18-26% slower than at one row (down 37.1
-// against 29.4 us, o 14.2 against 12.1): RetroAttention's w = 2 at batch 1 paid 0.44 ms a token.
+// U: four chunks at one and two rows (R = 2 halves a projection's warps; four chunks keep a
+// lane's bytes in flight at one row's), two from three. At two rows on an H200 U = 4 against 2
+// was equal or up to 1% faster end to end (2026-11-29, session 35), and the gap to one row in a
+// step stayed (ncu: down 37.1 against 29.4 us, o 14.0 against 12.1): the down projection goes to
+// the tensor cores from two rows (gemv).
 template <int N, int R = N == 1 ? 1 : N <= 4 ? 2 : 4, int U = N <= 2 ? 4 : 2>
 void launch(const uint16_t* x, const uint16_t* w, float* y, int out, int in, cudaStream_t s) {
   const int rows_per_block = 256 / 32 * R;

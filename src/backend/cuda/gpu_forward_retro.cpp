@@ -59,7 +59,7 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
                          .row_slot = row_slot, .retro_step = steps, .newest_row = newest, .masks = retro_.masks(l),
                          .age = x.age, .out_table = x.table, .out_lens = x.lens, .out_masks = x.masks,
                          .supplement_tokens = x.tokens, .q = base.q, .folded_q = fold ? x.folded_q : nullptr,
-                        .head_dim = c.head_dim},
+                         .head_dim = c.head_dim},
                         s),
         "retro_page_plan");
   // Every list is within the plan's bound: a newest row's (and another policy's row's) is its

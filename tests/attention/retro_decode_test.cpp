@@ -134,5 +134,34 @@ TEST(RetroMerge, CachesTheNewestAndMergesThePast) {
                std::invalid_argument);
 }
 
+// The GPU's folded step (RetroPagePlanArgs::folded_q, RetroMergeArgs::fold_group): which steps
+// fold, and where a row's state sits in the folded layout. Every (row, head) of a batch mixing a
+// sequence with a past row, one without, and a row of another policy has its own state; a
+// sequence's newest and past rows fill its newest row's 2 x num_heads states, the past row's heads
+// of a KV head right after the newest row's. (The GPU test CudaRetroFold runs the step itself.)
+TEST(RetroFold, FitsAndLaysOutTheStates) {
+  EXPECT_TRUE(retro_fold_fits(2, 4));   // the 8B shape and the demo model: 8 heads a KV head
+  EXPECT_TRUE(retro_fold_fits(2, 3));   // SmolLM2
+  EXPECT_TRUE(retro_fold_fits(1, 4));
+  EXPECT_FALSE(retro_fold_fits(3, 2));  // two past rows
+  EXPECT_FALSE(retro_fold_fits(2, 5));  // ten heads: more than the MMA tile's 8 rows
+  const int heads = 6, group = 3;
+  // Rows: a past row (0) and its newest (1); a newest row with no past row yet (2); another policy (3).
+  const std::vector<int32_t> slot = {0, 0, 1, -1}, newest = {1, 1, 2, 3};
+  RetroMergeArgs m{.batch = 4, .num_heads = heads, .head_dim = 64, .newest_row = newest.data(), .cache = {}};
+  EXPECT_EQ(m.state_of(2, 5, false), size_t(2 * heads + 5));  // unfolded: [batch][num_heads]
+  m.fold_group = group;
+  std::set<size_t> states;
+  for (int b = 0; b < 4; ++b)
+    for (int h = 0; h < heads; ++h) {
+      const bool past = slot[size_t(b)] >= 0 && newest[size_t(b)] != b;
+      const size_t s = m.state_of(b, h, past);
+      EXPECT_TRUE(states.insert(s).second) << "row " << b << " head " << h;
+      EXPECT_EQ(s / (2 * heads), size_t(past ? newest[size_t(b)] : b)) << "row " << b << " head " << h;
+      EXPECT_EQ(s % (2 * heads), size_t(h / group * 2 * group + (past ? group : 0) + h % group));
+    }
+  for (size_t s = 2 * heads; s < 4 * heads; ++s) EXPECT_TRUE(states.count(s)) << "the sequence's states, " << s;
+}
+
 }  // namespace
 }  // namespace skim

@@ -26,6 +26,9 @@ struct PlanRow {
   int slot, newest, past;  // past: the row before when it is this row's past row, else -1
   int step, behind, current;
   bool sparse, per_head;
+  // The selection unit of KV head h's g-th query head (RetroPagePlanArgs::unit_of, the rule
+  // already loaded).
+  __device__ int unit(int h, int g, int group) const { return per_head ? h * group + g : h; }
 };
 
 __device__ __forceinline__ PlanRow load_row(const RetroPagePlanArgs& a, int b) {
@@ -47,17 +50,16 @@ __device__ __forceinline__ PlanRow load_row(const RetroPagePlanArgs& a, int b) {
 __device__ __forceinline__ uint32_t update_page(const RetroPagePlanArgs& a, const PlanRow& r, int h, int i,
                                                 uint32_t mask, uint8_t* age) {
   const int group = a.group_size();
-  auto unit = [&](int g) { return r.per_head ? h * group + g : h; };
   uint32_t unseen = 0;
   for (int g = 0; g < group; ++g) {  // 0: not selected, never unseen
-    const int old = i == r.current ? r.step - 1 : a.masks.of(r.slot, unit(g))[i];
+    const int old = i == r.current ? r.step - 1 : a.masks.of(r.slot, r.unit(h, g, group))[i];
     const int aged = (mask >> g & 1u) ? max(0, min(255, r.step - old)) : 0;
     age[g] = uint8_t(aged);
     unseen |= uint32_t(aged > r.behind) << g;
   }
   for (int g = 0; g < group; ++g)
     if (r.per_head || g == 0) {
-      int32_t* m = a.masks.of(r.slot, unit(g)) + i;
+      int32_t* m = a.masks.of(r.slot, r.unit(h, g, group)) + i;
       if (mask >> g & 1u)
         *m = r.step;
       else if (i == r.current)
@@ -110,7 +112,7 @@ __device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, const Plan
   const bool listed = n > 0 && (a.base_table[base * stride] == cur || a.base_table[base * stride + n - 1] == cur);
   if (!listed)
     for (int g = 0; g < group; ++g)
-      if (r.per_head || g == 0) a.masks.of(r.slot, r.per_head ? h * group + g : h)[r.current] = r.step - 1;
+      if (r.per_head || g == 0) a.masks.of(r.slot, r.unit(h, g, group))[r.current] = r.step - 1;
 }
 
 // Past row b's list: its newest row nr's pages with an old value below its step, per head, in

@@ -173,7 +173,9 @@ TEST(CudaRetroMerge, EqualsTheCpuReference) {
 // A folded step (RetroPagePlanArgs::folded_q: each past row attends as more query heads of its
 // newest row's lists) against the same step unfolded (the past rows' own lists), plan, kernel and
 // merge: the outputs and caches within float rounding (the kernel splits other lists over its
-// CTAs), the masks A and the supplements' tokens exactly.
+// CTAs), the masks A and the supplements' tokens exactly. Both also with the merge run by the
+// attention call (its Retro form: in the chunk merge's launch where it splits the lists, which
+// lists of up to 1500 tokens mostly do).
 TEST(CudaRetroFold, EqualsTheUnfoldedStep) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   for (int trial = 0; trial < 6; ++trial) {
@@ -206,7 +208,7 @@ TEST(CudaRetroFold, EqualsTheUnfoldedStep) {
       std::vector<int32_t> a;
       unsigned long long supplements;
     };
-    auto run = [&](bool fold) {
+    auto run = [&](bool fold, bool merge_in_call) {
       DeviceRetroPlan dev(c);
       auto dtags = to_device(tags);
       auto dco = to_device(cache_o), dcl = to_device(cache_lse);
@@ -234,28 +236,35 @@ TEST(CudaRetroFold, EqualsTheUnfoldedStep) {
       cuda::check(cudaMemset(attn_ws.data(), 0, attn_ws.bytes()), "cudaMemset");
       a.workspace = attn_ws.data();
       a.workspace_bytes = attn_ws.bytes();
-      EXPECT_EQ(cuda::paged_decode_attention(a, nullptr), cudaSuccess);
-      EXPECT_EQ(cuda::retro_merge({.batch = batch, .num_heads = heads, .head_dim = d, .o = o.data(), .lse = lse.data(),
-                                   .out = out.data(), .out_lse = out_lse.data(), .row_slot = dev.slot.data(),
-                                   .retro_step = dev.step.data(), .newest_row = dev.newest.data(), .rules = drules.data(),
-                                   .row_policy = dpol.data(),
-                                   .cache = {.entries = 2, .o = dco.data(), .lse = dcl.data(), .step = dtags.data()},
-                                   .fold_group = fold ? group : 0},
-                                  nullptr),
-                cudaSuccess);
+      const RetroMergeArgs merge{
+          .batch = batch, .num_heads = heads, .head_dim = d, .o = o.data(), .lse = lse.data(), .out = out.data(),
+          .out_lse = out_lse.data(), .row_slot = dev.slot.data(), .retro_step = dev.step.data(),
+          .newest_row = dev.newest.data(), .rules = drules.data(), .row_policy = dpol.data(),
+          .cache = {.entries = 2, .o = dco.data(), .lse = dcl.data(), .step = dtags.data()},
+          .fold_group = fold ? group : 0};
+      if (merge_in_call) {
+        EXPECT_EQ(cuda::paged_decode_attention(a, merge, nullptr), cudaSuccess);
+      } else {
+        EXPECT_EQ(cuda::paged_decode_attention(a, nullptr), cudaSuccess);
+        EXPECT_EQ(cuda::retro_merge(merge, nullptr), cudaSuccess);
+      }
       cuda::check(cudaDeviceSynchronize(), "retro step");
       return Run{to_host(out), to_host(out_lse), to_host(dco), to_host(dcl), to_host(dev.a), to_host(dev.supplements)[0]};
     };
-    const Run plain = run(false), folded = run(true);
+    const Run plain = run(false, false);
     const std::string at = "trial " + std::to_string(trial) + ", d " + std::to_string(d) + ", group " +
                            std::to_string(group) + ", kv heads " + std::to_string(kvh) +
                            (per_head ? ", a unit a head" : ", a unit a group") + (sparse ? "" : ", dense layer");
-    EXPECT_LT(max_diff(folded.out, plain.out), 2e-5f) << at;
-    EXPECT_LT(max_diff(folded.out_lse, plain.out_lse), 2e-5f) << at;
-    EXPECT_LT(max_diff(folded.cache_o, plain.cache_o), 2e-5f) << at;
-    EXPECT_LT(max_diff(folded.cache_lse, plain.cache_lse), 2e-5f) << at;
-    EXPECT_EQ(folded.a, plain.a) << at;
-    EXPECT_EQ(folded.supplements, plain.supplements) << at;
+    for (const auto& [fold, merge_in_call] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+      const Run other = run(fold, merge_in_call);
+      const std::string how = at + (fold ? ", folded" : "") + (merge_in_call ? ", merged in the call" : "");
+      EXPECT_LT(max_diff(other.out, plain.out), 2e-5f) << how;
+      EXPECT_LT(max_diff(other.out_lse, plain.out_lse), 2e-5f) << how;
+      EXPECT_LT(max_diff(other.cache_o, plain.cache_o), 2e-5f) << how;
+      EXPECT_LT(max_diff(other.cache_lse, plain.cache_lse), 2e-5f) << how;
+      EXPECT_EQ(other.a, plain.a) << how;
+      EXPECT_EQ(other.supplements, plain.supplements) << how;
+    }
     if (sparse) {
       EXPECT_GT(plain.supplements, 0u) << at << ": no past row attended a page";
     }

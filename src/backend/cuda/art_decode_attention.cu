@@ -712,9 +712,10 @@ struct ArtVariant {
     if ((e = cudaGetLastError()) != cudaSuccess || plan.direct) return e;
     detail::DeviceInfo info;
     if ((e = detail::device_info(info)) != cudaSuccess) return e;
-    const detail::MergeParams mp{.part_o = part_o, .part_lse = part_lse, .o = at.o, .lse = at.lse,
-                                 .o_bf16 = at.o_bf16, .num_heads = at.num_heads, .num_chunks = plan.num_chunks};
-    return detail::launch_merge<D>(mp, at.batch * at.num_heads, info.cc_major, stream);
+    const detail::MergeParams mp{.part_o = part_o, .part_lse = part_lse, .num_heads = at.num_heads,
+                                 .num_chunks = plan.num_chunks};
+    return detail::launch_merge<D>(mp, detail::WriteMergedState<D>{at.o, at.lse, at.o_bf16},
+                                   at.batch * at.num_heads, info.cc_major, stream);
   }
 };
 

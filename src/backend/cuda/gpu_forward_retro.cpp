@@ -4,7 +4,8 @@
 //   retro_page_plan: the newest rows keep their base lists and load their units' masks; each
 //     past row lists the pages selected now it has not seen (rows of other policies pass through);
 //   paged decode attention over every row's list (ART's kernel when a row of the step runs ART);
-//   retro_merge: the newest rows' states into their caches, the past rows' merged with theirs.
+//   retro_merge: the newest rows' states into their caches, the past rows' merged with theirs
+//     (as the chunk merge's epilogue where the attention call splits its lists).
 // The planner plans the newest rows only (a past row's plan index is InputLayout::kNoPlan).
 // A step whose retro rules all have w = 2, where twice a group fits the kernel's tile
 // (retro_fold_fits), folds: each past row attends as more query heads of its newest row's
@@ -73,19 +74,19 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
   // Over host KV the lists map after the plan, which reads the base's host page ids; past rows
   // rewrote their pages in this layer, so the map copies those again (HostKVSlots::begin_step).
   read_through_cache(l, n, plan, a, s);
+  const RetroMergeArgs merge{.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .o = x.o, .lse = x.lse,
+                             .out = o_.data(), .out_bf16 = o16_from_attention(), .out_lse = lse_.data(),
+                             .row_slot = row_slot, .retro_step = steps, .newest_row = newest,
+                             .rules = plan.retro_rules, .row_policy = row_policy, .cache = retro_.cache(l),
+                             .fold_group = fold ? c.num_heads / c.num_kv_heads : 0};
   if (plan.art_rules) {  // ART rows pass through whole, in their visiting order
     run_art(a, plan, s);
-  } else {
-    a.split_rows = pass_.split_rows;  // the newest rows' (past rows count nothing: split_rows())
-    check(paged_decode_attention(a, s), "paged_decode_attention (retro)");
+    check(retro_merge(merge, s), "retro_merge");
+    return;
   }
-  check(retro_merge({.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim, .o = x.o, .lse = x.lse,
-                     .out = o_.data(), .out_bf16 = o16_from_attention(), .out_lse = lse_.data(),
-                     .row_slot = row_slot, .retro_step = steps, .newest_row = newest,
-                     .rules = plan.retro_rules, .row_policy = row_policy, .cache = retro_.cache(l),
-                     .fold_group = fold ? c.num_heads / c.num_kv_heads : 0},
-                    s),
-        "retro_merge");
+  a.split_rows = pass_.split_rows;  // the newest rows' (past rows count nothing: split_rows())
+  // The merge in the chunk merge's launch where the call splits its lists.
+  check(paged_decode_attention(a, merge, s), "paged_decode_attention (retro)");
 }
 
 }  // namespace skim::cuda

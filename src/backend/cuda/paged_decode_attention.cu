@@ -3,6 +3,8 @@
 #include "backend/cuda/paged_decode_attention.cuh"
 
 #include "backend/cuda/paged_decode_attention_impl.cuh"
+#include "backend/cuda/retro_decode.cuh"
+#include "backend/cuda/retro_merge_state.cuh"
 
 namespace skim::cuda {
 
@@ -25,6 +27,19 @@ cudaError_t paged_decode_attention(const PagedDecodeArgs& args, cudaStream_t str
   if (!detail::supported(args)) return cudaErrorInvalidValue;
   return args.head_dim == 64 ? Default<64>::launch(args, stream)
                              : Default<128>::launch(args, stream);
+}
+
+cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const RetroMergeArgs& retro, cudaStream_t stream) {
+  const int heads = (retro.fold_group > 0 ? 2 : 1) * retro.num_heads;
+  if (!detail::supported(args) || !retro_merge_supported(retro) || args.o_bf16 != nullptr || args.o != retro.o ||
+      args.lse != retro.lse || args.batch != retro.batch || args.num_heads != heads || args.head_dim != retro.head_dim)
+    return cudaErrorInvalidValue;
+  const detail::RetroMergeEpilogue epilogue{retro};
+  detail::Plan plan;
+  const cudaError_t e = args.head_dim == 64 ? Default<64>::launch_with(args, epilogue, stream, 0, &plan)
+                                            : Default<128>::launch_with(args, epilogue, stream, 0, &plan);
+  if (e != cudaSuccess || !plan.direct) return e;
+  return retro_merge(retro, stream);  // one CTA took each list: the states are in args.o, args.lse
 }
 
 }  // namespace skim::cuda

@@ -18,6 +18,7 @@
 #include <cstddef>
 
 #include "attention/paged_decode_args.h"
+#include "attention/retro_decode_args.h"
 
 namespace skim::cuda {
 
@@ -38,5 +39,12 @@ size_t paged_decode_workspace_size(const PagedDecodeArgs& args);
 // Returns cudaErrorInvalidValue for unsupported shapes or a too small workspace, else the
 // launch status.
 cudaError_t paged_decode_attention(const PagedDecodeArgs& args, cudaStream_t stream);
+
+// The same call followed by RetroAttention's merge (cuda::retro_merge(retro)) of its states
+// (args.o and args.lse are retro.o and retro.lse; args.o_bf16 null: retro writes the output):
+// where the call splits its lists over CTAs, the chunk merge's launch runs Retro's merge as its
+// epilogue (one launch where there were two); where it does not, retro_merge follows. The
+// heads are retro's, twice as many where it reads the folded layout (fold_group).
+cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const RetroMergeArgs& retro, cudaStream_t stream);
 
 }  // namespace skim::cuda

@@ -524,10 +524,28 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
 struct MergeParams {
   const float* part_o;    // [batch][num_heads][num_chunks][D]
   const float* part_lse;  // [batch][num_heads][num_chunks]
+  int num_heads, num_chunks;
+};
+
+// What the merge does with a merged state: its epilogue, called by the D / 4 threads of the
+// state's block (v: the thread's float4 of o; every thread has the lse). This one writes the
+// state out; retro_merge_state.cuh's RetroMergeEpilogue merges it into RetroAttention's caches.
+template <int D>
+struct WriteMergedState {
   float* o;
   float* lse;
-  uint16_t* o_bf16 = nullptr;  // PagedDecodeArgs::o_bf16: the output as bf16 here instead of o
-  int num_heads, num_chunks;
+  uint16_t* o_bf16;  // PagedDecodeArgs::o_bf16: the output as bf16 here instead of o
+
+  __device__ __forceinline__ void operator()(int bh, int v, float4 out, float l) const {
+    if (o_bf16) {  // four bf16 in one 8-byte store, each rounded to nearest even
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(out.x, out.y), hi = __floats2bfloat162_rn(out.z, out.w);
+      reinterpret_cast<uint2*>(o_bf16 + size_t(bh) * D)[v] =
+          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    } else {
+      reinterpret_cast<float4*>(o + size_t(bh) * D)[v] = out;
+    }
+    if (v == 0) lse[bh] = l;
+  }
 };
 
 constexpr int kMaxChunks = 1024;  // make_plan never plans more
@@ -553,8 +571,8 @@ __device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) 
 // nothing. Latency matters here (it runs after the split kernel, on the critical path), so
 // every load is issued before it is used: the weights in one pass, then each thread sums
 // one float4 of o over its share of the chunks with the loads unrolled.
-template <int D>
-__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams p) {
+template <int D, class Epilogue>
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams p, const Epilogue epilogue) {
   constexpr int kVecs = D / 4;                     // float4 per chunk
   constexpr int kGroups = kMergeThreads / kVecs;   // chunks summed in parallel
   __shared__ float red[kMergeThreads / 32];
@@ -595,22 +613,33 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
     for (int j = 1; j < kGroups; ++j)
       sum.x += part[j][t].x, sum.y += part[j][t].y, sum.z += part[j][t].z, sum.w += part[j][t].w;
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    const float4 out = make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
-    if (p.o_bf16) {  // four bf16 in one 8-byte store, each rounded to nearest even
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(out.x, out.y), hi = __floats2bfloat162_rn(out.z, out.w);
-      reinterpret_cast<uint2*>(p.o_bf16 + size_t(bh) * D)[t] =
-          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-    } else {
-      reinterpret_cast<float4*>(p.o + size_t(bh) * D)[t] = out;
-    }
+    epilogue(bh, t, make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv),
+             L > 0.0f ? M + logf(L) : -INFINITY);
   }
-  if (t == 0) p.lse[bh] = L > 0.0f ? M + logf(L) : -INFINITY;
+}
+
+// The merge kernel asks for the split kernel's L1/shared split, so that its blocks (launched
+// early through PDL) can sit beside split CTAs without the SM reconfiguring between kernels;
+// once per device and epilogue.
+template <int D, class Epilogue>
+cudaError_t prefer_merge_carveout() {
+  constexpr int kMaxDevices = 64;
+  static bool done[kMaxDevices];
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess || (dev < kMaxDevices && done[dev])) return e;
+  e = cudaFuncSetAttribute(reinterpret_cast<const void*>(merge_kernel<D, Epilogue>),
+                           cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (e == cudaSuccess && dev < kMaxDevices) done[dev] = true;
+  return e;
 }
 
 // Launches merge_kernel over `rows` (batch x num_heads) units; on Hopper it may start while the
 // split kernel finishes (programmatic dependent launch: the kernel waits on its inputs).
-template <int D>
-cudaError_t launch_merge(const MergeParams& mp, int rows, int cc_major, cudaStream_t stream) {
+template <int D, class Epilogue>
+cudaError_t launch_merge(const MergeParams& mp, const Epilogue& epilogue, int rows, int cc_major,
+                         cudaStream_t stream) {
+  if (const cudaError_t e = prefer_merge_carveout<D, Epilogue>(); e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(rows);
   cfg.blockDim = dim3(kMergeThreads);
@@ -621,7 +650,7 @@ cudaError_t launch_merge(const MergeParams& mp, int rows, int cc_major, cudaStre
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = cc_major >= 9 ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, merge_kernel<D>, mp);
+  return cudaLaunchKernelEx(&cfg, merge_kernel<D, Epilogue>, mp, epilogue);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -724,11 +753,9 @@ struct Variant {
       e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
       if (e != cudaSuccess) return e;
     }
-    // The merge kernel asks for the same L1/shared split, so that its blocks (launched early
-    // through PDL) can sit beside split CTAs without the SM reconfiguring between kernels.
+    // The merge kernel asks for the same split (prefer_merge_carveout).
     for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, false>),
-                          reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, true>),
-                          reinterpret_cast<const void*>(merge_kernel<D>)}) {
+                          reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, true>)}) {
       e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
                                cudaSharedmemCarveoutMaxShared);
       if (e != cudaSuccess) return e;
@@ -774,6 +801,14 @@ struct Variant {
 
   static cudaError_t launch(const PagedDecodeArgs& a, cudaStream_t stream,
                             int capacity_override = 0, Plan* plan_out = nullptr) {
+    return launch_with(a, WriteMergedState<D>{a.o, a.lse, a.o_bf16}, stream, capacity_override, plan_out);
+  }
+
+  // With the chunk merge's epilogue (WriteMergedState, or another that takes the merged states);
+  // a direct plan (plan_out->direct) writes a.o and a.lse, or a.o_bf16, and runs no epilogue.
+  template <class Epilogue>
+  static cudaError_t launch_with(const PagedDecodeArgs& a, const Epilogue& epilogue, cudaStream_t stream,
+                            int capacity_override = 0, Plan* plan_out = nullptr) {
     if (a.batch == 0) return cudaSuccess;
     DeviceInfo info;
     cudaError_t e = device_info(info);
@@ -817,16 +852,9 @@ struct Variant {
     // The merge as a kernel of its own: the split's last CTA of each unit merging (a fence and an
     // atomic count, then the merge) was slower everywhere, dense b1 32K 51.6 against 50.2 us on
     // the H100 (bench/results/2026-11-28-s30-score-shapes/in-kernel-merge.patch).
-    MergeParams mp;
-    mp.part_o = part_o;
-    mp.part_lse = part_lse;
-    mp.o = a.o;
-    mp.lse = a.lse;
-    mp.o_bf16 = a.o_bf16;
-    mp.num_heads = a.num_heads;
-    mp.num_chunks = plan.num_chunks;
-
-    return launch_merge<D>(mp, a.batch * a.num_heads, info.cc_major, stream);
+    const MergeParams mp{.part_o = part_o, .part_lse = part_lse, .num_heads = a.num_heads,
+                         .num_chunks = plan.num_chunks};
+    return launch_merge<D>(mp, epilogue, a.batch * a.num_heads, info.cc_major, stream);
   }
 };
 
@@ -844,6 +872,12 @@ struct DefaultVariant {
 
   static cudaError_t launch(const PagedDecodeArgs& a, cudaStream_t stream,
                             int capacity_override = 0, Plan* plan_out = nullptr) {
+    return launch_with(a, WriteMergedState<D>{a.o, a.lse, a.o_bf16}, stream, capacity_override, plan_out);
+  }
+
+  template <class Epilogue>
+  static cudaError_t launch_with(const PagedDecodeArgs& a, const Epilogue& epilogue, cudaStream_t stream,
+                            int capacity_override = 0, Plan* plan_out = nullptr) {
     if (a.batch == 0) return cudaSuccess;
     Plan shallow;
     int deep_per_sm = 0, shallow_per_sm = 0;
@@ -852,8 +886,8 @@ struct DefaultVariant {
         (e = Deep::ctas_per_sm(deep_per_sm)) == cudaSuccess &&
         (e = Shallow::ctas_per_sm(shallow_per_sm)) == cudaSuccess &&
         deep_per_sm == shallow_per_sm)
-      return Deep::launch(a, stream, capacity_override, plan_out);
-    return e != cudaSuccess ? e : Shallow::launch(a, stream, capacity_override, plan_out);
+      return Deep::launch_with(a, epilogue, stream, capacity_override, plan_out);
+    return e != cudaSuccess ? e : Shallow::launch_with(a, epilogue, stream, capacity_override, plan_out);
   }
 
   static cudaError_t workspace_size(const PagedDecodeArgs& a, size_t& bytes) {

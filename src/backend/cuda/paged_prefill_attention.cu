@@ -135,14 +135,10 @@ cudaError_t launch(const PagedPrefillArgs& a, PrefillKernel kind, cudaStream_t s
   if (cudaError_t e = cudaLaunchKernel(k.fn, grid, dim3(k.threads), params, size_t(k.smem), stream); e != cudaSuccess)
     return e;
   if (sp.splits == 1) return cudaSuccess;
-  detail::MergeParams mp;
-  mp.part_o = sp.part_o;
-  mp.part_lse = sp.part_lse;
-  mp.o = a.o;
-  mp.lse = a.lse;
-  mp.num_heads = a.num_heads;
-  mp.num_chunks = sp.splits;
-  detail::merge_kernel<D><<<a.n * a.num_heads, detail::kMergeThreads, 0, stream>>>(mp);
+  const detail::MergeParams mp{.part_o = sp.part_o, .part_lse = sp.part_lse, .num_heads = a.num_heads,
+                               .num_chunks = sp.splits};
+  detail::merge_kernel<D><<<a.n * a.num_heads, detail::kMergeThreads, 0, stream>>>(
+      mp, detail::WriteMergedState<D>{a.o, a.lse, nullptr});
   return cudaGetLastError();
 }
 

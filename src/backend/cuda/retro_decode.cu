@@ -6,6 +6,7 @@
 
 #include "backend/cuda/page_index_map.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/retro_merge_state.cuh"
 
 #include <cstdint>
 
@@ -191,57 +192,16 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const RetroPagePlanA
     plan_past(a, pb, b, h, scan);
 }
 
-// The output element at `at`: fp32, or bf16 for the o projection (RetroMergeArgs::out_bf16).
-__device__ __forceinline__ void write_out(const RetroMergeArgs& a, size_t at, float x) {
-  if (a.out_bf16)
-    a.out_bf16[at] = __bfloat16_as_ushort(__float2bfloat16(x));
-  else
-    a.out[at] = x;
-}
-
-// One CTA of head_dim threads per (row, query head). A rule's cache has w entries, so the entry
-// a newest row writes is none its past rows read: every row merges in one launch.
+// One CTA of head_dim threads per (row, query head), a thread an element
+// (retro_merge_elements). A rule's cache has w entries, so the entry a newest row writes is none
+// its past rows read: every row merges in one launch.
 __global__ void merge_kernel(const RetroMergeArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
-  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x, d = a.head_dim, H = a.num_heads;
-  const int slot = a.row_slot ? a.row_slot[b] : -1;
-  const bool past = slot >= 0 && a.newest_row[b] != b;
-  const size_t i = size_t(b) * H + h;
-  const int w1 = slot < 0 ? 0 : a.entries_of(b), step = a.retro_step ? a.retro_step[b] : 0;
-  const size_t entry = slot < 0 || w1 <= 0 ? 0 : size_t(slot) * a.cache.entries + size_t(step % w1);
-  const size_t src = a.state_of(b, h, past);  // the kernel's state (folded or not)
-  if (!past) {
-    write_out(a, i * d + t, a.o[src * d + t]);
-    if (t == 0 && a.out_lse) a.out_lse[i] = a.lse[src];
-    if (slot < 0 || w1 <= 0) return;
-    a.cache.o[(entry * H + h) * d + t] = a.o[src * d + t];
-    if (t == 0) a.cache.lse[entry * H + h] = a.lse[src];
-    if (t == 0 && h == 0) a.cache.step[entry] = step;
-    return;
-  }
-  // A missing entry (its step not cached) counts as nothing cached. The entry's state is loaded
-  // beside its tag (one round trip, not two).
-  const int tag = a.cache.step[entry];
-  const float cached_o = a.cache.o[(entry * H + h) * d + t], cached_lse = a.cache.lse[entry * H + h];
-  const float ob = a.o[src * d + t], lb = a.lse[src];
-  const bool cached = tag == step;
-  float c = cached ? cached_o : 0.0f;
-  float lse = cached ? cached_lse : -INFINITY;
-  if (lb != -INFINITY) {
-    if (lse == -INFINITY) {
-      c = ob;
-      lse = lb;
-    } else {
-      const float m = fmaxf(lse, lb), wa = expf(lse - m), wb = expf(lb - m), inv = 1.0f / (wa + wb);
-      c = (wa * c + wb * ob) * inv;
-      lse = m + logf(wa + wb);
-    }
-  }
-  write_out(a, i * d + t, c);
-  if (t == 0 && a.out_lse) a.out_lse[i] = lse;
-  __syncthreads();  // every thread has read lse before thread 0 writes it
-  a.cache.o[(entry * H + h) * d + t] = c;
-  if (t == 0) a.cache.lse[entry * H + h] = lse;  // its step's tag stays (no other head may see it change)
+  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
+  const detail::RetroMergeTarget target = detail::retro_merge_target(a, b, h);
+  const size_t src = a.state_of(b, h, target.past);  // the kernel's state (folded or not)
+  const float o[1] = {a.o[src * a.head_dim + t]};
+  detail::retro_merge_elements(a, target, t, o, a.lse[src], [] { __syncthreads(); });
 }
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
@@ -266,14 +226,17 @@ cudaError_t retro_page_plan(const RetroPagePlanArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t retro_merge(const RetroMergeArgs& a, cudaStream_t stream) {
-  if (a.batch < 0 || a.num_heads <= 0 || (a.head_dim != 64 && a.head_dim != 128) || a.fold_group < 0 ||
-      (a.fold_group > 0 && (a.num_heads % a.fold_group != 0 || a.newest_row == nullptr)))
-    return cudaErrorInvalidValue;
-  if (a.batch == 0) return cudaSuccess;
+bool retro_merge_supported(const RetroMergeArgs& a) {
   // One launch needs the newest rows' entries apart from their past rows' (a rule's w entries);
-  // without rules the cache may have w - 1 (the CPU policy's layout): not for this kernel.
-  if (!a.rules && a.row_slot) return cudaErrorInvalidValue;
+  // without rules the cache may have w - 1 (the CPU policy's layout): not for these kernels.
+  return a.batch >= 0 && a.num_heads > 0 && (a.head_dim == 64 || a.head_dim == 128) && a.fold_group >= 0 &&
+         (a.fold_group == 0 || (a.num_heads % a.fold_group == 0 && a.newest_row != nullptr)) &&
+         (a.rules != nullptr || a.row_slot == nullptr);
+}
+
+cudaError_t retro_merge(const RetroMergeArgs& a, cudaStream_t stream) {
+  if (!retro_merge_supported(a)) return cudaErrorInvalidValue;
+  if (a.batch == 0) return cudaSuccess;
   (void)launch_pdl(merge_kernel, dim3(a.num_heads, a.batch), a.head_dim, 0, stream, a);
   return cudaGetLastError();
 }

@@ -9,7 +9,8 @@
 //     block-wide scan, its pages whose old value is below the past row's step, per head.
 //   retro_merge: one launch, every row (a rule's w entries keep the newest rows' entries apart
 //     from their past rows'; the call requires rules): past rows merge their cached state with
-//     the new one, newest rows cache theirs.
+//     the new one, newest rows cache theirs. Where the decode call splits its lists over CTAs,
+//     paged_decode_attention's Retro form runs this merge inside the chunk merge's launch instead.
 // This header holds no device code.
 #pragma once
 
@@ -27,5 +28,7 @@ size_t retro_page_plan_workspace_size(const RetroPagePlanArgs& args);
 // a merge of retro rows without rules.
 cudaError_t retro_page_plan(const RetroPagePlanArgs& args, cudaStream_t stream);
 cudaError_t retro_merge(const RetroMergeArgs& args, cudaStream_t stream);
+// Whether retro_merge (and paged_decode_attention's Retro form) accepts these arguments.
+bool retro_merge_supported(const RetroMergeArgs& args);
 
 }  // namespace skim::cuda

@@ -1,0 +1,137 @@
+// Retro's merge of one (row, query head) state (attention/retro_decode_args.h, RetroMergeArgs),
+// in the two kernels that run it: retro_merge's own (retro_decode.cu, a thread an element) and
+// the split decode's chunk merge as its epilogue (paged_decode_attention_impl.cuh,
+// RetroMergeEpilogue: a thread four elements), so a step with split lists merges its chunks and
+// its Retro states in one launch. Device code.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention/retro_decode_args.h"
+
+namespace skim::cuda::detail {
+
+// Where row b's query head h goes: its output, and its sequence's cache entry for its step.
+struct RetroMergeTarget {
+  size_t out = 0;    // b * num_heads + h: out, out_lse
+  size_t entry = 0;  // the cache entry (valid when cached)
+  size_t at = 0;     // entry * num_heads + h: cache.o (times head_dim), cache.lse
+  int step = 0;
+  bool cached = false;  // a Retro row: it reads (past) or writes (newest) an entry
+  bool past = false;
+  bool tag = false;  // writes the entry's step tag (head 0 of a newest row)
+};
+
+__device__ __forceinline__ RetroMergeTarget retro_merge_target(const RetroMergeArgs& a, int b, int h) {
+  const int slot = a.row_slot ? a.row_slot[b] : -1;
+  RetroMergeTarget t;
+  t.out = size_t(b) * a.num_heads + h;
+  t.past = slot >= 0 && a.newest_row[b] != b;
+  const int w1 = slot < 0 ? 0 : a.entries_of(b);
+  t.step = a.retro_step ? a.retro_step[b] : 0;
+  t.cached = slot >= 0 && w1 > 0;
+  t.entry = t.cached ? size_t(slot) * a.cache.entries + size_t(t.step % w1) : 0;
+  t.at = t.entry * a.num_heads + h;
+  t.tag = t.cached && !t.past && h == 0;
+  return t;
+}
+
+// The row and head whose state sits at index s of the kernel's states (RetroMergeArgs::state_of
+// inverted); false for a state no row reads: in the folded layout a past row's own states (its
+// lists were empty) and the past-row heads of a newest row that has none.
+__device__ __forceinline__ bool retro_state_unit(const RetroMergeArgs& a, size_t s, int& b, int& h) {
+  const int H = a.num_heads, g = a.fold_group;
+  if (g == 0) {
+    b = int(s / H), h = int(s % H);
+    return true;
+  }
+  const int nb = int(s / (2 * H)), hf = int(s % (2 * H)), j = hf % (2 * g);
+  h = hf / (2 * g) * g + j % g;
+  const int slot = a.row_slot ? a.row_slot[nb] : -1;
+  if (slot >= 0 && a.newest_row[nb] != nb) return false;  // a past row's own states
+  if (j < g) {
+    b = nb;
+    return true;
+  }
+  b = nb - 1;  // the past row: the row before its newest (retro_fold_fits: at most one)
+  return slot >= 0 && b >= 0 && a.row_slot[b] == slot && a.newest_row[b] == nb;
+}
+
+__device__ __forceinline__ void retro_write_out(const RetroMergeArgs& a, size_t at, float x) {
+  if (a.out_bf16)
+    a.out_bf16[at] = __bfloat16_as_ushort(__float2bfloat16(x));
+  else
+    a.out[at] = x;
+}
+
+// Elements e0 .. e0 + N - 1 of the target's state (o, and its lse in every thread) merged as
+// RetroMergeArgs says: a newest row's (or another policy's) state is its output and goes into its
+// cache entry; a past row's merges with its cached state (nothing cached when the entry's tag is
+// not its step), and the result is its output and replaces the cached one. Every thread of the
+// head calls it (the head's elements split among them); `sync` orders their reads of the cached
+// lse before the lead thread's (e0 == 0) write of it.
+template <int N, class Sync>
+__device__ __forceinline__ void retro_merge_elements(const RetroMergeArgs& a, const RetroMergeTarget& t, int e0,
+                                                     const float (&o)[N], float lse, Sync sync) {
+  const int d = a.head_dim;
+  const bool lead = e0 == 0;
+  if (!t.past) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) retro_write_out(a, t.out * d + e0 + i, o[i]);
+    if (lead && a.out_lse) a.out_lse[t.out] = lse;
+    if (!t.cached) return;
+#pragma unroll
+    for (int i = 0; i < N; ++i) a.cache.o[t.at * d + e0 + i] = o[i];
+    if (lead) a.cache.lse[t.at] = lse;
+    if (t.tag) a.cache.step[t.entry] = t.step;
+    return;
+  }
+  // The entry's state loaded beside its tag (one round trip, not two).
+  const int tag = a.cache.step[t.entry];
+  float c[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) c[i] = a.cache.o[t.at * d + e0 + i];
+  const float cached_lse = a.cache.lse[t.at];
+  const bool cached = tag == t.step;
+  float m_lse = cached ? cached_lse : -INFINITY;
+#pragma unroll
+  for (int i = 0; i < N; ++i) c[i] = cached ? c[i] : 0.0f;
+  if (lse != -INFINITY) {
+    if (m_lse == -INFINITY) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) c[i] = o[i];
+      m_lse = lse;
+    } else {
+      const float m = fmaxf(m_lse, lse), wa = expf(m_lse - m), wb = expf(lse - m), inv = 1.0f / (wa + wb);
+#pragma unroll
+      for (int i = 0; i < N; ++i) c[i] = (wa * c[i] + wb * o[i]) * inv;
+      m_lse = m + logf(wa + wb);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) retro_write_out(a, t.out * d + e0 + i, c[i]);
+  if (lead && a.out_lse) a.out_lse[t.out] = m_lse;
+  sync();  // every thread has read the cached lse before the lead writes it
+#pragma unroll
+  for (int i = 0; i < N; ++i) a.cache.o[t.at * d + e0 + i] = c[i];
+  if (lead) a.cache.lse[t.at] = m_lse;  // its step's tag stays (no other head may see it change)
+}
+
+// The split decode's chunk merge ending in Retro's merge (paged_decode_attention's Retro form):
+// the merge kernel's D / 4 threads of state s, four elements each, are lanes of its first warp.
+struct RetroMergeEpilogue {
+  RetroMergeArgs a;
+
+  __device__ __forceinline__ void operator()(int s, int v, float4 o, float lse) const {
+    int b = 0, h = 0;
+    if (!retro_state_unit(a, size_t(s), b, h)) return;
+    const float x[4] = {o.x, o.y, o.z, o.w};
+    const unsigned lanes = a.head_dim >= 128 ? 0xffffffffu : (1u << (a.head_dim / 4)) - 1;
+    retro_merge_elements(a, retro_merge_target(a, b, h), 4 * v, x, lse, [lanes] { __syncwarp(lanes); });
+  }
+};
+
+}  // namespace skim::cuda::detail

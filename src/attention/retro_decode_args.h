@@ -61,13 +61,13 @@ struct RetroCacheView {
 
 // Rows: row_slot [batch] (-1: a row of another policy: its base list passes through whole),
 // retro_step [batch], newest_row [batch] (the index of the row's sequence's newest row; a newest
-// row names itself). The base plan is per (row, KV head) (or per row with base_per_kv_head
-// false: a dense layer's), masks optional. Outputs [batch][num_kv_heads][max_pages_per_seq],
-// lens [batch][num_kv_heads], masks always written. age [batch][num_kv_heads][max_pages_per_seq]
-// [group] is scratch: per listed page and head of a newest row, t minus the old A value its
-// selection returned, clamped to [0, 255] (0 for a head that did not select the page, or an A
-// from before the step count restarted: seen), so a past row of step u attends the page when
-// age > t - u.
+// row names itself). The base plan is per (row, KV head) (or per row with base_per_kv_head false: a
+// dense layer's), masks optional. Outputs [batch][num_kv_heads][max_pages_per_seq], lens
+// [batch][num_kv_heads], masks always written. age [batch][num_kv_heads][max_pages_per_seq] [group]
+// is scratch (an unfolded plan's; a folded one writes none): per listed page and head of a newest
+// row, t minus the old A value its selection returned, clamped to [0, 255] (0 for a head that did
+// not select the page, or an A from before the step count restarted: seen), so a past row of step u
+// attends the page when age > t - u.
 struct RetroPagePlanArgs {
   int batch = 0, num_heads = 0, num_kv_heads = 0, page_size = 16, max_pages_per_seq = 0;
   bool per_head_units = true;  // quest: a unit per query head; gbsa: one per KV group

@@ -439,7 +439,10 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
   const int kvh = blockIdx.y / p.sub_groups;
   const int g0 = (blockIdx.y % p.sub_groups) * kMaxRows;
   const int rows = min(kMaxRows, p.group - g0);  // query heads of this CTA
-  const int b = blockIdx.z;
+  // The last rows first: CTAs are dispatched in block order, and a folded RetroAttention step's
+  // past rows (each just before its newest row) have empty lists, whose CTAs took the first
+  // wave's slots at batch 1 (retro_decode_args.h).
+  const int b = gridDim.z - 1 - blockIdx.z;
   const int hq0 = kvh * p.group + g0;
 
   pdl_wait();  // no-op unless this launch itself is a programmatic dependent

@@ -47,7 +47,8 @@ __device__ __forceinline__ PlanRow load_row(const RetroPagePlanArgs& a, int b) {
 // position i returns each selecting head's old value into `age` and gets `step`. The current
 // page's old value is step - 1 for every unit (Algorithm 2 sets it first); a unit whose heads do
 // not select it keeps that value. Returns the heads whose age is beyond `behind` (a past row's
-// unseen heads at this page, for a folded plan), from registers.
+// unseen heads at this page, for a folded plan), from registers; `age` null (folded: no
+// plan_past reads it) stores none.
 __device__ __forceinline__ uint32_t update_page(const RetroPagePlanArgs& a, const PlanRow& r, int h, int i,
                                                 uint32_t mask, uint8_t* age) {
   const int group = a.group_size();
@@ -55,7 +56,7 @@ __device__ __forceinline__ uint32_t update_page(const RetroPagePlanArgs& a, cons
   for (int g = 0; g < group; ++g) {  // 0: not selected, never unseen
     const int old = i == r.current ? r.step - 1 : a.masks.of(r.slot, r.unit(h, g, group))[i];
     const int aged = (mask >> g & 1u) ? max(0, min(255, r.step - old)) : 0;
-    age[g] = uint8_t(aged);
+    if (age) age[g] = uint8_t(aged);
     unseen |= uint32_t(aged > r.behind) << g;
   }
   for (int g = 0; g < group; ++g)
@@ -100,7 +101,8 @@ __device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, const Plan
       mask = a.base_masks ? a.base_masks[base * stride + k] : ~0u;
     }
     a.out_table[at + k] = page;
-    const uint32_t unseen = r.sparse ? update_page(a, r, h, inv[page], mask, a.age + (at + k) * group) : 0u;
+    uint8_t* age = a.folded() ? nullptr : a.age + (at + k) * group;
+    const uint32_t unseen = r.sparse ? update_page(a, r, h, inv[page], mask, age) : 0u;
     if (fold_past && unseen) atomicAdd(unseen_pages, 1);
     a.out_masks[at + k] = (mask & own) | (fold_past ? unseen << group : 0u);
   }
@@ -147,17 +149,31 @@ __device__ void plan_past(const RetroPagePlanArgs& a, int b, int nr, int h, Plan
   }
 }
 
-// Folded: KV head h's query heads of newest row b, then those of its past row (zeros where it
-// has none), into folded_q's row b (RetroPagePlanArgs::folded_q), 16 bytes a thread.
-__device__ void fold_queries(const RetroPagePlanArgs& a, int b, int h, int past) {
-  const int group = a.group_size(), d = a.head_dim, H = a.num_heads, chunks = 2 * group * d / 8;
-  for (int i = threadIdx.x; i < chunks; i += kPlanThreads) {
-    const int g2 = i * 8 / d, e = i * 8 % d, row = g2 < group ? b : past;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (row >= 0) v = *reinterpret_cast<const uint4*>(a.q + (size_t(row) * H + h * group + g2 % group) * d + e);
-    *reinterpret_cast<uint4*>(a.folded_q + (size_t(b) * 2 * H + h * 2 * group + g2) * d + e) = v;
+// Folded: KV head h's query heads of newest row b, then those of its past row, as folded_q's
+// row b holds them (RetroPagePlanArgs::folded_q), 16 bytes a thread: this thread's part loaded
+// (load) with the row's own loads, the past row's speculatively from the row before (which
+// exists), and stored (store) zeroed where the row has no past row. Loaded after the plan's
+// stores, the queries were a round trip of their own on the kernel's chain.
+struct FoldedQuery {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  int g2 = 0, e = 0;  // the folded head (0 .. 2 group - 1) and element
+  bool mine = false;  // this thread holds a part (2 group head_dim / 8 threads do)
+
+  __device__ void load(const RetroPagePlanArgs& a, int b, int h) {
+    const int group = a.group_size(), d = a.head_dim, i = threadIdx.x;
+    mine = i < 2 * group * d / 8;  // 128 at most (retro_fold_fits, head_dim <= 128) of kPlanThreads
+    if (!mine) return;
+    g2 = i * 8 / d, e = i * 8 % d;
+    const int row = g2 < group ? b : b - 1;
+    if (row >= 0) v = *reinterpret_cast<const uint4*>(a.q + (size_t(row) * a.num_heads + h * group + g2 % group) * d + e);
   }
-}
+  __device__ void store(const RetroPagePlanArgs& a, int b, int h, int past) const {
+    if (!mine) return;
+    const int group = a.group_size(), d = a.head_dim, H = a.num_heads;
+    const uint4 x = g2 < group || past >= 0 ? v : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(a.folded_q + (size_t(b) * 2 * H + h * 2 * group + g2) * d + e) = x;
+  }
+};
 
 // One CTA per (KV head, row that is not a past one): its list (plan_newest), then, once the
 // CTA's writes are visible to it (the barrier), the lists of its sequence's past rows (the rows
@@ -166,19 +182,21 @@ __device__ void fold_queries(const RetroPagePlanArgs& a, int b, int h, int past)
 //
 // Folded (a.folded()): a sequence has at most one past row, the row before its newest; the
 // newest row's CTA lists it in its own masks (plan_newest), leaves its lists empty, and copies
-// the KV head's queries of both rows into folded_q (fold_queries).
+// the KV head's queries of both rows into folded_q (FoldedQuery).
 __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const RetroPagePlanArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
   __shared__ PlanScan::TempStorage scan;
   __shared__ int unseen_pages;
   const int h = blockIdx.x, b = blockIdx.y;
+  const bool folded = a.folded();
+  FoldedQuery fq;
+  if (folded) fq.load(a, b, h);
   const PlanRow r = load_row(a, b);
   if (r.slot >= 0 && r.newest != b) return;  // a past row: its newest row's CTA plans it
-  const bool folded = a.folded();
   if (threadIdx.x == 0) unseen_pages = 0;
   __syncthreads();
-  if (folded) fold_queries(a, b, h, r.past);
   plan_newest(a, b, h, r, &unseen_pages);
+  if (folded) fq.store(a, b, h, r.past);
   if (r.slot < 0) return;
   __syncthreads();
   if (folded) {

@@ -530,16 +530,22 @@ struct MergeParams {
   int num_heads, num_chunks;
 };
 
-// What the merge does with a merged state: its epilogue, called by the D / 4 threads of the
-// state's block (v: the thread's float4 of o; every thread has the lse). This one writes the
-// state out; retro_merge_state.cuh's RetroMergeEpilogue merges it into RetroAttention's caches.
+// What the merge does with a merged state: its epilogue. The D / 4 threads of the state's block
+// (v: the thread's float4 of o) call prefetch before the merge waits for the split kernel (so it
+// may read only what kernels before the split's predecessor wrote: every kernel of the step
+// waits for its predecessor before it lets its successor launch, pdl.cuh), then the epilogue
+// itself with the merged state and what prefetch returned (every thread has the lse). This one
+// writes the state out; retro_merge_state.cuh's RetroMergeEpilogue merges it into RetroAttention's
+// caches, whose entries it prefetches.
 template <int D>
 struct WriteMergedState {
   float* o;
   float* lse;
   uint16_t* o_bf16;  // PagedDecodeArgs::o_bf16: the output as bf16 here instead of o
 
-  __device__ __forceinline__ void operator()(int bh, int v, float4 out, float l) const {
+  struct Prefetched {};
+  __device__ __forceinline__ Prefetched prefetch(int, int) const { return {}; }
+  __device__ __forceinline__ void operator()(const Prefetched&, int bh, int v, float4 out, float l) const {
     if (o_bf16) {  // four bf16 in one 8-byte store, each rounded to nearest even
       const __nv_bfloat162 lo = __floats2bfloat162_rn(out.x, out.y), hi = __floats2bfloat162_rn(out.z, out.w);
       reinterpret_cast<uint2*>(o_bf16 + size_t(bh) * D)[v] =
@@ -582,9 +588,11 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
   __shared__ float weight[kMaxChunks];
   __shared__ float4 part[kGroups][kVecs];
 
+  const int bh = blockIdx.x, nc = p.num_chunks, t = threadIdx.x;
+  typename Epilogue::Prefetched early{};
+  if (t < kVecs) early = epilogue.prefetch(bh, t);
   pdl_wait();  // the split kernel's partials are complete and visible after this
 
-  const int bh = blockIdx.x, nc = p.num_chunks, t = threadIdx.x;
   const float* lse_c = p.part_lse + size_t(bh) * nc;
   const float4* o_c = reinterpret_cast<const float4*>(p.part_o + size_t(bh) * nc * D);
 
@@ -616,7 +624,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
     for (int j = 1; j < kGroups; ++j)
       sum.x += part[j][t].x, sum.y += part[j][t].y, sum.z += part[j][t].z, sum.w += part[j][t].w;
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    epilogue(bh, t, make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv),
+    epilogue(early, bh, t, make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv),
              L > 0.0f ? M + logf(L) : -INFINITY);
   }
 }

@@ -6,7 +6,11 @@
 // Below sm_90 both calls compile to nothing and launch_pdl launches plainly.
 //
 // Rule: launch with launch_pdl only kernels whose first statements are pdl_wait() (then
-// pdl_launch_dependents()): a kernel that reads its inputs before waiting would race.
+// pdl_launch_dependents()): a kernel that reads its inputs before waiting would race. Since every
+// kernel waits before it lets its successor launch, a kernel starts only after its predecessor's
+// predecessor has finished: what that one and earlier kernels (or earlier steps) wrote may be
+// read before the wait, and nothing its predecessor writes (the split decode's merge prefetches
+// RetroAttention's cache entries so: paged_decode_attention_impl.cuh, WriteMergedState).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -95,6 +95,15 @@ __device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, const Plan
   const bool fold_past = a.folded() && r.sparse && r.past >= 0;
   const uint32_t own = a.folded() ? (1u << group) - 1 : ~0u;
   const int32_t* inv = static_cast<const int32_t*>(a.workspace);
+  // The current page unlisted (the bases always keep it: a guard) gets step - 1 for every unit
+  // below. Its loads go out with the list's (thread 0's first entry is the list's first): after
+  // the loop's stores they were a round trip of their own.
+  bool current_unlisted = false;
+  if (t == 0 && r.sparse) {
+    const int32_t cur = a.page_table[size_t(b) * stride + r.current];
+    const int32_t last = n > 0 ? a.base_table[base * stride + n - 1] : -1;
+    current_unlisted = !(n > 0 && (page == cur || last == cur));
+  }
   for (int k = t; k < n; k += kPlanThreads) {
     if (k != t) {
       page = a.base_table[base * stride + k];
@@ -103,17 +112,16 @@ __device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, const Plan
     a.out_table[at + k] = page;
     uint8_t* age = a.folded() ? nullptr : a.age + (at + k) * group;
     const uint32_t unseen = r.sparse ? update_page(a, r, h, inv[page], mask, age) : 0u;
-    if (fold_past && unseen) atomicAdd(unseen_pages, 1);
+    if (fold_past) {  // one shared atomic a warp, not one a page
+      const unsigned lanes = __activemask(), some = __ballot_sync(lanes, unseen != 0u);
+      if (some && int(threadIdx.x & 31) == __ffs(lanes) - 1) atomicAdd(unseen_pages, __popc(some));
+    }
     a.out_masks[at + k] = (mask & own) | (fold_past ? unseen << group : 0u);
   }
   if (t != 0) return;
   a.out_lens[list] = len;
   if (a.listed_tokens && r.slot >= 0) atomicAdd(a.listed_tokens, (unsigned long long)len);
-  if (!r.sparse) return;
-  // The current page unlisted (the bases always keep it: a guard): step - 1 for every unit.
-  const int32_t cur = a.page_table[size_t(b) * stride + r.current];
-  const bool listed = n > 0 && (a.base_table[base * stride] == cur || a.base_table[base * stride + n - 1] == cur);
-  if (!listed)
+  if (current_unlisted)
     for (int g = 0; g < group; ++g)
       if (r.per_head || g == 0) a.masks.of(r.slot, r.unit(h, g, group))[r.current] = r.step - 1;
 }
@@ -219,7 +227,8 @@ __global__ void merge_kernel(const RetroMergeArgs a) {
   const detail::RetroMergeTarget target = detail::retro_merge_target(a, b, h);
   const size_t src = a.state_of(b, h, target.past);  // the kernel's state (folded or not)
   const float o[1] = {a.o[src * a.head_dim + t]};
-  detail::retro_merge_elements(a, target, t, o, a.lse[src], [] { __syncthreads(); });
+  const detail::RetroCached<1> cached = detail::retro_load_cached<1>(a, target, t);
+  detail::retro_merge_elements(a, target, t, o, a.lse[src], cached, [] { __syncthreads(); });
 }
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }

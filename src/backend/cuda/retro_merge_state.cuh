@@ -67,15 +67,37 @@ __device__ __forceinline__ void retro_write_out(const RetroMergeArgs& a, size_t 
     a.out[at] = x;
 }
 
+// A past row's cache entry at elements e0 .. e0 + N - 1: its tag, state and lse, loaded together
+// (one round trip). The entry was written in an earlier step, so the split decode's merge loads
+// it before it waits for the split kernel (RetroMergeEpilogue::prefetch).
+template <int N>
+struct RetroCached {
+  int tag = -1;
+  float o[N] = {};
+  float lse = -INFINITY;
+};
+
+template <int N>
+__device__ __forceinline__ RetroCached<N> retro_load_cached(const RetroMergeArgs& a, const RetroMergeTarget& t, int e0) {
+  RetroCached<N> c;
+  if (!t.past) return c;
+  c.tag = a.cache.step[t.entry];
+#pragma unroll
+  for (int i = 0; i < N; ++i) c.o[i] = a.cache.o[t.at * a.head_dim + e0 + i];
+  c.lse = a.cache.lse[t.at];
+  return c;
+}
+
 // Elements e0 .. e0 + N - 1 of the target's state (o, and its lse in every thread) merged as
 // RetroMergeArgs says: a newest row's (or another policy's) state is its output and goes into its
-// cache entry; a past row's merges with its cached state (nothing cached when the entry's tag is
-// not its step), and the result is its output and replaces the cached one. Every thread of the
-// head calls it (the head's elements split among them); `sync` orders their reads of the cached
-// lse before the lead thread's (e0 == 0) write of it.
+// cache entry; a past row's merges with its cached state (`cached`, retro_load_cached; nothing
+// cached when the entry's tag is not its step), and the result is its output and replaces the
+// cached one. Every thread of the head calls it (the head's elements split among them); `sync`
+// orders their reads of the cached lse before the lead thread's (e0 == 0) write of it.
 template <int N, class Sync>
 __device__ __forceinline__ void retro_merge_elements(const RetroMergeArgs& a, const RetroMergeTarget& t, int e0,
-                                                     const float (&o)[N], float lse, Sync sync) {
+                                                     const float (&o)[N], float lse, const RetroCached<N>& cached,
+                                                     Sync sync) {
   const int d = a.head_dim;
   const bool lead = e0 == 0;
   if (!t.past) {
@@ -89,16 +111,11 @@ __device__ __forceinline__ void retro_merge_elements(const RetroMergeArgs& a, co
     if (t.tag) a.cache.step[t.entry] = t.step;
     return;
   }
-  // The entry's state loaded beside its tag (one round trip, not two).
-  const int tag = a.cache.step[t.entry];
+  const bool hit = cached.tag == t.step;
+  float m_lse = hit ? cached.lse : -INFINITY;
   float c[N];
 #pragma unroll
-  for (int i = 0; i < N; ++i) c[i] = a.cache.o[t.at * d + e0 + i];
-  const float cached_lse = a.cache.lse[t.at];
-  const bool cached = tag == t.step;
-  float m_lse = cached ? cached_lse : -INFINITY;
-#pragma unroll
-  for (int i = 0; i < N; ++i) c[i] = cached ? c[i] : 0.0f;
+  for (int i = 0; i < N; ++i) c[i] = hit ? cached.o[i] : 0.0f;
   if (lse != -INFINITY) {
     if (m_lse == -INFINITY) {
 #pragma unroll
@@ -114,7 +131,7 @@ __device__ __forceinline__ void retro_merge_elements(const RetroMergeArgs& a, co
 #pragma unroll
   for (int i = 0; i < N; ++i) retro_write_out(a, t.out * d + e0 + i, c[i]);
   if (lead && a.out_lse) a.out_lse[t.out] = m_lse;
-  sync();  // every thread has read the cached lse before the lead writes it
+  sync();  // every thread has read the cached lse (retro_load_cached) before the lead writes it
 #pragma unroll
   for (int i = 0; i < N; ++i) a.cache.o[t.at * d + e0 + i] = c[i];
   if (lead) a.cache.lse[t.at] = m_lse;  // its step's tag stays (no other head may see it change)
@@ -122,15 +139,31 @@ __device__ __forceinline__ void retro_merge_elements(const RetroMergeArgs& a, co
 
 // The split decode's chunk merge ending in Retro's merge (paged_decode_attention's Retro form):
 // the merge kernel's D / 4 threads of state s, four elements each, are lanes of its first warp.
+// prefetch, before the merge waits for the split kernel, reads the rows' inputs and the past
+// rows' cache entries (both written before this step's plan), so that the merged state's
+// epilogue waits on no load.
 struct RetroMergeEpilogue {
   RetroMergeArgs a;
 
-  __device__ __forceinline__ void operator()(int s, int v, float4 o, float lse) const {
+  struct Prefetched {
+    RetroMergeTarget target;
+    RetroCached<4> cached;
+    bool live = false;  // the state is a row's (retro_state_unit)
+  };
+  __device__ __forceinline__ Prefetched prefetch(int s, int v) const {
+    Prefetched p;
     int b = 0, h = 0;
-    if (!retro_state_unit(a, size_t(s), b, h)) return;
+    p.live = retro_state_unit(a, size_t(s), b, h);
+    if (!p.live) return p;
+    p.target = retro_merge_target(a, b, h);
+    p.cached = retro_load_cached<4>(a, p.target, 4 * v);
+    return p;
+  }
+  __device__ __forceinline__ void operator()(const Prefetched& p, int, int v, float4 o, float lse) const {
+    if (!p.live) return;
     const float x[4] = {o.x, o.y, o.z, o.w};
     const unsigned lanes = a.head_dim >= 128 ? 0xffffffffu : (1u << (a.head_dim / 4)) - 1;
-    retro_merge_elements(a, retro_merge_target(a, b, h), 4 * v, x, lse, [lanes] { __syncwarp(lanes); });
+    retro_merge_elements(a, p.target, 4 * v, x, lse, p.cached, [lanes] { __syncwarp(lanes); });
   }
 };
 

@@ -530,8 +530,9 @@ struct MergeParams {
   int num_heads, num_chunks;
 };
 
-// What the merge does with a merged state: its epilogue. The D / 4 threads of the state's block
-// (v: the thread's float4 of o) call prefetch before the merge waits for the split kernel (so it
+// What the merge does with a merged state: its epilogue. Every thread of the state's block asks
+// live (a state no one reads is not merged), then its D / 4 threads (v: the thread's float4 of o)
+// call prefetch, both before the merge waits for the split kernel (so they
 // may read only what kernels before the split's predecessor wrote: every kernel of the step
 // waits for its predecessor before it lets its successor launch, pdl.cuh), then the epilogue
 // itself with the merged state and what prefetch returned (every thread has the lse). This one
@@ -544,6 +545,7 @@ struct WriteMergedState {
   uint16_t* o_bf16;  // PagedDecodeArgs::o_bf16: the output as bf16 here instead of o
 
   struct Prefetched {};
+  __device__ __forceinline__ bool live(int) const { return true; }
   __device__ __forceinline__ Prefetched prefetch(int, int) const { return {}; }
   __device__ __forceinline__ void operator()(const Prefetched&, int bh, int v, float4 out, float l) const {
     if (o_bf16) {  // four bf16 in one 8-byte store, each rounded to nearest even
@@ -589,6 +591,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
   __shared__ float4 part[kGroups][kVecs];
 
   const int bh = blockIdx.x, nc = p.num_chunks, t = threadIdx.x;
+  if (!epilogue.live(bh)) return;
   typename Epilogue::Prefetched early{};
   if (t < kVecs) early = epilogue.prefetch(bh, t);
   pdl_wait();  // the split kernel's partials are complete and visible after this

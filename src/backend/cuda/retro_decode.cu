@@ -78,20 +78,37 @@ __device__ __forceinline__ uint32_t unseen_heads(const uint8_t* age, int group, 
   return mask;
 }
 
-// A newest row's list (kPlanThreads entries a pass): its base list, and in a sparse layer each
+// What a plan CTA's thread reads first of KV head h's base list of row b: its length and the
+// thread's entry of the first pass (entries past the length are in the table's row, unused).
+struct BaseHead {
+  int len = 0;
+  int32_t page = 0;
+  uint32_t mask = ~0u;
+};
+
+__device__ __forceinline__ BaseHead load_base_head(const RetroPagePlanArgs& a, int b, int h) {
+  const int t = threadIdx.x, stride = a.max_pages_per_seq;
+  const size_t base = a.base_list(b, h);
+  BaseHead x;
+  x.len = a.base_lens[base];
+  if (t < stride) x.page = a.base_table[base * stride + t];
+  if (a.base_masks && t < stride) x.mask = a.base_masks[base * stride + t];
+  return x;
+}
+
+// A newest row's list (kPlanThreads entries a pass): its base list (`head` its first loads), and in a sparse layer each
 // listed page's old value per head recorded and its units' masks loaded (update_page). Pages of
 // one list are distinct, so no two threads touch one position's A. Folded (a.folded()), its past
 // row (r.past, if any) gets its unseen heads in the mask's bits above the row's own, and the
 // pages some of them attend are counted into `unseen_pages` (shared memory).
-__device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, const PlanRow& r, int* unseen_pages) {
+__device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, const PlanRow& r, const BaseHead& head,
+                            int* unseen_pages) {
   const int t = threadIdx.x, ps = a.page_size, group = a.group_size(), stride = a.max_pages_per_seq;
   const size_t list = size_t(b) * a.num_kv_heads + h, at = list * stride;
   const size_t base = a.base_list(b, h);
-  // The length and the first pass's entries together (entries past the length are in the
-  // table's row, unused).
-  const int len = a.base_lens[base], n = pages_of(len, ps);
-  int32_t page = t < stride ? a.base_table[base * stride + t] : 0;
-  uint32_t mask = a.base_masks && t < stride ? a.base_masks[base * stride + t] : ~0u;
+  const int len = head.len, n = pages_of(len, ps);
+  int32_t page = head.page;
+  uint32_t mask = head.mask;
   const bool fold_past = a.folded() && r.sparse && r.past >= 0;
   const uint32_t own = a.folded() ? (1u << group) - 1 : ~0u;
   const int32_t* inv = static_cast<const int32_t*>(a.workspace);
@@ -199,11 +216,16 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const RetroPagePlanA
   const bool folded = a.folded();
   FoldedQuery fq;
   if (folded) fq.load(a, b, h);
+  // The base list's first loads beside the row's, where every row has a base list (no base_row:
+  // a past row's are read and unused); through base_row only a newest row's.
+  BaseHead head;
+  if (!a.base_row) head = load_base_head(a, b, h);
   const PlanRow r = load_row(a, b);
   if (r.slot >= 0 && r.newest != b) return;  // a past row: its newest row's CTA plans it
+  if (a.base_row) head = load_base_head(a, b, h);
   if (threadIdx.x == 0) unseen_pages = 0;
   __syncthreads();
-  plan_newest(a, b, h, r, &unseen_pages);
+  plan_newest(a, b, h, r, head, &unseen_pages);
   if (folded) fq.store(a, b, h, r.past);
   if (r.slot < 0) return;
   __syncthreads();

@@ -139,28 +139,29 @@ __device__ __forceinline__ void retro_merge_elements(const RetroMergeArgs& a, co
 
 // The split decode's chunk merge ending in Retro's merge (paged_decode_attention's Retro form):
 // the merge kernel's D / 4 threads of state s, four elements each, are lanes of its first warp.
-// prefetch, before the merge waits for the split kernel, reads the rows' inputs and the past
-// rows' cache entries (both written before this step's plan), so that the merged state's
-// epilogue waits on no load.
+// live and prefetch, before the merge waits for the split kernel, read the rows' inputs and the
+// past rows' cache entries (both written before this step's plan), so that the merged state's
+// epilogue waits on no load; a folded step's dead states (retro_state_unit) are not merged.
 struct RetroMergeEpilogue {
   RetroMergeArgs a;
 
   struct Prefetched {
     RetroMergeTarget target;
     RetroCached<4> cached;
-    bool live = false;  // the state is a row's (retro_state_unit)
   };
+  __device__ __forceinline__ bool live(int s) const {
+    int b = 0, h = 0;
+    return retro_state_unit(a, size_t(s), b, h);
+  }
   __device__ __forceinline__ Prefetched prefetch(int s, int v) const {
     Prefetched p;
     int b = 0, h = 0;
-    p.live = retro_state_unit(a, size_t(s), b, h);
-    if (!p.live) return p;
+    retro_state_unit(a, size_t(s), b, h);  // live: a row's state
     p.target = retro_merge_target(a, b, h);
     p.cached = retro_load_cached<4>(a, p.target, 4 * v);
     return p;
   }
   __device__ __forceinline__ void operator()(const Prefetched& p, int, int v, float4 o, float lse) const {
-    if (!p.live) return;
     const float x[4] = {o.x, o.y, o.z, o.w};
     const unsigned lanes = a.head_dim >= 128 ? 0xffffffffu : (1u << (a.head_dim / 4)) - 1;
     retro_merge_elements(a, p.target, 4 * v, x, lse, p.cached, [lanes] { __syncwarp(lanes); });

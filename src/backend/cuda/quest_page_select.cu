@@ -7,6 +7,7 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/page_select_common.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/retro_plan_row.cuh"
 #include "backend/cuda/segment_sort.cuh"
 #include "backend/cuda/segment_sort_block.cuh"
 #include "backend/cuda/workspace_carver.h"
@@ -167,9 +168,11 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestP
 // still spread over every warp. (Before: a thread's own 16 consecutive pages and one block scan,
 // each of its 16 stores per output array about 20 bytes from its neighbour lane's; the union
 // took 12.7 us at b8 128K, now 10.0, bench/results/2026-11-27-s28-select-walk/.)
-template <class FlagsOf>
+// on_listed(p, mask): bits ORed into the mask of listed page position p (RetroAttention's folded
+// plan: its past row's unseen heads), called once for each listed page.
+template <class FlagsOf, class OnListed>
 __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh, int ctx, int m,
-                            FlagsOf flags_of_head) {
+                            FlagsOf flags_of_head, OnListed on_listed) {
   constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages;
   constexpr int kRoundPages = kThreads * kLanePages;  // pages of one round over the whole CTA
   __shared__ int warp_listed[kWarps];
@@ -182,13 +185,14 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
   for (int base = 0; base < m; base += kRoundPages * rounds) {
     uint32_t mask[kRounds][kLanePages], key[kRounds][kLanePages];
     int32_t ids[kRounds][kLanePages];
-    int pos[kRounds], warp_total = 0;
+    int pos[kRounds], first[kRounds], warp_total = 0;
     // Every round's page ids and (up to kPreloadHeads) heads' flags load before any is used: one
     // round trip for the lot.
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
       // Past `rounds` p0 is past m: nothing loaded, nothing listed.
       const int p0 = r < rounds ? base + ((warp * rounds + r) * 32 + lane) * kLanePages : m;
+      first[r] = p0;
 #pragma unroll
       for (int j = 0; j < kLanePages; ++j) {
         mask[r][j] = key[r][j] = 0u;
@@ -242,7 +246,7 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
         if (mask[r][j]) {
           const size_t slot = list + at++;
           a.out_table[slot] = ids[r][j];
-          a.out_masks[slot] = mask[r][j];
+          a.out_masks[slot] = mask[r][j] | on_listed(first[r] + j, mask[r][j]);
           if (a.by_score) bs.keys[slot] = key[r][j];
         }
     }
@@ -262,21 +266,57 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
 // lists of at most kCtaSortItems): the CTA then sorts its list by descending key itself, where a
 // sort kernel of its own (11.3 us under ncu) reloaded the list after a launch: quest+art's
 // attention step with agreeing heads at b8 32K 87.1 -> 85.9 us (H200, 2026-11-28).
-template <bool SORT>
-__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
+//
+// RETRO (quest_page_select's Retro form, `r` its folded plan): each listed page also updates the
+// row's masks A and gets its past row's unseen heads in the bits above the group's
+// (retro_plan::update_page, as retro_page_plan's kernel would after the union), and the CTA
+// copies the KV head's queries of both rows into folded_q and empties its past row's list. The
+// current page needs no guard here: every head keeps it (its key is the highest).
+template <bool SORT, bool RETRO>
+__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs,
+                                                         const RetroPagePlanArgs r) {
   static_assert(!SORT || kThreads == segment_sort::kSortThreads, "the sort runs on the union CTA");
+  static_assert(!(SORT && RETRO), "a folded Retro step lists in position order");
   detail::pdl_enter();  // launched by launch_pdl
   const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
   const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
   if (a.by_score && threadIdx.x == 0) bs.begin[list_index] = bs.end[list_index] = int(list);  // unplanned rows: nothing to sort
+  retro_plan::FoldedQuery fq;
+  if constexpr (RETRO) fq.load(r, b, kvh);
   if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
-  const int listed = write_union(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
-  if constexpr (SORT) {
-    __shared__ segment_sort::BitonicStorage sort;
-    segment_sort::sort_list_in_cta({.keys = bs.keys, .values = a.out_table, .values2 = a.out_masks}, int(list),
-                                   listed, sort);
+  const auto flags = [&](int g) { return flags_of(a, b, kvh * group + g); };
+  if constexpr (!RETRO) {
+    const int listed = write_union(a, bs, b, kvh, ctx, m, flags, [](int, uint32_t) { return 0u; });
+    if constexpr (SORT) {
+      __shared__ segment_sort::BitonicStorage sort;
+      segment_sort::sort_list_in_cta({.keys = bs.keys, .values = a.out_table, .values2 = a.out_masks}, int(list),
+                                     listed, sort);
+    }
+  } else {
+    __shared__ int unseen_pages;
+    const retro_plan::PlanRow row = retro_plan::load_row(r, b);
+    const bool fold_past = row.sparse && row.past >= 0;
+    int unseen = 0;  // this thread's listed pages some head of the past row has not seen
+    if (threadIdx.x == 0) unseen_pages = 0;
+    write_union(a, bs, b, kvh, ctx, m, flags, [&](int p, uint32_t mask) {
+      if (!row.sparse) return 0u;
+      const uint32_t heads = retro_plan::update_page(r, row, kvh, p, mask, nullptr);
+      if (!fold_past || !heads) return 0u;
+      ++unseen;
+      return heads << group;
+    });
+    __syncthreads();  // unseen_pages is zero (write_union may have no barrier: an empty list)
+    unseen = __reduce_add_sync(0xffffffffu, unseen);
+    if ((threadIdx.x & 31) == 0 && unseen) atomicAdd(&unseen_pages, unseen);
+    __syncthreads();
+    fq.store(r, b, kvh, row.past);
+    if (threadIdx.x == 0 && row.past >= 0) {
+      a.out_lens[size_t(row.past) * a.num_kv_heads + kvh] = 0;
+      if (r.supplement_tokens && unseen_pages)
+        atomicAdd(r.supplement_tokens, (unsigned long long)unseen_pages * a.page_size);
+    }
   }
 }
 
@@ -295,31 +335,61 @@ size_t quest_page_select_workspace_size(const QuestPageSelectArgs& a) {
   return base_bytes(a) + sort;
 }
 
-cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream) {
-  if (!supported(a) || a.workspace == nullptr || a.workspace_bytes < quest_page_select_workspace_size(a))
-    return cudaErrorInvalidValue;
-  if (a.batch == 0) return cudaSuccess;
+namespace {
+
+// The score and select kernels: every head's pages scored and its best flagged.
+cudaError_t score_and_select(const QuestPageSelectArgs& a, cudaStream_t stream) {
   cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
   detail::DeviceInfo gpu;
   if ((e = detail::device_info(gpu)) != cudaSuccess) return e;
   const bool one_wave = a.num_heads * a.batch > gpu.sms;
   (void)launch_pdl(one_wave ? select_kernel<2> : select_kernel<1>, dim3(a.num_heads, a.batch), kThreads, 0, stream, a);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream) {
+  if (!supported(a) || a.workspace == nullptr || a.workspace_bytes < quest_page_select_workspace_size(a))
+    return cudaErrorInvalidValue;
+  if (a.batch == 0) return cudaSuccess;
+  cudaError_t e = score_and_select(a, stream);
+  if (e != cudaSuccess) return e;
   ByScore bs;
   if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);
   // by_score: descending key, the pages and masks in place; the sort is stable, so ties stay in
   // position order, as on the CPU. Lists that fit the union CTA's sort are sorted there; longer
   // ones by a sort of their own.
   const bool sort_in_union = a.by_score && sort_items(a) <= kCtaSortItems;
-  (void)launch_pdl(sort_in_union ? union_kernel<true> : union_kernel<false>, dim3(a.num_kv_heads, a.batch), kThreads,
-                   0, stream, a, bs);
+  (void)launch_pdl(sort_in_union ? union_kernel<true, false> : union_kernel<false, false>,
+                   dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, bs, RetroPagePlanArgs{});
   if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score || sort_in_union) return e;
   const int lists = a.batch * a.num_kv_heads;
   return segment_sort_desc({.lists = lists, .total = lists * a.max_pages_per_seq, .max_items = sort_items(a),
                             .keys = bs.keys, .values = a.out_table, .values2 = a.out_masks, .begin = bs.begin,
                             .end = bs.end, .scratch = bs.scratch, .scratch_bytes = bs.scratch_bytes},
                            stream);
+}
+
+bool quest_retro_fold_supported(const QuestPageSelectArgs& a, const RetroPagePlanArgs& r) {
+  return supported(a) && !a.by_score && r.folded() && r.q != nullptr && r.masks.a != nullptr &&
+         r.row_slot != nullptr && r.retro_step != nullptr && r.newest_row != nullptr && r.seq_lens != nullptr &&
+         r.batch == a.batch && r.num_heads == a.num_heads && r.num_kv_heads == a.num_kv_heads &&
+         r.head_dim == a.head_dim && r.page_size == a.page_size && retro_fold_fits(2, a.group_size()) &&
+         (r.per_head_units || r.rules != nullptr);
+}
+
+cudaError_t quest_page_select(const QuestPageSelectArgs& a, const RetroPagePlanArgs& retro, cudaStream_t stream) {
+  if (!quest_retro_fold_supported(a, retro) || a.workspace == nullptr ||
+      a.workspace_bytes < quest_page_select_workspace_size(a))
+    return cudaErrorInvalidValue;
+  if (a.batch == 0) return cudaSuccess;
+  cudaError_t e = score_and_select(a, stream);
+  if (e != cudaSuccess) return e;
+  (void)launch_pdl(union_kernel<false, true>, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, ByScore{},
+                   retro);
+  return cudaGetLastError();
 }
 
 }  // namespace skim::cuda

@@ -168,12 +168,23 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestP
 // still spread over every warp. (Before: a thread's own 16 consecutive pages and one block scan,
 // each of its 16 stores per output array about 20 bytes from its neighbour lane's; the union
 // took 12.7 us at b8 128K, now 10.0, bench/results/2026-11-27-s28-select-walk/.)
-// on_listed(p, mask): bits ORed into the mask of listed page position p (RetroAttention's folded
-// plan: its past row's unseen heads), called once for each listed page.
-template <class FlagsOf, class OnListed>
+// hook (RetroAttention's folded plan, or NoUnionHook): load(p) for each of a thread's page
+// positions of a tile with the tile's first loads (loads only, no store); bits(p, mask, loaded),
+// the bits ORed into position p's mask (mask 0 where the page is not listed, which must return
+// 0); listed(p, mask) as each listed page is stored (it may store).
+struct NoUnionHook {
+  static constexpr int kRounds = 4;
+  struct Loaded {};
+  __device__ Loaded load(int) const { return {}; }
+  __device__ uint32_t bits(int, uint32_t, const Loaded&) const { return 0u; }
+  __device__ void listed(int, uint32_t) const {}
+};
+
+template <class FlagsOf, class Hook>
 __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh, int ctx, int m,
-                            FlagsOf flags_of_head, OnListed on_listed) {
-  constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages;
+                            FlagsOf flags_of_head, Hook& hook) {
+  // kRounds: up to kItems / kLanePages, fewer where the hook holds registers a page (Hook::kRounds).
+  constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages < Hook::kRounds ? kItems / kLanePages : Hook::kRounds;
   constexpr int kRoundPages = kThreads * kLanePages;  // pages of one round over the whole CTA
   __shared__ int warp_listed[kWarps];
   const int rounds = min(kRounds, max(1, (m + kRoundPages - 1) / kRoundPages));
@@ -183,9 +194,16 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
   int written = 0;
   for (int base = 0; base < m; base += kRoundPages * rounds) {
-    uint32_t mask[kRounds][kLanePages], key[kRounds][kLanePages];
+    uint32_t mask[kRounds][kLanePages], key[kRounds][kLanePages], extra[kRounds][kLanePages];
     int32_t ids[kRounds][kLanePages];
     int pos[kRounds], first[kRounds], warp_total = 0;
+    // The hook's loads first, beside the page ids and flags below.
+    typename Hook::Loaded loaded[kRounds][kLanePages];
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r)
+#pragma unroll
+      for (int j = 0; j < kLanePages; ++j)
+        loaded[r][j] = hook.load(min(base + ((warp * rounds + r) * 32 + lane) * kLanePages + j, m - 1));
     // Every round's page ids and (up to kPreloadHeads) heads' flags load before any is used: one
     // round trip for the lot.
 #pragma unroll
@@ -219,7 +237,10 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
       }
       int listed = 0;
 #pragma unroll
-      for (int j = 0; j < kLanePages; ++j) listed += mask[r][j] != 0u;
+      for (int j = 0; j < kLanePages; ++j) {
+        listed += mask[r][j] != 0u;
+        extra[r][j] = hook.bits(min(p0 + j, m - 1), mask[r][j], loaded[r][j]);  // 0 unlisted
+      }
       int incl = listed;  // the warp's inclusive scan of the round's counts
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -246,7 +267,8 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
         if (mask[r][j]) {
           const size_t slot = list + at++;
           a.out_table[slot] = ids[r][j];
-          a.out_masks[slot] = mask[r][j] | on_listed(first[r] + j, mask[r][j]);
+          a.out_masks[slot] = mask[r][j] | extra[r][j];
+          hook.listed(first[r] + j, mask[r][j]);
           if (a.by_score) bs.keys[slot] = key[r][j];
         }
     }
@@ -272,6 +294,32 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
 // (retro_plan::update_page, as retro_page_plan's kernel would after the union), and the CTA
 // copies the KV head's queries of both rows into folded_q and empties its past row's list. The
 // current page needs no guard here: every head keeps it (its key is the highest).
+// RetroAttention's folded plan as write_union's hook (union_kernel's RETRO form): a listed page's
+// past-row heads that have not seen it (its bits above the group's) read first, its masks A
+// written as it is stored, and the pages counted some head of the past row has not seen.
+struct RetroUnionHook {
+  static constexpr int kMaxFoldGroup = 4;  // retro_fold_fits: twice the group within 8 rows
+  // A round of 4 pages a lane (a tile of 2048 pages, quest 0.1's union at 32K and the 8B shape is
+  // ~620): its 16 old values a lane in registers; four rounds spilled.
+  static constexpr int kRounds = 1;
+  const RetroPagePlanArgs& r;
+  retro_plan::PlanRow row;
+  int kvh, group;
+  int unseen = 0;  // this thread's listed pages some head of the past row has not seen
+
+  using Loaded = retro_plan::PageOld<kMaxFoldGroup>;
+  __device__ Loaded load(int p) const { return retro_plan::load_page_old<kMaxFoldGroup>(r, row, kvh, p); }
+  __device__ uint32_t bits(int p, uint32_t mask, const Loaded& old) {
+    const uint32_t heads = retro_plan::page_unseen_of(r, row, p, mask, old);
+    const bool counted = row.sparse && row.past >= 0 && heads != 0u;  // heads is 0 where mask is
+    unseen += counted;
+    return counted ? heads << group : 0u;
+  }
+  __device__ void listed(int p, uint32_t mask) const {
+    if (row.sparse) retro_plan::mark_page(r, row, kvh, p, mask);
+  }
+};
+
 template <bool SORT, bool RETRO>
 __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs,
                                                          const RetroPagePlanArgs r) {
@@ -288,7 +336,8 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
   const auto flags = [&](int g) { return flags_of(a, b, kvh * group + g); };
   if constexpr (!RETRO) {
-    const int listed = write_union(a, bs, b, kvh, ctx, m, flags, [](int, uint32_t) { return 0u; });
+    NoUnionHook none;
+    const int listed = write_union(a, bs, b, kvh, ctx, m, flags, none);
     if constexpr (SORT) {
       __shared__ segment_sort::BitonicStorage sort;
       segment_sort::sort_list_in_cta({.keys = bs.keys, .values = a.out_table, .values2 = a.out_masks}, int(list),
@@ -296,19 +345,12 @@ __global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectAr
     }
   } else {
     __shared__ int unseen_pages;
-    const retro_plan::PlanRow row = retro_plan::load_row(r, b);
-    const bool fold_past = row.sparse && row.past >= 0;
-    int unseen = 0;  // this thread's listed pages some head of the past row has not seen
     if (threadIdx.x == 0) unseen_pages = 0;
-    write_union(a, bs, b, kvh, ctx, m, flags, [&](int p, uint32_t mask) {
-      if (!row.sparse) return 0u;
-      const uint32_t heads = retro_plan::update_page(r, row, kvh, p, mask, nullptr);
-      if (!fold_past || !heads) return 0u;
-      ++unseen;
-      return heads << group;
-    });
+    RetroUnionHook hook{r, retro_plan::load_row(r, b), kvh, group};
+    write_union(a, bs, b, kvh, ctx, m, flags, hook);
+    const retro_plan::PlanRow& row = hook.row;
     __syncthreads();  // unseen_pages is zero (write_union may have no barrier: an empty list)
-    unseen = __reduce_add_sync(0xffffffffu, unseen);
+    const int unseen = __reduce_add_sync(0xffffffffu, hook.unseen);
     if ((threadIdx.x & 31) == 0 && unseen) atomicAdd(&unseen_pages, unseen);
     __syncthreads();
     fq.store(r, b, kvh, row.past);

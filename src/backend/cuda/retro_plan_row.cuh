@@ -38,7 +38,10 @@ __device__ __forceinline__ PlanRow load_row(const RetroPagePlanArgs& a, int b) {
 // not select it keeps that value. Returns the heads whose age is beyond `behind` (a past row's
 // unseen heads at this page, for a folded plan), from registers; `age` null (folded: no
 // plan_past reads it) stores none.
-__device__ __forceinline__ uint32_t update_page(const RetroPagePlanArgs& a, const PlanRow& r, int h, int i,
+// update_page in its two halves: the old values read (the heads returned, no store), then the
+// masks written. A kernel with several pages a thread reads all its pages' first: each page's
+// stores would otherwise hold the next page's loads back (a round trip a page).
+__device__ __forceinline__ uint32_t page_unseen(const RetroPagePlanArgs& a, const PlanRow& r, int h, int i,
                                                 uint32_t mask, uint8_t* age) {
   const int group = a.group_size();
   uint32_t unseen = 0;
@@ -48,6 +51,51 @@ __device__ __forceinline__ uint32_t update_page(const RetroPagePlanArgs& a, cons
     if (age) age[g] = uint8_t(aged);
     unseen |= uint32_t(aged > r.behind) << g;
   }
+  return unseen;
+}
+
+// page_unseen's loads alone, for a group of at most MAX_GROUP heads: every load issued where it
+// stands (inline PTX, which the compiler neither drops nor sinks into the branch that uses it),
+// so that a thread's pages' loads go out together (QuestPageSelect's union: the loads of a
+// tile's pages before any is used). Heads past the group read the group's last, a row without
+// a slot slot 0's; page_unseen_of ignores both.
+template <int MAX_GROUP>
+struct PageOld {
+  int v[MAX_GROUP];
+};
+
+__device__ __forceinline__ int load_pinned(const int32_t* p) {
+  int v;
+  asm volatile("ld.global.s32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+template <int MAX_GROUP>
+__device__ __forceinline__ PageOld<MAX_GROUP> load_page_old(const RetroPagePlanArgs& a, const PlanRow& r, int h, int i) {
+  const int group = a.group_size();
+  PageOld<MAX_GROUP> old;
+#pragma unroll
+  for (int g = 0; g < MAX_GROUP; ++g) old.v[g] = load_pinned(a.masks.of(max(r.slot, 0), r.unit(h, min(g, group - 1), group)) + i);
+  return old;
+}
+
+// page_unseen over loaded old values.
+template <int MAX_GROUP>
+__device__ __forceinline__ uint32_t page_unseen_of(const RetroPagePlanArgs& a, const PlanRow& r, int i, uint32_t mask,
+                                                   const PageOld<MAX_GROUP>& old) {
+  const int group = a.group_size();
+  uint32_t unseen = 0;
+#pragma unroll
+  for (int g = 0; g < MAX_GROUP; ++g) {
+    const int o = i == r.current ? r.step - 1 : old.v[g];
+    const int aged = g < group && (mask >> g & 1u) ? max(0, min(255, r.step - o)) : 0;
+    unseen |= uint32_t(aged > r.behind) << g;
+  }
+  return unseen;
+}
+
+__device__ __forceinline__ void mark_page(const RetroPagePlanArgs& a, const PlanRow& r, int h, int i, uint32_t mask) {
+  const int group = a.group_size();
   for (int g = 0; g < group; ++g)
     if (r.per_head || g == 0) {
       int32_t* m = a.masks.of(r.slot, r.unit(h, g, group)) + i;
@@ -56,6 +104,12 @@ __device__ __forceinline__ uint32_t update_page(const RetroPagePlanArgs& a, cons
       else if (i == r.current)
         *m = r.step - 1;
     }
+}
+
+__device__ __forceinline__ uint32_t update_page(const RetroPagePlanArgs& a, const PlanRow& r, int h, int i,
+                                                uint32_t mask, uint8_t* age) {
+  const uint32_t unseen = page_unseen(a, r, h, i, mask, age);
+  mark_page(a, r, h, i, mask);
   return unseen;
 }
 

@@ -10,7 +10,6 @@
 #include "../retro_plan_case.h"
 #include "backend/cpu/retro_decode.h"
 #include "backend/cuda/paged_decode_attention.cuh"
-#include "backend/cuda/quest_page_select.cuh"
 #include "backend/cuda/retro_decode.cuh"
 #include "core/dtype.h"
 #include "device_vectors.h"
@@ -269,92 +268,6 @@ TEST(CudaRetroFold, EqualsTheUnfoldedStep) {
     if (sparse) {
       EXPECT_GT(plain.supplements, 0u) << at << ": no past row attended a page";
     }
-  }
-}
-
-// Quest's selection with the folded plan in its union (quest_page_select's Retro form) against
-// the selection then retro_page_plan folded over its lists, on random digests, queries and masks
-// A: every row's list, masks and length (past rows empty), the masks A after the step, the folded
-// queries and the supplements' tokens exactly. Past rows are outside the selection's rows (the
-// planner's kNoPlan); a row of no sequence (slot -1) passes through.
-TEST(CudaRetroFold, InQuestsUnionEqualsThePlanAfterIt) {
-  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  for (int trial = 0; trial < 6; ++trial) {
-    const int d = trial % 2 ? 64 : 128;
-    const test::RetroPlanCase c(test::random_int(1, 3), test::random_int(1, 4), test::random_int(1, 3), 2);
-    const int batch = c.batch(), kvh = c.kv_heads, heads = kvh * c.group, stride = c.pages.stride;
-    std::vector<uint16_t> q(size_t(batch) * heads * d), kmin(size_t(c.pages.num_pages) * kvh * d), kmax(kmin.size());
-    {
-      const std::vector<float> qf = test::random_vector(q.size()), lo = test::random_vector(kmin.size()),
-                               gap = test::random_vector(kmin.size());
-      std::transform(qf.begin(), qf.end(), q.begin(), f32_to_bf16);
-      for (size_t i = 0; i < kmin.size(); ++i) {
-        kmin[i] = f32_to_bf16(lo[i]);
-        kmax[i] = f32_to_bf16(lo[i] + std::fabs(gap[i]));
-      }
-    }
-    std::vector<int32_t> plan_policy(static_cast<size_t>(batch));
-    for (int b = 0; b < batch; ++b) plan_policy[size_t(b)] = c.row_slot[size_t(b)] >= 0 && c.newest_row[size_t(b)] != b ? 31 : 0;
-    auto dq = to_device(q), dmin = to_device(kmin), dmax = to_device(kmax);
-    auto dpolicy = to_device(plan_policy);
-    struct Run {
-      std::vector<int32_t> table, lens, a;
-      std::vector<uint32_t> masks;
-      std::vector<uint16_t> folded_q;
-      unsigned long long supplements;
-    };
-    auto run = [&](bool in_union) {
-      DeviceRetroPlan dev(c);
-      const size_t slots = size_t(batch) * kvh * stride;
-      auto plan_table = to_device(std::vector<int32_t>(slots, -5));
-      auto plan_masks = to_device(std::vector<uint32_t>(slots, 0xdeadbeefu));
-      auto plan_lens = to_device(std::vector<int32_t>(size_t(batch) * kvh, -5));
-      cuda::DeviceBuffer<uint16_t> folded_q(size_t(batch) * 2 * heads * d);
-      cuda::check(cudaMemset(folded_q.data(), 0, folded_q.bytes()), "cudaMemset");  // past rows' stay
-      QuestPageSelectArgs qa{.batch = batch, .num_heads = heads, .num_kv_heads = kvh, .head_dim = d,
-                             .page_size = c.page_size, .max_pages_per_seq = stride, .budget = 0.3, .min_tokens = 0,
-                             .q = dq.data(), .kmin = dmin.data(), .kmax = dmax.data(),
-                             .page_table = dev.page_table.data(), .seq_lens = dev.lens.data(),
-                             .out_table = plan_table.data(), .out_masks = plan_masks.data(),
-                             .out_lens = plan_lens.data(), .rows = PlanRows{dpolicy.data(), 1u}};
-      cuda::DeviceBuffer<uint8_t> ws(cuda::quest_page_select_workspace_size(qa));
-      qa.workspace = ws.data();
-      qa.workspace_bytes = ws.bytes();
-      RetroPagePlanArgs g = c.args();
-      g.masks = {.a = nullptr, .units = heads, .stride = stride};
-      g.q = dq.data();
-      g.folded_q = folded_q.data();
-      g.head_dim = d;
-      g = dev.args(g, c.pages.num_pages);
-      g.base_table = plan_table.data();
-      g.base_lens = plan_lens.data();
-      g.base_masks = plan_masks.data();
-      if (in_union) {
-        EXPECT_EQ(cuda::quest_page_select(qa, g, nullptr), cudaSuccess);
-      } else {
-        EXPECT_EQ(cuda::quest_page_select(qa, nullptr), cudaSuccess);
-        EXPECT_EQ(cuda::retro_page_plan(g, nullptr), cudaSuccess);
-      }
-      cuda::check(cudaDeviceSynchronize(), "retro plan");
-      // The lists the kernel would read: the selection's in the union's form, the plan's after it.
-      Run r{in_union ? to_host(plan_table) : to_host(dev.out_table), in_union ? to_host(plan_lens) : to_host(dev.out_lens),
-            to_host(dev.a), in_union ? to_host(plan_masks) : to_host(dev.out_masks), to_host(folded_q),
-            to_host(dev.supplements)[0]};
-      return r;
-    };
-    const Run after = run(false), in_union = run(true);
-    SCOPED_TRACE(testing::Message() << "trial " << trial << ", d " << d << ", group " << c.group << ", kv heads " << kvh);
-    ASSERT_EQ(in_union.lens, after.lens);
-    for (size_t l = 0; l < after.lens.size(); ++l)
-      for (int i = 0; i < (after.lens[l] + c.page_size - 1) / c.page_size; ++i) {
-        const size_t k = l * stride + size_t(i);
-        EXPECT_EQ(in_union.table[k], after.table[k]) << "list " << l << ", entry " << i;
-        EXPECT_EQ(in_union.masks[k], after.masks[k]) << "list " << l << ", entry " << i;
-      }
-    EXPECT_EQ(in_union.a, after.a);
-    EXPECT_EQ(in_union.folded_q, after.folded_q);
-    EXPECT_EQ(in_union.supplements, after.supplements);
-    EXPECT_GT(after.supplements, 0u) << "no past row attended a page";
   }
 }
 

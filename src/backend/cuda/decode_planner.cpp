@@ -215,12 +215,8 @@ class QuestPageRows final : public SelectionRows {
   void select(const PlanInput& in, uint32_t rows, const Out& out, cudaStream_t stream) override {
     QuestPageSelectArgs a = args(in, rows, out);
     if (art_) a.listed_tokens = nullptr;
-    if (in.retro_fold && plans_retro_fold())
-      check(quest_page_select(a, *in.retro_fold, stream), "quest_page_select (with Retro's folded plan)");
-    else
-      check(quest_page_select(a, stream), "quest_page_select");
+    check(quest_page_select(a, stream), "quest_page_select");
   }
-  bool plans_retro_fold() const override { return !art_; }
   const ArtRowRule* art_rule() const override { return art_ ? &*art_ : nullptr; }
   int dense_below() const override { return art_ ? 0 : kQuestDenseBelow; }
 
@@ -323,7 +319,6 @@ class RetroRows final : public StageRows {
  public:
   RetroRows(std::unique_ptr<RowPlanner> base, const RetroRowRule& rule) : StageRows(std::move(base)), rule_(rule) {}
   const RetroRowRule* retro_rule() const override { return &rule_; }
-  bool plans_retro_fold() const override { return base_->plans_retro_fold(); }
 
  private:
   RetroRowRule rule_;
@@ -578,10 +573,6 @@ DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32
   // start of every selection kernel, measurable at batch 1). The graph key holds the policies.
   PlanInput sel = in;
   if (std::has_single_bit(in.policies) && !retro) sel.row_policy = nullptr;
-  // Retro's folded plan in the selection's last kernel only where that selection plans every row.
-  const RowPlanner* only = std::has_single_bit(select) && !dense ? slots_[size_t(std::countr_zero(select))].planner.get()
-                                                                 : nullptr;
-  if (!only || !only->plans_retro_fold()) sel.retro_fold = nullptr;
   int bound = 0;
   if (dense) {
     dense_->select(sel, dense, out, stream);
@@ -601,7 +592,6 @@ DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32
                art_round ? rules_.data() : nullptr, art_round, art_warps, mac ? mac_rules_.data() : nullptr, mac,
                retro ? retro_rules_.data() : nullptr};
   if (art_round && mac) p.art_rules_above = above_rules_.data(), p.mac_art = mac_art;
-  p.retro_planned = sel.retro_fold != nullptr;
   return p;
 }
 

@@ -48,10 +48,6 @@ struct PlanInput {
   const int32_t* row_policy = nullptr;  // [n] each row's policy index
   uint32_t policies = 1;                // bit i: some row has policy i
   uint32_t dense_policies = 0;          // bit i: policy i's rows attend every key this step
-  // RetroAttention's folded plan (host struct, device pointers), for a selection that runs it in
-  // its last kernel (RowPlanner::plans_retro_fold: quest's union) where that selection plans every
-  // row of the step; DevicePlan::retro_planned says whether it ran.
-  const RetroPagePlanArgs* retro_fold = nullptr;
 };
 
 // A plan on the device, in PagedDecodeArgs' terms.
@@ -80,9 +76,6 @@ struct DevicePlan {
   // stops in `below` only; `above` is read whole), the other policies' as art_rules.
   const ArtRowRule* art_rules_above = nullptr;
   bool mac_art = false;  // a present policy runs mac+art: `below` in ART's order, stopped by ART
-  // The selection ran PlanInput::retro_fold: the lists above are the folded step's (past rows
-  // empty, their unseen heads in the newest rows' masks), the masks A and folded queries written.
-  bool retro_planned = false;
 };
 
 struct PlannerShape {
@@ -127,8 +120,6 @@ class RowPlanner {
   virtual const MacRowRule* mac_rule() const { return nullptr; }
   // RetroAttention over this policy's lists (its past rows get the pages they have not seen).
   virtual const RetroRowRule* retro_rule() const { return nullptr; }
-  // Whether select() runs PlanInput::retro_fold when given it (quest's union without ART).
-  virtual bool plans_retro_fold() const { return false; }
   // The dense fallback (DecodePlanner::dense_fallback): a step's rows of this policy attend every
   // key when the tokens its selection leaves unread, summed over them, are fewer than
   // dense_below() (0: never), and how many a row of `length` tokens leaves unread.
@@ -194,7 +185,6 @@ class DecodePlanner {
   int mac_capacity() const;
   const MacRowRule* mac_rule(int index) const;
   const MacRowRule* mac_rules_device() const { return mac_rules_.data(); }  // [kMaxPolicies]
-  const RetroRowRule* retro_rules_device() const { return retro_rules_.data(); }  // [kMaxPolicies]
   // The largest output cache a registered retro policy keeps (w entries; 0: none), and index's rule.
   int retro_entries() const;
   const RetroRowRule* retro_rule(int index) const;

@@ -258,7 +258,6 @@ void GpuForward::enqueue(int n, int logits_n, const Pass& pass, bool advance) {
   pass_ = pass;
   pass_.prefetch = prefetches(pass);
   mac_index_made_ = false;
-  retro_index_made_ = false;
   if (host_kv_ && pass.decode) {  // the step's counter and written pages, before layer 0
     const InputLayout in(opt_.max_rows);
     host_kv_->begin_step(n, inputs_.data() + in.positions, inputs_.data() + in.table, stream_);
@@ -452,18 +451,11 @@ void GpuForward::attend_decode(int l, int n, int max_seq_len, const int32_t* tab
   // Decode steps attend through the policy's plan; mixed batches (prefill rows among them)
   // over every visible key, as prefill always does.
   DevicePlan plan{false, table, seq_lens, max_seq_len};
-  if (pass_.decode) {
-    PlanInput in{l, n, max_seq_len, q_.data(), cache_.kmin(l), cache_.kmax(l), table, seq_lens,
-                 inputs_.data() + InputLayout(opt_.max_rows).plan_policy, pass_.policies, pass_.dense_policies};
-    // A folded Retro step's plan in quest's union where quest plans every row (the planner
-    // decides: DevicePlan::retro_planned); attend_retro runs it after the selection otherwise.
-    RetroPagePlanArgs retro_fold;
-    if (planner_->retro_entries() > 0 && retro_windows_fold()) {
-      retro_fold = retro_plan_args(l, n, true);
-      in.retro_fold = &retro_fold;
-    }
-    plan = planner_->plan(in, s);
-  }
+  if (pass_.decode)
+    plan = planner_->plan(PlanInput{l, n, max_seq_len, q_.data(), cache_.kmin(l), cache_.kmax(l), table, seq_lens,
+                                    inputs_.data() + InputLayout(opt_.max_rows).plan_policy, pass_.policies,
+                                    pass_.dense_policies},
+                          s);
   PagedDecodeArgs a{.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
                     .head_dim = c.head_dim, .max_pages_per_seq = opt_.max_pages_per_seq,
                     .max_seq_len = plan.max_seq_len, .scale = 1.0f / std::sqrt(float(c.head_dim)),

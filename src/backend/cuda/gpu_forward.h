@@ -229,10 +229,6 @@ class GpuForward final : public Forward, private Backend {
   // rows' unseen pages, one kernel pass, the merge with their cached states).
   void attend_retro(int layer, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t stream);
   bool retro_fold(const DevicePlan& plan) const;
-  bool retro_windows_fold() const;
-  // The layer's plan arguments but the base and output lists (attend_retro sets those; the
-  // planner's quest union takes them as they are: PlanInput::retro_fold).
-  RetroPagePlanArgs retro_plan_args(int layer, int n, bool fold);
   void reserve_retro(bool& moved);
   // CSAttention (gpu_forward_cs.cpp): its state once a cs policy is registered; a prefill
   // chunk's queries sampled; a decode step's tables built before its graph (host code); the
@@ -318,7 +314,6 @@ class GpuForward final : public Forward, private Backend {
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   Pass pass_;
   bool mac_index_made_ = false;  // this pass's MAC plans made the page index map (MacPagePlanArgs::index_ready)
-  bool retro_index_made_ = false;  // this pass's Retro plans made it (RetroPagePlanArgs::index_ready)
 
   // Activations, sized for max_rows.
   DeviceBuffer<float> x_, y_, qkv_, o_, lse_, gate_up_, logits_;

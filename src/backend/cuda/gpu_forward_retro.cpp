@@ -9,9 +9,7 @@
 // The planner plans the newest rows only (a past row's plan index is InputLayout::kNoPlan).
 // A step whose retro rules all have w = 2, where twice a group fits the kernel's tile
 // (retro_fold_fits), folds: each past row attends as more query heads of its newest row's
-// lists, so the kernel reads those pages once for both rows (retro_fold). Where quest plans every
-// row of such a step (one policy, a layer it selects in, no ART), its union kernel runs the folded
-// plan as it lists the pages (PlanInput::retro_fold, DevicePlan::retro_planned): no plan launch.
+// lists, so the kernel reads those pages once for both rows (retro_fold).
 #include "backend/cuda/gpu_forward.h"
 
 #include <algorithm>
@@ -32,31 +30,13 @@ void GpuForward::reserve_retro(bool& moved) {
 
 // Whether this pass's retro rows fold (gpu_forward_retro.cpp's header). ART's kernel and the
 // host KV's list mapping take the unfolded lists.
-bool GpuForward::retro_fold(const DevicePlan& plan) const { return !plan.art_rules && retro_windows_fold(); }
-
-// The pass's retro windows (and the group) fold, and its KV is on the GPU.
-bool GpuForward::retro_windows_fold() const {
-  if (host_kv_) return false;
+bool GpuForward::retro_fold(const DevicePlan& plan) const {
+  if (plan.art_rules || host_kv_) return false;
   int window = 0;
   for (int i = 0; i < DecodePlanner::kMaxPolicies; ++i)
     if (pass_.policies >> i & 1u)
       if (const RetroRowRule* r = planner_->retro_rule(i)) window = std::max(window, r->window);
   return retro_fold_fits(window, w_.config.num_heads / w_.config.num_kv_heads);
-}
-
-RetroPagePlanArgs GpuForward::retro_plan_args(int l, int n, bool fold) {
-  const ModelConfig& c = w_.config;
-  const InputLayout in(opt_.max_rows);
-  const RetroState::Scratch x = retro_.scratch();
-  return {.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
-          .page_size = cache_.shape().page_size, .max_pages_per_seq = opt_.max_pages_per_seq,
-          .rules = planner_->retro_rules_device(), .row_policy = inputs_.data() + in.policy, .layer = l,
-          .num_pool_pages = cache_.shape().num_pages, .workspace = x.workspace, .workspace_bytes = x.workspace_bytes,
-          .page_table = inputs_.data() + in.table, .seq_lens = inputs_.data() + in.seq_lens,
-          .row_slot = inputs_.data() + in.retro_slot, .retro_step = inputs_.data() + in.retro_step,
-          .newest_row = inputs_.data() + in.newest_row, .masks = retro_.masks(l), .age = x.age,
-          .supplement_tokens = x.tokens, .q = q_.data(), .folded_q = fold ? x.folded_q : nullptr,
-          .head_dim = c.head_dim};
 }
 
 void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedDecodeArgs& base, cudaStream_t s) {
@@ -68,23 +48,25 @@ void GpuForward::attend_retro(int l, int n, const DevicePlan& plan, const PagedD
   const int32_t* row_slot = inputs_.data() + in.retro_slot;
   const int32_t* steps = inputs_.data() + in.retro_step;
   const int32_t* newest = inputs_.data() + in.newest_row;
-  // The lists the kernel reads: the plan's where quest's union ran the folded plan, else those
-  // retro_page_plan makes from the plan.
-  PagedDecodeArgs a = base.with_lists(plan.max_seq_len, plan.table, plan.lens, plan.head_masks, x.o, x.lse);
-  if (!plan.retro_planned) {
-    RetroPagePlanArgs p = retro_plan_args(l, n, fold);
-    p.q = base.q;
-    p.index_ready = retro_index_made_;  // one map serves the step: it depends on the tables alone
-    p.base_per_kv_head = plan.per_kv_head;
-    p.base_table = plan.table, p.base_lens = plan.lens, p.base_masks = plan.head_masks;
-    p.out_table = x.table, p.out_lens = x.lens, p.out_masks = x.masks;
-    check(retro_page_plan(p, s), "retro_page_plan");
-    retro_index_made_ = true;
-    // Every list is within the plan's bound: a newest row's (and another policy's row's) is its
-    // base list, a past row's a subset of its newest row's. The pass's context bound instead
-    // sized the kernel's chunks for the whole context, idling most CTAs on a sparse base's lists.
-    a = base.with_lists(plan.max_seq_len, x.table, x.lens, x.masks, x.o, x.lse);
-  }
+  check(retro_page_plan({.batch = n, .num_heads = c.num_heads, .num_kv_heads = c.num_kv_heads,
+                         .page_size = cache_.shape().page_size, .max_pages_per_seq = opt_.max_pages_per_seq,
+                         .rules = plan.retro_rules, .row_policy = row_policy, .layer = l,
+                         .num_pool_pages = cache_.shape().num_pages,
+                         .index_ready = l > 0,  // layer 0's map serves the step: it depends on the tables alone
+                         .workspace = x.workspace,
+                         .workspace_bytes = x.workspace_bytes, .page_table = inputs_.data() + in.table,
+                         .seq_lens = inputs_.data() + in.seq_lens, .base_per_kv_head = plan.per_kv_head,
+                         .base_table = plan.table, .base_lens = plan.lens, .base_masks = plan.head_masks,
+                         .row_slot = row_slot, .retro_step = steps, .newest_row = newest, .masks = retro_.masks(l),
+                         .age = x.age, .out_table = x.table, .out_lens = x.lens, .out_masks = x.masks,
+                         .supplement_tokens = x.tokens, .q = base.q, .folded_q = fold ? x.folded_q : nullptr,
+                         .head_dim = c.head_dim},
+                        s),
+        "retro_page_plan");
+  // Every list is within the plan's bound: a newest row's (and another policy's row's) is its
+  // base list, a past row's a subset of its newest row's. The pass's context bound instead
+  // sized the kernel's chunks for the whole context, idling most CTAs on a sparse base's lists.
+  PagedDecodeArgs a = base.with_lists(plan.max_seq_len, x.table, x.lens, x.masks, x.o, x.lse);
   if (fold) {  // a KV head's group: the newest row's heads, then its past row's
     a.num_heads = 2 * c.num_heads;
     a.q = x.folded_q;

@@ -7,7 +7,6 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/page_select_common.cuh"
 #include "backend/cuda/pdl.cuh"
-#include "backend/cuda/retro_plan_row.cuh"
 #include "backend/cuda/segment_sort.cuh"
 #include "backend/cuda/segment_sort_block.cuh"
 #include "backend/cuda/workspace_carver.h"
@@ -168,23 +167,10 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) select_kernel(const QuestP
 // still spread over every warp. (Before: a thread's own 16 consecutive pages and one block scan,
 // each of its 16 stores per output array about 20 bytes from its neighbour lane's; the union
 // took 12.7 us at b8 128K, now 10.0, bench/results/2026-11-27-s28-select-walk/.)
-// hook (RetroAttention's folded plan, or NoUnionHook): load(p) for each of a thread's page
-// positions of a tile with the tile's first loads (loads only, no store); bits(p, mask, loaded),
-// the bits ORed into position p's mask (mask 0 where the page is not listed, which must return
-// 0); listed(p, mask) as each listed page is stored (it may store).
-struct NoUnionHook {
-  static constexpr int kRounds = 4;
-  struct Loaded {};
-  __device__ Loaded load(int) const { return {}; }
-  __device__ uint32_t bits(int, uint32_t, const Loaded&) const { return 0u; }
-  __device__ void listed(int, uint32_t) const {}
-};
-
-template <class FlagsOf, class Hook>
+template <class FlagsOf>
 __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int b, int kvh, int ctx, int m,
-                            FlagsOf flags_of_head, Hook& hook) {
-  // kRounds: up to kItems / kLanePages, fewer where the hook holds registers a page (Hook::kRounds).
-  constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages < Hook::kRounds ? kItems / kLanePages : Hook::kRounds;
+                            FlagsOf flags_of_head) {
+  constexpr int kWarps = kThreads / 32, kLanePages = 4, kRounds = kItems / kLanePages;
   constexpr int kRoundPages = kThreads * kLanePages;  // pages of one round over the whole CTA
   __shared__ int warp_listed[kWarps];
   const int rounds = min(kRounds, max(1, (m + kRoundPages - 1) / kRoundPages));
@@ -194,23 +180,15 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
   const int32_t* table = a.page_table + size_t(b) * a.max_pages_per_seq;
   int written = 0;
   for (int base = 0; base < m; base += kRoundPages * rounds) {
-    uint32_t mask[kRounds][kLanePages], key[kRounds][kLanePages], extra[kRounds][kLanePages];
+    uint32_t mask[kRounds][kLanePages], key[kRounds][kLanePages];
     int32_t ids[kRounds][kLanePages];
-    int pos[kRounds], first[kRounds], warp_total = 0;
-    // The hook's loads first, beside the page ids and flags below.
-    typename Hook::Loaded loaded[kRounds][kLanePages];
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r)
-#pragma unroll
-      for (int j = 0; j < kLanePages; ++j)
-        loaded[r][j] = hook.load(min(base + ((warp * rounds + r) * 32 + lane) * kLanePages + j, m - 1));
+    int pos[kRounds], warp_total = 0;
     // Every round's page ids and (up to kPreloadHeads) heads' flags load before any is used: one
     // round trip for the lot.
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
       // Past `rounds` p0 is past m: nothing loaded, nothing listed.
       const int p0 = r < rounds ? base + ((warp * rounds + r) * 32 + lane) * kLanePages : m;
-      first[r] = p0;
 #pragma unroll
       for (int j = 0; j < kLanePages; ++j) {
         mask[r][j] = key[r][j] = 0u;
@@ -237,10 +215,7 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
       }
       int listed = 0;
 #pragma unroll
-      for (int j = 0; j < kLanePages; ++j) {
-        listed += mask[r][j] != 0u;
-        extra[r][j] = hook.bits(min(p0 + j, m - 1), mask[r][j], loaded[r][j]);  // 0 unlisted
-      }
+      for (int j = 0; j < kLanePages; ++j) listed += mask[r][j] != 0u;
       int incl = listed;  // the warp's inclusive scan of the round's counts
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -267,8 +242,7 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
         if (mask[r][j]) {
           const size_t slot = list + at++;
           a.out_table[slot] = ids[r][j];
-          a.out_masks[slot] = mask[r][j] | extra[r][j];
-          hook.listed(first[r] + j, mask[r][j]);
+          a.out_masks[slot] = mask[r][j];
           if (a.by_score) bs.keys[slot] = key[r][j];
         }
     }
@@ -288,77 +262,21 @@ __device__ int write_union(const QuestPageSelectArgs& a, const ByScore& bs, int 
 // lists of at most kCtaSortItems): the CTA then sorts its list by descending key itself, where a
 // sort kernel of its own (11.3 us under ncu) reloaded the list after a launch: quest+art's
 // attention step with agreeing heads at b8 32K 87.1 -> 85.9 us (H200, 2026-11-28).
-//
-// RETRO (quest_page_select's Retro form, `r` its folded plan): each listed page also updates the
-// row's masks A and gets its past row's unseen heads in the bits above the group's
-// (retro_plan::update_page, as retro_page_plan's kernel would after the union), and the CTA
-// copies the KV head's queries of both rows into folded_q and empties its past row's list. The
-// current page needs no guard here: every head keeps it (its key is the highest).
-// RetroAttention's folded plan as write_union's hook (union_kernel's RETRO form): a listed page's
-// past-row heads that have not seen it (its bits above the group's) read first, its masks A
-// written as it is stored, and the pages counted some head of the past row has not seen.
-struct RetroUnionHook {
-  static constexpr int kMaxFoldGroup = 4;  // retro_fold_fits: twice the group within 8 rows
-  // A round of 4 pages a lane (a tile of 2048 pages, quest 0.1's union at 32K and the 8B shape is
-  // ~620): its 16 old values a lane in registers; four rounds spilled.
-  static constexpr int kRounds = 1;
-  const RetroPagePlanArgs& r;
-  retro_plan::PlanRow row;
-  int kvh, group;
-  int unseen = 0;  // this thread's listed pages some head of the past row has not seen
-
-  using Loaded = retro_plan::PageOld<kMaxFoldGroup>;
-  __device__ Loaded load(int p) const { return retro_plan::load_page_old<kMaxFoldGroup>(r, row, kvh, p); }
-  __device__ uint32_t bits(int p, uint32_t mask, const Loaded& old) {
-    const uint32_t heads = retro_plan::page_unseen_of(r, row, p, mask, old);
-    const bool counted = row.sparse && row.past >= 0 && heads != 0u;  // heads is 0 where mask is
-    unseen += counted;
-    return counted ? heads << group : 0u;
-  }
-  __device__ void listed(int p, uint32_t mask) const {
-    if (row.sparse) retro_plan::mark_page(r, row, kvh, p, mask);
-  }
-};
-
-template <bool SORT, bool RETRO>
-__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs,
-                                                         const RetroPagePlanArgs r) {
+template <bool SORT>
+__global__ void __launch_bounds__(kThreads) union_kernel(const QuestPageSelectArgs a, const ByScore bs) {
   static_assert(!SORT || kThreads == segment_sort::kSortThreads, "the sort runs on the union CTA");
-  static_assert(!(SORT && RETRO), "a folded Retro step lists in position order");
   detail::pdl_enter();  // launched by launch_pdl
   const int kvh = blockIdx.x, b = blockIdx.y, group = a.group_size();
   const size_t list = (size_t(b) * a.num_kv_heads + kvh) * a.max_pages_per_seq;
   const size_t list_index = size_t(b) * a.num_kv_heads + kvh;
   if (a.by_score && threadIdx.x == 0) bs.begin[list_index] = bs.end[list_index] = int(list);  // unplanned rows: nothing to sort
-  retro_plan::FoldedQuery fq;
-  if constexpr (RETRO) fq.load(r, b, kvh);
   if (!a.rows.has(b)) return;
   const int ctx = context_of(a, b), m = pages_of(ctx, a.page_size);
-  const auto flags = [&](int g) { return flags_of(a, b, kvh * group + g); };
-  if constexpr (!RETRO) {
-    NoUnionHook none;
-    const int listed = write_union(a, bs, b, kvh, ctx, m, flags, none);
-    if constexpr (SORT) {
-      __shared__ segment_sort::BitonicStorage sort;
-      segment_sort::sort_list_in_cta({.keys = bs.keys, .values = a.out_table, .values2 = a.out_masks}, int(list),
-                                     listed, sort);
-    }
-  } else {
-    __shared__ int unseen_pages;
-    if (threadIdx.x == 0) unseen_pages = 0;
-    RetroUnionHook hook{r, retro_plan::load_row(r, b), kvh, group};
-    write_union(a, bs, b, kvh, ctx, m, flags, hook);
-    const retro_plan::PlanRow& row = hook.row;
-    __syncthreads();  // unseen_pages is zero (write_union may have no barrier: an empty list)
-    const int unseen = __reduce_add_sync(0xffffffffu, hook.unseen);
-    if ((threadIdx.x & 31) == 0 && unseen) atomicAdd(&unseen_pages, unseen);
-    __syncthreads();
-    fq.store(r, b, kvh, row.past);
-    if (threadIdx.x == 0 && row.past >= 0) {
-      a.out_lens[size_t(row.past) * a.num_kv_heads + kvh] = 0;
-      if (r.supplement_tokens && unseen_pages)
-        atomicAdd(r.supplement_tokens, (unsigned long long)unseen_pages * a.page_size);
-    }
+  const int listed = write_union(a, bs, b, kvh, ctx, m, [&](int g) { return flags_of(a, b, kvh * group + g); });
+  if constexpr (SORT) {
+    __shared__ segment_sort::BitonicStorage sort;
+    segment_sort::sort_list_in_cta({.keys = bs.keys, .values = a.out_table, .values2 = a.out_masks}, int(list),
+                                   listed, sort);
   }
 }
 
@@ -377,61 +295,31 @@ size_t quest_page_select_workspace_size(const QuestPageSelectArgs& a) {
   return base_bytes(a) + sort;
 }
 
-namespace {
-
-// The score and select kernels: every head's pages scored and its best flagged.
-cudaError_t score_and_select(const QuestPageSelectArgs& a, cudaStream_t stream) {
+cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream) {
+  if (!supported(a) || a.workspace == nullptr || a.workspace_bytes < quest_page_select_workspace_size(a))
+    return cudaErrorInvalidValue;
+  if (a.batch == 0) return cudaSuccess;
   cudaError_t e = launch_scores(score_kernel<64>, score_kernel<128>, a, a.num_kv_heads, stream);
   if (e != cudaSuccess) return e;
   detail::DeviceInfo gpu;
   if ((e = detail::device_info(gpu)) != cudaSuccess) return e;
   const bool one_wave = a.num_heads * a.batch > gpu.sms;
   (void)launch_pdl(one_wave ? select_kernel<2> : select_kernel<1>, dim3(a.num_heads, a.batch), kThreads, 0, stream, a);
-  return cudaGetLastError();
-}
-
-}  // namespace
-
-cudaError_t quest_page_select(const QuestPageSelectArgs& a, cudaStream_t stream) {
-  if (!supported(a) || a.workspace == nullptr || a.workspace_bytes < quest_page_select_workspace_size(a))
-    return cudaErrorInvalidValue;
-  if (a.batch == 0) return cudaSuccess;
-  cudaError_t e = score_and_select(a, stream);
-  if (e != cudaSuccess) return e;
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
   ByScore bs;
   if (a.by_score) bs = by_score_layout(a, static_cast<char*>(a.workspace) + base_bytes(a), nullptr);
   // by_score: descending key, the pages and masks in place; the sort is stable, so ties stay in
   // position order, as on the CPU. Lists that fit the union CTA's sort are sorted there; longer
   // ones by a sort of their own.
   const bool sort_in_union = a.by_score && sort_items(a) <= kCtaSortItems;
-  (void)launch_pdl(sort_in_union ? union_kernel<true, false> : union_kernel<false, false>,
-                   dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, bs, RetroPagePlanArgs{});
+  (void)launch_pdl(sort_in_union ? union_kernel<true> : union_kernel<false>, dim3(a.num_kv_heads, a.batch), kThreads,
+                   0, stream, a, bs);
   if ((e = cudaGetLastError()) != cudaSuccess || !a.by_score || sort_in_union) return e;
   const int lists = a.batch * a.num_kv_heads;
   return segment_sort_desc({.lists = lists, .total = lists * a.max_pages_per_seq, .max_items = sort_items(a),
                             .keys = bs.keys, .values = a.out_table, .values2 = a.out_masks, .begin = bs.begin,
                             .end = bs.end, .scratch = bs.scratch, .scratch_bytes = bs.scratch_bytes},
                            stream);
-}
-
-bool quest_retro_fold_supported(const QuestPageSelectArgs& a, const RetroPagePlanArgs& r) {
-  return supported(a) && !a.by_score && r.folded() && r.q != nullptr && r.masks.a != nullptr &&
-         r.row_slot != nullptr && r.retro_step != nullptr && r.newest_row != nullptr && r.seq_lens != nullptr &&
-         r.batch == a.batch && r.num_heads == a.num_heads && r.num_kv_heads == a.num_kv_heads &&
-         r.head_dim == a.head_dim && r.page_size == a.page_size && retro_fold_fits(2, a.group_size()) &&
-         (r.per_head_units || r.rules != nullptr);
-}
-
-cudaError_t quest_page_select(const QuestPageSelectArgs& a, const RetroPagePlanArgs& retro, cudaStream_t stream) {
-  if (!quest_retro_fold_supported(a, retro) || a.workspace == nullptr ||
-      a.workspace_bytes < quest_page_select_workspace_size(a))
-    return cudaErrorInvalidValue;
-  if (a.batch == 0) return cudaSuccess;
-  cudaError_t e = score_and_select(a, stream);
-  if (e != cudaSuccess) return e;
-  (void)launch_pdl(union_kernel<false, true>, dim3(a.num_kv_heads, a.batch), kThreads, 0, stream, a, ByScore{},
-                   retro);
-  return cudaGetLastError();
 }
 
 }  // namespace skim::cuda

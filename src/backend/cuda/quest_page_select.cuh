@@ -25,7 +25,6 @@
 #include <cstddef>
 
 #include "attention/quest_page_select_args.h"
-#include "attention/retro_decode_args.h"
 
 namespace skim::cuda {
 
@@ -36,17 +35,5 @@ size_t quest_page_select_workspace_size(const QuestPageSelectArgs& args);
 // of at most 32 query heads. Returns cudaErrorInvalidValue for unsupported shapes or
 // parameters or a too small workspace.
 cudaError_t quest_page_select(const QuestPageSelectArgs& args, cudaStream_t stream);
-
-// The same selection with RetroAttention's folded plan (retro_decode_args.h, `retro.folded()`)
-// in its union kernel, for a step whose planned rows are all this Quest's newest rows with a
-// retro rule of w = 2 (past rows outside args.rows): each listed page updates the row's masks A
-// and its mask gets the past row's unseen heads in the bits above the group's, the KV heads'
-// queries of both rows go to retro.folded_q, a past row's list in args.out_lens is emptied, and
-// the unseen pages count into retro.supplement_tokens: the lists, masks A, folded queries and
-// counts retro_page_plan(retro) makes from this selection's lists, without its launch. retro's
-// base and output lists are not read (the selection's are the lists). In position order only
-// (not by_score). cudaErrorInvalidValue where it does not apply (quest_retro_fold_supported).
-cudaError_t quest_page_select(const QuestPageSelectArgs& args, const RetroPagePlanArgs& retro, cudaStream_t stream);
-bool quest_retro_fold_supported(const QuestPageSelectArgs& args, const RetroPagePlanArgs& retro);
 
 }  // namespace skim::cuda

@@ -7,7 +7,6 @@
 #include "backend/cuda/page_index_map.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/retro_merge_state.cuh"
-#include "backend/cuda/retro_plan_row.cuh"
 
 #include <cstdint>
 
@@ -15,14 +14,61 @@ namespace skim::cuda {
 
 namespace {
 
-using namespace retro_plan;
-
 // plan_kernel's CTA: a list in one pass up to 1024 pages (quest 0.1's union at 32K is about 620
 // pages a KV head).
 constexpr int kPlanThreads = 1024;
 using PlanScan = cub::BlockScan<int, kPlanThreads>;
 
 __device__ __forceinline__ int pages_of(int len, int ps) { return (len + ps - 1) / ps; }
+
+// What a plan CTA reads of its row before anything else, loaded together: at batch 1 the kernel
+// is a chain of dependent loads, and these depend on nothing but the row (and the rule).
+struct PlanRow {
+  int slot, newest, past;  // past: the row before when it is this row's past row, else -1
+  int step, behind, current;
+  bool sparse, per_head;
+  // The selection unit of KV head h's g-th query head (RetroPagePlanArgs::unit_of, the rule
+  // already loaded).
+  __device__ int unit(int h, int g, int group) const { return per_head ? h * group + g : h; }
+};
+
+__device__ __forceinline__ PlanRow load_row(const RetroPagePlanArgs& a, int b) {
+  const int slot = a.row_slot[b], newest = a.newest_row[b], step = a.retro_step[b], len = a.seq_lens[b];
+  const int prev_slot = b > 0 ? a.row_slot[b - 1] : -1, prev_newest = b > 0 ? a.newest_row[b - 1] : -1;
+  const int prev_step = b > 0 ? a.retro_step[b - 1] : 0;
+  const bool per_head = a.per_head_of(b), sparse = slot >= 0 && a.sparse_of(b);
+  const int past = slot >= 0 && prev_slot == slot && prev_newest == b ? b - 1 : -1;
+  return {.slot = slot, .newest = newest, .past = past, .step = sparse ? step : 0,
+          .behind = past >= 0 ? step - prev_step : 0, .current = (len - 1) / a.page_size, .sparse = sparse,
+          .per_head = per_head};
+}
+
+// The selection-unit masks A of row b (newest, sparse layer) at one listed page: the page's
+// position i returns each selecting head's old value into `age` and gets `step`. The current
+// page's old value is step - 1 for every unit (Algorithm 2 sets it first); a unit whose heads do
+// not select it keeps that value. Returns the heads whose age is beyond `behind` (a past row's
+// unseen heads at this page, for a folded plan), from registers; `age` null (folded: no
+// plan_past reads it) stores none.
+__device__ __forceinline__ uint32_t update_page(const RetroPagePlanArgs& a, const PlanRow& r, int h, int i,
+                                                uint32_t mask, uint8_t* age) {
+  const int group = a.group_size();
+  uint32_t unseen = 0;
+  for (int g = 0; g < group; ++g) {  // 0: not selected, never unseen
+    const int old = i == r.current ? r.step - 1 : a.masks.of(r.slot, r.unit(h, g, group))[i];
+    const int aged = (mask >> g & 1u) ? max(0, min(255, r.step - old)) : 0;
+    if (age) age[g] = uint8_t(aged);
+    unseen |= uint32_t(aged > r.behind) << g;
+  }
+  for (int g = 0; g < group; ++g)
+    if (r.per_head || g == 0) {
+      int32_t* m = a.masks.of(r.slot, r.unit(h, g, group)) + i;
+      if (mask >> g & 1u)
+        *m = r.step;
+      else if (i == r.current)
+        *m = r.step - 1;
+    }
+  return unseen;
+}
 
 // A past row's heads at a page of its newest row's list: bit g when head g has not seen it
 // (the age its selection returned is beyond the row's distance, `behind`).
@@ -128,6 +174,31 @@ __device__ void plan_past(const RetroPagePlanArgs& a, int b, int nr, int h, Plan
   }
 }
 
+// Folded: KV head h's query heads of newest row b, then those of its past row, as folded_q's
+// row b holds them (RetroPagePlanArgs::folded_q), 16 bytes a thread: this thread's part loaded
+// (load) with the row's own loads, the past row's speculatively from the row before (which
+// exists), and stored (store) zeroed where the row has no past row. Loaded after the plan's
+// stores, the queries were a round trip of their own on the kernel's chain.
+struct FoldedQuery {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  int g2 = 0, e = 0;  // the folded head (0 .. 2 group - 1) and element
+  bool mine = false;  // this thread holds a part (2 group head_dim / 8 threads do)
+
+  __device__ void load(const RetroPagePlanArgs& a, int b, int h) {
+    const int group = a.group_size(), d = a.head_dim, i = threadIdx.x;
+    mine = i < 2 * group * d / 8;  // 128 at most (retro_fold_fits, head_dim <= 128) of kPlanThreads
+    if (!mine) return;
+    g2 = i * 8 / d, e = i * 8 % d;
+    const int row = g2 < group ? b : b - 1;
+    if (row >= 0) v = *reinterpret_cast<const uint4*>(a.q + (size_t(row) * a.num_heads + h * group + g2 % group) * d + e);
+  }
+  __device__ void store(const RetroPagePlanArgs& a, int b, int h, int past) const {
+    if (!mine) return;
+    const int group = a.group_size(), d = a.head_dim, H = a.num_heads;
+    const uint4 x = g2 < group || past >= 0 ? v : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(a.folded_q + (size_t(b) * 2 * H + h * 2 * group + g2) * d + e) = x;
+  }
+};
 
 // One CTA per (KV head, row that is not a past one): its list (plan_newest), then, once the
 // CTA's writes are visible to it (the barrier), the lists of its sequence's past rows (the rows

@@ -152,6 +152,26 @@ struct RetroMergeArgs {
     const int g = fold_group;
     return size_t(past ? newest_row[b] : b) * 2 * num_heads + size_t(h / g) * 2 * g + (past ? g : 0) + h % g;
   }
+  // state_of inverted: the row b and query head h whose state is s; false for a state no row
+  // reads (in the folded layout a past row's own states, its lists empty, and the past-row
+  // heads of a newest row that has none). Reads row_slot and newest_row.
+  SKIM_HOST_DEVICE bool row_of_state(size_t s, int& b, int& h) const {
+    const int H = num_heads, g = fold_group;
+    if (g == 0) {
+      b = int(s / size_t(H)), h = int(s % size_t(H));
+      return true;
+    }
+    const int nb = int(s / size_t(2 * H)), hf = int(s % size_t(2 * H)), j = hf % (2 * g);
+    h = hf / (2 * g) * g + j % g;
+    const int slot = row_slot ? row_slot[nb] : -1;
+    if (slot >= 0 && newest_row[nb] != nb) return false;  // a past row's own states
+    if (j < g) {
+      b = nb;
+      return true;
+    }
+    b = nb - 1;  // the past row: the row before its newest (retro_fold_fits: at most one)
+    return slot >= 0 && b >= 0 && row_slot[b] == slot && newest_row[b] == nb;
+  }
 };
 
 }  // namespace skim

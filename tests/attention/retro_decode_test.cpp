@@ -148,7 +148,8 @@ TEST(RetroFold, FitsAndLaysOutTheStates) {
   const int heads = 6, group = 3;
   // Rows: a past row (0) and its newest (1); a newest row with no past row yet (2); another policy (3).
   const std::vector<int32_t> slot = {0, 0, 1, -1}, newest = {1, 1, 2, 3};
-  RetroMergeArgs m{.batch = 4, .num_heads = heads, .head_dim = 64, .newest_row = newest.data(), .cache = {}};
+  RetroMergeArgs m{.batch = 4, .num_heads = heads, .head_dim = 64, .row_slot = slot.data(), .newest_row = newest.data(),
+                   .cache = {}};
   EXPECT_EQ(m.state_of(2, 5, false), size_t(2 * heads + 5));  // unfolded: [batch][num_heads]
   m.fold_group = group;
   std::set<size_t> states;
@@ -161,6 +162,18 @@ TEST(RetroFold, FitsAndLaysOutTheStates) {
       EXPECT_EQ(s % (2 * heads), size_t(h / group * 2 * group + (past ? group : 0) + h % group));
     }
   for (size_t s = 2 * heads; s < 4 * heads; ++s) EXPECT_TRUE(states.count(s)) << "the sequence's states, " << s;
+  // row_of_state inverts state_of on every state a row reads, and names no row for the others.
+  for (int fold : {0, group}) {
+    m.fold_group = fold;
+    for (size_t s = 0; s < size_t(4 * heads * (fold ? 2 : 1)); ++s) {
+      int b = -1, h = -1;
+      const bool read = m.row_of_state(s, b, h);
+      EXPECT_EQ(read, !fold || states.count(s) > 0) << "fold " << fold << ", state " << s;
+      if (!read) continue;
+      const bool past = slot[size_t(b)] >= 0 && newest[size_t(b)] != b;
+      EXPECT_EQ(m.state_of(b, h, past), s) << "fold " << fold << ", row " << b << " head " << h;
+    }
+  }
 }
 
 }  // namespace

@@ -39,27 +39,6 @@ __device__ __forceinline__ RetroMergeTarget retro_merge_target(const RetroMergeA
   return t;
 }
 
-// The row and head whose state sits at index s of the kernel's states (RetroMergeArgs::state_of
-// inverted); false for a state no row reads: in the folded layout a past row's own states (its
-// lists were empty) and the past-row heads of a newest row that has none.
-__device__ __forceinline__ bool retro_state_unit(const RetroMergeArgs& a, size_t s, int& b, int& h) {
-  const int H = a.num_heads, g = a.fold_group;
-  if (g == 0) {
-    b = int(s / H), h = int(s % H);
-    return true;
-  }
-  const int nb = int(s / (2 * H)), hf = int(s % (2 * H)), j = hf % (2 * g);
-  h = hf / (2 * g) * g + j % g;
-  const int slot = a.row_slot ? a.row_slot[nb] : -1;
-  if (slot >= 0 && a.newest_row[nb] != nb) return false;  // a past row's own states
-  if (j < g) {
-    b = nb;
-    return true;
-  }
-  b = nb - 1;  // the past row: the row before its newest (retro_fold_fits: at most one)
-  return slot >= 0 && b >= 0 && a.row_slot[b] == slot && a.newest_row[b] == nb;
-}
-
 __device__ __forceinline__ void retro_write_out(const RetroMergeArgs& a, size_t at, float x) {
   if (a.out_bf16)
     a.out_bf16[at] = __bfloat16_as_ushort(__float2bfloat16(x));
@@ -141,7 +120,8 @@ __device__ __forceinline__ void retro_merge_elements(const RetroMergeArgs& a, co
 // the merge kernel's D / 4 threads of state s, four elements each, are lanes of its first warp.
 // live and prefetch, before the merge waits for the split kernel, read the rows' inputs and the
 // past rows' cache entries (both written before this step's plan), so that the merged state's
-// epilogue waits on no load; a folded step's dead states (retro_state_unit) are not merged.
+// epilogue waits on no load; a folded step's dead states (RetroMergeArgs::row_of_state) are not
+// merged.
 struct RetroMergeEpilogue {
   RetroMergeArgs a;
 
@@ -151,12 +131,12 @@ struct RetroMergeEpilogue {
   };
   __device__ __forceinline__ bool live(int s) const {
     int b = 0, h = 0;
-    return retro_state_unit(a, size_t(s), b, h);
+    return a.row_of_state(size_t(s), b, h);
   }
   __device__ __forceinline__ Prefetched prefetch(int s, int v) const {
     Prefetched p;
     int b = 0, h = 0;
-    retro_state_unit(a, size_t(s), b, h);  // live: a row's state
+    a.row_of_state(size_t(s), b, h);  // live: a row's state
     p.target = retro_merge_target(a, b, h);
     p.cached = retro_load_cached<4>(a, p.target, 4 * v);
     return p;

@@ -37,7 +37,8 @@
 # BENCH=attn,compositions took 241-308 s of wall time, about 360 s of budget with the start.
 # Session 35 (one H200): both builds, 6-8 Retro/GEMV tests and BENCH=retro or gemv took 150-190 s
 # of wall time; PARTS=ncu alone on a warm machine ~45 s (on one GPU ncu now waits for the
-# benchmarks: ncu_turn). A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
+# benchmarks: ncu_turn). Session 36 (one H200): both builds, 6-13 tests (GpuEngine.Retro* ~40 s)
+# and BENCH=retro took 145-270 s of wall time, 230-330 s of budget with the machine's start. A call returns at most 8 files from OUT: with TEST_SHARDS=2 append to the command
 #   ; cp $OUT/logs/test_cuda.log $OUT/; rm -f $OUT/logs/test_cuda.*.log $OUT/logs/*.rc $OUT/logs/tests.done
 # so that the concatenated test log comes back whole.
 set -uo pipefail
@@ -348,8 +349,8 @@ bench_groups() {  # GROUPS GPU
       done
     fi
     if bench_has retro; then
-      # RetroAttention over quest 0.1 (issue 17: w = 2 within 10% of quest; on an H200 1.15x at
-      # b1 32K and 1.10x at b8 after session 35's fold), this revision against the previous one.
+      # RetroAttention over quest 0.1 (issue 17: w = 2 within 10% of quest; on an H200 1.11x at
+      # b1 32K and 1.07-1.08x at b8 after session 36), this revision against the previous one.
       for bin in build-gpu build-gpu-legacy build-gpu; do
         [ -x $bin/skim ] || continue
         echo "-- retro, $bin"

@@ -96,9 +96,9 @@ __device__ __forceinline__ BaseHead load_base_head(const RetroPagePlanArgs& a, i
   return x;
 }
 
-// A newest row's list (kPlanThreads entries a pass): its base list (`head` its first loads), and in a sparse layer each
-// listed page's old value per head recorded and its units' masks loaded (update_page). Pages of
-// one list are distinct, so no two threads touch one position's A. Folded (a.folded()), its past
+// A newest row's list (kPlanThreads entries a pass): its base list (`head` its first loads), and
+// in a sparse layer each listed page's old value per head recorded and its units' masks loaded
+// (update_page). Pages of one list are distinct, so no two threads touch one position's A. Folded (a.folded()), its past
 // row (r.past, if any) gets its unseen heads in the mask's bits above the row's own, and the
 // pages some of them attend are counted into `unseen_pages` (shared memory).
 __device__ void plan_newest(const RetroPagePlanArgs& a, int b, int h, const PlanRow& r, const BaseHead& head,

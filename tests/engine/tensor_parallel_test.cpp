@@ -86,7 +86,7 @@ TEST(TensorParallel, EveryCheckpointDenseEqualsOneRank) {
 // that a last-bit difference in a query can round one element to another bf16 value. On an AMD
 // EPYC without AVX-512 (2026-11-27) rings of 256 entries (the default window) agreed on 1 of 3
 // prompts for every seed tried; with 32, 3 of 3 for 15 seeds of 16, 1 of 3 for the other. MAC's
-// policies must agree on 1 prompt of 3.
+// policies must agree on 1 prompt of 3. KV bytes are compared on the prompts that agree.
 TEST(TensorParallel, EveryPolicyEqualsOneRank) {
   const std::vector<std::string> policies = {
       "quest:budget=64,min=0,dense_layers=0", "oracle:budget=64", "gbsa:keep=0.3,n_min=2",
@@ -97,20 +97,28 @@ TEST(TensorParallel, EveryPolicyEqualsOneRank) {
       "mac:tau=0.3,min_context=0,band=32,window=32+art",
       "quest:budget=64,min=0,dense_layers=0+art", "gbsa:keep=0.3,n_min=2+rectify:f=3"};
   constexpr int kPrompts = 3;
+  constexpr int kTinyHeadDim = 16;  // tiny-llama3's head_dim
   for (const std::string& p : policies) {
+    const bool mac = p.find("mac") != std::string::npos;
     int agree[5] = {0};
     for (int i = 0; i < kPrompts; ++i) {
       const std::vector<int> prompt = test::random_ids(400), feed = test::random_ids(6);
       const RankedRun one = run_tp(test::kTinyModel, p, 1, prompt, feed, 6);
       for (int tp : {2, 4}) {
         const RankedRun many = run_tp(test::kTinyModel, p, tp, prompt, feed, 6);
-        agree[tp] += same(one, many, 1e-4f);
+        if (!same(one, many, 1e-4f)) continue;
+        ++agree[tp];
         // Every rank reads its KV heads: split, the same bytes; replicated (tp 4), each copy.
+        // A MAC match that fell the other way may leave the logits within tolerance yet read
+        // one head's context more or less at one layer, on each copy (seen in CI: mac+art at
+        // tp 4 read 767 keys of 16 dims fewer over a 412-token context, 3%): one is allowed.
         const double copies = tp == 4 ? 2.0 : 1.0;
-        EXPECT_NEAR(many.kv_bytes, copies * one.kv_bytes, 0.02 * copies * one.kv_bytes) << p << " tp " << tp;
+        const double context = double(prompt.size() + feed.size() + 6);
+        const double one_match = mac ? copies * context * kTinyHeadDim * 2 * sizeof(float) : 0.0;
+        EXPECT_NEAR(many.kv_bytes, copies * one.kv_bytes, 0.02 * copies * one.kv_bytes + one_match) << p << " tp " << tp;
       }
     }
-    const int least = p.find("mac") != std::string::npos ? 1 : kPrompts - 1;
+    const int least = mac ? 1 : kPrompts - 1;
     for (int tp : {2, 4}) EXPECT_GE(agree[tp], least) << p << " tp " << tp << ": prompts that agree with tp 1";
   }
 }

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "attention/art_decode_args.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "attention/policy_registry.h"
 #include "attention/policy_spec.h"
 #include "core/error.h"

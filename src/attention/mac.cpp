@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "attention/mac_decode_args.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "core/error.h"
 #include "attention/policy_registry.h"
 

@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "attention/pipeline.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "backend/cpu/group_page_select.h"
 #include "backend/cpu/page_digest.h"
 #include "core/error.h"

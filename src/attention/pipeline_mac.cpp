@@ -14,7 +14,7 @@
 
 #include "attention/pipeline.h"
 #include "attention/selectors.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "backend/cpu/mac_decode.h"
 #include "backend/cpu/paged_decode_attention.h"
 #include "backend/cpu/token_decode_attention.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <bit>
 
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "attention/selectors.h"
 #include "backend/cpu/paged_decode_attention.h"
 #include "backend/cpu/retro_decode.h"

@@ -7,7 +7,7 @@
 
 #include "../test_random.h"
 #include "attention/policy.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "backend/cpu/causal_attend.h"
 #include "backend/cpu/split_attend.h"
 

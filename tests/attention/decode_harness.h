@@ -8,7 +8,7 @@
 
 #include "../test_random.h"
 #include "backend/cpu/attend.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "attention/policy.h"
 
 namespace skim::test {

@@ -8,7 +8,7 @@
 
 #include "../mac_plan_case.h"
 #include "../mac_ring_case.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "backend/cpu/mac_decode.h"
 
 namespace skim {
@@ -144,8 +144,11 @@ TEST(MacPagePlan, ArtOrderListsTheHitsPagesNewestFirstThenTheBaseOrder) {
         ASSERT_EQ(got, want) << "row " << b << " KV head " << h;
         // The order: the hits' pages first, newest first; then the base list's order.
         int k = 0;
-        for (; k < n && (art.below_masks[at + k] & hits); ++k)
-          if (k > 0) EXPECT_GT(position(art.below[at + k - 1]), position(art.below[at + k])) << "row " << b;
+        for (; k < n && (art.below_masks[at + k] & hits); ++k) {
+          if (k > 0) {
+            EXPECT_GT(position(art.below[at + k - 1]), position(art.below[at + k])) << "row " << b;
+          }
+        }
         for (int rest = k; rest < n; ++rest) EXPECT_EQ(art.below_masks[at + rest] & hits, 0u) << "row " << b;
         const size_t base = size_t(b) * (c.per_kv_head ? c.kv_heads : 1) + (c.per_kv_head ? h : 0);
         const int32_t* base_list = c.base_table.data() + base * c.pages.stride;

@@ -10,7 +10,7 @@
 #include "../shuffled_pages.h"
 #include "../test_random.h"
 #include "attention/retro_mask.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "backend/cpu/retro_decode.h"
 
 namespace skim {

@@ -9,7 +9,7 @@
 
 #include "backend/cpu/art_stability.h"
 #include "backend/cpu/attend.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "core/dtype.h"
 
 namespace skim::cpu {

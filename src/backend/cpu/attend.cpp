@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 
 namespace skim {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "attention/mac_decode_args.h"
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 
 namespace skim {
 

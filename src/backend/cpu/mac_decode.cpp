@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 #include "core/dtype.h"
 
 namespace skim::cpu {

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 
 namespace skim::cpu {
 

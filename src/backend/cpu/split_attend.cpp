@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <map>
 
-#include "backend/cpu/attention_state.h"
+#include "attention/attention_state.h"
 
 namespace skim {
 

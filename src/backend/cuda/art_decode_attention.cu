@@ -594,33 +594,25 @@ struct ArtVariant {
   // at once. Every CTA of a launch must be resident together (warps wait on each other's
   // rounds): the plan fills at most this many.
   static cudaError_t capacity(int& cap) {
-    static int cache[64] = {};
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    if (dev < 64 && cache[dev] > 0) {
-      cap = cache[dev];
-      return cudaSuccess;
-    }
-    int per_sm = 1 << 30;
-    for (const void* f : {reinterpret_cast<const void*>(art_split_kernel<D, false>),
-                          reinterpret_cast<const void*>(art_split_kernel<D, true>)}) {
-      if ((e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes)) != cudaSuccess)
-        return e;
-      if ((e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared)) != cudaSuccess)
-        return e;
-      int n = 0;
-      if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, kThreadsPerCta, C::kSmemBytes)) != cudaSuccess)
-        return e;
-      per_sm = std::min(per_sm, n);
-    }
-    if (per_sm < 1) return cudaErrorInvalidConfiguration;
-    detail::DeviceInfo info;
-    if ((e = detail::device_info(info)) != cudaSuccess) return e;
-    cap = info.sms * per_sm;
-    if (dev < 64) cache[dev] = cap;
-    return cudaSuccess;
+    static detail::PerDevice<int> cache;
+    return cache.get(cap, [](int, int& c) {
+      int per_sm = 1 << 30;
+      for (const void* f : {reinterpret_cast<const void*>(art_split_kernel<D, false>),
+                            reinterpret_cast<const void*>(art_split_kernel<D, true>)}) {
+        cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+        if (e == cudaSuccess)
+          e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+        int n = 0;
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, kThreadsPerCta, C::kSmemBytes);
+        if (e != cudaSuccess) return e;
+        per_sm = std::min(per_sm, n);
+      }
+      if (per_sm < 1) return cudaErrorInvalidConfiguration;
+      detail::DeviceInfo info;
+      const cudaError_t e = detail::device_info(info);
+      c = info.sms * per_sm;
+      return e;
+    });
   }
 
   static cudaError_t plan(const ArtDecodeArgs& a, detail::Plan& plan) {

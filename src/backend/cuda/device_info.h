@@ -1,10 +1,50 @@
-// What the launchers ask of the current device (SM count, compute capability), read once per
-// device and cached. Host code.
+// What the launchers ask of the current device (SM count, compute capability, a kernel's
+// occupancy), computed once per device and kept (PerDevice). Host code.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <mutex>
+
 namespace skim::cuda::detail {
+
+// A value computed once per device and kept: a launcher's attributes set on its kernels, the
+// CTAs an SM holds. get() runs compute(dev, value) on a device's first call (again after a
+// call that failed) and hands back the kept value after; tensor parallelism launches from one
+// thread a device, hence the lock. Devices past kMaxDevices compute on every call.
+template <class T>
+class PerDevice {
+ public:
+  template <class Compute>
+  cudaError_t get(T& out, Compute&& compute) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool kept = dev >= 0 && dev < kMaxDevices;
+    if (kept && known_[dev]) {
+      out = value_[dev];
+      return cudaSuccess;
+    }
+    T v{};
+    if ((e = compute(dev, v)) != cudaSuccess) return e;
+    if (kept) {
+      value_[dev] = v;
+      known_[dev] = true;
+    }
+    out = v;
+    return cudaSuccess;
+  }
+
+ private:
+  static constexpr int kMaxDevices = 64;
+  std::mutex mu_;
+  T value_[kMaxDevices] = {};
+  bool known_[kMaxDevices] = {};
+};
+
+// Attributes set on a kernel once per device: PerDevice of nothing.
+struct Done {};
 
 struct DeviceInfo {
   int sms = 0;
@@ -12,24 +52,12 @@ struct DeviceInfo {
 };
 
 inline cudaError_t device_info(DeviceInfo& info) {
-  constexpr int kMaxDevices = 64;
-  static DeviceInfo cache[kMaxDevices];  // benign race: every writer stores the same values
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  if (dev < kMaxDevices && cache[dev].sms > 0) {
-    info = cache[dev];
-    return cudaSuccess;
-  }
-  DeviceInfo d;
-  if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+  static PerDevice<DeviceInfo> cache;
+  return cache.get(info, [](int dev, DeviceInfo& d) {
+    cudaError_t e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev);
     return e;
-  if ((e = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev)) !=
-      cudaSuccess)
-    return e;
-  if (dev < kMaxDevices) cache[dev] = d;
-  info = d;
-  return cudaSuccess;
+  });
 }
 
 }  // namespace skim::cuda::detail

@@ -5,6 +5,7 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "attention/attention_state.h"
 #include "backend/cuda/page_index_map.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -308,21 +309,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_table_kernel(const MacPageP
 
 // ---- merge and push ----
 
-// (o, lse) <- merge((o, lse), (ob, lb)) for this thread's element; every thread of the CTA
-// computes the same weights.
-__device__ __forceinline__ void merge_into(float& o, float& lse, float ob, float lb) {
-  if (lb == -INFINITY) return;
-  if (lse == -INFINITY) {
-    o = ob;
-    lse = lb;
-    return;
-  }
-  const float m = fmaxf(lse, lb), wa = expf(lse - m), wb = expf(lb - m), inv = 1.0f / (wa + wb);
-  o = (wa * o + wb * ob) * inv;
-  lse = m + logf(wa + wb);
-}
-
-// One CTA of head_dim threads per (row, query head).
+// One CTA of head_dim threads per (row, query head), a thread an element (merge_state with d = 1:
+// every thread of the CTA computes the same weights).
 __global__ void merge_push_kernel(const MacMergePushArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
   const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
@@ -339,10 +327,14 @@ __global__ void merge_push_kernel(const MacMergePushArgs a) {
     lse = r.lse[(size_t(slot) * r.capacity + entry) * H + h];
   }
   __syncthreads();  // every thread has read the hit entry before thread 0 may overwrite its lse
-  merge_into(c, lse, mg.below_o[i * d + t], mg.below_lse[i]);
+  const float below = mg.below_o[i * d + t];
+  merge_state(&c, lse, &below, mg.below_lse[i], 1);
   if (mg.out || a.out_bf16) {
     float o = c, l = lse;
-    if (mg.above_o) merge_into(o, l, mg.above_o[i * d + t], mg.above_lse[i]);
+    if (mg.above_o) {
+      const float above = mg.above_o[i * d + t];
+      merge_state(&o, l, &above, mg.above_lse[i], 1);
+    }
     if (a.out_bf16)  // the o projection's input, with no conversion pass after
       a.out_bf16[i * d + t] = __bfloat16_as_ushort(__float2bfloat16(o));
     else

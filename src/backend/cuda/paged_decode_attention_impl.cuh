@@ -637,15 +637,12 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
 // once per device and epilogue.
 template <int D, class Epilogue>
 cudaError_t prefer_merge_carveout() {
-  constexpr int kMaxDevices = 64;
-  static bool done[kMaxDevices];
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess || (dev < kMaxDevices && done[dev])) return e;
-  e = cudaFuncSetAttribute(reinterpret_cast<const void*>(merge_kernel<D, Epilogue>),
-                           cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  if (e == cudaSuccess && dev < kMaxDevices) done[dev] = true;
-  return e;
+  static PerDevice<Done> done;
+  Done unused;
+  return done.get(unused, [](int, Done&) {
+    return cudaFuncSetAttribute(reinterpret_cast<const void*>(merge_kernel<D, Epilogue>),
+                                cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  });
 }
 
 // Launches merge_kernel over `rows` (batch x num_heads) units; on Hopper it may start while the
@@ -753,35 +750,21 @@ struct Variant {
   static constexpr int kMinChunkPages = 2 * WARPS;
 
   static cudaError_t ctas_per_sm(int& out) {
-    constexpr int kMaxDevices = 64;
-    static int cache[kMaxDevices];
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    if (dev < kMaxDevices && cache[dev] > 0) {
-      out = cache[dev];
-      return cudaSuccess;
-    }
-    for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, false>),
-                          reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, true>)}) {
-      e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-      if (e != cudaSuccess) return e;
-    }
-    // The merge kernel asks for the same split (prefer_merge_carveout).
-    for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, false>),
-                          reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, true>)}) {
-      e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               cudaSharedmemCarveoutMaxShared);
-      if (e != cudaSuccess) return e;
-    }
-    int n = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<D, WARPS, STAGES>,
-                                                      C::kThreads, C::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    n = std::max(n, 1);
-    if (dev < kMaxDevices) cache[dev] = n;
-    out = n;
-    return cudaSuccess;
+    static PerDevice<int> cache;
+    return cache.get(out, [](int, int& n) {
+      for (const void* f : {reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, false>),
+                            reinterpret_cast<const void*>(split_kernel<D, WARPS, STAGES, true>)}) {
+        cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+        // The merge kernel asks for the same split (prefer_merge_carveout).
+        if (e == cudaSuccess)
+          e = cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+        if (e != cudaSuccess) return e;
+      }
+      const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<D, WARPS, STAGES>,
+                                                                          C::kThreads, C::kSmemBytes);
+      n = std::max(n, 1);
+      return e;
+    });
   }
 
   static cudaError_t capacity(int& cap) {

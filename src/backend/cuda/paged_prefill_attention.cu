@@ -85,30 +85,27 @@ KernelShape kernel_shape(PrefillKernel k) {
 // Whether the wgmma kernel has sm_90a code for this device (a build without the 90a target
 // would run compute_80 PTX, where its body is empty). Asked once per device.
 bool wgmma_available() {
-  constexpr int kMaxDevices = 64;
-  static int known[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no; a benign race (same answer)
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (dev < kMaxDevices && known[dev]) return known[dev] == 1;
-  cudaFuncAttributes attr{};
-  detail::DeviceInfo info;
-  const bool yes = detail::device_info(info) == cudaSuccess && info.cc_major == 9 &&
-                   cudaFuncGetAttributes(&attr, flash_prefill_sm90_kernel<128>) == cudaSuccess && attr.ptxVersion >= 90;
-  if (dev < kMaxDevices) known[dev] = yes ? 1 : 2;
-  return yes;
+  static detail::PerDevice<bool> known;
+  bool yes = false;
+  const cudaError_t e = known.get(yes, [](int, bool& y) {
+    cudaFuncAttributes attr{};
+    detail::DeviceInfo info;
+    y = detail::device_info(info) == cudaSuccess && info.cc_major == 9 &&
+        cudaFuncGetAttributes(&attr, flash_prefill_sm90_kernel<128>) == cudaSuccess && attr.ptxVersion >= 90;
+    return cudaSuccess;
+  });
+  return e == cudaSuccess && yes;
 }
 
 // The dynamic shared memory a kernel needs, allowed once per (kernel, device): tensor
-// parallelism launches on several. A benign race: every writer stores the same value.
+// parallelism launches on several.
 cudaError_t allow_smem(const KernelShape& k, int kernel_id) {
-  constexpr int kMaxDevices = 64, kKernels = 12;  // (kind, head_dim 64 or 128)
-  static bool done[kKernels][kMaxDevices] = {};
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  if (dev < kMaxDevices && done[kernel_id][dev]) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem);
-  if (e == cudaSuccess && dev < kMaxDevices) done[kernel_id][dev] = true;
-  return e;
+  constexpr int kKernels = 12;  // (kind, head_dim 64 or 128)
+  static detail::PerDevice<detail::Done> done[kKernels];
+  detail::Done unused;
+  return done[kernel_id].get(unused, [&k](int, detail::Done&) {
+    return cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem);
+  });
 }
 
 int row_tiles(int n, int group, int rows_per_tile) { return (n * group + rows_per_tile - 1) / rows_per_tile; }

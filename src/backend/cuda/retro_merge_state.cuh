@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention/attention_state.h"
 #include "attention/retro_decode_args.h"
 
 namespace skim::cuda::detail {
@@ -95,18 +96,7 @@ __device__ __forceinline__ void retro_merge_elements(const RetroMergeArgs& a, co
   float c[N];
 #pragma unroll
   for (int i = 0; i < N; ++i) c[i] = hit ? cached.o[i] : 0.0f;
-  if (lse != -INFINITY) {
-    if (m_lse == -INFINITY) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) c[i] = o[i];
-      m_lse = lse;
-    } else {
-      const float m = fmaxf(m_lse, lse), wa = expf(m_lse - m), wb = expf(lse - m), inv = 1.0f / (wa + wb);
-#pragma unroll
-      for (int i = 0; i < N; ++i) c[i] = (wa * c[i] + wb * o[i]) * inv;
-      m_lse = m + logf(wa + wb);
-    }
-  }
+  merge_state(c, m_lse, o, lse, N);
 #pragma unroll
   for (int i = 0; i < N; ++i) retro_write_out(a, t.out * d + e0 + i, c[i]);
   if (lead && a.out_lse) a.out_lse[t.out] = m_lse;

@@ -92,7 +92,7 @@ struct RetroPagePlanArgs {
   // newest rows alone); null: the base plan has every row of the batch.
   const int32_t* base_row = nullptr;
   const int32_t *row_slot = nullptr, *retro_step = nullptr, *newest_row = nullptr;
-  RetroMaskView masks;
+  RetroMaskView masks = {};
   uint8_t* age = nullptr;
   int32_t *out_table = nullptr, *out_lens = nullptr;
   uint32_t* out_masks = nullptr;

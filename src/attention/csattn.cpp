@@ -6,21 +6,11 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cs_kernels.h"
+#include "backend/cpu/dot.h"
 #include "core/error.h"
 #include "attention/policy_registry.h"
 
 namespace skim {
-
-namespace {
-
-float dot(const float* a, const float* b, int n) {
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-}  // namespace
 
 // ---- parameters ----
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "attention/attention_state.h"
+#include "backend/cpu/dot.h"
 
 namespace skim {
 
@@ -12,13 +13,6 @@ namespace {
 
 constexpr int kMaxGroup = 16;  // query heads per KV head handled in one pass
 constexpr int kBlock = 64;     // tokens scored before the running max is rescaled
-
-inline float dot(const float* a, const float* b, int d) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < d; ++i) s += a[i] * b[i];
-  return s;
-}
 
 // The next block of up to kBlock key positions, walking the ranges in order: a block spans
 // range boundaries, so scattered single keys (cs, retro) cost one rescale per kBlock keys as a

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "backend/cpu/dot.h"
 #include "backend/cpu/kmeans.h"
 #include "backend/cpu/top_list.h"
 #include "core/dtype.h"
@@ -13,14 +14,6 @@
 namespace skim::cpu {
 
 namespace {
-
-
-float dot(const float* a, const float* b, int n) {
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 // Steps 1-2 of search s: the chosen lists' entries summed per key into w.sums, the keys
 // touched listed in w.touched_keys (and marked in w.touched).

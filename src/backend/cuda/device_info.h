@@ -15,11 +15,16 @@ namespace skim::cuda::detail {
 template <class T>
 class PerDevice {
  public:
+  // The current device's value.
   template <class Compute>
   cudaError_t get(T& out, Compute&& compute) {
     int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
+    const cudaError_t e = cudaGetDevice(&dev);
+    return e != cudaSuccess ? e : get(dev, out, compute);
+  }
+  // Device dev's value.
+  template <class Compute>
+  cudaError_t get(int dev, T& out, Compute&& compute) {
     std::lock_guard<std::mutex> lock(mu_);
     const bool kept = dev >= 0 && dev < kMaxDevices;
     if (kept && known_[dev]) {
@@ -27,7 +32,7 @@ class PerDevice {
       return cudaSuccess;
     }
     T v{};
-    if ((e = compute(dev, v)) != cudaSuccess) return e;
+    if (const cudaError_t e = compute(dev, v); e != cudaSuccess) return e;
     if (kept) {
       value_[dev] = v;
       known_[dev] = true;

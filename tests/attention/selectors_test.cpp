@@ -103,10 +103,14 @@ void expect_best_pages(const std::set<int>& got, const std::vector<float>& score
     if (p != forced) last = std::min(last, scores[size_t(p)]);
   const float eps = 1e-5f * (1.0f + std::fabs(last));
   for (int p : got) {
-    if (!want.count(p)) EXPECT_NEAR(scores[size_t(p)], last, eps) << what << ": page " << p << " taken";
+    if (!want.count(p)) {
+      EXPECT_NEAR(scores[size_t(p)], last, eps) << what << ": page " << p << " taken";
+    }
   }
   for (int p : want) {
-    if (!got.count(p)) EXPECT_NEAR(scores[size_t(p)], last, eps) << what << ": page " << p << " left out";
+    if (!got.count(p)) {
+      EXPECT_NEAR(scores[size_t(p)], last, eps) << what << ": page " << p << " left out";
+    }
   }
 }
 

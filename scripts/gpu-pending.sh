@@ -33,7 +33,8 @@
 # affects. Pending from session 37 (no device time then): (a) main since c872a48 (merge_state
 # shared by MAC's and Retro's merges, PerDevice in every launcher) compiled only: run
 # TESTS='CudaMac*:CudaRetro*:CudaPagedDecode*:CudaPagedPrefill*:CudaArt*:GpuEngine.Mac*:GpuEngine.Retro*:GpuEngine.Art*:GpuSparsePolicy*'
-# with TEST_TIMEOUT 400; (b) branch s37-mac-merge-in-call (MAC's merge and push in the chunk merge,
+# with TEST_TIMEOUT 400; (b) branch s37-mac-merge-in-call (also saved as
+# bench/results/2026-11-29-s37-no-device/mac-merge-in-call.patch; MAC's merge and push in the chunk merge,
 # the match's 16 entries in flight) against main as the previous revision: the same tests plus
 # CudaMacMergeInCall.*, BENCH=mac, and PARTS=ncu with NCU_ARGS="--e2e-only --no-prefill --8b-only
 # --steps 2 --e2e-policy mac@hits=0 --e2e-policy dense --contexts 32768 --batches 1" (match_kernel,

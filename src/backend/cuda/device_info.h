@@ -4,14 +4,17 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <mutex>
 
 namespace skim::cuda::detail {
 
 // A value computed once per device and kept: a launcher's attributes set on its kernels, the
 // CTAs an SM holds. get() runs compute(dev, value) on a device's first call (again after a
-// call that failed) and hands back the kept value after; tensor parallelism launches from one
-// thread a device, hence the lock. Devices past kMaxDevices compute on every call.
+// call that failed) and hands back the kept value after. Tensor parallelism launches from one
+// thread a device: the first calls compute under a lock; a kept value is read without it (every
+// launch asks device_info), its flag released after the value is written. Devices past
+// kMaxDevices compute on every call.
 template <class T>
 class PerDevice {
  public:
@@ -25,9 +28,13 @@ class PerDevice {
   // Device dev's value.
   template <class Compute>
   cudaError_t get(int dev, T& out, Compute&& compute) {
-    std::lock_guard<std::mutex> lock(mu_);
     const bool kept = dev >= 0 && dev < kMaxDevices;
-    if (kept && known_[dev]) {
+    if (kept && known_[dev].load(std::memory_order_acquire)) {
+      out = value_[dev];
+      return cudaSuccess;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept && known_[dev].load(std::memory_order_relaxed)) {  // another thread computed it
       out = value_[dev];
       return cudaSuccess;
     }
@@ -35,7 +42,7 @@ class PerDevice {
     if (const cudaError_t e = compute(dev, v); e != cudaSuccess) return e;
     if (kept) {
       value_[dev] = v;
-      known_[dev] = true;
+      known_[dev].store(true, std::memory_order_release);
     }
     out = v;
     return cudaSuccess;
@@ -45,7 +52,7 @@ class PerDevice {
   static constexpr int kMaxDevices = 64;
   std::mutex mu_;
   T value_[kMaxDevices] = {};
-  bool known_[kMaxDevices] = {};
+  std::atomic<bool> known_[kMaxDevices] = {};
 };
 
 // Attributes set on a kernel once per device: PerDevice of nothing.

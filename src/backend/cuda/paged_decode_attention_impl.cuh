@@ -92,11 +92,6 @@ __device__ __forceinline__ void mma_rows8(float (&c)[2], uint32_t a_lo, uint32_t
         "f"(0.0f), "f"(0.0f));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
 // Programmatic dependent launch (pdl.cuh): the split kernel lets the merge kernel start early
 // (its launch overlaps our tail); the merge kernel waits for our writes before reading.
 
@@ -549,9 +544,7 @@ struct WriteMergedState {
   __device__ __forceinline__ Prefetched prefetch(int, int) const { return {}; }
   __device__ __forceinline__ void operator()(const Prefetched&, int bh, int v, float4 out, float l) const {
     if (o_bf16) {  // four bf16 in one 8-byte store, each rounded to nearest even
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(out.x, out.y), hi = __floats2bfloat162_rn(out.z, out.w);
-      reinterpret_cast<uint2*>(o_bf16 + size_t(bh) * D)[v] =
-          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+      reinterpret_cast<uint2*>(o_bf16 + size_t(bh) * D)[v] = make_uint2(pack_bf16(out.x, out.y), pack_bf16(out.z, out.w));
     } else {
       reinterpret_cast<float4*>(o + size_t(bh) * D)[v] = out;
     }

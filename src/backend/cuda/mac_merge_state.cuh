@@ -14,6 +14,7 @@
 
 #include "attention/attention_state.h"
 #include "attention/mac_decode_args.h"
+#include "backend/cuda/mma_sync.cuh"
 
 namespace skim::cuda::detail {
 
@@ -62,8 +63,7 @@ __device__ __forceinline__ MacReused<N> mac_load_reused(const MacMergePushArgs& 
 template <int N>
 __device__ __forceinline__ void mac_store_bf16(uint16_t* p, const float (&x)[N]) {
   if constexpr (N == 4) {  // four bf16 in one 8-byte store, each rounded to nearest even
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(x[0], x[1]), hi = __floats2bfloat162_rn(x[2], x[3]);
-    *reinterpret_cast<uint2*>(p) = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]));
   } else {
 #pragma unroll
     for (int k = 0; k < N; ++k) p[k] = __bfloat16_as_ushort(__float2bfloat16(x[k]));

@@ -25,11 +25,7 @@ using detail::mac_rule_of;
 
 constexpr int kMatchThreads = 256;
 constexpr int kMatchWarps = kMatchThreads / 32;
-// Entries a warp has in flight: a round of loads takes kMatchWarps x kMatchBatch entries, and
-// the rounds are serial (an L2 or HBM round trip each). With 4, a ring of 256 (the default
-// window) took 8 rounds and the match ~4.5 us a layer at b1 32K (H100 ncu, 2026-11-26); with 16
-// two rounds (80 registers at head_dim 128; the sums and the picked entry are the same).
-constexpr int kMatchBatch = 16;
+constexpr int kMatchBatch = 4;  // entries a warp has in flight
 
 // A warp per ring entry (kMatchBatch at a time): lane l holds dims [l V, l V + V) of the query
 // and of the entry (one 4- or 8-byte load per lane: the warp reads the entry's row coalesced),

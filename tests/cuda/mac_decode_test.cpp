@@ -12,6 +12,8 @@
 #include "../mac_ring_case.h"
 #include "backend/cpu/mac_decode.h"
 #include "backend/cuda/mac_decode.cuh"
+#include "backend/cuda/paged_decode_attention.cuh"
+#include "core/dtype.h"
 #include "device_vectors.h"
 #include "paged_decode_parity.h"
 
@@ -267,6 +269,109 @@ TEST(CudaMacMergePush, RowsOfOneSlotAppendInOrder) {
   EXPECT_EQ(to_host(r.pos), rp);
   EXPECT_EQ(to_host(r.q), rq);
   EXPECT_LT(max_abs_diff(to_host(r.o), ro), 1e-5f);
+}
+
+// MAC's merge and push run by the attention call (paged_decode_attention's MAC form: the chunk
+// merge's epilogue where the call splits its lists, mac_merge_push after it where it does not)
+// against the call followed by mac_merge_push, on the one-call layout (rows [0, n) the parts
+// below the prefix ends, [n, 2n) above, the same queries): the outputs (fp32 or bf16) and the
+// rings' states within float rounding, the rings' queries, positions and fills exactly, and the
+// call's counts back at zero. Rows without a ring, of another policy, and a run of rows of one
+// slot (whose ring advances once, by the run) among the cases.
+TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  for (int trial = 0; trial < 8; ++trial) {
+    const int d = trial % 2 ? 64 : 128, kvh = test::random_int(1, 2), group = test::random_int(1, 4);
+    const int heads = kvh * group, ps = 16;
+    const bool split = trial < 6, bf16_out = trial % 3 == 0;  // short lists: one CTA each, no chunk merge
+    // Trial 4: a run of four rows of one slot, in a ring of at least four (a prompt chunk pushes
+    // at most its window's last rows: each row its own entry).
+    test::MacRingCase c(5, heads, d, test::random_int(trial == 4 ? 4 : 1, 12));
+    if (trial == 4) {
+      c.row_slot = {1, 1, 1, 1, 2};
+      c.row_policy.assign(5, 0);
+    }
+    const int n = c.batch, max_tokens = split ? 2000 : 20, P = (max_tokens + ps - 1) / ps, pool = 64;
+    std::vector<int32_t> hit(size_t(n) * heads, -1);
+    for (int b = 0; b < n; ++b)
+      for (int h = 0; h < heads; ++h) {
+        const int s = c.row_slot[size_t(b)];
+        // A run of rows of one slot reuses nothing (a prompt chunk's rows): a row's push may
+        // overwrite the entry another row of the run would read.
+        if (trial != 4 && s >= 0 && c.fill[2 * s + 1] > 0 && test::random_int(0, 1))
+          hit[size_t(b) * heads + h] = c.fill[2 * s];
+      }
+    std::vector<int32_t> table(size_t(2 * n) * kvh * P), lens(size_t(2 * n) * kvh);
+    for (auto& id : table) id = test::random_int(0, pool - 1);
+    for (auto& len : lens) len = test::random_int(0, max_tokens);
+    std::vector<uint16_t> q(size_t(n) * heads * d), kv(size_t(pool) * kvh * ps * d * 2);
+    const std::vector<float> qf = test::random_vector(q.size()), kvf = test::random_vector(kv.size());
+    std::transform(qf.begin(), qf.end(), q.begin(), f32_to_bf16);
+    std::transform(kvf.begin(), kvf.end(), kv.begin(), f32_to_bf16);
+    auto dq = to_device(q), dkv = to_device(kv), dqp = to_device(c.q_pre);
+    auto dtable = to_device(table), dlens = to_device(lens), dh = to_device(hit), ds = to_device(c.row_slot),
+         dpos = to_device(c.positions);
+    auto dp = to_device(c.row_policy);
+    auto drules = to_device(c.rules);
+    struct Run {
+      std::vector<float> out, out_lse, ring_o, ring_lse;
+      std::vector<uint16_t> out16, ring_q;
+      std::vector<int32_t> pos, fill, done;
+    };
+    auto run = [&](bool in_call) {
+      DeviceRings r(c);
+      cuda::DeviceBuffer<float> states(size_t(2 * n) * heads * d), states_lse(size_t(2 * n) * heads);
+      cuda::DeviceBuffer<float> out(size_t(n) * heads * d), out_lse(size_t(n) * heads);
+      cuda::DeviceBuffer<uint16_t> out16(size_t(n) * heads * d);
+      auto done = to_device(std::vector<int32_t>(size_t(n) * heads + n, 0));
+      PagedDecodeArgs a{.batch = 2 * n, .num_heads = heads, .num_kv_heads = kvh, .head_dim = d,
+                        .max_pages_per_seq = P, .max_seq_len = max_tokens, .scale = 1.0f / std::sqrt(float(d)),
+                        .tables_per_kv_head = true, .split_rows = n, .q_rows = n, .q = dq.data(),
+                        .k_pool = dkv.data(), .v_pool = dkv.data() + kv.size() / 2, .page_table = dtable.data(),
+                        .seq_lens = dlens.data(), .o = states.data(), .lse = states_lse.data()};
+      cuda::DeviceBuffer<uint8_t> ws(std::max<size_t>(1, cuda::paged_decode_workspace_size(a)));
+      cuda::check(cudaMemset(ws.data(), 0, ws.bytes()), "cudaMemset");
+      a.workspace = ws.data();
+      a.workspace_bytes = ws.bytes();
+      const size_t part = size_t(n) * heads;
+      const MacMergePushArgs g{
+          .merge = {.batch = n, .num_heads = heads, .head_dim = d, .below_o = states.data(),
+                    .below_lse = states_lse.data(), .above_o = states.data() + part * d,
+                    .above_lse = states_lse.data() + part, .out = bf16_out ? nullptr : out.data()},
+          .out_lse = out_lse.data(), .out_bf16 = bf16_out ? out16.data() : nullptr, .hit_entry = dh.data(),
+          .row_slot = ds.data(), .positions = dpos.data(), .q_pre = dqp.data(), .row_policy = dp.data(),
+          .rules = drules.data(), .rings = r.view(c.capacity), .done = done.data()};
+      if (in_call) {
+        EXPECT_EQ(cuda::paged_decode_attention(a, g, nullptr), cudaSuccess);
+      } else {
+        EXPECT_EQ(cuda::paged_decode_attention(a, nullptr), cudaSuccess);
+        EXPECT_EQ(cuda::mac_merge_push(g, nullptr), cudaSuccess);
+      }
+      cuda::check(cudaDeviceSynchronize(), "MAC step");
+      return Run{to_host(out), to_host(out_lse), to_host(r.o), to_host(r.lse), to_host(out16), to_host(r.q),
+                 to_host(r.pos), to_host(r.fill), to_host(done)};
+    };
+    const Run want = run(false), got = run(true);
+    const std::string at = "trial " + std::to_string(trial) + ", d " + std::to_string(d) + ", heads " +
+                           std::to_string(heads) + ", kv heads " + std::to_string(kvh);
+    if (bf16_out) {
+      std::vector<float> w(want.out16.size()), o(got.out16.size());
+      std::transform(want.out16.begin(), want.out16.end(), w.begin(), bf16_to_f32);
+      std::transform(got.out16.begin(), got.out16.end(), o.begin(), bf16_to_f32);
+      EXPECT_LT(max_abs_diff(o, w), 1e-2f) << at;  // a bf16 step at most, where rounding differs
+    } else {
+      EXPECT_LT(max_abs_diff(got.out, want.out), 2e-5f) << at;
+    }
+    for (size_t i = 0; i < want.out_lse.size(); ++i)
+      if (std::isinf(want.out_lse[i])) EXPECT_EQ(got.out_lse[i], want.out_lse[i]) << at;
+      else EXPECT_NEAR(got.out_lse[i], want.out_lse[i], 2e-5) << at;
+    EXPECT_LT(max_abs_diff(got.ring_o, want.ring_o), 2e-5f) << at;
+    EXPECT_LT(max_abs_diff(got.ring_lse, want.ring_lse), 2e-5f) << at;
+    EXPECT_EQ(got.ring_q, want.ring_q) << at;
+    EXPECT_EQ(got.pos, want.pos) << at;
+    EXPECT_EQ(got.fill, want.fill) << at;
+    EXPECT_EQ(got.done, std::vector<int32_t>(want.done.size(), 0)) << at;
+  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // attention/pipeline_mac.cpp): per layer of a decode step whose batch has MAC rows,
 //   match (mac_match) -> cut the base plan at each row's prefix end (mac_page_plan) ->
 //   paged decode attention over the `below` and `above` lists -> merge with the reused
-//   prefixes and push each row's new ring entry (mac_merge_push),
+//   prefixes and push each row's new ring entry (mac_merge_push; without ART, where the
+//   attention call splits its lists, its chunk merge does this as its epilogue),
 // ART's kernel where a row of the step runs ART: mac+art rows (on the group rule) stop in
 // `below`, which mac_page_plan lists in ART's order, and read `above` whole; other policies'
 // ART rows pass through whole into `above`.
@@ -87,34 +88,34 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
     host_kv_->read_slots(l, below);
     host_kv_->read_slots(l, above, n);
   }
+  const MacMergePushArgs push{.merge = {.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim,
+                                        .below_o = x.below_o, .below_lse = x.below_lse, .above_o = x.above_o,
+                                        .above_lse = x.above_lse, .out = o_.data()},
+                              .out_lse = lse_.data(), .out_bf16 = o16_from_attention(), .hit_entry = x.hit_entry,
+                              .row_slot = row_slot, .positions = inputs_.data() + in.positions, .q_pre = q_pre_.data(),
+                              .row_policy = row_policy, .rules = plan.mac_rules, .rings = rings, .done = x.done};
   if (one_call) {
     // Rows [0, n) below, [n, 2n) above with the same queries, the keys split as the n rows'
     // alone (split_rows): each part's states as two calls made them, one split and one merge
     // launch a layer fewer (a miss cost about 17 us a layer over dense in these, H200 2026-11-26).
+    // Where the call splits, its chunk merge also merges and pushes (mac_merge_push's two
+    // launches fewer).
     PagedDecodeArgs both = below;
     both.batch = 2 * n;
     both.q_rows = n;
     both.split_rows = n;
-    check(paged_decode_attention(both, s), "paged_decode_attention (MAC, below and above the prefix end)");
-  } else {
-    // Some row runs ART. mac+art rows stop in `below` (listed in ART's order, its heads without
-    // a page there given) and read `above` whole; other ART rows pass through whole into
-    // `above`, in their visiting order; MAC rows without ART read both whole.
-    if (plan.mac_art)
-      run_art(below, plan, s, plan.art_rules, x.below_listed);
-    else
-      check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");
-    run_art(above, plan, s, plan.art_rules_above);
+    check(paged_decode_attention(both, push, s), "paged_decode_attention (MAC, below and above the prefix end)");
+    return;
   }
-
-  check(mac_merge_push({.merge = {.batch = n, .num_heads = c.num_heads, .head_dim = c.head_dim,
-                                  .below_o = x.below_o, .below_lse = x.below_lse, .above_o = x.above_o,
-                                  .above_lse = x.above_lse, .out = o_.data()},
-                        .out_lse = lse_.data(), .out_bf16 = o16_from_attention(), .hit_entry = x.hit_entry,
-                        .row_slot = row_slot, .positions = inputs_.data() + in.positions, .q_pre = q_pre_.data(),
-                        .row_policy = row_policy, .rules = plan.mac_rules, .rings = rings},
-                       s),
-        "mac_merge_push");
+  // Some row runs ART. mac+art rows stop in `below` (listed in ART's order, its heads without
+  // a page there given) and read `above` whole; other ART rows pass through whole into
+  // `above`, in their visiting order; MAC rows without ART read both whole.
+  if (plan.mac_art)
+    run_art(below, plan, s, plan.art_rules, x.below_listed);
+  else
+    check(paged_decode_attention(below, s), "paged_decode_attention (MAC, below the prefix end)");
+  run_art(above, plan, s, plan.art_rules_above);
+  check(mac_merge_push(push, s), "mac_merge_push");
 }
 
 // A prefill chunk's rows [pass_.mac_first, n) become ring entries: each row's state over its

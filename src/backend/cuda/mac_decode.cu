@@ -5,7 +5,7 @@
 
 #include <cub/block/block_scan.cuh>
 
-#include "attention/attention_state.h"
+#include "backend/cuda/mac_merge_state.cuh"
 #include "backend/cuda/page_index_map.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -19,15 +19,15 @@ namespace {
 
 __device__ __forceinline__ float bf16_load(const uint16_t* p) { return __bfloat162float(__ushort_as_bfloat16(*p)); }
 
-__device__ __forceinline__ const MacRowRule* rule_of(const MacRowRule* rules, const int32_t* row_policy, int b) {
-  return rules + (row_policy ? row_policy[b] : 0);
-}
+using detail::mac_rule_of;
 
 // ---- match ----
 
 constexpr int kMatchThreads = 256;
 constexpr int kMatchWarps = kMatchThreads / 32;
-constexpr int kMatchBatch = 4;  // entries a warp has in flight
+// Entries a warp has in flight. 16 (two load rounds for a 256-entry ring instead of eight, 80
+// registers) was slower: 5.2 against 3.9 us a layer at b1 32K, 8B shape (H200 ncu, 2026-11-29).
+constexpr int kMatchBatch = 4;
 
 // A warp per ring entry (kMatchBatch at a time): lane l holds dims [l V, l V + V) of the query
 // and of the entry (one 4- or 8-byte load per lane: the warp reads the entry's row coalesced),
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs
   const int h = blockIdx.x, b = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, H = a.num_heads;
   const size_t out = size_t(b) * H + h;
   const int slot = a.row_slot[b];
-  const MacRowRule& rule = *rule_of(a.rules, a.row_policy, b);
+  const MacRowRule& rule = *mac_rule_of(a.rules, a.row_policy, b);
   if (slot < 0 || !rule.active || a.positions[b] + 1 < rule.min_context) {
     if (threadIdx.x == 0) a.band_begin[out] = a.hit_entry[out] = -1;
     return;
@@ -309,53 +309,18 @@ __global__ void __launch_bounds__(kPlanThreads) plan_table_kernel(const MacPageP
 
 // ---- merge and push ----
 
-// One CTA of head_dim threads per (row, query head), a thread an element (merge_state with d = 1:
-// every thread of the CTA computes the same weights).
+// One CTA of head_dim threads per (row, query head), a thread an element (mac_merge_state.cuh).
 __global__ void merge_push_kernel(const MacMergePushArgs a) {
   detail::pdl_enter();  // launched by launch_pdl
-  const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
+  const int t = threadIdx.x;
+  const detail::MacMergeTarget target = detail::mac_merge_target(a, blockIdx.y, blockIdx.x);
   const MacMergeArgs& mg = a.merge;
-  const int d = mg.head_dim, H = mg.num_heads;
-  const size_t i = size_t(b) * H + h;
-  const MacRingsView& r = a.rings;
-  const int slot = a.row_slot ? a.row_slot[b] : -1;
-  const MacRowRule& rule = *rule_of(a.rules, a.row_policy, b);
-  const int entry = a.hit_entry ? a.hit_entry[i] : -1;
-  float c = 0.0f, lse = -INFINITY;  // the reused prefix, or nothing
-  if (slot >= 0 && entry >= 0) {
-    c = r.o[((size_t(slot) * r.capacity + entry) * H + h) * d + t];
-    lse = r.lse[(size_t(slot) * r.capacity + entry) * H + h];
-  }
-  __syncthreads();  // every thread has read the hit entry before thread 0 may overwrite its lse
-  const float below = mg.below_o[i * d + t];
-  merge_state(&c, lse, &below, mg.below_lse[i], 1);
-  if (mg.out || a.out_bf16) {
-    float o = c, l = lse;
-    if (mg.above_o) {
-      const float above = mg.above_o[i * d + t];
-      merge_state(&o, l, &above, mg.above_lse[i], 1);
-    }
-    if (a.out_bf16)  // the o projection's input, with no conversion pass after
-      a.out_bf16[i * d + t] = __bfloat16_as_ushort(__float2bfloat16(o));
-    else
-      mg.out[i * d + t] = o;
-    if (a.out_lse && t == 0) a.out_lse[i] = l;
-  }
-  if (mg.cache_o) mg.cache_o[i * d + t] = c;
-  if (mg.cache_lse && t == 0) mg.cache_lse[i] = lse;
-  if (slot < 0 || !rule.active) return;
-  // The new entry: after the newest, over the oldest once the ring holds K (the hit entry was
-  // read above, before the barrier). Consecutive rows of one slot (a prompt chunk's) append in
-  // their order: row j of the run takes the (count + j)-th place.
-  const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
-  int rank = 0;
-  while (b - rank > 0 && a.row_slot[b - rank - 1] == slot) ++rank;
-  const int e = (first + count + rank) % K;
-  const size_t at = (size_t(slot) * r.capacity + e) * H + h;
-  r.q_pre[at * d + t] = a.q_pre[i * d + t];
-  r.o[at * d + t] = c;
-  if (t == 0) r.lse[at] = lse;
-  if (t == 0 && h == 0) r.pos[size_t(slot) * r.capacity + e] = a.positions[b];
+  const size_t at = target.i * mg.head_dim + t;
+  const float below[1] = {mg.below_o[at]};
+  const float above = mg.above_o ? mg.above_o[at] : 0.0f;
+  (void)detail::mac_merge_push_elements<1>(a, target, t, detail::mac_load_reused<1>(a, target, t), below,
+                                           mg.below_lse[target.i], mg.above_o ? &above : nullptr,
+                                           mg.above_o ? mg.above_lse[target.i] : -INFINITY, [] { __syncthreads(); });
 }
 
 // After every head has pushed: each slot's ring holds its run's entries more (its oldest
@@ -365,14 +330,11 @@ __global__ void advance_kernel(const MacMergePushArgs a, int batch) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
   const int slot = a.row_slot ? a.row_slot[b] : -1;
-  const MacRowRule& rule = *rule_of(a.rules, a.row_policy, b);
+  const MacRowRule& rule = *mac_rule_of(a.rules, a.row_policy, b);
   if (slot < 0 || !rule.active || (b + 1 < batch && a.row_slot[b + 1] == slot)) return;
   int rows = 1;
   while (b - rows >= 0 && a.row_slot[b - rows] == slot) ++rows;
-  int32_t* f = a.rings.fill + 2 * slot;
-  const int total = f[1] + rows, K = rule.window;
-  f[0] = (f[0] + (total > K ? total - K : 0)) % K;
-  f[1] = total < K ? total : K;
+  detail::mac_advance(a, slot, b, rows);
 }
 
 __global__ void prefix_lens_kernel(const int32_t* positions, int n, int band, int page_size, int32_t* lens) {

@@ -28,7 +28,9 @@ void MacState::allocate(int slots, int capacity) {
   check(cudaMemset(fill_.data(), 0, fill_.bytes()), "cudaMemset (MAC rings)");
   check(cudaDeviceSynchronize(), "MAC rings");  // done before the forward's stream uses them
   if (ints_.size() == 0) {  // the scratch depends on the shape only
-    ints_.resize(2 * R * H + 2 * R * kvh * P + 2 * R * kvh + R);
+    ints_.resize(2 * R * H + 2 * R * kvh * P + 2 * R * kvh + R + R * H + R);
+    // The merge's counts (Scratch::done) start at zero; each call leaves them so.
+    check(cudaMemset(ints_.data(), 0, ints_.bytes()), "cudaMemset (MAC scratch)");
     masks_.resize(2 * R * kvh * P + R * kvh);  // below's and above's masks, below_listed
     states_.resize(2 * R * H * d + 2 * R * H);
     MacPagePlanArgs a{.batch = s_.max_rows, .num_heads = s_.num_heads, .num_kv_heads = s_.num_kv_heads,
@@ -120,6 +122,7 @@ MacState::Scratch MacState::scratch() {
   x.below_lens = x.above_table + R * kvh * P;
   x.above_lens = x.below_lens + R * kvh;
   x.prefix_lens = x.above_lens + R * kvh;
+  x.done = x.prefix_lens + R;
   x.below_masks = masks_.data();
   x.above_masks = masks_.data() + R * kvh * P;
   x.below_listed = masks_.data() + 2 * R * kvh * P;

@@ -2,6 +2,8 @@
 // (detail::DefaultVariant; the sweep is in bench/attention/, results in bench/results/).
 #include "backend/cuda/paged_decode_attention.cuh"
 
+#include "backend/cuda/mac_decode.cuh"
+#include "backend/cuda/mac_merge_state.cuh"
 #include "backend/cuda/paged_decode_attention_impl.cuh"
 #include "backend/cuda/retro_decode.cuh"
 #include "backend/cuda/retro_merge_state.cuh"
@@ -40,6 +42,23 @@ cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const RetroMerge
                                             : Default<128>::launch_with(args, epilogue, stream, 0, &plan);
   if (e != cudaSuccess || !plan.direct) return e;
   return retro_merge(retro, stream);  // one CTA took each list: the states are in args.o, args.lse
+}
+
+cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const MacMergePushArgs& mac, cudaStream_t stream) {
+  const MacMergeArgs& m = mac.merge;
+  const size_t n = size_t(m.batch), H = size_t(m.num_heads), d = size_t(m.head_dim);
+  const bool packed = m.above_o && m.above_lse && m.above_o == m.below_o + n * H * d &&
+                      m.above_lse == m.below_lse + n * H;
+  if (!detail::supported(args) || m.batch <= 0 || !packed || args.o_bf16 != nullptr || args.o != m.below_o ||
+      args.lse != m.below_lse || args.batch != 2 * m.batch || args.q_rows != m.batch ||
+      args.num_heads != m.num_heads || args.head_dim != m.head_dim || m.cache_o || m.cache_lse || !mac.done)
+    return cudaErrorInvalidValue;
+  const detail::MacMergePushEpilogue epilogue{mac, args.o, args.lse};
+  detail::Plan plan;
+  const cudaError_t e = args.head_dim == 64 ? Default<64>::launch_with(args, epilogue, stream, 0, &plan)
+                                            : Default<128>::launch_with(args, epilogue, stream, 0, &plan);
+  if (e != cudaSuccess || !plan.direct) return e;
+  return mac_merge_push(mac, stream);  // one CTA took each list: the parts are in args.o, args.lse
 }
 
 }  // namespace skim::cuda

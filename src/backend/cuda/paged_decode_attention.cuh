@@ -17,6 +17,7 @@
 
 #include <cstddef>
 
+#include "attention/mac_decode_args.h"
 #include "attention/paged_decode_args.h"
 #include "attention/retro_decode_args.h"
 
@@ -46,5 +47,14 @@ cudaError_t paged_decode_attention(const PagedDecodeArgs& args, cudaStream_t str
 // epilogue (one launch where there were two); where it does not, retro_merge follows. The
 // heads are retro's, twice as many where it reads the folded layout (fold_group).
 cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const RetroMergeArgs& retro, cudaStream_t stream);
+
+// The same call followed by MAC's merge and push (cuda::mac_merge_push(mac)) over its one-call
+// form: args attends 2n rows (n = mac.merge.batch, args.q_rows = n), the parts below the rows'
+// prefix ends then the parts above, into args.o and args.lse, which are mac.merge.below_o and
+// below_lse with above_o and above_lse right after them (args.o_bf16 null; mac.merge.cache_o
+// and cache_lse null; mac.done given, zero). Where the call splits its lists over CTAs, the
+// chunk merge's launch merges, pushes and advances the rings as its epilogue (one launch where
+// there were three); where it does not, mac_merge_push follows.
+cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const MacMergePushArgs& mac, cudaStream_t stream);
 
 }  // namespace skim::cuda

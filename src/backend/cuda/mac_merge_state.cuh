@@ -1,0 +1,205 @@
+// MAC's merge and push of one (row, query head) (attention/mac_decode_args.h, MacMergePushArgs),
+// in the two kernels that run it: mac_merge_push's own (mac_decode.cu, a thread an element) and
+// the split decode's chunk merge as its epilogue (paged_decode_attention_impl.cuh,
+// MacMergePushEpilogue: a thread four elements), so that a step whose attention call splits its
+// lists merges its chunks, merges the parts below and above each prefix end with the reused
+// prefix, pushes the ring entries and advances the rings in one launch, where mac_merge_push
+// took two launches after the chunk merge. Device code.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention/attention_state.h"
+#include "attention/mac_decode_args.h"
+#include "backend/cuda/mma_sync.cuh"
+
+namespace skim::cuda::detail {
+
+__device__ __forceinline__ const MacRowRule* mac_rule_of(const MacRowRule* rules, const int32_t* row_policy, int b) {
+  return rules + (row_policy ? row_policy[b] : 0);
+}
+
+// Row b's query head h: its place in the merge's arrays and its ring slot.
+struct MacMergeTarget {
+  size_t i = 0;  // b * num_heads + h
+  int b = 0, h = 0, slot = -1;
+  bool push = false;  // an active row with a ring: its new entry is written
+};
+
+__device__ __forceinline__ MacMergeTarget mac_merge_target(const MacMergePushArgs& a, int b, int h) {
+  MacMergeTarget t;
+  t.i = size_t(b) * a.merge.num_heads + h;
+  t.b = b;
+  t.h = h;
+  t.slot = a.row_slot ? a.row_slot[b] : -1;
+  t.push = t.slot >= 0 && mac_rule_of(a.rules, a.row_policy, b)->active;
+  return t;
+}
+
+// The reused prefix at elements e0 .. e0 + N - 1: the hit entry's state, or nothing (a miss).
+// The entry was written in an earlier step, so the split decode's merge loads it before it waits
+// for the split kernel (MacMergePushEpilogue::prefetch).
+template <int N>
+struct MacReused {
+  float o[N] = {};
+  float lse = -INFINITY;
+};
+
+template <int N>
+__device__ __forceinline__ MacReused<N> mac_load_reused(const MacMergePushArgs& a, const MacMergeTarget& t, int e0) {
+  MacReused<N> r;
+  const int entry = a.hit_entry ? a.hit_entry[t.i] : -1;
+  if (t.slot < 0 || entry < 0) return r;
+  const size_t at = (size_t(t.slot) * a.rings.capacity + entry) * a.merge.num_heads + t.h;
+#pragma unroll
+  for (int k = 0; k < N; ++k) r.o[k] = a.rings.o[at * a.merge.head_dim + e0 + k];
+  r.lse = a.rings.lse[at];
+  return r;
+}
+
+template <int N>
+__device__ __forceinline__ void mac_store_bf16(uint16_t* p, const float (&x)[N]) {
+  if constexpr (N == 4) {  // four bf16 in one 8-byte store, each rounded to nearest even
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]));
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] = __bfloat16_as_ushort(__float2bfloat16(x[k]));
+  }
+}
+
+// Elements e0 .. e0 + N - 1 of the target as MacMergePushArgs says: cache = reused + below,
+// out = cache + above (above null: no part above); for an active row with a ring, its new entry
+// (the pre-RoPE query, cache and position) after the newest, over the oldest once the ring holds
+// its window, the row taking the (count + rank)-th place where consecutive rows share a slot.
+// Every thread of the target calls it (the head's elements split among them); `sync` orders
+// their reads of the reused entry (mac_load_reused) before the push may overwrite it. Returns the
+// ring entry written (-1: none).
+template <int N, class Sync>
+__device__ __forceinline__ int mac_merge_push_elements(const MacMergePushArgs& a, const MacMergeTarget& t, int e0,
+                                                       MacReused<N> c, const float (&below)[N], float below_lse,
+                                                       const float* above, float above_lse, Sync sync) {
+  const MacMergeArgs& mg = a.merge;
+  const int d = mg.head_dim;
+  merge_state(c.o, c.lse, below, below_lse, N);  // the state cached for this row
+  if (mg.out || a.out_bf16) {
+    float o[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) o[k] = c.o[k];
+    float l = c.lse;
+    if (above) merge_state(o, l, above, above_lse, N);
+    if (a.out_bf16) {  // the o projection's input, with no conversion pass after
+      mac_store_bf16(a.out_bf16 + t.i * d + e0, o);
+    } else {
+#pragma unroll
+      for (int k = 0; k < N; ++k) mg.out[t.i * d + e0 + k] = o[k];
+    }
+    if (a.out_lse && e0 == 0) a.out_lse[t.i] = l;
+  }
+  if (mg.cache_o) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) mg.cache_o[t.i * d + e0 + k] = c.o[k];
+  }
+  if (mg.cache_lse && e0 == 0) mg.cache_lse[t.i] = c.lse;
+  if (!t.push) return -1;
+  sync();  // every thread has read the reused entry before the lead may overwrite its lse
+  const MacRingsView& r = a.rings;
+  const int first = r.fill[2 * t.slot], count = r.fill[2 * t.slot + 1];
+  const int K = mac_rule_of(a.rules, a.row_policy, t.b)->window;
+  int rank = 0;
+  while (t.b - rank > 0 && a.row_slot[t.b - rank - 1] == t.slot) ++rank;
+  const int e = (first + count + rank) % K;
+  const size_t at = (size_t(t.slot) * r.capacity + e) * mg.num_heads + t.h;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    r.q_pre[at * d + e0 + k] = a.q_pre[t.i * d + e0 + k];
+    r.o[at * d + e0 + k] = c.o[k];
+  }
+  if (e0 == 0) r.lse[at] = c.lse;
+  if (e0 == 0 && t.h == 0) r.pos[size_t(t.slot) * r.capacity + e] = a.positions[t.b];
+  return e;
+}
+
+// After every head of every row of a run of rows of one slot has pushed: the ring holds the
+// run's entries more (its oldest dropped past its window). `rows`: the run's length.
+__device__ __forceinline__ void mac_advance(const MacMergePushArgs& a, int slot, int b, int rows) {
+  int32_t* f = a.rings.fill + 2 * slot;
+  const int total = f[1] + rows, K = mac_rule_of(a.rules, a.row_policy, b)->window;
+  f[0] = (f[0] + (total > K ? total - K : 0)) % K;
+  f[1] = total < K ? total : K;
+}
+
+// The split decode's chunk merge ending in MAC's merge and push (paged_decode_attention's MAC
+// form): the call attends 2n rows, [0, n) the parts below the rows' prefix ends and [n, 2n) the
+// parts above (PagedDecodeArgs::q_rows = n), its o and lse being merge.below_o / below_lse with
+// above_o / above_lse right after them. The merge kernel's D / 4 threads of state s, four
+// elements each, are lanes of its first warp. Each state is written out (the other of its pair
+// may be the one to go on); the second of a pair to be merged (an atomic count in `done`) merges
+// the pair with the reused prefix and pushes the ring entry; the last head of a run of rows of
+// one slot to push advances the ring. prefetch, before the merge waits for the split kernel,
+// reads the row's hit entry: the match wrote it before the split's predecessor (the page plan)
+// ran, the ring in earlier steps.
+struct MacMergePushEpilogue {
+  MacMergePushArgs a;
+  float* states_o;    // merge.below_o, writable: [2n][num_heads][head_dim]
+  float* states_lse;  // merge.below_lse, writable: [2n][num_heads]
+
+  struct Prefetched {
+    MacMergeTarget target;
+    MacReused<4> reused;
+  };
+  __device__ __forceinline__ bool live(int) const { return true; }
+  __device__ __forceinline__ Prefetched prefetch(int s, int v) const {
+    const int H = a.merge.num_heads, n = a.merge.batch, row = s / H;
+    Prefetched p;
+    p.target = mac_merge_target(a, row < n ? row : row - n, s % H);
+    p.reused = mac_load_reused<4>(a, p.target, 4 * v);
+    return p;
+  }
+  __device__ __forceinline__ void operator()(const Prefetched& p, int s, int v, float4 o, float lse) const {
+    const MacMergeTarget& t = p.target;
+    const int H = a.merge.num_heads, n = a.merge.batch, d = a.merge.head_dim;
+    const unsigned lanes = d >= 128 ? 0xffffffffu : (1u << (d / 4)) - 1;
+    reinterpret_cast<float4*>(states_o + size_t(s) * d)[v] = o;
+    if (v == 0) states_lse[s] = lse;
+    // The second of the pair goes on: this state's writes before the count (every lane's fence,
+    // then the lead's atomic), the other's after (every lane's fence after the count).
+    __threadfence();
+    __syncwarp(lanes);
+    int second = 0;
+    if (v == 0) {
+      second = atomicAdd(a.done + t.i, 1) == 1;
+      if (second) a.done[t.i] = 0;  // both have counted: zero for the next call
+    }
+    if (!__shfl_sync(lanes, second, 0)) return;
+    __threadfence();
+    const bool is_above = s / H >= n;
+    const size_t other = is_above ? t.i : size_t(n) * H + t.i;
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(states_o + other * d) + v);
+    const float x_lse = __ldcg(states_lse + other);
+    const float mine[4] = {o.x, o.y, o.z, o.w}, theirs[4] = {x.x, x.y, x.z, x.w};
+    const int e = is_above ? mac_merge_push_elements(a, t, 4 * v, p.reused, theirs, x_lse, mine, lse,
+                                                     [lanes] { __syncwarp(lanes); })
+                           : mac_merge_push_elements(a, t, 4 * v, p.reused, mine, lse, theirs, x_lse,
+                                                     [lanes] { __syncwarp(lanes); });
+    if (e < 0) return;
+    // The run's heads count at its last row; the last to count advances its ring (every head's
+    // reads of the fill come before its count).
+    __threadfence();
+    __syncwarp(lanes);
+    if (v != 0) return;
+    int first = t.b, last = t.b;
+    while (first > 0 && a.row_slot[first - 1] == t.slot) --first;
+    while (last + 1 < n && a.row_slot[last + 1] == t.slot) ++last;
+    const int rows = last - first + 1;
+    int* heads_done = a.done + size_t(n) * H + last;
+    if (atomicAdd(heads_done, 1) + 1 != rows * H) return;
+    *heads_done = 0;
+    __threadfence();
+    mac_advance(a, t.slot, last, rows);
+  }
+};
+
+}  // namespace skim::cuda::detail

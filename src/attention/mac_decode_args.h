@@ -191,8 +191,7 @@ struct MacMergePushArgs {
   const MacRowRule* rules = nullptr;
   MacRingsView rings;
   // GPU only, for paged_decode_attention's MAC form (the merge and push as the chunk merge's
-  // epilogue): [batch][num_heads] counts of a pair's parts merged, then [batch] counts of a run's
-  // heads pushed; zero between calls (each call leaves them so).
+  // epilogue): [batch] counts of a run's heads pushed; zero between calls (each call leaves them so).
   int32_t* done = nullptr;
 };
 

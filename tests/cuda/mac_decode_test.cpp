@@ -323,7 +323,7 @@ TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
       cuda::DeviceBuffer<float> states(size_t(2 * n) * heads * d), states_lse(size_t(2 * n) * heads);
       cuda::DeviceBuffer<float> out(size_t(n) * heads * d), out_lse(size_t(n) * heads);
       cuda::DeviceBuffer<uint16_t> out16(size_t(n) * heads * d);
-      auto done = to_device(std::vector<int32_t>(size_t(n) * heads + n, 0));
+      auto done = to_device(std::vector<int32_t>(size_t(n), 0));
       PagedDecodeArgs a{.batch = 2 * n, .num_heads = heads, .num_kv_heads = kvh, .head_dim = d,
                         .max_pages_per_seq = P, .max_seq_len = max_tokens, .scale = 1.0f / std::sqrt(float(d)),
                         .tables_per_kv_head = true, .split_rows = n, .q_rows = n, .q = dq.data(),

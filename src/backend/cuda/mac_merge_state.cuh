@@ -133,18 +133,15 @@ __device__ __forceinline__ void mac_advance(const MacMergePushArgs& a, int slot,
 
 // The split decode's chunk merge ending in MAC's merge and push (paged_decode_attention's MAC
 // form): the call attends 2n rows, [0, n) the parts below the rows' prefix ends and [n, 2n) the
-// parts above (PagedDecodeArgs::q_rows = n), its o and lse being merge.below_o / below_lse with
-// above_o / above_lse right after them. The merge kernel's D / 4 threads of state s, four
-// elements each, are lanes of its first warp. Each state is written out (the other of its pair
-// may be the one to go on); the second of a pair to be merged (an atomic count in `done`) merges
-// the pair with the reused prefix and pushes the ring entry; the last head of a run of rows of
-// one slot to push advances the ring. prefetch, before the merge waits for the split kernel,
-// reads the row's hit entry: the match wrote it before the split's predecessor (the page plan)
-// ran, the ring in earlier steps.
+// parts above (PagedDecodeArgs::q_rows = n). The merge's block of (row, head) merges both parts'
+// chunks (kParts = 2: states s and n H + s), then its D / 4 threads, four elements each and lanes
+// of its first warp, merge them with the reused prefix and push the ring entry; the last head of
+// a run of rows of one slot to push advances the ring (an atomic count in `done`). prefetch,
+// before the merge waits for the split kernel, reads the row's hit entry: the match wrote it
+// before the split's predecessor (the page plan) ran, the ring in earlier steps.
 struct MacMergePushEpilogue {
+  static constexpr int kParts = 2;  // below and above the prefix end
   MacMergePushArgs a;
-  float* states_o;    // merge.below_o, writable: [2n][num_heads][head_dim]
-  float* states_lse;  // merge.below_lse, writable: [2n][num_heads]
 
   struct Prefetched {
     MacMergeTarget target;
@@ -152,38 +149,20 @@ struct MacMergePushEpilogue {
   };
   __device__ __forceinline__ bool live(int) const { return true; }
   __device__ __forceinline__ Prefetched prefetch(int s, int v) const {
-    const int H = a.merge.num_heads, n = a.merge.batch, row = s / H;
+    const int H = a.merge.num_heads;
     Prefetched p;
-    p.target = mac_merge_target(a, row < n ? row : row - n, s % H);
+    p.target = mac_merge_target(a, s / H, s % H);
     p.reused = mac_load_reused<4>(a, p.target, 4 * v);
     return p;
   }
-  __device__ __forceinline__ void operator()(const Prefetched& p, int s, int v, float4 o, float lse) const {
+  __device__ __forceinline__ void operator()(const Prefetched& p, int, int v, const float4 (&o)[2],
+                                             const float (&lse)[2]) const {
     const MacMergeTarget& t = p.target;
     const int H = a.merge.num_heads, n = a.merge.batch, d = a.merge.head_dim;
     const unsigned lanes = d >= 128 ? 0xffffffffu : (1u << (d / 4)) - 1;
-    reinterpret_cast<float4*>(states_o + size_t(s) * d)[v] = o;
-    if (v == 0) states_lse[s] = lse;
-    // The second of the pair goes on: this state's writes before the count (every lane's fence,
-    // then the lead's atomic), the other's after (every lane's fence after the count).
-    __threadfence();
-    __syncwarp(lanes);
-    int second = 0;
-    if (v == 0) {
-      second = atomicAdd(a.done + t.i, 1) == 1;
-      if (second) a.done[t.i] = 0;  // both have counted: zero for the next call
-    }
-    if (!__shfl_sync(lanes, second, 0)) return;
-    __threadfence();
-    const bool is_above = s / H >= n;
-    const size_t other = is_above ? t.i : size_t(n) * H + t.i;
-    const float4 x = __ldcg(reinterpret_cast<const float4*>(states_o + other * d) + v);
-    const float x_lse = __ldcg(states_lse + other);
-    const float mine[4] = {o.x, o.y, o.z, o.w}, theirs[4] = {x.x, x.y, x.z, x.w};
-    const int e = is_above ? mac_merge_push_elements(a, t, 4 * v, p.reused, theirs, x_lse, mine, lse,
-                                                     [lanes] { __syncwarp(lanes); })
-                           : mac_merge_push_elements(a, t, 4 * v, p.reused, mine, lse, theirs, x_lse,
-                                                     [lanes] { __syncwarp(lanes); });
+    const float below[4] = {o[0].x, o[0].y, o[0].z, o[0].w}, above[4] = {o[1].x, o[1].y, o[1].z, o[1].w};
+    const int e = mac_merge_push_elements(a, t, 4 * v, p.reused, below, lse[0], above, lse[1],
+                                          [lanes] { __syncwarp(lanes); });
     if (e < 0) return;
     // The run's heads count at its last row; the last to count advances its ring (every head's
     // reads of the fill come before its count).
@@ -194,7 +173,7 @@ struct MacMergePushEpilogue {
     while (first > 0 && a.row_slot[first - 1] == t.slot) --first;
     while (last + 1 < n && a.row_slot[last + 1] == t.slot) ++last;
     const int rows = last - first + 1;
-    int* heads_done = a.done + size_t(n) * H + last;
+    int* heads_done = a.done + last;
     if (atomicAdd(heads_done, 1) + 1 != rows * H) return;
     *heads_done = 0;
     __threadfence();

@@ -28,7 +28,7 @@ void MacState::allocate(int slots, int capacity) {
   check(cudaMemset(fill_.data(), 0, fill_.bytes()), "cudaMemset (MAC rings)");
   check(cudaDeviceSynchronize(), "MAC rings");  // done before the forward's stream uses them
   if (ints_.size() == 0) {  // the scratch depends on the shape only
-    ints_.resize(2 * R * H + 2 * R * kvh * P + 2 * R * kvh + R + R * H + R);
+    ints_.resize(2 * R * H + 2 * R * kvh * P + 2 * R * kvh + R + R);
     // The merge's counts (Scratch::done) start at zero; each call leaves them so.
     check(cudaMemset(ints_.data(), 0, ints_.bytes()), "cudaMemset (MAC scratch)");
     masks_.resize(2 * R * kvh * P + R * kvh);  // below's and above's masks, below_listed

@@ -53,7 +53,7 @@ class MacState {
     void* plan_workspace;
     size_t plan_workspace_bytes;
     unsigned long long* bytes;   // [2]: K/V tokens the cut lists hold, and ring bytes
-    int32_t* done;               // MacMergePushArgs::done: [rows][heads] then [rows], zero between calls
+    int32_t* done;               // MacMergePushArgs::done: [rows], zero between calls
   };
   Scratch scratch();
   // The same with `rows` rows' `above` parts right after their `below` parts (lists, lengths,

@@ -53,7 +53,7 @@ cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const MacMergePu
       args.lse != m.below_lse || args.batch != 2 * m.batch || args.q_rows != m.batch ||
       args.num_heads != m.num_heads || args.head_dim != m.head_dim || m.cache_o || m.cache_lse || !mac.done)
     return cudaErrorInvalidValue;
-  const detail::MacMergePushEpilogue epilogue{mac, args.o, args.lse};
+  const detail::MacMergePushEpilogue epilogue{mac};
   detail::Plan plan;
   const cudaError_t e = args.head_dim == 64 ? Default<64>::launch_with(args, epilogue, stream, 0, &plan)
                                             : Default<128>::launch_with(args, epilogue, stream, 0, &plan);

@@ -523,6 +523,7 @@ struct MergeParams {
   const float* part_o;    // [batch][num_heads][num_chunks][D]
   const float* part_lse;  // [batch][num_heads][num_chunks]
   int num_heads, num_chunks;
+  int part_stride = 0;    // an epilogue of kParts states: unit bh's j-th at bh + j * part_stride (launch_merge)
 };
 
 // What the merge does with a merged state: its epilogue. Every thread of the state's block asks
@@ -532,7 +533,10 @@ struct MergeParams {
 // waits for its predecessor before it lets its successor launch, pdl.cuh), then the epilogue
 // itself with the merged state and what prefetch returned (every thread has the lse). This one
 // writes the state out; retro_merge_state.cuh's RetroMergeEpilogue merges it into RetroAttention's
-// caches, whose entries it prefetches.
+// caches, whose entries it prefetches. An epilogue may take several states of a unit at once
+// (static constexpr int kParts, 1 if absent: merge_parts): the merge's block merges the chunks of
+// each, the call's rows being kParts runs of units, and the epilogue gets arrays of kParts float4
+// and lse (mac_merge_state.cuh's MacMergePushEpilogue: a row's parts below and above its prefix end).
 template <int D>
 struct WriteMergedState {
   float* o;
@@ -554,34 +558,56 @@ struct WriteMergedState {
 
 constexpr int kMaxChunks = 1024;  // make_plan never plans more
 
-__device__ __forceinline__ float block_reduce(float v, bool is_max, float* red) {
+template <class Epilogue>
+struct MergeParts {
+  static constexpr int value = 1;
+};
+template <class Epilogue>
+  requires requires { Epilogue::kParts; }
+struct MergeParts<Epilogue> {
+  static constexpr int value = Epilogue::kParts;
+};
+template <class Epilogue>
+constexpr int merge_parts = MergeParts<Epilogue>::value;
+
+// The block's max or sum of each of P values, with one pair of barriers for all of them.
+template <int P>
+__device__ __forceinline__ void block_reduce(float (&v)[P], bool is_max, float (*red)[kMergeThreads / 32]) {
   constexpr int kWarps = kMergeThreads / 32;
 #pragma unroll
-  for (int s = 16; s > 0; s >>= 1) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, s);
-    v = is_max ? fmaxf(v, o) : v + o;
-  }
-  __syncthreads();  // red[] may still be read by an earlier reduction
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = red[0];
+  for (int j = 0; j < P; ++j)
 #pragma unroll
-  for (int w = 1; w < kWarps; ++w) v = is_max ? fmaxf(v, red[w]) : v + red[w];
-  return v;
+    for (int s = 16; s > 0; s >>= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, v[j], s);
+      v[j] = is_max ? fmaxf(v[j], o) : v[j] + o;
+    }
+  __syncthreads();  // red[] may still be read by an earlier reduction
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int j = 0; j < P; ++j) red[j][threadIdx.x >> 5] = v[j];
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    v[j] = red[j][0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v[j] = is_max ? fmaxf(v[j], red[j][w]) : v[j] + red[j][w];
+  }
 }
 
 // One block per (sequence, query head): lse = log sum_c exp(lse_c), o = sum_c exp(lse_c -
 // lse) o_c, the n-way form of merge_state; chunks that saw no key are (o, -inf) and weigh
 // nothing. Latency matters here (it runs after the split kernel, on the critical path), so
 // every load is issued before it is used: the weights in one pass, then each thread sums
-// one float4 of o over its share of the chunks with the loads unrolled.
+// one float4 of o over its share of the chunks with the loads unrolled. With an epilogue of
+// several parts, the block merges each part's state, their loads side by side.
 template <int D, class Epilogue>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams p, const Epilogue epilogue) {
+  constexpr int P = merge_parts<Epilogue>;
   constexpr int kVecs = D / 4;                     // float4 per chunk
   constexpr int kGroups = kMergeThreads / kVecs;   // chunks summed in parallel
-  __shared__ float red[kMergeThreads / 32];
-  __shared__ float weight[kMaxChunks];
-  __shared__ float4 part[kGroups][kVecs];
+  __shared__ float red[P][kMergeThreads / 32];
+  __shared__ float weight[P][kMaxChunks];
+  __shared__ float4 part[P][kGroups][kVecs];
 
   const int bh = blockIdx.x, nc = p.num_chunks, t = threadIdx.x;
   if (!epilogue.live(bh)) return;
@@ -589,39 +615,61 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
   if (t < kVecs) early = epilogue.prefetch(bh, t);
   pdl_wait();  // the split kernel's partials are complete and visible after this
 
-  const float* lse_c = p.part_lse + size_t(bh) * nc;
-  const float4* o_c = reinterpret_cast<const float4*>(p.part_o + size_t(bh) * nc * D);
-
-  float M = -INFINITY;
-  for (int c = t; c < nc; c += kMergeThreads) M = fmaxf(M, lse_c[c]);
-  M = block_reduce(M, true, red);
-  float L = 0.0f;
-  for (int c = t; c < nc; c += kMergeThreads) {
-    const float l = lse_c[c];
-    const float w = l == -INFINITY ? 0.0f : expf(l - M);
-    weight[c] = w;
-    L += w;
+  const float* lse_c[P];
+  const float4* o_c[P];
+  float M[P], L[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const size_t unit = size_t(bh) + size_t(j) * p.part_stride;
+    lse_c[j] = p.part_lse + unit * nc;
+    o_c[j] = reinterpret_cast<const float4*>(p.part_o + unit * nc * D);
+    M[j] = -INFINITY;
+    L[j] = 0.0f;
   }
-  L = block_reduce(L, false, red);  // its barriers also publish weight[]
+  for (int c = t; c < nc; c += kMergeThreads)
+#pragma unroll
+    for (int j = 0; j < P; ++j) M[j] = fmaxf(M[j], lse_c[j][c]);
+  block_reduce<P>(M, true, red);
+  for (int c = t; c < nc; c += kMergeThreads)
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const float l = lse_c[j][c];
+      const float w = l == -INFINITY ? 0.0f : expf(l - M[j]);
+      weight[j][c] = w;
+      L[j] += w;
+    }
+  block_reduce<P>(L, false, red);  // its barriers also publish weight[]
 
   const int v = t % kVecs, g = t / kVecs;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 acc[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-  for (int c = g; c < nc; c += kGroups) {
-    const float w = weight[c];
-    const float4 x = o_c[size_t(c) * kVecs + v];
-    acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
-  }
-  part[g][v] = acc;
+  for (int c = g; c < nc; c += kGroups)
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      const float w = weight[j][c];
+      const float4 x = o_c[j][size_t(c) * kVecs + v];
+      acc[j].x += w * x.x, acc[j].y += w * x.y, acc[j].z += w * x.z, acc[j].w += w * x.w;
+    }
+#pragma unroll
+  for (int j = 0; j < P; ++j) part[j][g][v] = acc[j];
   __syncthreads();
   if (t < kVecs) {
-    float4 sum = part[0][t];
+    float4 out[P];
+    float lse[P];
 #pragma unroll
-    for (int j = 1; j < kGroups; ++j)
-      sum.x += part[j][t].x, sum.y += part[j][t].y, sum.z += part[j][t].z, sum.w += part[j][t].w;
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    epilogue(early, bh, t, make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv),
-             L > 0.0f ? M + logf(L) : -INFINITY);
+    for (int j = 0; j < P; ++j) {
+      float4 sum = part[j][0][t];
+#pragma unroll
+      for (int k = 1; k < kGroups; ++k)
+        sum.x += part[j][k][t].x, sum.y += part[j][k][t].y, sum.z += part[j][k][t].z, sum.w += part[j][k][t].w;
+      const float inv = L[j] > 0.0f ? 1.0f / L[j] : 0.0f;
+      out[j] = make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv);
+      lse[j] = L[j] > 0.0f ? M[j] + logf(L[j]) : -INFINITY;
+    }
+    if constexpr (P == 1) epilogue(early, bh, t, out[0], lse[0]);
+    else epilogue(early, bh, t, out, lse);
   }
 }
 
@@ -638,14 +686,19 @@ cudaError_t prefer_merge_carveout() {
   });
 }
 
-// Launches merge_kernel over `rows` (batch x num_heads) units; on Hopper it may start while the
-// split kernel finishes (programmatic dependent launch: the kernel waits on its inputs).
+// Launches merge_kernel over `rows` (batch x num_heads) states, a block per unit of the
+// epilogue's parts (rows / kParts units); on Hopper it may start while the split kernel finishes
+// (programmatic dependent launch: the kernel waits on its inputs).
 template <int D, class Epilogue>
-cudaError_t launch_merge(const MergeParams& mp, const Epilogue& epilogue, int rows, int cc_major,
+cudaError_t launch_merge(const MergeParams& params, const Epilogue& epilogue, int rows, int cc_major,
                          cudaStream_t stream) {
+  constexpr int P = merge_parts<Epilogue>;
+  if (rows % P != 0) return cudaErrorInvalidValue;
   if (const cudaError_t e = prefer_merge_carveout<D, Epilogue>(); e != cudaSuccess) return e;
+  MergeParams mp = params;
+  mp.part_stride = rows / P;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(rows);
+  cfg.gridDim = dim3(rows / P);
   cfg.blockDim = dim3(kMergeThreads);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;

@@ -124,15 +124,33 @@ struct MacRowRule {
 
 // The rings of one layer for every sequence slot: per slot K entries, each a token's pre-RoPE
 // queries (bf16, what the GPU's match reads) and its per-head state over its prefix (fp32).
-// fill [slots][2]: the storage index of the oldest entry and the number of entries; entry i
-// (age order) lives at (first + i) % window, window the row's rule's K.
+// fill [slots][kMacFillInts]: two views of the slot's ring, each {first, count}, the storage
+// index of the oldest entry and the number of entries (entry i in age order lives at
+// (first + i) % window, window the row's rule's K):
+//   latest (ints 2, 3): after every push so far; the match reads it.
+//   step (ints 0, 1): as the step's match saw it (the match copies latest into it). The GPU's
+//     chunk-merge epilogue (MacMergePushEpilogue) pushes after it and one of its blocks writes
+//     latest, so no push waits for another's.
+// Every other push (mac_merge_push, both backends) reads latest and writes both.
+constexpr int kMacFillInts = 4;
+SKIM_HOST_DEVICE inline int32_t* mac_fill_step(int32_t* fill, int slot) { return fill + kMacFillInts * slot; }
+SKIM_HOST_DEVICE inline int32_t* mac_fill_latest(int32_t* fill, int slot) { return fill + kMacFillInts * slot + 2; }
+
+// {first, count} after `rows` more entries pushed past `from` (its oldest dropped past the
+// window K); `to` may be `from`.
+SKIM_HOST_DEVICE inline void mac_fill_advance(const int32_t* from, int rows, int window, int32_t* to) {
+  const int first = from[0], total = from[1] + rows;
+  to[0] = (first + (total > window ? total - window : 0)) % window;
+  to[1] = total < window ? total : window;
+}
+
 struct MacRingsView {
   int capacity = 0;            // entries per slot, the largest rule's window
   uint16_t* q_pre = nullptr;   // [slots][capacity][num_heads][head_dim]
   float* o = nullptr;          // [slots][capacity][num_heads][head_dim]
   float* lse = nullptr;        // [slots][capacity][num_heads]
   int32_t* pos = nullptr;      // [slots][capacity]
-  int32_t* fill = nullptr;     // [slots][2]
+  int32_t* fill = nullptr;     // [slots][kMacFillInts]
 };
 
 SKIM_HOST_DEVICE inline int MacPagePlanArgs::band_of(int b) const {
@@ -148,7 +166,8 @@ SKIM_HOST_DEVICE inline bool MacPagePlanArgs::art_order_of(int b) const {
 // fma in order, then an xor butterfly over the lanes: both backends alike, bit for bit):
 // band_begin = mac_prefix_end(entry's position), hit_entry = its storage
 // index; else -1 both. Inactive rows, and rows whose context is below the rule's min_context
-// (no scan): -1. bytes (optional, device) adds the ring entries'
+// (no scan): -1. Every row with a slot copies its fill's latest view into its step view
+// (MacRingsView). bytes (optional, device) adds the ring entries'
 // queries scanned and the cached states of hits, in bytes.
 struct MacMatchArgs {
   int batch = 0, num_heads = 0, head_dim = 0, page_size = 16;
@@ -177,7 +196,8 @@ SKIM_HOST_DEVICE inline int mac_forced_hit(int row, int head, int position) {
 // Merge and push: per (row, query head), cache = the hit entry's state (or empty), merged with
 // the part below the split; out = cache merged with the part above; for an active row the
 // new ring entry (its pre-RoPE query, cache and position) is written over the oldest once the
-// ring is full, then the row's fill advances. Consecutive rows of one slot (a prompt chunk's
+// ring is full, then the row's fill advances (both views, from latest; the GPU's chunk-merge
+// epilogue: latest from step, MacRingsView). Consecutive rows of one slot (a prompt chunk's
 // last rows) append in their order. cache_o/cache_lse are scratch of merge's shape.
 struct MacMergePushArgs {
   MacMergeArgs merge;
@@ -190,9 +210,6 @@ struct MacMergePushArgs {
   const int32_t* row_policy = nullptr;
   const MacRowRule* rules = nullptr;
   MacRingsView rings;
-  // GPU only, for paged_decode_attention's MAC form (the merge and push as the chunk merge's
-  // epilogue): [batch] counts of a run's heads pushed; zero between calls (each call leaves them so).
-  int32_t* done = nullptr;
 };
 
 }  // namespace skim

@@ -232,14 +232,15 @@ TEST(MacPagePlan, OtherPoliciesRowsPassThrough) {
 // The GPU's match over bf16 rings (cpu::mac_match, the CUDA kernel's oracle) against its
 // definition: a row with a ring and an active rule takes its nearest entry (a copied query is
 // at distance 0), a hit below sqrt(2d)(1 - tau), its band starting at the entry's prefix end;
-// the other rows miss.
+// the other rows miss. Every row's slot's fill gets its latest view as its step view.
 TEST(MacMatch, NearestEntryByDefinition) {
   const test::MacRingCase c(5, 4, 64, 24);
-  std::vector<int32_t> band(size_t(c.batch) * c.heads, 7), hit(band.size(), 7);
+  std::vector<int32_t> band(size_t(c.batch) * c.heads, 7), hit(band.size(), 7), fill = c.fill;
+  for (int s = 0; s < c.slots; ++s) mac_fill_step(fill.data(), s)[0] = mac_fill_step(fill.data(), s)[1] = -5;
   unsigned long long bytes = 0;
   MacRingsView rings{.capacity = c.capacity, .q_pre = const_cast<uint16_t*>(c.ring_q.data()),
                      .o = const_cast<float*>(c.ring_o.data()), .lse = const_cast<float*>(c.ring_lse.data()),
-                     .pos = const_cast<int32_t*>(c.pos.data()), .fill = const_cast<int32_t*>(c.fill.data())};
+                     .pos = const_cast<int32_t*>(c.pos.data()), .fill = fill.data()};
   cpu::mac_match({.batch = c.batch, .num_heads = c.heads, .head_dim = c.d, .page_size = c.page_size,
                   .q_pre = c.q_pre.data(), .positions = c.positions.data(), .row_slot = c.row_slot.data(),
                   .row_policy = c.row_policy.data(), .rules = c.rules.data(), .rings = rings, .band_begin = band.data(),
@@ -256,7 +257,7 @@ TEST(MacMatch, NearestEntryByDefinition) {
         EXPECT_EQ(band[i], -1);
         continue;
       }
-      const int first = c.fill[2 * s], count = c.fill[2 * s + 1];
+      const int first = c.first(s), count = c.count(s);
       double best = INFINITY;
       int best_e = -1;
       for (int k = 0; k < count; ++k) {
@@ -279,6 +280,14 @@ TEST(MacMatch, NearestEntryByDefinition) {
     }
   EXPECT_EQ(bytes, want_bytes);
   EXPECT_GT(hits, 0) << "the case copies entries: some heads must hit";
+  // Each row's slot's step view is now its latest (MacRingsView); other slots' untouched.
+  for (int s = 0; s < c.slots; ++s) {
+    const bool used = std::find(c.row_slot.begin(), c.row_slot.end(), s) != c.row_slot.end();
+    for (int k = 0; k < 2; ++k)
+      EXPECT_EQ(mac_fill_step(fill.data(), s)[k], used ? c.fill[size_t(kMacFillInts) * s + 2 + k] : -5) << "slot " << s;
+    EXPECT_EQ(mac_fill_latest(fill.data(), s)[0], c.first(s));
+    EXPECT_EQ(mac_fill_latest(fill.data(), s)[1], c.count(s));
+  }
 }
 
 // Forced hit rates (skim bench): every head of a matching row with entries hits at 1000 per
@@ -297,7 +306,7 @@ TEST(MacMatch, ForcedHitRates) {
     for (int b = 0; b < c.batch; ++b) {
       const int s = c.row_slot[size_t(b)];
       const bool matches = s >= 0 && c.rules[size_t(c.row_policy[size_t(b)])].active &&
-                           c.positions[size_t(b)] + 1 >= c.rules[0].min_context && c.fill[2 * s + 1] > 0;
+                           c.positions[size_t(b)] + 1 >= c.rules[0].min_context && c.count(s) > 0;
       for (int h = 0; h < c.heads; ++h)
         EXPECT_EQ(hit[size_t(b) * c.heads + h] >= 0, matches && forced == 1000) << "forced " << forced << " row " << b;
     }
@@ -312,7 +321,7 @@ TEST(MacMergePush, MergesAndPushesByDefinition) {
   std::vector<int32_t> hit(size_t(c.batch) * c.heads, -1);
   for (int b = 1; b < c.batch; ++b)
     for (int h = 0; h < c.heads; ++h)
-      if (c.fill[2 * b + 1] > 0 && test::random_int(0, 1)) hit[size_t(b) * c.heads + h] = c.fill[2 * b];
+      if (c.count(b) > 0 && test::random_int(0, 1)) hit[size_t(b) * c.heads + h] = c.first(b);
   std::vector<uint16_t> rq = c.ring_q;
   std::vector<float> ro = c.ring_o, rl = c.ring_lse, out(c.below_o.size()), out_lse(c.below_lse.size());
   std::vector<int32_t> rp = c.pos, rf = c.fill;
@@ -328,7 +337,7 @@ TEST(MacMergePush, MergesAndPushesByDefinition) {
   for (int b = 0; b < c.batch; ++b) {
     const int s = c.row_slot[size_t(b)];
     const bool push = s >= 0 && c.rules[size_t(c.row_policy[size_t(b)])].active;
-    const int first = s >= 0 ? c.fill[2 * s] : 0, count = s >= 0 ? c.fill[2 * s + 1] : 0;
+    const int first = s >= 0 ? c.first(s) : 0, count = s >= 0 ? c.count(s) : 0;
     const int e = count < K ? (first + count) % K : first;
     for (int h = 0; h < c.heads; ++h) {
       const size_t i = size_t(b) * c.heads + h;
@@ -354,14 +363,11 @@ TEST(MacMergePush, MergesAndPushesByDefinition) {
       }
     }
     if (s < 0) continue;
-    if (!push) {
-      EXPECT_EQ(rf[2 * s], c.fill[2 * s]);
-      EXPECT_EQ(rf[2 * s + 1], c.fill[2 * s + 1]);
-      continue;
+    if (push) EXPECT_EQ(rp[size_t(s) * c.capacity + e], c.positions[size_t(b)]);
+    for (const int32_t* f : {mac_fill_step(rf.data(), s), mac_fill_latest(rf.data(), s)}) {  // both views
+      EXPECT_EQ(f[1], push ? std::min(count + 1, K) : count);
+      EXPECT_EQ(f[0], !push || count < K ? first : (first + 1) % K);
     }
-    EXPECT_EQ(rp[size_t(s) * c.capacity + e], c.positions[size_t(b)]);
-    EXPECT_EQ(rf[2 * s + 1], std::min(count + 1, K));
-    EXPECT_EQ(rf[2 * s], count < K ? first : (first + 1) % K);
   }
 }
 

@@ -138,7 +138,8 @@ struct DeviceRings {
 TEST(CudaMacMatch, EqualsTheCpuReference) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   for (int d : {64, 128}) {
-    const test::MacRingCase c(6, 5, d, test::random_int(1, 300));
+    test::MacRingCase c(6, 5, d, test::random_int(1, 300));
+    for (int s = 0; s < c.slots; ++s) mac_fill_step(c.fill.data(), s)[0] = mac_fill_step(c.fill.data(), s)[1] = -5;
     std::vector<int32_t> band(size_t(c.batch) * c.heads, 7), hit(band.size(), 7);
     unsigned long long bytes = 0;
     std::vector<uint16_t> rq = c.ring_q;
@@ -173,6 +174,7 @@ TEST(CudaMacMatch, EqualsTheCpuReference) {
     EXPECT_EQ(to_host(ghit), hit) << "d " << d;
     EXPECT_EQ(to_host(gband), band) << "d " << d;
     EXPECT_EQ(to_host(gbytes)[0], bytes);
+    EXPECT_EQ(to_host(r.fill), rf) << "d " << d;  // the step views of the rows' slots made the latest
   }
 }
 
@@ -183,7 +185,7 @@ TEST(CudaMacMergePush, EqualsTheCpuReference) {
     std::vector<int32_t> hit(size_t(c.batch) * c.heads, -1);
     for (int b = 1; b < c.batch; ++b)
       for (int h = 0; h < c.heads; ++h)
-        if (c.fill[2 * b + 1] > 0 && test::random_int(0, 1)) hit[size_t(b) * c.heads + h] = c.fill[2 * b];
+        if (c.count(b) > 0 && test::random_int(0, 1)) hit[size_t(b) * c.heads + h] = c.first(b);
     std::vector<uint16_t> rq = c.ring_q;
     std::vector<float> ro = c.ring_o, rl = c.ring_lse, out(c.below_o.size()), out_lse(c.below_lse.size());
     std::vector<int32_t> rp = c.pos, rf = c.fill;
@@ -275,8 +277,8 @@ TEST(CudaMacMergePush, RowsOfOneSlotAppendInOrder) {
 // merge's epilogue where the call splits its lists, mac_merge_push after it where it does not)
 // against the call followed by mac_merge_push, on the one-call layout (rows [0, n) the parts
 // below the prefix ends, [n, 2n) above, the same queries): the outputs (fp32 or bf16) and the
-// rings' states within float rounding, the rings' queries, positions and fills exactly, and the
-// call's counts back at zero. Rows without a ring, of another policy, and a run of rows of one
+// rings' states within float rounding, the rings' queries, positions and fills' latest views
+// exactly. Rows without a ring, of another policy, and a run of rows of one
 // slot (whose ring advances once, by the run) among the cases.
 TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
@@ -298,8 +300,8 @@ TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
         const int s = c.row_slot[size_t(b)];
         // A run of rows of one slot reuses nothing (a prompt chunk's rows): a row's push may
         // overwrite the entry another row of the run would read.
-        if (trial != 4 && s >= 0 && c.fill[2 * s + 1] > 0 && test::random_int(0, 1))
-          hit[size_t(b) * heads + h] = c.fill[2 * s];
+        if (trial != 4 && s >= 0 && c.count(s) > 0 && test::random_int(0, 1))
+          hit[size_t(b) * heads + h] = c.first(s);
       }
     std::vector<int32_t> table(size_t(2 * n) * kvh * P), lens(size_t(2 * n) * kvh);
     for (auto& id : table) id = test::random_int(0, pool - 1);
@@ -316,14 +318,13 @@ TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
     struct Run {
       std::vector<float> out, out_lse, ring_o, ring_lse;
       std::vector<uint16_t> out16, ring_q;
-      std::vector<int32_t> pos, fill, done;
+      std::vector<int32_t> pos, fill;
     };
     auto run = [&](bool in_call) {
       DeviceRings r(c);
       cuda::DeviceBuffer<float> states(size_t(2 * n) * heads * d), states_lse(size_t(2 * n) * heads);
       cuda::DeviceBuffer<float> out(size_t(n) * heads * d), out_lse(size_t(n) * heads);
       cuda::DeviceBuffer<uint16_t> out16(size_t(n) * heads * d);
-      auto done = to_device(std::vector<int32_t>(size_t(n), 0));
       PagedDecodeArgs a{.batch = 2 * n, .num_heads = heads, .num_kv_heads = kvh, .head_dim = d,
                         .max_pages_per_seq = P, .max_seq_len = max_tokens, .scale = 1.0f / std::sqrt(float(d)),
                         .tables_per_kv_head = true, .split_rows = n, .q_rows = n, .q = dq.data(),
@@ -340,7 +341,7 @@ TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
                     .above_lse = states_lse.data() + part, .out = bf16_out ? nullptr : out.data()},
           .out_lse = out_lse.data(), .out_bf16 = bf16_out ? out16.data() : nullptr, .hit_entry = dh.data(),
           .row_slot = ds.data(), .positions = dpos.data(), .q_pre = dqp.data(), .row_policy = dp.data(),
-          .rules = drules.data(), .rings = r.view(c.capacity), .done = done.data()};
+          .rules = drules.data(), .rings = r.view(c.capacity)};
       if (in_call) {
         EXPECT_EQ(cuda::paged_decode_attention(a, g, nullptr), cudaSuccess);
       } else {
@@ -349,7 +350,7 @@ TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
       }
       cuda::check(cudaDeviceSynchronize(), "MAC step");
       return Run{to_host(out), to_host(out_lse), to_host(r.o), to_host(r.lse), to_host(out16), to_host(r.q),
-                 to_host(r.pos), to_host(r.fill), to_host(done)};
+                 to_host(r.pos), to_host(r.fill)};
     };
     const Run want = run(false), got = run(true);
     const std::string at = "trial " + std::to_string(trial) + ", d " + std::to_string(d) + ", heads " +
@@ -369,8 +370,13 @@ TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
     EXPECT_LT(max_abs_diff(got.ring_lse, want.ring_lse), 2e-5f) << at;
     EXPECT_EQ(got.ring_q, want.ring_q) << at;
     EXPECT_EQ(got.pos, want.pos) << at;
-    EXPECT_EQ(got.fill, want.fill) << at;
-    EXPECT_EQ(got.done, std::vector<int32_t>(want.done.size(), 0)) << at;
+    // The call leaves the fills' step views as they were (the next step's match copies latest).
+    for (int s = 0; s < c.slots; ++s) {
+      EXPECT_EQ(got.fill[size_t(kMacFillInts) * s + 2], want.fill[size_t(kMacFillInts) * s + 2]) << at << ", slot " << s;
+      EXPECT_EQ(got.fill[size_t(kMacFillInts) * s + 3], want.fill[size_t(kMacFillInts) * s + 3]) << at << ", slot " << s;
+      EXPECT_EQ(got.fill[size_t(kMacFillInts) * s], c.fill[size_t(kMacFillInts) * s]) << at << ", slot " << s;
+      EXPECT_EQ(got.fill[size_t(kMacFillInts) * s + 1], c.fill[size_t(kMacFillInts) * s + 1]) << at << ", slot " << s;
+    }
   }
 }
 

@@ -211,8 +211,10 @@ void mac_match(const MacMatchArgs& a) {
       a.band_begin[out] = a.hit_entry[out] = -1;
       const int slot = a.row_slot[b];
       const MacRowRule& rule = rule_of(a.rules, a.row_policy, b);
+      if (slot >= 0 && h == 0) std::copy_n(mac_fill_latest(r.fill, slot), 2, mac_fill_step(r.fill, slot));
       if (slot < 0 || !rule.active || a.positions[b] + 1 < rule.min_context) continue;
-      const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
+      const int32_t* fill = mac_fill_latest(r.fill, slot);
+      const int first = fill[0], count = fill[1], K = rule.window;
       float best = 0.0f;
       int age = -1;
       for (int i = 0; i < count; ++i) {
@@ -242,7 +244,8 @@ void mac_merge_push(const MacMergePushArgs& a) {
     const int slot = a.row_slot ? a.row_slot[b] : -1;
     const MacRowRule& rule = rule_of(a.rules, a.row_policy, b);
     const bool push = slot >= 0 && rule.active;
-    const int first = push ? r.fill[2 * slot] : 0, count = push ? r.fill[2 * slot + 1] : 0;
+    int32_t* latest = push ? mac_fill_latest(r.fill, slot) : nullptr;
+    const int first = push ? latest[0] : 0, count = push ? latest[1] : 0;
     const int e_new = count < rule.window ? (first + count) % rule.window : first;
     for (int h = 0; h < H; ++h) {
       const size_t i = size_t(b) * H + h;
@@ -271,8 +274,8 @@ void mac_merge_push(const MacMergePushArgs& a) {
     }
     if (!push) continue;
     r.pos[size_t(slot) * r.capacity + e_new] = a.positions[b];
-    if (count < rule.window) r.fill[2 * slot + 1] += 1;
-    else r.fill[2 * slot] = (first + 1) % rule.window;
+    mac_fill_advance(latest, 1, rule.window, latest);
+    std::copy_n(latest, 2, mac_fill_step(r.fill, slot));
   }
 }
 

@@ -93,7 +93,7 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
                                         .above_lse = x.above_lse, .out = o_.data()},
                               .out_lse = lse_.data(), .out_bf16 = o16_from_attention(), .hit_entry = x.hit_entry,
                               .row_slot = row_slot, .positions = inputs_.data() + in.positions, .q_pre = q_pre_.data(),
-                              .row_policy = row_policy, .rules = plan.mac_rules, .rings = rings, .done = x.done};
+                              .row_policy = row_policy, .rules = plan.mac_rules, .rings = rings};
   if (one_call) {
     // Rows [0, n) below, [n, 2n) above with the same queries, the keys split as the n rows'
     // alone (split_rows): each part's states as two calls made them, one split and one merge

@@ -45,6 +45,9 @@ __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs
   const size_t out = size_t(b) * H + h;
   const int slot = a.row_slot[b];
   const MacRowRule& rule = *mac_rule_of(a.rules, a.row_policy, b);
+  const MacRingsView& r = a.rings;
+  if (slot >= 0 && h == 0 && threadIdx.x < 2)  // the step's view of the ring: no block reads it here
+    mac_fill_step(r.fill, slot)[threadIdx.x] = mac_fill_latest(r.fill, slot)[threadIdx.x];
   if (slot < 0 || !rule.active || a.positions[b] + 1 < rule.min_context) {
     if (threadIdx.x == 0) a.band_begin[out] = a.hit_entry[out] = -1;
     return;
@@ -52,8 +55,8 @@ __global__ void __launch_bounds__(kMatchThreads) match_kernel(const MacMatchArgs
   float q[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) q[v] = bf16_load(a.q_pre + out * D + lane * V + v);
-  const MacRingsView& r = a.rings;
-  const int first = r.fill[2 * slot], count = r.fill[2 * slot + 1], K = rule.window;
+  const int32_t* fill = mac_fill_latest(r.fill, slot);
+  const int first = fill[0], count = fill[1], K = rule.window;
   float dist = INFINITY;
   int age = -1;
   for (int i0 = warp * kMatchBatch; i0 < count; i0 += kMatchWarps * kMatchBatch) {
@@ -318,13 +321,14 @@ __global__ void merge_push_kernel(const MacMergePushArgs a) {
   const size_t at = target.i * mg.head_dim + t;
   const float below[1] = {mg.below_o[at]};
   const float above = mg.above_o ? mg.above_o[at] : 0.0f;
-  (void)detail::mac_merge_push_elements<1>(a, target, t, detail::mac_load_reused<1>(a, target, t), below,
+  (void)detail::mac_merge_push_elements<1>(a, target, detail::MacFillView::kLatest, t,
+                                           detail::mac_load_reused<1>(a, target, t), below,
                                            mg.below_lse[target.i], mg.above_o ? &above : nullptr,
                                            mg.above_o ? mg.above_lse[target.i] : -INFINITY, [] { __syncthreads(); });
 }
 
 // After every head has pushed: each slot's ring holds its run's entries more (its oldest
-// dropped past K); the last row of a run of rows of one slot advances it.
+// dropped past K; both views of its fill); the last row of a run of rows of one slot advances it.
 __global__ void advance_kernel(const MacMergePushArgs a, int batch) {
   detail::pdl_enter();  // launched by launch_pdl
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
@@ -334,7 +338,10 @@ __global__ void advance_kernel(const MacMergePushArgs a, int batch) {
   if (slot < 0 || !rule.active || (b + 1 < batch && a.row_slot[b + 1] == slot)) return;
   int rows = 1;
   while (b - rows >= 0 && a.row_slot[b - rows] == slot) ++rows;
-  detail::mac_advance(a, slot, b, rows);
+  int32_t* latest = mac_fill_latest(a.rings.fill, slot);
+  mac_fill_advance(latest, rows, rule.window, latest);
+  mac_fill_step(a.rings.fill, slot)[0] = latest[0];
+  mac_fill_step(a.rings.fill, slot)[1] = latest[1];
 }
 
 __global__ void prefix_lens_kernel(const int32_t* positions, int n, int band, int page_size, int32_t* lens) {

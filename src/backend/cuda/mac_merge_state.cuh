@@ -70,16 +70,21 @@ __device__ __forceinline__ void mac_store_bf16(uint16_t* p, const float (&x)[N])
   }
 }
 
+// Which view of a slot's fill a push appends after (MacRingsView): the chunk-merge epilogue's
+// the step's, mac_merge_push's the latest.
+enum class MacFillView { kStep, kLatest };
+
 // Elements e0 .. e0 + N - 1 of the target as MacMergePushArgs says: cache = reused + below,
 // out = cache + above (above null: no part above); for an active row with a ring, its new entry
-// (the pre-RoPE query, cache and position) after the newest, over the oldest once the ring holds
-// its window, the row taking the (count + rank)-th place where consecutive rows share a slot.
+// (the pre-RoPE query, cache and position) after the newest of the fill's `view`, over the
+// oldest once the ring holds its window, the row taking the (count + rank)-th place where
+// consecutive rows share a slot.
 // Every thread of the target calls it (the head's elements split among them); `sync` orders
 // their reads of the reused entry (mac_load_reused) before the push may overwrite it. Returns the
 // ring entry written (-1: none).
 template <int N, class Sync>
-__device__ __forceinline__ int mac_merge_push_elements(const MacMergePushArgs& a, const MacMergeTarget& t, int e0,
-                                                       MacReused<N> c, const float (&below)[N], float below_lse,
+__device__ __forceinline__ int mac_merge_push_elements(const MacMergePushArgs& a, const MacMergeTarget& t,
+                                                       MacFillView view, int e0, MacReused<N> c, const float (&below)[N], float below_lse,
                                                        const float* above, float above_lse, Sync sync) {
   const MacMergeArgs& mg = a.merge;
   const int d = mg.head_dim;
@@ -106,7 +111,8 @@ __device__ __forceinline__ int mac_merge_push_elements(const MacMergePushArgs& a
   if (!t.push) return -1;
   sync();  // every thread has read the reused entry before the lead may overwrite its lse
   const MacRingsView& r = a.rings;
-  const int first = r.fill[2 * t.slot], count = r.fill[2 * t.slot + 1];
+  const int32_t* fill = view == MacFillView::kStep ? mac_fill_step(r.fill, t.slot) : mac_fill_latest(r.fill, t.slot);
+  const int first = fill[0], count = fill[1];
   const int K = mac_rule_of(a.rules, a.row_policy, t.b)->window;
   int rank = 0;
   while (t.b - rank > 0 && a.row_slot[t.b - rank - 1] == t.slot) ++rank;
@@ -122,21 +128,13 @@ __device__ __forceinline__ int mac_merge_push_elements(const MacMergePushArgs& a
   return e;
 }
 
-// After every head of every row of a run of rows of one slot has pushed: the ring holds the
-// run's entries more (its oldest dropped past its window). `rows`: the run's length.
-__device__ __forceinline__ void mac_advance(const MacMergePushArgs& a, int slot, int b, int rows) {
-  int32_t* f = a.rings.fill + 2 * slot;
-  const int total = f[1] + rows, K = mac_rule_of(a.rules, a.row_policy, b)->window;
-  f[0] = (f[0] + (total > K ? total - K : 0)) % K;
-  f[1] = total < K ? total : K;
-}
-
 // The split decode's chunk merge ending in MAC's merge and push (paged_decode_attention's MAC
 // form): the call attends 2n rows, [0, n) the parts below the rows' prefix ends and [n, 2n) the
 // parts above (PagedDecodeArgs::q_rows = n). The merge's block of (row, head) merges both parts'
 // chunks (kParts = 2: states s and n H + s), then its D / 4 threads, four elements each and lanes
-// of its first warp, merge them with the reused prefix and push the ring entry; the last head of
-// a run of rows of one slot to push advances the ring (an atomic count in `done`). prefetch,
+// of its first warp, merge them with the reused prefix and push the ring entry after the fill's
+// step view, which the step's match wrote and no block of this kernel writes; head 0 of a run's
+// last row advances the latest view from it (MacRingsView), so no block waits for another. prefetch,
 // before the merge waits for the split kernel, reads the row's hit entry: the match wrote it
 // before the split's predecessor (the page plan) ran, the ring in earlier steps.
 struct MacMergePushEpilogue {
@@ -158,26 +156,16 @@ struct MacMergePushEpilogue {
   __device__ __forceinline__ void operator()(const Prefetched& p, int, int v, const float4 (&o)[2],
                                              const float (&lse)[2]) const {
     const MacMergeTarget& t = p.target;
-    const int H = a.merge.num_heads, n = a.merge.batch, d = a.merge.head_dim;
+    const int n = a.merge.batch, d = a.merge.head_dim;
     const unsigned lanes = d >= 128 ? 0xffffffffu : (1u << (d / 4)) - 1;
     const float below[4] = {o[0].x, o[0].y, o[0].z, o[0].w}, above[4] = {o[1].x, o[1].y, o[1].z, o[1].w};
-    const int e = mac_merge_push_elements(a, t, 4 * v, p.reused, below, lse[0], above, lse[1],
+    const int e = mac_merge_push_elements(a, t, MacFillView::kStep, 4 * v, p.reused, below, lse[0], above, lse[1],
                                           [lanes] { __syncwarp(lanes); });
-    if (e < 0) return;
-    // The run's heads count at its last row; the last to count advances its ring (every head's
-    // reads of the fill come before its count).
-    __threadfence();
-    __syncwarp(lanes);
-    if (v != 0) return;
-    int first = t.b, last = t.b;
-    while (first > 0 && a.row_slot[first - 1] == t.slot) --first;
-    while (last + 1 < n && a.row_slot[last + 1] == t.slot) ++last;
-    const int rows = last - first + 1;
-    int* heads_done = a.done + last;
-    if (atomicAdd(heads_done, 1) + 1 != rows * H) return;
-    *heads_done = 0;
-    __threadfence();
-    mac_advance(a, t.slot, last, rows);
+    if (e < 0 || v != 0 || t.h != 0 || (t.b + 1 < n && a.row_slot[t.b + 1] == t.slot)) return;
+    int rows = 1;  // the run of rows of this slot ending at t.b
+    while (t.b - rows >= 0 && a.row_slot[t.b - rows] == t.slot) ++rows;
+    mac_fill_advance(mac_fill_step(a.rings.fill, t.slot), rows, mac_rule_of(a.rules, a.row_policy, t.b)->window,
+                     mac_fill_latest(a.rings.fill, t.slot));
   }
 };
 

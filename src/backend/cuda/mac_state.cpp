@@ -24,13 +24,11 @@ void MacState::allocate(int slots, int capacity) {
   o_.resize(L * S * K * H * d);
   lse_.resize(L * S * K * H);
   pos_.resize(L * S * K);
-  fill_.resize(L * S * 2);
+  fill_.resize(L * S * kMacFillInts);
   check(cudaMemset(fill_.data(), 0, fill_.bytes()), "cudaMemset (MAC rings)");
   check(cudaDeviceSynchronize(), "MAC rings");  // done before the forward's stream uses them
   if (ints_.size() == 0) {  // the scratch depends on the shape only
-    ints_.resize(2 * R * H + 2 * R * kvh * P + 2 * R * kvh + R + R);
-    // The merge's counts (Scratch::done) start at zero; each call leaves them so.
-    check(cudaMemset(ints_.data(), 0, ints_.bytes()), "cudaMemset (MAC scratch)");
+    ints_.resize(2 * R * H + 2 * R * kvh * P + 2 * R * kvh + R);
     masks_.resize(2 * R * kvh * P + R * kvh);  // below's and above's masks, below_listed
     states_.resize(2 * R * H * d + 2 * R * H);
     MacPagePlanArgs a{.batch = s_.max_rows, .num_heads = s_.num_heads, .num_kv_heads = s_.num_kv_heads,
@@ -48,8 +46,9 @@ void MacState::allocate(int slots, int capacity) {
 }
 
 void MacState::clear_fill(int slot, cudaStream_t stream) {
-  // fill [layers][slots][2]: the slot's two ints in every layer.
-  check(cudaMemset2DAsync(fill_.data() + 2 * slot, size_t(slots_) * 2 * sizeof(int32_t), 0, 2 * sizeof(int32_t),
+  // fill [layers][slots][kMacFillInts]: the slot's ints in every layer.
+  check(cudaMemset2DAsync(fill_.data() + kMacFillInts * slot, size_t(slots_) * kMacFillInts * sizeof(int32_t), 0,
+                          kMacFillInts * sizeof(int32_t),
                           size_t(s_.num_layers), stream),
         "cudaMemset2DAsync (MAC ring)");
 }
@@ -84,7 +83,7 @@ void MacState::fork(const PageTable* from, const PageTable* to, bool& moved, cud
   copy(o_, K * H * d);
   copy(lse_, K * H);
   copy(pos_, K);
-  copy(fill_, 2);
+  copy(fill_, kMacFillInts);
 }
 
 void MacState::drop(const PageTable* t) { slots_of_.drop(t); }
@@ -93,7 +92,7 @@ MacRingsView MacState::rings(int layer) {
   const size_t S = size_t(slots_), K = size_t(capacity_), H = size_t(s_.num_heads), d = size_t(s_.head_dim);
   const size_t l = size_t(layer);
   return {.capacity = capacity_, .q_pre = q_pre_.data() + l * S * K * H * d, .o = o_.data() + l * S * K * H * d,
-          .lse = lse_.data() + l * S * K * H, .pos = pos_.data() + l * S * K, .fill = fill_.data() + l * S * 2};
+          .lse = lse_.data() + l * S * K * H, .pos = pos_.data() + l * S * K, .fill = fill_.data() + l * S * kMacFillInts};
 }
 
 MacState::Scratch MacState::packed_scratch(int rows) {
@@ -122,7 +121,6 @@ MacState::Scratch MacState::scratch() {
   x.below_lens = x.above_table + R * kvh * P;
   x.above_lens = x.below_lens + R * kvh;
   x.prefix_lens = x.above_lens + R * kvh;
-  x.done = x.prefix_lens + R;
   x.below_masks = masks_.data();
   x.above_masks = masks_.data() + R * kvh * P;
   x.below_listed = masks_.data() + 2 * R * kvh * P;

@@ -53,7 +53,6 @@ class MacState {
     void* plan_workspace;
     size_t plan_workspace_bytes;
     unsigned long long* bytes;   // [2]: K/V tokens the cut lists hold, and ring bytes
-    int32_t* done;               // MacMergePushArgs::done: [rows], zero between calls
   };
   Scratch scratch();
   // The same with `rows` rows' `above` parts right after their `below` parts (lists, lengths,
@@ -69,7 +68,7 @@ class MacState {
   MacShape s_;
   int capacity_ = 0, slots_ = 0;
   SequenceSlots slots_of_;
-  // [layers][slots][capacity][heads][head_dim] and the like; fill [layers][slots][2].
+  // [layers][slots][capacity][heads][head_dim] and the like; fill [layers][slots][kMacFillInts].
   DeviceBuffer<uint16_t> q_pre_;
   DeviceBuffer<float> o_, lse_;
   DeviceBuffer<int32_t> pos_, fill_;

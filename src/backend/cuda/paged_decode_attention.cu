@@ -51,7 +51,7 @@ cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const MacMergePu
                       m.above_lse == m.below_lse + n * H;
   if (!detail::supported(args) || m.batch <= 0 || !packed || args.o_bf16 != nullptr || args.o != m.below_o ||
       args.lse != m.below_lse || args.batch != 2 * m.batch || args.q_rows != m.batch ||
-      args.num_heads != m.num_heads || args.head_dim != m.head_dim || m.cache_o || m.cache_lse || !mac.done)
+      args.num_heads != m.num_heads || args.head_dim != m.head_dim || m.cache_o || m.cache_lse)
     return cudaErrorInvalidValue;
   const detail::MacMergePushEpilogue epilogue{mac};
   detail::Plan plan;

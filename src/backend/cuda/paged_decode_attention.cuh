@@ -52,9 +52,10 @@ cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const RetroMerge
 // form: args attends 2n rows (n = mac.merge.batch, args.q_rows = n), the parts below the rows'
 // prefix ends then the parts above, into args.o and args.lse, which are mac.merge.below_o and
 // below_lse with above_o and above_lse right after them (args.o_bf16 null; mac.merge.cache_o
-// and cache_lse null; mac.done given, zero). Where the call splits its lists over CTAs, the
-// chunk merge's launch merges, pushes and advances the rings as its epilogue (one launch where
-// there were three); where it does not, mac_merge_push follows.
+// and cache_lse null). Where the call splits its lists over CTAs, the chunk merge's launch
+// merges, pushes and advances the rings as its epilogue (one launch where there were three),
+// after each fill's step view (MacRingsView: the step's match made it the latest), leaving the
+// step view as it was; where it does not, mac_merge_push follows.
 cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const MacMergePushArgs& mac, cudaStream_t stream);
 
 }  // namespace skim::cuda

@@ -363,7 +363,9 @@ TEST(MacMergePush, MergesAndPushesByDefinition) {
       }
     }
     if (s < 0) continue;
-    if (push) EXPECT_EQ(rp[size_t(s) * c.capacity + e], c.positions[size_t(b)]);
+    if (push) {
+      EXPECT_EQ(rp[size_t(s) * c.capacity + e], c.positions[size_t(b)]);
+    }
     for (const int32_t* f : {mac_fill_step(rf.data(), s), mac_fill_latest(rf.data(), s)}) {  // both views
       EXPECT_EQ(f[1], push ? std::min(count + 1, K) : count);
       EXPECT_EQ(f[0], !push || count < K ? first : (first + 1) % K);

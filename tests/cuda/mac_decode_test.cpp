@@ -315,6 +315,7 @@ TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
          dpos = to_device(c.positions);
     auto dp = to_device(c.row_policy);
     auto drules = to_device(c.rules);
+    const int short_pages = trial % 2 ? 0 : test::random_int(1, 2 * P);  // PagedDecodeArgs::short_pages
     struct Run {
       std::vector<float> out, out_lse, ring_o, ring_lse;
       std::vector<uint16_t> out16, ring_q;
@@ -343,6 +344,9 @@ TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
           .row_slot = ds.data(), .positions = dpos.data(), .q_pre = dqp.data(), .row_policy = dp.data(),
           .rules = drules.data(), .rings = r.view(c.capacity)};
       if (in_call) {
+        // The rows above the prefix ends as short lists (their units' first CTAs only): any
+        // bound, even one their lists exceed (the CTAs then take more rounds), gives the same.
+        a.short_pages = short_pages;
         EXPECT_EQ(cuda::paged_decode_attention(a, g, nullptr), cudaSuccess);
       } else {
         EXPECT_EQ(cuda::paged_decode_attention(a, nullptr), cudaSuccess);
@@ -354,7 +358,8 @@ TEST(CudaMacMergeInCall, EqualsTheCallThenMergePush) {
     };
     const Run want = run(false), got = run(true);
     const std::string at = "trial " + std::to_string(trial) + ", d " + std::to_string(d) + ", heads " +
-                           std::to_string(heads) + ", kv heads " + std::to_string(kvh);
+                           std::to_string(heads) + ", kv heads " + std::to_string(kvh) + ", short pages " +
+                           std::to_string(short_pages);
     if (bf16_out) {
       std::vector<float> w(want.out16.size()), o(got.out16.size());
       std::transform(want.out16.begin(), want.out16.end(), w.begin(), bf16_to_f32);

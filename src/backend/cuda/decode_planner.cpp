@@ -552,17 +552,20 @@ DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32
                                      unsigned long long* listed, cudaStream_t stream) {
   uint32_t mac = 0;  // present policies running MAC
   bool retro = false, mac_art = false;
+  int mac_above = 0;  // the most pages of a MAC row's `above` list: [prefix end, row end)
   for (uint32_t m = in.policies; m; m &= m - 1) {
     const RowPlanner& p = *slots_[size_t(std::countr_zero(m))].planner;
-    if (p.mac_rule()) {
+    if (const MacRowRule* r = p.mac_rule()) {
       mac |= m & ~(m - 1);
       mac_art |= p.art_rule() != nullptr;
+      mac_above = std::max(mac_above, (r->band + s_.page_size - 1) / s_.page_size + 2);
     }
     retro |= p.retro_rule() != nullptr;
   }
+  if (mac != in.policies) mac_above = 0;  // another policy's rows pass through whole into `above`
   if (select == 0) {
     DevicePlan p{false, in.page_table, in.seq_lens, in.max_seq_len};
-    if (mac) p.mac_rules = mac_rules_.data(), p.mac_policies = mac;
+    if (mac) p.mac_rules = mac_rules_.data(), p.mac_policies = mac, p.mac_above_pages = mac_above;
     if (retro) p.retro_rules = retro_rules_.data();
     return p;
   }
@@ -592,6 +595,7 @@ DevicePlan DecodePlanner::plan_pages(const PlanInput& in, uint32_t dense, uint32
                art_round ? rules_.data() : nullptr, art_round, art_warps, mac ? mac_rules_.data() : nullptr, mac,
                retro ? retro_rules_.data() : nullptr};
   if (art_round && mac) p.art_rules_above = above_rules_.data(), p.mac_art = mac_art;
+  p.mac_above_pages = mac_above;
   return p;
 }
 

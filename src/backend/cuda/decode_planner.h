@@ -76,6 +76,9 @@ struct DevicePlan {
   // stops in `below` only; `above` is read whole), the other policies' as art_rules.
   const ArtRowRule* art_rules_above = nullptr;
   bool mac_art = false;  // a present policy runs mac+art: `below` in ART's order, stopped by ART
+  // Every row of the step runs MAC: the most pages a row's `above` list holds (its band's pages
+  // and two more: PagedDecodeArgs::short_pages); else 0 (pass-through rows list whole contexts there).
+  int mac_above_pages = 0;
 };
 
 struct PlannerShape {

@@ -104,6 +104,7 @@ void GpuForward::attend_mac(int l, int n, const DevicePlan& plan, const PagedDec
     both.batch = 2 * n;
     both.q_rows = n;
     both.split_rows = n;
+    both.short_pages = plan.mac_above_pages;  // `above`: a band and a tail, few CTAs (all rows MAC's)
     check(paged_decode_attention(both, push, s), "paged_decode_attention (MAC, below and above the prefix end)");
     return;
   }

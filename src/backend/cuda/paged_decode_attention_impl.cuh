@@ -120,6 +120,8 @@ struct SplitParams {
   size_t page_stride, head_stride;  // elements (PagedDecodeArgs::page_stride_elems etc.)
   float scale_log2;  // scale * log2(e): scores live in the exp2 domain
   int q_rows = 0;    // PagedDecodeArgs::q_rows (0: row b's own query)
+  // PagedDecodeArgs::short_pages: rows from short_from take short_chunks CTAs a unit.
+  int short_from = 0x7fffffff, short_chunks = 0;
 };
 
 // Pages a warp takes at a time from its unit's pool.
@@ -439,6 +441,10 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
   // wave's slots at batch 1 (retro_decode_args.h).
   const int b = gridDim.z - 1 - blockIdx.z;
   const int hq0 = kvh * p.group + g0;
+  // A short row's CTAs past those its pages need leave at once, writing nothing (the merge
+  // reads the row's first short_chunks partials).
+  const int chunks = b >= p.short_from ? p.short_chunks : int(gridDim.x);
+  if (chunk >= chunks) return;
 
   pdl_wait();  // no-op unless this launch itself is a programmatic dependent
   pdl_launch_dependents();
@@ -453,7 +459,7 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
                           .masks = MASKED ? p.head_masks + list * p.max_pages_per_seq : nullptr,
                   .ctr = p.dynamic ? p.counters + (size_t(b) * gridDim.y + blockIdx.y) * 2 : nullptr,
                   .max_pages = p.max_pages_per_seq,
-                  .total_warps = int(gridDim.x) * WARPS,
+                  .total_warps = chunks * WARPS,
                   .gw = chunk * WARPS + warp,
                   .lane = lane,
                   .dynamic = p.dynamic};
@@ -524,6 +530,8 @@ struct MergeParams {
   const float* part_lse;  // [batch][num_heads][num_chunks]
   int num_heads, num_chunks;
   int part_stride = 0;    // an epilogue of kParts states: unit bh's j-th at bh + j * part_stride (launch_merge)
+  // SplitParams::short_from and short_chunks: states from short_state on have short_chunks chunks.
+  int short_state = 0x7fffffff, short_chunks = 0;
 };
 
 // What the merge does with a merged state: its epilogue. Every thread of the state's block asks
@@ -618,6 +626,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
   const float* lse_c[P];
   const float4* o_c[P];
   float M[P], L[P];
+  int ncj[P], n_all = 0;  // each state's chunks (short rows' fewer), the most of them
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const size_t unit = size_t(bh) + size_t(j) * p.part_stride;
@@ -625,15 +634,18 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
     o_c[j] = reinterpret_cast<const float4*>(p.part_o + unit * nc * D);
     M[j] = -INFINITY;
     L[j] = 0.0f;
+    ncj[j] = unit >= size_t(p.short_state) ? p.short_chunks : nc;
+    n_all = max(n_all, ncj[j]);
   }
-  for (int c = t; c < nc; c += kMergeThreads)
+  for (int c = t; c < n_all; c += kMergeThreads)
 #pragma unroll
-    for (int j = 0; j < P; ++j) M[j] = fmaxf(M[j], lse_c[j][c]);
+    for (int j = 0; j < P; ++j)
+      if (c < ncj[j]) M[j] = fmaxf(M[j], lse_c[j][c]);
   block_reduce<P>(M, true, red);
-  for (int c = t; c < nc; c += kMergeThreads)
+  for (int c = t; c < n_all; c += kMergeThreads)
 #pragma unroll
     for (int j = 0; j < P; ++j) {
-      const float l = lse_c[j][c];
+      const float l = c < ncj[j] ? lse_c[j][c] : -INFINITY;
       const float w = l == -INFINITY ? 0.0f : expf(l - M[j]);
       weight[j][c] = w;
       L[j] += w;
@@ -645,13 +657,14 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
 #pragma unroll
   for (int j = 0; j < P; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-  for (int c = g; c < nc; c += kGroups)
+  for (int c = g; c < n_all; c += kGroups)
 #pragma unroll
-    for (int j = 0; j < P; ++j) {
-      const float w = weight[j][c];
-      const float4 x = o_c[j][size_t(c) * kVecs + v];
-      acc[j].x += w * x.x, acc[j].y += w * x.y, acc[j].z += w * x.z, acc[j].w += w * x.w;
-    }
+    for (int j = 0; j < P; ++j)
+      if (c < ncj[j]) {
+        const float w = weight[j][c];
+        const float4 x = o_c[j][size_t(c) * kVecs + v];
+        acc[j].x += w * x.x, acc[j].y += w * x.y, acc[j].z += w * x.z, acc[j].w += w * x.w;
+      }
 #pragma unroll
   for (int j = 0; j < P; ++j) part[j][g][v] = acc[j];
   __syncthreads();
@@ -872,7 +885,7 @@ struct Variant {
       part_lse = reinterpret_cast<float*>(ws + wl.lse_offset);
     }
 
-    const SplitParams sp{.q = a.q, .k = a.k_pool, .v = a.v_pool, .page_table = a.page_table,
+    SplitParams sp{.q = a.q, .k = a.k_pool, .v = a.v_pool, .page_table = a.page_table,
                          .seq_lens = a.seq_lens, .head_masks = a.head_masks,
                          .tables_per_seq = a.tables_per_kv_head ? a.num_kv_heads : 1,
                          .out_o = plan.direct ? a.o : part_o, .out_lse = plan.direct ? a.lse : part_lse,
@@ -884,6 +897,10 @@ struct Variant {
                          .max_pages_per_seq = a.max_pages_per_seq, .page_stride = a.page_stride_elems(),
                          .head_stride = a.head_stride_elems(), .scale_log2 = a.scale * 1.4426950408889634f,
                          .q_rows = a.q_rows};
+    if (a.short_pages > 0 && a.q_rows > 0 && !plan.direct) {
+      sp.short_from = a.q_rows;
+      sp.short_chunks = std::min(plan.num_chunks, (a.short_pages + WARPS * kBatchPages - 1) / (WARPS * kBatchPages));
+    }
 
     const dim3 grid(plan.num_chunks, a.num_kv_heads * plan.sub_groups, a.batch);
     // A programmatic dependent of the step's previous kernel: it waits for its inputs first.
@@ -895,8 +912,8 @@ struct Variant {
     // The merge as a kernel of its own: the split's last CTA of each unit merging (a fence and an
     // atomic count, then the merge) was slower everywhere, dense b1 32K 51.6 against 50.2 us on
     // the H100 (bench/results/2026-11-28-s30-score-shapes/in-kernel-merge.patch).
-    const MergeParams mp{.part_o = part_o, .part_lse = part_lse, .num_heads = a.num_heads,
-                         .num_chunks = plan.num_chunks};
+    MergeParams mp{.part_o = part_o, .part_lse = part_lse, .num_heads = a.num_heads, .num_chunks = plan.num_chunks};
+    if (sp.short_chunks > 0) mp.short_state = sp.short_from * a.num_heads, mp.short_chunks = sp.short_chunks;
     return launch_merge<D>(mp, epilogue, a.batch * a.num_heads, info.cc_major, stream);
   }
 };

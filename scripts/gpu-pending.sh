@@ -30,16 +30,9 @@
 # (tar -C build-legacy -cJf build-legacy/tree.tar.xz tree; 0.36 MB).
 # Next: a new change: carry the revision
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
-# affects. Pending from session 37 (no device time then): (a) main since c872a48 (merge_state
-# shared by MAC's and Retro's merges, PerDevice in every launcher) compiled only: run
-# TESTS='CudaMac*:CudaRetro*:CudaPagedDecode*:CudaPagedPrefill*:CudaArt*:GpuEngine.Mac*:GpuEngine.Retro*:GpuEngine.Art*:GpuSparsePolicy*'
-# with TEST_TIMEOUT 400; (b) branch s37-mac-merge-in-call (also saved as
-# bench/results/2026-11-29-s37-no-device/mac-merge-in-call.patch; MAC's merge and push in the chunk merge,
-# the match's 16 entries in flight) against main as the previous revision: the same tests plus
-# CudaMacMergeInCall.*, BENCH=mac, and PARTS=ncu with NCU_ARGS="--e2e-only --no-prefill --8b-only
-# --steps 2 --e2e-policy mac@hits=0 --e2e-policy dense --contexts 32768 --batches 1" (match_kernel,
-# merge_kernel<..., MacMergePushEpilogue>, no merge_push_kernel or advance_kernel); merge it into
-# main where it passes and is no slower. On one H200 (nvidia-h200, 16 cores; the kinds lent since 2026-11-28) a call with both
+# affects. Nothing on main is untested on a GPU (session 38 ran its MAC changes: bench/results/
+# 2026-11-29-s38-h200-mac-merge/); GpuTensorParallel's MAC cases with the rings' two fill views
+# need 2 GPUs (nvidia-h200-x2). On one H200 (nvidia-h200, 16 cores; the kinds lent since 2026-11-28) a call with both
 # builds, ~40 tests and three attention benches took 364-394 s of wall time (460 s of budget
 # with the machine's start); GpuEngine's MAC, Retro and ART cases take ~42 s each there, so give
 # TEST_TIMEOUT 300 or more when they run. Session 34 (one H200): both builds, 11-12 ART tests and

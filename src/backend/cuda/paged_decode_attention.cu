@@ -31,17 +31,29 @@ cudaError_t paged_decode_attention(const PagedDecodeArgs& args, cudaStream_t str
                              : Default<128>::launch(args, stream);
 }
 
+namespace {
+
+// The call with its chunk merge's epilogue; where it does not split its lists (one CTA took each
+// list: the states are in args.o and args.lse), `unsplit` merges them in a launch of its own.
+template <class Epilogue, class Unsplit>
+cudaError_t launch_with_epilogue(const PagedDecodeArgs& args, const Epilogue& epilogue, cudaStream_t stream,
+                                 Unsplit unsplit) {
+  detail::Plan plan;
+  const cudaError_t e = args.head_dim == 64 ? Default<64>::launch_with(args, epilogue, stream, 0, &plan)
+                                            : Default<128>::launch_with(args, epilogue, stream, 0, &plan);
+  if (e != cudaSuccess || !plan.direct) return e;
+  return unsplit();
+}
+
+}  // namespace
+
 cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const RetroMergeArgs& retro, cudaStream_t stream) {
   const int heads = (retro.fold_group > 0 ? 2 : 1) * retro.num_heads;
   if (!detail::supported(args) || !retro_merge_supported(retro) || args.o_bf16 != nullptr || args.o != retro.o ||
       args.lse != retro.lse || args.batch != retro.batch || args.num_heads != heads || args.head_dim != retro.head_dim)
     return cudaErrorInvalidValue;
-  const detail::RetroMergeEpilogue epilogue{retro};
-  detail::Plan plan;
-  const cudaError_t e = args.head_dim == 64 ? Default<64>::launch_with(args, epilogue, stream, 0, &plan)
-                                            : Default<128>::launch_with(args, epilogue, stream, 0, &plan);
-  if (e != cudaSuccess || !plan.direct) return e;
-  return retro_merge(retro, stream);  // one CTA took each list: the states are in args.o, args.lse
+  return launch_with_epilogue(args, detail::RetroMergeEpilogue{retro}, stream,
+                              [&] { return retro_merge(retro, stream); });
 }
 
 cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const MacMergePushArgs& mac, cudaStream_t stream) {
@@ -53,12 +65,8 @@ cudaError_t paged_decode_attention(const PagedDecodeArgs& args, const MacMergePu
       args.lse != m.below_lse || args.batch != 2 * m.batch || args.q_rows != m.batch ||
       args.num_heads != m.num_heads || args.head_dim != m.head_dim || m.cache_o || m.cache_lse)
     return cudaErrorInvalidValue;
-  const detail::MacMergePushEpilogue epilogue{mac};
-  detail::Plan plan;
-  const cudaError_t e = args.head_dim == 64 ? Default<64>::launch_with(args, epilogue, stream, 0, &plan)
-                                            : Default<128>::launch_with(args, epilogue, stream, 0, &plan);
-  if (e != cudaSuccess || !plan.direct) return e;
-  return mac_merge_push(mac, stream);  // one CTA took each list: the parts are in args.o, args.lse
+  return launch_with_epilogue(args, detail::MacMergePushEpilogue{mac}, stream,
+                              [&] { return mac_merge_push(mac, stream); });
 }
 
 }  // namespace skim::cuda

@@ -46,6 +46,23 @@ TEST(PerDevice, ComputesOnceADeviceAndKeepsNoFailure) {
   EXPECT_EQ(calls, 6);
 }
 
+TEST(PerDevice, OnceRunsOnceADeviceAndAgainAfterAFailure) {
+  cuda::detail::PerDevice<cuda::detail::Done> done;
+  int calls = 0;
+  cudaError_t result = cudaErrorInvalidValue;
+  auto set = [&](int) {
+    ++calls;
+    return result;
+  };
+  EXPECT_EQ(done.once(2, set), cudaErrorInvalidValue);
+  result = cudaSuccess;
+  EXPECT_EQ(done.once(2, set), cudaSuccess);
+  EXPECT_EQ(done.once(2, set), cudaSuccess);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(done.once(4, set), cudaSuccess);
+  EXPECT_EQ(calls, 3);
+}
+
 TEST(PerDevice, ThreadsAskingTogetherComputeOnce) {
   cuda::detail::PerDevice<int> kept;
   std::atomic<int> calls{0};

@@ -48,6 +48,19 @@ class PerDevice {
     return cudaSuccess;
   }
 
+  // compute(dev) run once for the current device, for its effect (PerDevice<Done>: a kernel
+  // attribute set once per device); again after a failure, as get.
+  template <class Compute>
+  cudaError_t once(Compute&& compute) {
+    T unused;
+    return get(unused, [&](int dev, T&) { return compute(dev); });
+  }
+  template <class Compute>
+  cudaError_t once(int dev, Compute&& compute) {
+    T unused;
+    return get(dev, unused, [&](int d, T&) { return compute(d); });
+  }
+
  private:
   static constexpr int kMaxDevices = 64;
   std::mutex mu_;

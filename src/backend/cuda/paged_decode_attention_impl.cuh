@@ -692,8 +692,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const MergeParams 
 template <int D, class Epilogue>
 cudaError_t prefer_merge_carveout() {
   static PerDevice<Done> done;
-  Done unused;
-  return done.get(unused, [](int, Done&) {
+  return done.once([](int) {
     return cudaFuncSetAttribute(reinterpret_cast<const void*>(merge_kernel<D, Epilogue>),
                                 cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   });

@@ -102,8 +102,7 @@ bool wgmma_available() {
 cudaError_t allow_smem(const KernelShape& k, int kernel_id) {
   constexpr int kKernels = 12;  // (kind, head_dim 64 or 128)
   static detail::PerDevice<detail::Done> done[kKernels];
-  detail::Done unused;
-  return done[kernel_id].get(unused, [&k](int, detail::Done&) {
+  return done[kernel_id].once([&k](int) {
     return cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem);
   });
 }

@@ -256,6 +256,16 @@ GatherKernel gather_for(int heads) {
 }
 GatherKernel gather_for(int d, int heads) { return d == 64 ? gather_for<64>(heads) : gather_for<128>(heads); }
 
+// CTAs of the gather kernel for (d, heads) an SM holds, kept per device (plans are made at
+// every call, inside graph capture too).
+cudaError_t gather_ctas_per_sm(int d, int heads, int& n) {
+  static detail::PerDevice<int> kept[2][4];  // [d 64, 128][heads 1, 2, 4, 8]
+  const int hi = heads <= 1 ? 0 : heads <= 2 ? 1 : heads <= 4 ? 2 : 3;
+  return kept[d == 64 ? 0 : 1][hi].get(n, [d, heads](int, int& per_sm) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gather_for(d, heads), kThreads, 0);
+  });
+}
+
 struct Plan {
   int heads_per_list = 0, chunks = 1;
   size_t workspace_bytes = 0;
@@ -273,16 +283,14 @@ bool supported(const TokenDecodeArgs& t) {
 
 cudaError_t make_plan(const TokenDecodeArgs& t, Plan& plan) {
   const PagedDecodeArgs& a = t.attn;
-  int dev = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess)
   plan.heads_per_list = t.lists_per_query_head ? 1 : a.group_size();
-  if (e == cudaSuccess)
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gather_for(a.head_dim, plan.heads_per_list), kThreads, 0);
+  detail::DeviceInfo info;
+  int per_sm = 0;
+  cudaError_t e = detail::device_info(info);
+  if (e == cudaSuccess) e = gather_ctas_per_sm(a.head_dim, plan.heads_per_list, per_sm);
   if (e != cudaSuccess) return e;
   const long lists = std::max(1L, long(t.lists()));
-  const long capacity = long(sms) * std::max(per_sm, 1);
+  const long capacity = long(info.sms) * std::max(per_sm, 1);
   const int by_tokens = (std::max(t.max_tokens, 1) + kMinChunkTokens - 1) / kMinChunkTokens;
   plan.chunks = int(std::clamp<long>(std::min<long>(by_tokens, capacity / lists), 1, kMaxChunks));
   const size_t states = size_t(a.batch) * a.num_heads * plan.chunks;

@@ -71,10 +71,10 @@ struct PagedDecodeArgsOf {
   // [0, n) and [n, 2n)). Not with the fp32 form or rows().
   int q_rows = 0;
   // GPU only, with q_rows: the rows [q_rows, batch) list at most this many pages each (0: no
-  // bound), so each of their units takes only the CTAs its pages need and the others leave
-  // before they wait on the previous kernel. The rows are dispatched last first: MAC's parts
-  // above the prefix ends (a band and a tail) would otherwise take the first wave with CTAs
-  // that find nothing to read, ahead of the parts below (whole contexts).
+  // bound), so each of their units takes only the CTAs its pages need (the others leave before
+  // they wait on the previous kernel), dispatched after the other rows' CTAs. MAC's parts above
+  // the prefix ends (a band and a tail) otherwise took the first wave with CTAs that found
+  // nothing to read, ahead of the parts below (whole contexts).
   int short_pages = 0;
 
   const Elem* q = nullptr;

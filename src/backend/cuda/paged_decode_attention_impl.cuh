@@ -438,8 +438,10 @@ __global__ void __launch_bounds__(WARPS * 32) split_kernel(const SplitParams p) 
   const int rows = min(kMaxRows, p.group - g0);  // query heads of this CTA
   // The last rows first: CTAs are dispatched in block order, and a folded RetroAttention step's
   // past rows (each just before its newest row) have empty lists, whose CTAs took the first
-  // wave's slots at batch 1 (retro_decode_args.h).
-  const int b = gridDim.z - 1 - blockIdx.z;
+  // wave's slots at batch 1 (retro_decode_args.h). Short rows (from short_from) after all the
+  // others: their few pages run on the slots the long rows leave, or after them.
+  const int longs = min(p.short_from, int(gridDim.z));
+  const int b = int(blockIdx.z) < longs ? longs - 1 - int(blockIdx.z) : int(blockIdx.z);
   const int hq0 = kvh * p.group + g0;
   // A short row's CTAs past those its pages need leave at once, writing nothing (the merge
   // reads the row's first short_chunks partials).

@@ -32,10 +32,15 @@
 # before it as build-legacy/tree.tar.xz and run PARTS=tests,bench with the benchmark group it
 # affects. Nothing on main is untested on a GPU (session 38 ran its MAC changes: bench/results/
 # 2026-11-29-s38-h200-mac-merge/); GpuTensorParallel's MAC cases with the rings' two fill views
-# need 2 GPUs (nvidia-h200-x2). Pending: branch s38-mac-push-place (also
-# bench/results/2026-11-29-s38-h200-mac-merge/mac-push-place.patch: MAC's epilogue reads its
-# push's place and query before the PDL wait) against main: TESTS='CudaMac*:GpuEngine.Mac*'
-# TEST_TIMEOUT=300 BENCH=mac; merge it where it passes and is no slower. On one H200 (nvidia-h200, 16 cores; the kinds lent since 2026-11-28) a call with both
+# need 2 GPUs (nvidia-h200-x2). Pending: branch s38-mac-match-plan (also
+# bench/results/2026-11-29-s38-h200-mac-merge/mac-match-plan-and-push-place.patch, `git am` on
+# main: MAC's match and plan in one launch over a dense base, and the epilogue reading its push's
+# place and query before the PDL wait; compiled, never run) against main as the previous
+# revision: TESTS='CudaMac*:GpuEngine.Mac*:GpuHostKv.Retro*:GpuEngine.*Mix*' TEST_TIMEOUT=300
+# BENCH=mac, plus the 128K rows (skim bench --e2e-only --no-prefill --8b-only --contexts 131072
+# --batches 1 --e2e-policy dense --e2e-policy mac@hits=0 --e2e-policy mac@hits=1000, both
+# builds: an earlier fused plan was slower at 128K); keep each commit where it passes and is
+# no slower. On one H200 (nvidia-h200, 16 cores; the kinds lent since 2026-11-28) a call with both
 # builds, ~40 tests and three attention benches took 364-394 s of wall time (460 s of budget
 # with the machine's start); GpuEngine's MAC, Retro and ART cases take ~42 s each there, so give
 # TEST_TIMEOUT 300 or more when they run. Session 34 (one H200): both builds, 11-12 ART tests and

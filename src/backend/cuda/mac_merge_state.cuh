@@ -84,7 +84,8 @@ enum class MacFillView { kStep, kLatest };
 // ring entry written (-1: none).
 template <int N, class Sync>
 __device__ __forceinline__ int mac_merge_push_elements(const MacMergePushArgs& a, const MacMergeTarget& t,
-                                                       MacFillView view, int e0, MacReused<N> c, const float (&below)[N], float below_lse,
+                                                       MacFillView view, int e0, MacReused<N> c,
+                                                       const float (&below)[N], float below_lse,
                                                        const float* above, float above_lse, Sync sync) {
   const MacMergeArgs& mg = a.merge;
   const int d = mg.head_dim;
